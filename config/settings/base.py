@@ -1,0 +1,212 @@
+"""Leasehold settings, driven by environment variables (SPEC §14).
+
+Everything is prefixed `LEASEHOLD_` except `DATABASE_URL`. A bad value stops
+start-up with a message naming the variable (see `config.env`).
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Any
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from config.env import env_bool, env_int, env_list, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent.parent
+DATA_DIR = Path(env_str("LEASEHOLD_DATA_DIR", str(BASE_DIR / "var"))).resolve()
+
+DEBUG = env_bool("LEASEHOLD_DEBUG", False)
+
+
+def _secret_key() -> str:
+    """The configured key; in debug mode a development key kept under `var/`."""
+    configured = env_str("LEASEHOLD_SECRET_KEY")
+    if configured:
+        if len(configured) < 32:
+            raise ImproperlyConfigured("LEASEHOLD_SECRET_KEY must be at least 32 characters long.")
+        return configured
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "LEASEHOLD_SECRET_KEY is not set. Set it (at least 32 random characters), "
+            "or set LEASEHOLD_DEBUG=1 to use a development key generated under LEASEHOLD_DATA_DIR."
+        )
+    key_file = DATA_DIR / "secret_key"
+    if not key_file.exists():
+        DATA_DIR.mkdir(parents=True, exist_ok=True)
+        key_file.write_text(secrets.token_urlsafe(50))
+        key_file.chmod(0o600)
+    return key_file.read_text().strip()
+
+
+SECRET_KEY = _secret_key()
+ALLOWED_HOSTS = env_list("LEASEHOLD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "django_q",
+    "ledger",
+    "environments",
+    "leases",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+
+def _database() -> dict[str, Any]:
+    """SQLite under LEASEHOLD_DATA_DIR by default; DATABASE_URL switches to PostgreSQL.
+
+    SQLite runs in WAL mode with IMMEDIATE write transactions so writers take
+    the lock up front instead of upgrading mid-transaction (SPEC §11).
+    PostgreSQL uses psycopg 3 with psycopg_pool through Django's pool option.
+    """
+    url = env_str("DATABASE_URL")
+    if not url:
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "leasehold.sqlite3",
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 5,
+                "init_command": (
+                    "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=5000;"
+                ),
+            },
+        }
+    if not url.startswith(("postgres://", "postgresql://")):
+        raise ImproperlyConfigured(
+            f"DATABASE_URL must start with postgres:// or postgresql://; got scheme {url.split(':', 1)[0]!r}."
+        )
+    try:
+        config: dict[str, Any] = dict(dj_database_url.parse(url))
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
+    config["ENGINE"] = "django.db.backends.postgresql"
+    config["CONN_MAX_AGE"] = 0
+    config["OPTIONS"] = {
+        "pool": {
+            "min_size": env_int("LEASEHOLD_DB_POOL_MIN", 1, minimum=0),
+            "max_size": env_int("LEASEHOLD_DB_POOL_MAX", 40, minimum=1),
+            "timeout": 10,
+        },
+    }
+    return config
+
+
+DATABASES = {"default": _database()}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = DATA_DIR / "static"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
+}
+
+# --- Leasehold --------------------------------------------------------------
+
+LEASEHOLD_MIN_LEASE_SECONDS = env_int("LEASEHOLD_MIN_LEASE_SECONDS", 30, minimum=1)
+LEASEHOLD_MAX_LEASE_SECONDS = env_int("LEASEHOLD_MAX_LEASE_SECONDS", 86400, minimum=1)
+if LEASEHOLD_MIN_LEASE_SECONDS > LEASEHOLD_MAX_LEASE_SECONDS:
+    raise ImproperlyConfigured(
+        "LEASEHOLD_MIN_LEASE_SECONDS must not exceed LEASEHOLD_MAX_LEASE_SECONDS "
+        f"({LEASEHOLD_MIN_LEASE_SECONDS} > {LEASEHOLD_MAX_LEASE_SECONDS})."
+    )
+LEASEHOLD_CONTEXT_MAX_BYTES = env_int("LEASEHOLD_CONTEXT_MAX_BYTES", 16384, minimum=2048)
+LEASEHOLD_AGENT_SILENCE_SECONDS = env_int("LEASEHOLD_AGENT_SILENCE_SECONDS", 600, minimum=1)
+LEASEHOLD_REDIS_URL = env_str("LEASEHOLD_REDIS_URL")
+if LEASEHOLD_REDIS_URL and not LEASEHOLD_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
+    raise ImproperlyConfigured(f"LEASEHOLD_REDIS_URL must be a redis:// URL; got {LEASEHOLD_REDIS_URL!r}.")
+
+# --- django-q2 (SPEC §9) ------------------------------------------------------
+
+Q_CLUSTER: dict[str, Any] = {
+    "name": "leasehold",
+    "workers": 2,
+    "timeout": 240,
+    "retry": 300,
+    "catch_up": False,
+    "save_limit": 1000,
+    "ack_failures": True,
+    "max_attempts": 1,
+}
+if LEASEHOLD_REDIS_URL:
+    Q_CLUSTER["redis"] = LEASEHOLD_REDIS_URL
+else:
+    Q_CLUSTER["orm"] = "default"
+
+# --- Django REST framework ---------------------------------------------------
+
+REST_FRAMEWORK: dict[str, Any] = {
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+    "UNAUTHENTICATED_USER": None,
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Leasehold API",
+    "DESCRIPTION": "Leased claims, epochs and checkpoints for fleets of AI coding agents.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}

@@ -1,0 +1,84 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from types import FrameType
+from typing import Any
+
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+class Command(BaseCommand):
+    help = (
+        "Migrate, ensure the schedules, then run the web server (gunicorn) and the django-q2 "
+        "cluster together until interrupted. If either stops, the other is stopped too."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+        parser.add_argument("--no-cluster", action="store_true", help="run the web server only")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", interactive=False, verbosity=0)
+        call_command("collectstatic", interactive=False, verbosity=0)
+        settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.base")
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module}
+        cwd = str(settings.BASE_DIR)
+        bind = f"{options['host']}:{options['port']}"
+        children = {
+            "web": subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "gunicorn",
+                    "config.wsgi:application",
+                    "--bind",
+                    bind,
+                    "--workers",
+                    str(options["workers"]),
+                    "--access-logfile",
+                    "-",
+                    "--graceful-timeout",
+                    "10",
+                ],
+                env=env,
+                cwd=cwd,
+            ),
+        }
+        if not options["no_cluster"]:
+            children["cluster"] = subprocess.Popen([sys.executable, "-m", "django", "qcluster"], env=env, cwd=cwd)
+        self.stdout.write(f"Leasehold is serving on http://{bind}/ (admin at /admin/, API at /api/v1/).")
+        self.stdout.flush()
+
+        stopping = False
+
+        def stop(signum: int, frame: FrameType | None) -> None:
+            nonlocal stopping
+            stopping = True
+
+        signal.signal(signal.SIGINT, stop)
+        signal.signal(signal.SIGTERM, stop)
+        exited: str | None = None
+        while not stopping and exited is None:
+            for name, child in children.items():
+                if child.poll() is not None:
+                    exited = name
+            time.sleep(0.2)
+        for child in children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for child in children.values():
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+        if exited is not None and not stopping:
+            raise CommandError(f"The {exited} process stopped (exit code {children[exited].returncode}); stopped all.")

@@ -1,0 +1,273 @@
+"""What work exists: projects, tasks, dependencies, agents and the event log.
+
+Nothing here is ever hard-deleted (SPEC §1.6): `delete()` on these models and
+their querysets raises, and the event table refuses UPDATE and DELETE at the
+database level (triggers created by migration 0002).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, NoReturn
+
+from django.conf import settings
+from django.core.validators import RegexValidator
+from django.db import models
+from django.db.models import Q
+
+
+class DeletionRefused(Exception):
+    """Raised by every attempt to hard-delete a ledger row."""
+
+
+class NoDeleteQuerySet(models.QuerySet):
+    def delete(self) -> NoReturn:
+        raise DeletionRefused(f"{self.model.__name__} rows are never deleted; move them to a terminal state.")
+
+
+class NoDeleteModel(models.Model):
+    objects: ClassVar[Any] = NoDeleteQuerySet.as_manager()
+
+    class Meta:
+        abstract = True
+
+    def delete(self, *args: object, **kwargs: object) -> NoReturn:
+        raise DeletionRefused(f"{type(self).__name__} rows are never deleted; move them to a terminal state.")
+
+
+class Isolation(models.TextChoices):
+    """Environment isolation, ordered weakest first (SPEC §6).
+
+    Declared here because `Project.required_isolation` needs it and `ledger`
+    imports no other app; `environments` uses the same choices.
+    """
+
+    NONE = "none", "None"
+    DIRECTORY = "directory", "Directory"
+    CONTAINER = "container", "Container"
+    MICROVM = "microvm", "MicroVM"
+    DEDICATED_HOST = "dedicated_host", "Dedicated host"
+
+    @classmethod
+    def rank(cls, value: str) -> int:
+        return list(cls.values).index(value)
+
+
+class Project(NoDeleteModel):
+    slug = models.SlugField(max_length=50, unique=True)
+    name = models.CharField(max_length=200)
+    key_prefix = models.CharField(
+        max_length=10,
+        unique=True,
+        validators=[RegexValidator(r"^[A-Z][A-Z0-9]{0,9}$", "Uppercase letters and digits, starting with a letter.")],
+        help_text="Prefix of task keys, e.g. WEB in WEB-412.",
+    )
+    repository = models.CharField(max_length=500, blank=True, help_text="Local path or git URL.")
+    default_branch = models.CharField(max_length=200, default="main")
+    default_lease_seconds = models.PositiveIntegerField(default=900)
+    queue_wait_max_seconds = models.PositiveIntegerField(default=3600)
+    required_isolation = models.CharField(max_length=20, choices=Isolation.choices, default=Isolation.NONE)
+    # The last task number handed out. Incremented by a conditional UPDATE in
+    # the task-creating transaction, which makes keys gap-free: a rolled-back
+    # creation rolls the increment back with it.
+    task_sequence = models.PositiveIntegerField(default=0, editable=False)
+    created_at = models.DateTimeField()
+    archived_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class AgentKind(models.TextChoices):
+    CLAUDE = "claude", "Claude"
+    CODEX = "codex", "Codex"
+    COPILOT = "copilot", "Copilot"
+    CURSOR = "cursor", "Cursor"
+    AI = "ai", "Other AI"
+    HUMAN = "human", "Human"
+    SCRIPT = "script", "Script"
+
+
+HANDLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
+
+
+class Agent(NoDeleteModel):
+    handle = models.CharField(
+        max_length=64,
+        unique=True,
+        validators=[RegexValidator(HANDLE_PATTERN, "Lowercase letters, digits, '.', '_' and '-'.")],
+    )
+    kind = models.CharField(max_length=16, choices=AgentKind.choices)
+    # SHA-256 of the API token; the token itself is shown once and never stored.
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    projects = models.ManyToManyField(Project, blank=True, related_name="agents")
+    is_active = models.BooleanField(default=True)
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    deactivated_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["handle"]
+
+    def __str__(self) -> str:
+        return self.handle
+
+
+class TaskStatus(models.TextChoices):
+    """Stored statuses. `in_progress` is never stored: it is computed from leases."""
+
+    OPEN = "open", "Open"
+    READY = "ready", "Ready"
+    BLOCKED = "blocked", "Blocked"
+    REVIEW = "review", "Review"
+    DONE = "done", "Done"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+# SPEC §2: the only stored-status changes there are.
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    TaskStatus.OPEN: frozenset({TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.CANCELLED}),
+    TaskStatus.READY: frozenset(
+        {TaskStatus.OPEN, TaskStatus.BLOCKED, TaskStatus.REVIEW, TaskStatus.DONE, TaskStatus.CANCELLED}
+    ),
+    TaskStatus.BLOCKED: frozenset({TaskStatus.READY, TaskStatus.OPEN, TaskStatus.CANCELLED}),
+    TaskStatus.REVIEW: frozenset({TaskStatus.READY, TaskStatus.DONE, TaskStatus.CANCELLED}),
+    TaskStatus.DONE: frozenset({TaskStatus.READY}),
+    TaskStatus.CANCELLED: frozenset({TaskStatus.OPEN}),
+}
+
+# A blocker is resolved once its status is one of these.
+RESOLVED_STATUSES: frozenset[str] = frozenset({TaskStatus.DONE, TaskStatus.CANCELLED})
+
+
+class Task(NoDeleteModel):
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="tasks")
+    number = models.PositiveIntegerField(editable=False)
+    key = models.CharField(max_length=24, unique=True, editable=False)
+    title = models.CharField(max_length=300)
+    description = models.TextField(blank=True)
+    acceptance_criteria = models.TextField(blank=True)
+    task_class = models.SlugField(max_length=64, blank=True)
+    priority = models.IntegerField(default=0, help_text="Higher is claimed first.")
+    labels = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.OPEN)
+    blocked_reason = models.TextField(blank=True)
+    version = models.PositiveIntegerField(default=1, editable=False)
+    epoch = models.PositiveIntegerField(default=0, editable=False)
+    reserved_for = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="reserved_tasks"
+    )
+    ready_since = models.DateTimeField(null=True, blank=True, editable=False)
+    # Start of the current waiting period that already raised a
+    # `task.queue_wait_exceeded` event; one event per waiting period.
+    queue_wait_alerted_for = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(editable=False)
+    updated_at = models.DateTimeField(editable=False)
+
+    class Meta:
+        ordering = ["project_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "number"], name="task_number_unique_per_project"),
+            models.CheckConstraint(
+                condition=~Q(status=TaskStatus.BLOCKED) | ~Q(blocked_reason=""),
+                name="task_blocked_needs_reason",
+            ),
+            models.CheckConstraint(condition=Q(status__in=TaskStatus.values), name="task_status_valid"),
+        ]
+        indexes = [
+            # Serves claim-next and the ready view: ready tasks of a project in
+            # claim-next order (priority desc, ready_since, id).
+            models.Index(
+                "project",
+                models.F("priority").desc(),
+                "ready_since",
+                "id",
+                name="task_ready_queue",
+                condition=Q(status=TaskStatus.READY),
+            ),
+            models.Index(fields=["project", "status"], name="task_project_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.title}"
+
+
+class TaskDependency(NoDeleteModel):
+    """`task` cannot be claimed while `blocked_by` is unresolved.
+
+    Removing a dependency sets `removed_at`; the row stays, like every row of
+    the ledger.
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="dependencies")
+    blocked_by = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="dependents")
+    created_at = models.DateTimeField()
+    removed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "blocked_by"],
+                condition=Q(removed_at__isnull=True),
+                name="dependency_unique_while_present",
+            ),
+            models.CheckConstraint(condition=~Q(task=models.F("blocked_by")), name="dependency_not_self"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} blocked by {self.blocked_by_id}"
+
+
+class Severity(models.TextChoices):
+    INFO = "info", "Info"
+    WARN = "warn", "Warning"
+    ERROR = "error", "Error"
+
+
+class Event(NoDeleteModel):
+    """The append-only audit log and the delta-feed sequence.
+
+    `attempt_id` is a plain integer, not a foreign key: attempts live in
+    `leases`, which `ledger` does not import.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, null=True, blank=True, related_name="events")
+    attempt_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    actor_agent = models.ForeignKey(Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    type = models.CharField(max_length=64)
+    severity = models.CharField(max_length=8, choices=Severity.choices, default=Severity.INFO)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(actor_agent__isnull=True) | Q(actor_user__isnull=True),
+                name="event_single_actor",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["project", "id"], name="event_project_feed"),
+            models.Index(fields=["task", "id"], name="event_task_timeline"),
+            models.Index(fields=["type", "created_at"], name="event_type_time"),
+            models.Index(fields=["created_at"], name="event_created_at"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.type}"
+
+    @property
+    def actor_label(self) -> str:
+        if self.actor_agent is not None:
+            return self.actor_agent.handle
+        if self.actor_user is not None:
+            return f"user:{self.actor_user.get_username()}"
+        return "system"

@@ -1,0 +1,26 @@
+"""The two groups of SPEC §10 and their permissions.
+
+Migration `ledger.0003` creates the groups; this `post_migrate` hook gives
+them their permissions after every migrate, because Django creates the
+permissions of newly added models only at the end of a migrate run. No group
+ever gets a delete permission on a Leasehold model.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+LEDGER_ADMINS = "Ledger admins"
+MANAGERS = "Managers"
+LEASEHOLD_APPS = ("ledger", "environments", "leases")
+
+
+def sync_group_permissions(sender: Any = None, **kwargs: Any) -> None:
+    from django.contrib.auth.models import Group, Permission
+
+    using = kwargs.get("using", "default")
+    permissions = Permission.objects.using(using).filter(content_type__app_label__in=LEASEHOLD_APPS)
+    admins, _ = Group.objects.using(using).get_or_create(name=LEDGER_ADMINS)
+    managers, _ = Group.objects.using(using).get_or_create(name=MANAGERS)
+    admins.permissions.set(permissions.exclude(codename__startswith="delete_"))
+    managers.permissions.set(permissions.filter(codename__startswith="view_"))

@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+
+import pytest
+from django.db import connection
+
+from config.db import write_transaction
+from config.errors import StorageBusy, ValidationFailed
+from ledger.models import Project
+from tests.concurrency import run_in_threads
+from tests.factories import ProjectFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="exercises SQLite's write lock")
+postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="exercises PostgreSQL deadlock detection")
+
+
+def test_domain_errors_are_never_retried():
+    calls = []
+
+    @write_transaction
+    def refuse() -> None:
+        calls.append(1)
+        raise ValidationFailed("no")
+
+    with pytest.raises(ValidationFailed):
+        refuse()
+    assert calls == [1]
+
+
+def _hold_write_lock() -> sqlite3.Connection:
+    raw = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, check_same_thread=False)
+    raw.execute("BEGIN IMMEDIATE")
+    return raw
+
+
+@sqlite_only
+def test_a_held_sqlite_lock_ends_in_storage_busy_after_bounded_retries():
+    ProjectFactory(slug="locked")
+    calls = []
+
+    @write_transaction
+    def rename() -> None:
+        calls.append(1)
+        Project.objects.filter(slug="locked").update(name="renamed")
+
+    connection.ensure_connection()
+    connection.cursor().execute("PRAGMA busy_timeout = 10")
+    raw = _hold_write_lock()
+    try:
+        started = time.monotonic()
+        with pytest.raises(StorageBusy) as caught:
+            rename()
+        elapsed = time.monotonic() - started
+    finally:
+        raw.rollback()
+        raw.close()
+    # BEGIN IMMEDIATE itself waits for the lock, so the body never ran.
+    assert calls == []
+    assert caught.value.details == {"attempts": 4}
+    assert caught.value.retryable is True
+    assert 0.3 <= elapsed < 3  # 25 + 75 + 200 ms of backoff, plus four 10 ms busy waits
+    assert Project.objects.get(slug="locked").name != "renamed"
+
+
+@sqlite_only
+def test_the_whole_transaction_is_retried_once_the_lock_is_released():
+    ProjectFactory(slug="brief")
+    calls = []
+
+    @write_transaction
+    def rename() -> None:
+        calls.append(1)
+        Project.objects.filter(slug="brief").update(name="renamed")
+
+    connection.ensure_connection()
+    connection.cursor().execute("PRAGMA busy_timeout = 10")
+    raw = _hold_write_lock()
+    threading.Timer(0.05, raw.rollback).start()
+    rename()
+    raw.close()
+    assert calls == [1]
+    assert Project.objects.get(slug="brief").name == "renamed"
+
+
+@postgres_only
+def test_a_postgres_deadlock_is_retried_and_both_writers_succeed():
+    first, second = ProjectFactory(slug="dl-a"), ProjectFactory(slug="dl-b")
+    barrier = threading.Barrier(2)
+    calls = []
+
+    @write_transaction
+    def cross(order: tuple[int, int]) -> None:
+        calls.append(order)
+        Project.objects.filter(pk=order[0]).update(name="x")
+        if len(calls) <= 2:
+            barrier.wait(timeout=10)
+        Project.objects.filter(pk=order[1]).update(name="y")
+
+    results = run_in_threads(2, lambda i: cross((first.pk, second.pk) if i == 0 else (second.pk, first.pk)))
+    assert results == [None, None]
+    assert len(calls) == 3  # one of the two was chosen as the deadlock victim and ran again

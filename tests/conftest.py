@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from types import ModuleType
+
+import pytest
+from django.db import connections
+from django.test.testcases import TransactionTestCase
+
+from ledger import clock as clock_module
+from ledger.actors import Actor
+
+_triggers = importlib.import_module("ledger.migrations.0002_event_append_only")
+
+START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+
+
+def _with_event_triggers_suspended(teardown):
+    """Let Django flush the append-only event table between transactional tests.
+
+    PostgreSQL flushes with TRUNCATE, which row triggers do not see. SQLite
+    flushes with DELETE, which the trigger refuses (as it must in production),
+    so the triggers are dropped for the flush and recreated right after.
+    """
+
+    def wrapped(self: TransactionTestCase) -> None:
+        sqlite = [c for c in connections.all() if c.vendor == "sqlite" and c.connection is not None]
+        for connection in sqlite:
+            with connection.cursor() as cursor:
+                for sql in _triggers.statements("sqlite", create=False):
+                    cursor.execute(sql)
+        try:
+            teardown(self)
+        finally:
+            for connection in sqlite:
+                with connection.cursor() as cursor:
+                    for sql in _triggers.statements("sqlite", create=True):
+                        cursor.execute(sql)
+
+    return wrapped
+
+
+TransactionTestCase._fixture_teardown = _with_event_triggers_suspended(  # type: ignore[attr-defined]
+    TransactionTestCase._fixture_teardown  # type: ignore[attr-defined]
+)
+
+
+@pytest.fixture
+def clock() -> Iterator[ModuleType]:
+    """The one clock, frozen at START; move it with `clock.advance(seconds)`."""
+    clock_module.freeze(START)
+    yield clock_module
+    clock_module.unfreeze()
+
+
+@pytest.fixture
+def admin_user(django_user_model):
+    return django_user_model.objects.create_superuser(username="root", password="pw-for-tests")
+
+
+@pytest.fixture
+def user_actor(admin_user) -> Actor:
+    return Actor(user=admin_user)
