@@ -68,7 +68,7 @@ class Label:
     epoch: int
 
     def __post_init__(self) -> None:
-        text = _join(self)
+        text = render_label(self)
         for field in FIELDS:
             value = getattr(self, field)
             if value is None and field in _OPTIONAL_FIELDS:
@@ -80,14 +80,10 @@ class Label:
                 _refuse(text, field, problem)
 
 
-def _join(label: Label) -> str:
-    values = {field: getattr(label, field) for field in FIELDS}
-    return ";".join(f"{field}={NONE_VALUE if value is None else value}" for field, value in values.items())
-
-
 def render_label(label: Label) -> str:
     """Write the label the server stores on an attempt; `None` is written as `-`."""
-    return _join(label)
+    values = {field: getattr(label, field) for field in FIELDS}
+    return ";".join(f"{field}={NONE_VALUE if value is None else value}" for field, value in values.items())
 
 
 def parse_label(text: str) -> Label:
@@ -110,6 +106,8 @@ def parse_label(text: str) -> Label:
             _refuse(text, field, f"is out of order: position {position} must be {expected!r}")
     if problem := _value_problem("epoch", values["epoch"]):
         _refuse(text, "epoch", problem)
+    # The other values are checked by `Label` itself; the structure is settled
+    # by now, so the text it reports in the error is exactly `text`.
     return Label(
         owner=values["owner"],
         branch=None if values["branch"] == NONE_VALUE else values["branch"],

@@ -1,1 +1,188 @@
-"""Models of this app."""
+"""Who holds what: attempts (leased executions of a task), their notes, idempotency records.
+
+The database holds the lease invariants (SPEC §2): one active attempt per
+task (partial unique index), the "exactly when" rules of the outcome fields
+(CHECK constraints), and a partial index on the expiry of active leases for
+the sweep.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from ledger.models import Agent, NoDeleteModel, Task
+
+
+class AttemptStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    INTERRUPTED = "interrupted", "Interrupted"
+    RELEASED = "released", "Released"
+    EXPIRED = "expired", "Expired"
+    REVOKED = "revoked", "Revoked"
+
+
+TERMINAL_STATUSES = frozenset(AttemptStatus.values) - {AttemptStatus.ACTIVE}
+
+
+class FailureReason(models.TextChoices):
+    IMPLEMENTATION_ERROR = "implementation_error"
+    ENVIRONMENT_ERROR = "environment_error"
+    MISSING_DEPENDENCY = "missing_dependency"
+    INVALID_REQUIREMENTS = "invalid_requirements"
+    TESTS_FAILED = "tests_failed"
+    CONTEXT_LOST = "context_lost"
+    TIMEOUT = "timeout"
+    OTHER = "other"
+
+
+class InterruptionReason(models.TextChoices):
+    HANDOFF = "handoff"
+    CONTEXT_LIMIT = "context_limit"
+    USER_REQUEST = "user_request"
+    CLIENT_SHUTDOWN = "client_shutdown"
+    ENVIRONMENT_CHANGE = "environment_change"
+    OTHER = "other"
+
+
+class Attempt(NoDeleteModel):
+    """One leased execution of a task, valid until `lease_expires_at`."""
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="attempts")
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="attempts")
+    epoch = models.PositiveIntegerField(help_text="The task's epoch after this claim.")
+    status = models.CharField(max_length=16, choices=AttemptStatus.choices, default=AttemptStatus.ACTIVE)
+
+    # SHA-256 of the lease token. The token is an HMAC of (task, epoch, salt)
+    # under the server's secret key, so an idempotent replay of the claim can
+    # return it again without it ever being stored.
+    token_hash = models.CharField(max_length=64, editable=False)
+    token_salt = models.CharField(max_length=32, editable=False)
+
+    lease_seconds = models.PositiveIntegerField()
+    lease_expires_at = models.DateTimeField()
+    claimed_at = models.DateTimeField()
+    last_renewed_at = models.DateTimeField(null=True, blank=True)
+    renew_count = models.PositiveIntegerField(default=0)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    branch = models.CharField(max_length=100, blank=True)
+    base_commit = models.CharField(max_length=40, blank=True)
+    label = models.CharField(max_length=400)
+
+    task_version_at_claim = models.PositiveIntegerField()
+    event_id_at_claim = models.BigIntegerField(null=True, blank=True)
+
+    result_summary = models.TextField(blank=True)
+    next_steps = models.JSONField(default=list, blank=True)
+    failure_reason_code = models.CharField(max_length=32, choices=FailureReason.choices, blank=True)
+    interruption_reason_code = models.CharField(max_length=32, choices=InterruptionReason.choices, blank=True)
+    revoked_by = models.CharField(max_length=200, blank=True, help_text="Who revoked it (actor label).")
+    revoke_reason = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            # SPEC §1.4: one active attempt per task, enforced by the database.
+            models.UniqueConstraint(
+                fields=["task"], condition=Q(status=AttemptStatus.ACTIVE), name="attempt_one_active_per_task"
+            ),
+            models.CheckConstraint(condition=Q(status__in=AttemptStatus.values), name="attempt_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status=AttemptStatus.ACTIVE, finished_at__isnull=True)
+                | (~Q(status=AttemptStatus.ACTIVE) & Q(finished_at__isnull=False)),
+                name="attempt_finished_at_iff_terminal",
+            ),
+            models.CheckConstraint(
+                condition=Q(status=AttemptStatus.FAILED, failure_reason_code__gt="")
+                | (~Q(status=AttemptStatus.FAILED) & Q(failure_reason_code="")),
+                name="attempt_failure_reason_iff_failed",
+            ),
+            models.CheckConstraint(
+                condition=Q(status=AttemptStatus.INTERRUPTED, interruption_reason_code__gt="")
+                | (~Q(status=AttemptStatus.INTERRUPTED) & Q(interruption_reason_code="")),
+                name="attempt_interruption_reason_iff_interrupted",
+            ),
+            models.CheckConstraint(
+                condition=Q(status=AttemptStatus.REVOKED, revoke_reason__gt="", revoked_by__gt="")
+                | (~Q(status=AttemptStatus.REVOKED) & Q(revoke_reason="", revoked_by="")),
+                name="attempt_revoke_fields_iff_revoked",
+            ),
+        ]
+        indexes = [
+            # Serves the sweep: active leases by expiry (SPEC §3).
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status=AttemptStatus.ACTIVE),
+                name="attempt_active_expiry",
+            ),
+            # Serves "previous attempt" and a task's attempt history.
+            models.Index(fields=["task", "-id"], name="attempt_task_recent"),
+            models.Index(fields=["agent", "status"], name="attempt_agent_status"),
+            # Serves lease sizing: completed attempts per task class.
+            models.Index(fields=["status", "finished_at"], name="attempt_status_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.pk} of task {self.task_id} (epoch {self.epoch}, {self.status})"
+
+
+class NoteKind(models.TextChoices):
+    PROGRESS = "progress", "Progress"
+    FINDING = "finding", "Finding"
+    WARNING = "warning", "Warning"
+    CHECKPOINT = "checkpoint", "Checkpoint"
+
+
+NOTE_MAX_CHARS = 8000
+NEXT_STEPS_MAX_ITEMS = 20
+NEXT_STEP_MAX_CHARS = 500
+
+
+class Note(NoDeleteModel):
+    attempt = models.ForeignKey(Attempt, on_delete=models.PROTECT, related_name="notes")
+    kind = models.CharField(max_length=16, choices=NoteKind.choices)
+    content = models.TextField(max_length=NOTE_MAX_CHARS)
+    next_steps = models.JSONField(default=list, blank=True)
+    important = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(condition=Q(kind__in=NoteKind.values), name="note_kind_valid"),
+        ]
+        indexes = [
+            # Serves "latest checkpoint" of a task's attempts.
+            models.Index(fields=["kind", "attempt", "-id"], name="note_kind_attempt_recent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} note {self.pk}"
+
+
+class IdempotencyRecord(models.Model):
+    """A stored response to replay for the same (agent, key) and request.
+
+    Never contains a lease token: a replayed claim re-derives it (see
+    `leases.tokens`). Kept 24 h, then purged — the one table whose rows are
+    deleted, because they are a cache of responses, not ledger history.
+    """
+
+    agent = models.ForeignKey(Agent, on_delete=models.PROTECT, related_name="+")
+    key = models.CharField(max_length=128)
+    fingerprint = models.CharField(max_length=64)
+    status_code = models.PositiveSmallIntegerField()
+    response = models.JSONField(null=True, blank=True)
+    attempt_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["agent", "key"], name="idempotency_unique_per_agent"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.agent_id}:{self.key}"

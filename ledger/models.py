@@ -7,25 +7,27 @@ database level (triggers created by migration 0002).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, NoReturn
+from typing import NoReturn, TypeVar
 
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.db import models
 from django.db.models import Q
 
+_M = TypeVar("_M", bound=models.Model)
+
 
 class DeletionRefused(Exception):
     """Raised by every attempt to hard-delete a ledger row."""
 
 
-class NoDeleteQuerySet(models.QuerySet):
+class NoDeleteQuerySet(models.QuerySet[_M]):
     def delete(self) -> NoReturn:
         raise DeletionRefused(f"{self.model.__name__} rows are never deleted; move them to a terminal state.")
 
 
 class NoDeleteModel(models.Model):
-    objects: ClassVar[Any] = NoDeleteQuerySet.as_manager()
+    objects = NoDeleteQuerySet.as_manager()
 
     class Meta:
         abstract = True

@@ -1,0 +1,131 @@
+"""Reads that know about leases: effective status, claimability, previous attempts, lease sizing.
+
+`now` is always a parameter: an operation reads the clock once and every
+query of that operation sees the same instant.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime
+
+from django.conf import settings
+from django.db.models import Case, CharField, Exists, F, OuterRef, Q, QuerySet, Subquery, Value, When
+
+from leases.models import Attempt, AttemptStatus, Note, NoteKind
+from ledger.models import Agent, Project, Task, TaskDependency, TaskStatus
+
+IN_PROGRESS = "in_progress"
+EFFECTIVE_STATUSES = (*TaskStatus.values, IN_PROGRESS)
+
+LEASE_SIZING_MIN_SAMPLES = 20
+LEASE_SIZING_SAMPLE_LIMIT = 1000
+
+
+def live_attempts(now: datetime) -> QuerySet[Attempt]:
+    """Active attempts whose lease has not lapsed at `now`."""
+    return Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__gt=now)
+
+
+def unresolved_blockers() -> QuerySet[TaskDependency]:
+    """Present dependencies, of the outer task, on a task that is neither done nor cancelled."""
+    return TaskDependency.objects.filter(
+        task=OuterRef("pk"),
+        removed_at__isnull=True,
+        blocked_by__status__in=[TaskStatus.OPEN, TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.REVIEW],
+    )
+
+
+def with_lease_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
+    """Annotate `effective_status`, `holder_handle`, `holder_attempt_id` and `lease_expires_at`.
+
+    `effective_status` is `in_progress` exactly while a live attempt exists,
+    else the stored status (SPEC §1.3); usable in filters and ordering.
+    """
+    live = live_attempts(now).filter(task=OuterRef("pk"))
+    return tasks.annotate(
+        holder_attempt_id=Subquery(live.values("id")[:1]),
+        holder_handle=Subquery(live.values("agent__handle")[:1]),
+        lease_expires_at=Subquery(live.values("lease_expires_at")[:1]),
+    ).annotate(
+        effective_status=Case(
+            When(holder_attempt_id__isnull=False, then=Value(IN_PROGRESS)),
+            default=F("status"),
+            output_field=CharField(),
+        ),
+    )
+
+
+def claimable_tasks(
+    *,
+    project: Project,
+    now: datetime,
+    agent: Agent | None = None,
+    task_class: str | None = None,
+    include_reserved: bool = False,
+) -> QuerySet[Task]:
+    """Claimable tasks of a project in claim-next order (SPEC §2, §4).
+
+    Claimable: stored status ready, no unresolved blocker, no live attempt,
+    not reserved for another agent, project not archived. With
+    `include_reserved`, tasks reserved for any agent count too (queue-wait).
+    """
+    tasks = Task.objects.filter(project=project, status=TaskStatus.READY, project__archived_at__isnull=True)
+    if task_class:
+        tasks = tasks.filter(task_class=task_class)
+    if not include_reserved:
+        reservation = Q(reserved_for__isnull=True)
+        if agent is not None:
+            reservation |= Q(reserved_for=agent)
+        tasks = tasks.filter(reservation)
+    return (
+        tasks.exclude(Exists(unresolved_blockers()))
+        .exclude(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
+        .order_by(F("priority").desc(), F("ready_since").asc(nulls_first=True), "id")
+    )
+
+
+def previous_attempt(task: Task) -> Attempt | None:
+    """The task's latest terminal attempt: what a new holder inherits (SPEC §4)."""
+    return Attempt.objects.filter(task=task).exclude(status=AttemptStatus.ACTIVE).order_by("-id").first()
+
+
+def latest_checkpoint(task: Task) -> Note | None:
+    return (
+        Note.objects.filter(attempt__task=task, kind=NoteKind.CHECKPOINT)
+        .select_related("attempt__agent")
+        .order_by("-id")
+        .first()
+    )
+
+
+def suggested_lease_seconds(*, project: Project, task_class: str) -> int | None:
+    """3 x the p95 duration of the class's completed attempts, once there are at least 20.
+
+    Uses the latest 1,000 completed attempts of the class in the project;
+    p95 by nearest rank.
+    """
+    if not task_class:
+        return None
+    finished = list(
+        Attempt.objects.filter(status=AttemptStatus.COMPLETED, task__project=project, task__task_class=task_class)
+        .order_by("-finished_at")
+        .values_list("claimed_at", "finished_at")[:LEASE_SIZING_SAMPLE_LIMIT]
+    )
+    if len(finished) < LEASE_SIZING_MIN_SAMPLES:
+        return None
+    durations = sorted((end - start).total_seconds() for start, end in finished if end is not None)
+    p95 = durations[math.ceil(0.95 * len(durations)) - 1]
+    return math.ceil(3 * p95)
+
+
+def clamp_lease_seconds(seconds: int) -> int:
+    return max(settings.LEASEHOLD_MIN_LEASE_SECONDS, min(settings.LEASEHOLD_MAX_LEASE_SECONDS, seconds))
+
+
+def lease_seconds_for(*, task: Task, requested: int | None) -> int:
+    """Request → the task class's suggestion → the project's default; clamped (SPEC §3)."""
+    if requested is not None:
+        return clamp_lease_seconds(requested)
+    suggestion = suggested_lease_seconds(project=task.project, task_class=task.task_class)
+    return clamp_lease_seconds(suggestion if suggestion is not None else task.project.default_lease_seconds)

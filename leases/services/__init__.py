@@ -1,0 +1,44 @@
+"""Every write that involves leases. Doors import from here."""
+
+from __future__ import annotations
+
+from leases.services.claims import LeaseGrant, lease_claim, lease_claim_next
+from leases.services.expiry import SweepReport, check_queue_wait, expire_lapsed, sweep_expired
+from leases.services.holder import (
+    Finished,
+    HolderProof,
+    NoteWritten,
+    Outcome,
+    TaskUpdated,
+    attempt_finish,
+    attempt_release,
+    attempt_renew,
+    attempt_set_git,
+    note_add,
+    task_update,
+)
+from leases.services.revoke import Revocation, task_force_release, task_reassign
+
+__all__ = [
+    "Finished",
+    "HolderProof",
+    "LeaseGrant",
+    "NoteWritten",
+    "Outcome",
+    "Revocation",
+    "SweepReport",
+    "TaskUpdated",
+    "attempt_finish",
+    "attempt_release",
+    "attempt_renew",
+    "attempt_set_git",
+    "check_queue_wait",
+    "expire_lapsed",
+    "lease_claim",
+    "lease_claim_next",
+    "note_add",
+    "sweep_expired",
+    "task_force_release",
+    "task_reassign",
+    "task_update",
+]

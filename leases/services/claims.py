@@ -1,0 +1,300 @@
+"""Claims: one leased attempt per task, every claim a new epoch (SPEC §3).
+
+A claim, in one transaction: lock the task row, refuse if a live lease exists
+(`TASK_TAKEN`) or the task is not claimable (`TASK_NOT_CLAIMABLE`), expire a
+lapsed attempt, bump the epoch, insert the attempt with its hashed token and
+label, append `attempt.claimed`. The partial unique index on active attempts
+is the last line of defence; hitting it is reported as `TASK_TAKEN`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError
+from django.db.models import Exists, OuterRef, Subquery
+
+from config.db import write_transaction
+from config.errors import TaskNotClaimable, TaskTaken, ValidationFailed
+from leases.branches import suggest_branch_name, validate_branch_name
+from leases.labels import Label, render_label
+from leases.models import Attempt, AttemptStatus
+from leases.selectors import claimable_tasks, lease_seconds_for, unresolved_blockers
+from leases.services.expiry import expire_lapsed
+from leases.tokens import new_lease_token
+from ledger import clock
+from ledger.actors import Actor
+from ledger.models import Agent, Event, Project, Task, TaskStatus
+from ledger.services import event_append
+
+RENEW_ATTEMPTS = 3
+# Claim-next re-verifies each locked candidate; this bounds the walk.
+CLAIM_NEXT_MAX_CANDIDATES = 64
+COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+INHERITING_STATUSES = (AttemptStatus.EXPIRED, AttemptStatus.INTERRUPTED)
+
+
+@dataclass(frozen=True)
+class LeaseGrant:
+    """What a claim returns. `token` is shown to the claimant once and never stored."""
+
+    attempt: Attempt
+    token: str
+    task: Task
+
+    @property
+    def renew_every_seconds(self) -> int:
+        return max(1, self.attempt.lease_seconds // 3)
+
+    @property
+    def renew_attempts(self) -> int:
+        return RENEW_ATTEMPTS
+
+
+def validate_base_commit(base_commit: str) -> str:
+    if not COMMIT_SHA.match(base_commit):
+        raise ValidationFailed(
+            "base_commit must be a 40-character lowercase hex commit id.",
+            details={"fields": {"base_commit": ["40 lowercase hex characters"]}},
+        )
+    return base_commit
+
+
+def _validate_claim_input(*, lease_seconds: int | None, branch: str | None, base_commit: str | None) -> None:
+    if lease_seconds is not None and (isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int)):
+        raise ValidationFailed("lease_seconds must be an integer.")
+    if lease_seconds is not None and lease_seconds <= 0:
+        raise ValidationFailed("lease_seconds must be positive.", details={"fields": {"lease_seconds": ["> 0"]}})
+    if branch is not None:
+        validate_branch_name(branch)
+    if base_commit is not None:
+        validate_base_commit(base_commit)
+
+
+@dataclass(frozen=True)
+class ClaimState:
+    """The locked task and what a claim decides on, read in the same statement."""
+
+    task: Task
+    has_unresolved_blockers: bool
+    active_attempt_id: int | None
+    active_lease_expires_at: datetime | None
+    active_holder: str | None
+    active_branch: str | None
+    previous_status: str | None
+    previous_branch: str | None
+    last_event_id: int | None
+
+
+def _locked_for_claim(task_id: int) -> ClaimState:
+    """Lock the task row and read its claim state in one statement.
+
+    Read after the lock is taken, so under READ COMMITTED it sees every claim
+    that committed before us — the re-verification claim-next relies on.
+    """
+    active = Attempt.objects.filter(task=OuterRef("pk"), status=AttemptStatus.ACTIVE)
+    previous = Attempt.objects.filter(task=OuterRef("pk")).exclude(status=AttemptStatus.ACTIVE).order_by("-id")
+    row = (
+        Task.objects.select_for_update(of=("self",))
+        .select_related("project")
+        .annotate(
+            has_unresolved_blockers=Exists(unresolved_blockers()),
+            active_attempt_id=Subquery(active.values("id")[:1]),
+            active_lease_expires_at=Subquery(active.values("lease_expires_at")[:1]),
+            active_holder=Subquery(active.values("agent__handle")[:1]),
+            active_branch=Subquery(active.values("branch")[:1]),
+            previous_status=Subquery(previous.values("status")[:1]),
+            previous_branch=Subquery(previous.values("branch")[:1]),
+            last_event_id=Subquery(Event.objects.order_by("-id").values("id")[:1]),
+        )
+        .get(pk=task_id)
+    )
+    names = [f.name for f in dataclasses.fields(ClaimState) if f.name != "task"]
+    return ClaimState(task=row, **{name: getattr(row, name) for name in names})
+
+
+def _live_holder(state: ClaimState, now: datetime) -> bool:
+    return state.active_lease_expires_at is not None and state.active_lease_expires_at > now
+
+
+def _refuse_unless_claimable(state: ClaimState, *, agent: Agent, now: datetime) -> None:
+    task = state.task
+    if _live_holder(state, now):
+        expires = state.active_lease_expires_at.isoformat() if state.active_lease_expires_at else None
+        raise TaskTaken(
+            f"{task.key} is held by {state.active_holder} until {expires}.",
+            details={"task": task.key, "holder": state.active_holder, "lease_expires_at": expires},
+        )
+    reason = None
+    if task.project.archived_at is not None:
+        reason = "project_archived"
+    elif task.status != TaskStatus.READY:
+        reason = f"status_{task.status}"
+    elif state.has_unresolved_blockers:
+        reason = "unresolved_blockers"
+    elif task.reserved_for_id is not None and task.reserved_for_id != agent.pk:
+        reason = "reserved_for_another_agent"
+    if reason is not None:
+        raise TaskNotClaimable(
+            f"{task.key} cannot be claimed ({reason.replace('_', ' ')}).",
+            details={"task": task.key, "reason": reason, "status": task.status},
+        )
+
+
+def _claim_locked(
+    state: ClaimState,
+    *,
+    agent: Agent,
+    now: datetime,
+    lease_seconds: int | None,
+    branch: str | None,
+    base_commit: str | None,
+) -> LeaseGrant:
+    _refuse_unless_claimable(state, agent=agent, now=now)
+    task = state.task
+    inherited_branch = ""
+    if state.active_attempt_id is not None:
+        expire_lapsed([state.active_attempt_id], now=now)
+        inherited_branch = state.active_branch or ""
+    elif state.previous_status in INHERITING_STATUSES:
+        inherited_branch = state.previous_branch or ""
+
+    epoch = task.epoch + 1
+    Task.objects.filter(pk=task.pk).update(epoch=epoch)  # claims bump the epoch, never the version
+    task.epoch = epoch
+    seconds = lease_seconds_for(task=task, requested=lease_seconds)
+    branch_name = (
+        branch or inherited_branch or suggest_branch_name(agent_kind=agent.kind, task_key=task.key, title=task.title)
+    )
+    token, salt, token_hash = new_lease_token(task_id=task.pk, epoch=epoch)
+    label = render_label(Label(owner=agent.handle, branch=branch_name, env=None, task=task.key, epoch=epoch))
+    try:
+        attempt = Attempt.objects.create(
+            task=task,
+            agent=agent,
+            epoch=epoch,
+            status=AttemptStatus.ACTIVE,
+            token_hash=token_hash,
+            token_salt=salt,
+            lease_seconds=seconds,
+            lease_expires_at=now + timedelta(seconds=seconds),
+            claimed_at=now,
+            branch=branch_name,
+            base_commit=base_commit or "",
+            label=label,
+            task_version_at_claim=task.version,
+            event_id_at_claim=state.last_event_id,
+        )
+    except IntegrityError:
+        # Unreachable while claims lock the task row; the index still decides.
+        raise TaskTaken(f"{task.key} was claimed concurrently.", details={"task": task.key}) from None
+    event_append(
+        type="attempt.claimed",
+        actor=Actor(agent=agent),
+        at=now,
+        task=task,
+        attempt_id=attempt.pk,
+        payload={"agent": agent.handle, "epoch": epoch, "lease_seconds": seconds, "branch": branch_name},
+    )
+    return LeaseGrant(attempt=attempt, token=token, task=task)
+
+
+@write_transaction
+def _claim(
+    *,
+    task_id: int,
+    agent: Agent,
+    lease_seconds: int | None,
+    branch: str | None,
+    base_commit: str | None,
+) -> LeaseGrant:
+    now = clock.now()
+    return _claim_locked(
+        _locked_for_claim(task_id),
+        agent=agent,
+        now=now,
+        lease_seconds=lease_seconds,
+        branch=branch,
+        base_commit=base_commit,
+    )
+
+
+def lease_claim(
+    *,
+    task: Task,
+    agent: Agent,
+    lease_seconds: int | None = None,
+    branch: str | None = None,
+    base_commit: str | None = None,
+) -> LeaseGrant:
+    """Claim this task for `agent`: a new attempt under a fresh lease and epoch."""
+    _validate_claim_input(lease_seconds=lease_seconds, branch=branch, base_commit=base_commit)
+    return _claim(task_id=task.pk, agent=agent, lease_seconds=lease_seconds, branch=branch, base_commit=base_commit)
+
+
+@write_transaction
+def _claim_next(
+    *,
+    project: Project,
+    agent: Agent,
+    task_class: str | None,
+    lease_seconds: int | None,
+    branch: str | None,
+    base_commit: str | None,
+) -> LeaseGrant | None:
+    now = clock.now()
+    passed_over: list[int] = []
+    for _ in range(CLAIM_NEXT_MAX_CANDIDATES):
+        candidates = claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
+        if passed_over:
+            candidates = candidates.exclude(pk__in=passed_over)
+        candidate_id = candidates.select_for_update(skip_locked=True, of=("self",)).values_list("pk", flat=True).first()
+        if candidate_id is None:
+            break
+        # The candidate query's NOT EXISTS saw its statement's snapshot; a claim
+        # that committed since is only visible to a new statement. Re-verify.
+        try:
+            return _claim_locked(
+                _locked_for_claim(candidate_id),
+                agent=agent,
+                now=now,
+                lease_seconds=lease_seconds,
+                branch=branch,
+                base_commit=base_commit,
+            )
+        except (TaskTaken, TaskNotClaimable):
+            passed_over.append(candidate_id)
+    if passed_over:
+        raise TaskTaken(
+            "Every claimable task was taken by another agent meanwhile; ask again.",
+            details={"project": project.slug, "passed_over": len(passed_over)},
+        )
+    return None
+
+
+def lease_claim_next(
+    *,
+    project: Project,
+    agent: Agent,
+    task_class: str | None = None,
+    lease_seconds: int | None = None,
+    branch: str | None = None,
+    base_commit: str | None = None,
+) -> LeaseGrant | None:
+    """Claim the project's next claimable task (priority, then age); None when there is none.
+
+    On PostgreSQL candidates are taken with FOR UPDATE SKIP LOCKED, so agents
+    do not queue on one row; on SQLite the IMMEDIATE transaction serializes.
+    """
+    _validate_claim_input(lease_seconds=lease_seconds, branch=branch, base_commit=base_commit)
+    return _claim_next(
+        project=project,
+        agent=agent,
+        task_class=task_class,
+        lease_seconds=lease_seconds,
+        branch=branch,
+        base_commit=base_commit,
+    )

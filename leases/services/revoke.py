@@ -1,0 +1,96 @@
+"""Admin powers over leases: force-release and reassign (SPEC §3, §10).
+
+Both revoke the active attempt (`revoked`, with who and why) and bump nothing
+else; the revoked holder's next write fails with `LEASE_NOT_HELD`. Reassign
+also reserves the task for the chosen agent. The ledger may revoke a lease;
+it never deletes the holder's branch, worktree or environment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from config.db import write_transaction
+from config.errors import ValidationFailed
+from leases.models import Attempt, AttemptStatus
+from leases.services.expiry import expire_lapsed
+from leases.services.holder import _end_attempt, _task_claimable_again
+from ledger import clock
+from ledger.actors import Actor
+from ledger.models import Agent, Severity, Task
+from ledger.services import event_append
+from ledger.services import task_update as ledger_task_update
+
+REASON_MAX_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class Revocation:
+    task: Task
+    revoked: Attempt | None
+
+
+def _clean_reason(reason: str) -> str:
+    reason = (reason or "").strip()
+    if not reason:
+        raise ValidationFailed("A reason is required to revoke a lease.", details={"fields": {"reason": ["required"]}})
+    if len(reason) > REASON_MAX_CHARS:
+        raise ValidationFailed(f"The reason is at most {REASON_MAX_CHARS} characters.")
+    return reason
+
+
+@write_transaction
+def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Agent | None = None) -> Revocation:
+    """Revoke the task's active attempt, if any; with `reserve_for`, this is a reassign.
+
+    A lapsed active attempt is expired rather than revoked: its lease had
+    already ended on its own.
+    """
+    reason = _clean_reason(reason)
+    now = clock.now()
+    locked = Task.objects.select_for_update().select_related("project").get(pk=task.pk)
+    active = (
+        Attempt.objects.select_for_update()
+        .select_related("agent")
+        .filter(task=locked, status=AttemptStatus.ACTIVE)
+        .first()
+    )
+    revoked = None
+    if active is not None and active.lease_expires_at <= now:
+        expire_lapsed([active.pk], now=now)
+    elif active is not None:
+        _end_attempt(active, now=now, status=AttemptStatus.REVOKED, revoked_by=actor.label, revoke_reason=reason)
+        locked = _task_claimable_again(locked, now=now)
+        revoked = active
+        event_append(
+            type="attempt.revoked",
+            severity=Severity.WARN,
+            actor=actor,
+            at=now,
+            task=locked,
+            attempt_id=active.pk,
+            payload={"holder": active.agent.handle, "epoch": active.epoch, "reason": reason[:500]},
+        )
+    if reserve_for is not None:
+        previous = locked.reserved_for.handle if locked.reserved_for else None
+        locked, _ = ledger_task_update(task=locked, actor=actor, changes={"reserved_for": reserve_for})
+        event_append(
+            type="task.reassigned",
+            severity=Severity.WARN,
+            actor=actor,
+            at=now,
+            task=locked,
+            attempt_id=revoked.pk if revoked else None,
+            payload={
+                "to": reserve_for.handle,
+                "previous_reservation": previous,
+                "revoked_holder": revoked.agent.handle if revoked else None,
+                "reason": reason[:500],
+            },
+        )
+    return Revocation(task=locked, revoked=revoked)
+
+
+def task_reassign(*, task: Task, agent: Agent, actor: Actor, reason: str) -> Revocation:
+    """Revoke the active attempt and reserve the task for `agent`, who alone may claim it next."""
+    return task_force_release(task=task, actor=actor, reason=reason, reserve_for=agent)

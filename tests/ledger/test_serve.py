@@ -1,0 +1,55 @@
+"""README command 1's server: `manage.py serve` on a fresh SQLite data dir serves the admin."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def test_serve_runs_web_and_cluster_on_fresh_sqlite_and_stops_both(tmp_path):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_") and k != "DATABASE_URL"}
+    env.update({"LEASEHOLD_DATA_DIR": str(tmp_path), "LEASEHOLD_DEBUG": "1"})
+    env["DJANGO_SETTINGS_MODULE"] = "config.settings.base"
+    server = subprocess.Popen(
+        [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "1"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        status = None
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and status is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=2) as response:
+                    status = response.status
+                    page = response.read().decode()
+            except (urllib.error.URLError, ConnectionError):
+                assert server.poll() is None, server.stdout.read() if server.stdout else ""
+                time.sleep(0.3)
+        assert status == 200
+        assert "Leasehold" in page
+        assert (tmp_path / "leasehold.sqlite3").exists()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        output, _ = server.communicate(timeout=60)
+    assert server.returncode == 0, output
+    assert "Q Cluster" in output  # the scheduler ran beside the web server
