@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db.models import Case, CharField, Exists, F, OuterRef, Q, QuerySet, Subquery, Value, When
 
 from leases.models import Attempt, AttemptStatus, Note, NoteKind
-from ledger.models import Agent, Project, Task, TaskDependency, TaskStatus
+from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
 
 IN_PROGRESS = "in_progress"
 EFFECTIVE_STATUSES = (*TaskStatus.values, IN_PROGRESS)
@@ -27,13 +27,20 @@ def live_attempts(now: datetime) -> QuerySet[Attempt]:
     return Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__gt=now)
 
 
+UNRESOLVED_STATUSES = sorted(set(TaskStatus.values) - RESOLVED_STATUSES)
+
+
 def unresolved_blockers() -> QuerySet[TaskDependency]:
     """Present dependencies, of the outer task, on a task that is neither done nor cancelled."""
     return TaskDependency.objects.filter(
-        task=OuterRef("pk"),
-        removed_at__isnull=True,
-        blocked_by__status__in=[TaskStatus.OPEN, TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.REVIEW],
+        task=OuterRef("pk"), removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_STATUSES
     )
+
+
+def unresolved_blockers_of(task: Task) -> QuerySet[TaskDependency]:
+    return TaskDependency.objects.filter(
+        task=task, removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_STATUSES
+    ).order_by("blocked_by__number")
 
 
 def with_lease_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:

@@ -1,0 +1,158 @@
+"""The bounded work context an agent reads before and while it works (SPEC §8).
+
+It carries the task (with description and acceptance criteria), up to 20
+unresolved blockers, the latest checkpoint, the previous attempt's summary and
+next steps, the current label and environment, and warnings. Its JSON stays
+within `LEASEHOLD_CONTEXT_MAX_BYTES`: long texts are cut, longest-lived first
+(description, then previous summary, checkpoint, acceptance criteria), and
+every cut is named in `truncated`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from django.conf import settings
+
+from leases.models import Attempt, AttemptStatus
+from leases.selectors import (
+    IN_PROGRESS,
+    latest_checkpoint,
+    live_attempts,
+    previous_attempt,
+    unresolved_blockers_of,
+)
+from ledger.models import Task
+
+MAX_BLOCKERS = 20
+TRUNCATION_MARK = "\n[…truncated]"
+# Cut in this order: the parts an agent can best re-fetch or least needs whole.
+# ("", field) names a top-level field.
+CUT_ORDER: tuple[tuple[str, str], ...] = (
+    ("task", "description"),
+    ("previous_attempt", "result_summary"),
+    ("previous_attempt", "next_steps"),
+    ("latest_checkpoint", "next_steps"),
+    ("latest_checkpoint", "content"),
+    ("", "blockers"),
+    ("task", "acceptance_criteria"),
+    ("task", "title"),
+)
+RUNS_OF_TROUBLE = 3
+TROUBLED_STATUSES = (AttemptStatus.FAILED, AttemptStatus.EXPIRED, AttemptStatus.REVOKED)
+
+
+def encoded_size(value: Any) -> int:
+    """Bytes of `value` as the API renders it (compact separators, UTF-8)."""
+    return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat().replace("+00:00", "Z") if moment else None
+
+
+def work_context(*, task: Task, now: datetime, attempt: Attempt | None = None) -> dict[str, Any]:
+    """The work context of `task`; `attempt` is the caller's own attempt, if it holds one."""
+    current = attempt or live_attempts(now).filter(task=task).select_related("agent").first()
+    blockers = list(
+        unresolved_blockers_of(task).values_list("blocked_by__key", "blocked_by__title")[: MAX_BLOCKERS + 1]
+    )
+    checkpoint = latest_checkpoint(task)
+    previous = previous_attempt(task)
+    context: dict[str, Any] = {
+        "task": {
+            "key": task.key,
+            "title": task.title,
+            "status": task.status,
+            "effective_status": IN_PROGRESS if current is not None and current.lease_expires_at > now else task.status,
+            "priority": task.priority,
+            "task_class": task.task_class,
+            "version": task.version,
+            "epoch": task.epoch,
+            "description": task.description,
+            "acceptance_criteria": task.acceptance_criteria,
+        },
+        "blockers": [{"key": key, "title": title} for key, title in blockers[:MAX_BLOCKERS]],
+        "blockers_total": len(blockers) if len(blockers) <= MAX_BLOCKERS else unresolved_blockers_of(task).count(),
+        "latest_checkpoint": None
+        if checkpoint is None
+        else {
+            "attempt": checkpoint.attempt_id,
+            "agent": checkpoint.attempt.agent.handle,
+            "created_at": _iso(checkpoint.created_at),
+            "content": checkpoint.content,
+            "next_steps": checkpoint.next_steps,
+        },
+        "previous_attempt": None
+        if previous is None
+        else {
+            "id": previous.pk,
+            "status": previous.status,
+            "agent": previous.agent.handle,
+            "epoch": previous.epoch,
+            "finished_at": _iso(previous.finished_at),
+            "result_summary": previous.result_summary,
+            "next_steps": previous.next_steps,
+            "branch": previous.branch or None,
+            "base_commit": previous.base_commit or None,
+            "failure_reason_code": previous.failure_reason_code or None,
+            "interruption_reason_code": previous.interruption_reason_code or None,
+        },
+        "label": current.label if current is not None else None,
+        "environment": None,
+        "warnings": _warnings(task),
+        "truncated": [],
+    }
+    return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
+
+
+def _warnings(task: Task) -> list[str]:
+    recent = list(
+        Attempt.objects.filter(task=task)
+        .exclude(status=AttemptStatus.ACTIVE)
+        .order_by("-id")
+        .values_list("status", flat=True)[:RUNS_OF_TROUBLE]
+    )
+    warnings = []
+    if len(recent) == RUNS_OF_TROUBLE and all(status in TROUBLED_STATUSES for status in recent):
+        warnings.append(
+            f"The last {RUNS_OF_TROUBLE} attempts ended {', '.join(recent)}: read the checkpoint and "
+            "previous attempt before repeating their approach."
+        )
+    if task.reserved_for_id is not None:
+        warnings.append("This task is reserved for one agent by an admin.")
+    return warnings
+
+
+def _cut(text: str, excess: int) -> str:
+    """`text` shortened by at least `excess` bytes (UTF-8, whole characters), with a mark."""
+    encoded = text.encode()
+    keep = max(0, len(encoded) - excess - len(TRUNCATION_MARK.encode()))
+    return encoded[:keep].decode(errors="ignore") + TRUNCATION_MARK
+
+
+def bound_context(context: dict[str, Any], *, max_bytes: int) -> dict[str, Any]:
+    """Cut long parts, in CUT_ORDER, until the context's JSON fits in `max_bytes`.
+
+    Texts lose their tail (with a visible mark); lists lose their last items.
+    Each part cut is named once in `truncated`.
+    """
+    for section, field in CUT_ORDER:
+        owner = context if section == "" else context.get(section)
+        while owner and owner.get(field) and (excess := encoded_size(context) - max_bytes) > 0:
+            value = owner[field]
+            if isinstance(value, list):
+                owner[field] = value[:-1]
+            else:
+                # JSON escaping can make a character cost more than its UTF-8
+                # bytes; cut a margin more and loop while still over.
+                shorter = _cut(value, excess + 64)
+                owner[field] = shorter if len(shorter) < len(value) else ""
+            path = f"{section}.{field}" if section else field
+            if path not in context["truncated"]:
+                context["truncated"].append(path)
+        if encoded_size(context) <= max_bytes:
+            break
+    return context
