@@ -40,6 +40,8 @@ CUT_ORDER: tuple[tuple[str, str], ...] = (
     ("task", "acceptance_criteria"),
     ("task", "title"),
 )
+# (text floor in bytes, list floor in items) per pass.
+FLOORS: tuple[tuple[int, int], ...] = ((2048, 5), (0, 0))
 RUNS_OF_TROUBLE = 3
 TROUBLED_STATUSES = (AttemptStatus.FAILED, AttemptStatus.EXPIRED, AttemptStatus.REVOKED)
 
@@ -136,23 +138,31 @@ def _cut(text: str, excess: int) -> str:
 def bound_context(context: dict[str, Any], *, max_bytes: int) -> dict[str, Any]:
     """Cut long parts, in CUT_ORDER, until the context's JSON fits in `max_bytes`.
 
-    Texts lose their tail (with a visible mark); lists lose their last items.
-    Each part cut is named once in `truncated`.
+    Two passes: the first cuts each part down to a floor (so the description
+    is never emptied just because the checkpoint is long too), the second
+    cuts without one. Texts lose their tail (with a visible mark); lists lose
+    their last items. Each part cut is named once in `truncated`.
     """
-    for section, field in CUT_ORDER:
-        owner = context if section == "" else context.get(section)
-        while owner and owner.get(field) and (excess := encoded_size(context) - max_bytes) > 0:
-            value = owner[field]
-            if isinstance(value, list):
-                owner[field] = value[:-1]
-            else:
-                # JSON escaping can make a character cost more than its UTF-8
-                # bytes; cut a margin more and loop while still over.
-                shorter = _cut(value, excess + 64)
-                owner[field] = shorter if len(shorter) < len(value) else ""
-            path = f"{section}.{field}" if section else field
-            if path not in context["truncated"]:
-                context["truncated"].append(path)
-        if encoded_size(context) <= max_bytes:
-            break
+    for text_floor, list_floor in FLOORS:
+        for section, field in CUT_ORDER:
+            owner = context if section == "" else context.get(section)
+            if not owner:
+                continue
+            while (excess := encoded_size(context) - max_bytes) > 0:
+                value = owner.get(field)
+                if isinstance(value, list) and len(value) > list_floor:
+                    owner[field] = value[:-1]
+                elif isinstance(value, str) and len(value.encode()) > text_floor:
+                    # JSON escaping can make a character cost more than its UTF-8
+                    # bytes; cut a margin more and loop while still over.
+                    room = max(text_floor, len(value.encode()) - excess - 64)
+                    shorter = _cut(value, len(value.encode()) - room)
+                    owner[field] = shorter if len(shorter) < len(value) else ""
+                else:
+                    break
+                path = f"{section}.{field}" if section else field
+                if path not in context["truncated"]:
+                    context["truncated"].append(path)
+            if encoded_size(context) <= max_bytes:
+                return context
     return context

@@ -264,7 +264,7 @@ def task_update(
             f"These fields cannot be updated: {', '.join(sorted(unknown))}.",
             details={"fields": {name: ["read-only or unknown"] for name in sorted(unknown)}},
         )
-    locked = Task.objects.select_for_update().select_related("project").get(pk=task.pk)
+    locked = Task.objects.select_for_update(no_key=True, of=("self",)).select_related("project").get(pk=task.pk)
     if expected_version is not None and locked.version != expected_version:
         raise VersionConflict(
             f"{locked.key} is at version {locked.version}, not {expected_version}.",
@@ -356,7 +356,7 @@ def dependency_add(*, task: Task, blocked_by: Task, actor: Actor) -> TaskDepende
         raise ValidationFailed("A task can only be blocked by a task of its own project.")
     if task.pk == blocked_by.pk:
         raise DependencyCycle(f"{task.key} cannot block itself.", details={"path": [task.key, task.key]})
-    project = Project.objects.select_for_update().get(pk=task.project_id)
+    project = Project.objects.select_for_update(no_key=True).get(pk=task.project_id)
     existing = TaskDependency.objects.filter(task=task, blocked_by=blocked_by, removed_at__isnull=True).first()
     if existing is not None:
         return existing

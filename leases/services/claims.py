@@ -98,7 +98,7 @@ def _locked_for_claim(task_id: int) -> ClaimState:
     active = Attempt.objects.filter(task=OuterRef("pk"), status=AttemptStatus.ACTIVE)
     previous = Attempt.objects.filter(task=OuterRef("pk")).exclude(status=AttemptStatus.ACTIVE).order_by("-id")
     row = (
-        Task.objects.select_for_update(of=("self",))
+        Task.objects.select_for_update(no_key=True, of=("self",))
         .select_related("project")
         .annotate(
             has_unresolved_blockers=Exists(unresolved_blockers()),
@@ -251,7 +251,11 @@ def _claim_next(
         candidates = claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
         if passed_over:
             candidates = candidates.exclude(pk__in=passed_over)
-        candidate_id = candidates.select_for_update(skip_locked=True, of=("self",)).values_list("pk", flat=True).first()
+        candidate_id = (
+            candidates.select_for_update(skip_locked=True, no_key=True, of=("self",))
+            .values_list("pk", flat=True)
+            .first()
+        )
         if candidate_id is None:
             break
         # The candidate query's NOT EXISTS saw its statement's snapshot; a claim

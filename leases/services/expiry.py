@@ -84,7 +84,7 @@ def _sweep_batch(*, now: datetime, batch_size: int) -> int:
     ids = list(
         Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__lte=now)
         .order_by("lease_expires_at")
-        .select_for_update(skip_locked=True)
+        .select_for_update(skip_locked=True, no_key=True)
         .values_list("id", flat=True)[:batch_size]
     )
     return expire_lapsed(ids, now=now) if ids else 0

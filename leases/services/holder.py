@@ -97,7 +97,7 @@ def _held(proof: HolderProof, *, now: datetime, lock_task: bool) -> Attempt | Le
     """The proof's attempt, locked, if it holds a live lease; else a refusal."""
     lock_of = ("self", "task") if lock_task else ("self",)
     attempt = (
-        Attempt.objects.select_for_update(of=lock_of)
+        Attempt.objects.select_for_update(no_key=True, of=lock_of)
         .select_related("task__project", "agent")
         .filter(pk=proof.attempt_id, agent=proof.agent)
         .first()
@@ -448,7 +448,7 @@ def task_update(
         )
         return TaskUpdated(task=updated, changed=changed, lease_expires_at=expires)
 
-    old_status = Task.objects.select_for_update().values_list("status", flat=True).get(pk=task.pk)
+    old_status = Task.objects.select_for_update(no_key=True).values_list("status", flat=True).get(pk=task.pk)
     live = (
         Attempt.objects.filter(task=task, status=AttemptStatus.ACTIVE, lease_expires_at__gt=now)
         .select_related("agent")

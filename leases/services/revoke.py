@@ -48,9 +48,9 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
     """
     reason = _clean_reason(reason)
     now = clock.now()
-    locked = Task.objects.select_for_update().select_related("project").get(pk=task.pk)
+    locked = Task.objects.select_for_update(no_key=True, of=("self",)).select_related("project").get(pk=task.pk)
     active = (
-        Attempt.objects.select_for_update()
+        Attempt.objects.select_for_update(no_key=True, of=("self",))
         .select_related("agent")
         .filter(task=locked, status=AttemptStatus.ACTIVE)
         .first()

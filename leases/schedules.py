@@ -1,0 +1,28 @@
+"""The django-q2 schedules of SPEC §9, created idempotently after every migrate.
+
+Each entry is (name, job function, minutes between runs). Creating them is
+an update-or-create by name: running migrate again, or on several servers,
+never duplicates a schedule. A cluster that was down does not run missed
+runs in a storm: `Q_CLUSTER["catch_up"]` is off.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SCHEDULES: tuple[tuple[str, str, int], ...] = (
+    ("leases.sweep_expired", "leases.jobs.sweep_expired_job", 1),
+    ("ledger.check_queue_wait", "leases.jobs.check_queue_wait_job", 5),
+    ("leases.purge_idempotency", "leases.jobs.purge_idempotency_job", 60),
+)
+
+
+def ensure_schedules(sender: Any = None, **kwargs: Any) -> None:
+    from django_q.models import Schedule
+
+    using = kwargs.get("using", "default")
+    for name, func, minutes in SCHEDULES:
+        Schedule.objects.using(using).update_or_create(
+            name=name,
+            defaults={"func": func, "schedule_type": Schedule.MINUTES, "minutes": minutes, "repeats": -1},
+        )

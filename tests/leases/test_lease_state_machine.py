@@ -1,0 +1,623 @@
+"""The lease services driven by a state machine; SPEC §1 is checked after every step.
+
+Three agents work four ready tasks of one project under a frozen clock. The
+machine claims, claims-next, renews, writes notes, finishes, releases,
+revokes, reassigns, sweeps, moves the clock (also to the very instant a lease
+lapses) and reopens finished tasks, presenting right and deliberately wrong
+lease proofs. It keeps its own model of every attempt (token, epoch, lease)
+and checks the database against the rules, with plain queries, after each
+step.
+
+Each example runs in its own savepoint inside the test's transaction and is
+rolled back at teardown, so every example starts from an empty ledger.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+import pytest
+from django.conf import settings as django_settings
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Count
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
+
+from config.errors import LedgerError
+from leases.models import Attempt, AttemptStatus, FailureReason, InterruptionReason, Note, NoteKind
+from leases.selectors import IN_PROGRESS, with_lease_state
+from leases.services import (
+    HolderProof,
+    Outcome,
+    attempt_finish,
+    attempt_release,
+    attempt_renew,
+    lease_claim,
+    lease_claim_next,
+    note_add,
+    sweep_expired,
+    task_force_release,
+)
+from ledger import clock
+from ledger.actors import Actor
+from ledger.models import Agent, Event, Project, Task, TaskStatus
+from ledger.services import task_update as ledger_task_update
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+
+R = TypeVar("R")
+
+START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
+AGENTS = 3
+TASKS = 4
+DEFAULT_LEASE_SECONDS = 900
+NOTE_MAX_CHARS = 8000
+
+# Requested lease lengths: invalid (0), below the minimum, at and around it,
+# ordinary, at and above the maximum.
+CLAIM_LEASE_SECONDS = (None, 0, 1, 29, 30, 31, 600, 86_400, 86_401, 1_000_000)
+RENEW_LEASE_SECONDS = (None, 0, 1, 29, 31, 600, 86_400, 86_401)
+CLOCK_STEPS = (1, 29, 30, 31, 300, 899, 900, 3_600, 86_400, 86_401)
+NOTE_LENGTHS = (1, 300, NOTE_MAX_CHARS, NOTE_MAX_CHARS + 1, 3 * NOTE_MAX_CHARS)
+
+TERMINAL_EVENT = {
+    AttemptStatus.COMPLETED: "attempt.finished",
+    AttemptStatus.FAILED: "attempt.finished",
+    AttemptStatus.INTERRUPTED: "attempt.finished",
+    AttemptStatus.RELEASED: "attempt.released",
+    AttemptStatus.EXPIRED: "attempt.expired",
+    AttemptStatus.REVOKED: "attempt.revoked",
+}
+TERMINAL_EVENT_TYPES = frozenset(TERMINAL_EVENT.values())
+FINISHED_STATUS = {
+    Outcome.DONE: AttemptStatus.COMPLETED,
+    Outcome.REVIEW: AttemptStatus.COMPLETED,
+    Outcome.FAILED: AttemptStatus.FAILED,
+    Outcome.HANDOFF: AttemptStatus.INTERRUPTED,
+}
+
+# How a holder call proves possession.
+HOLDER = "holder"  # the attempt's own id, token and epoch
+WRONG_TOKEN = "wrong_token"  # a random token
+FOREIGN_TOKEN = "foreign_token"  # the token of another attempt
+OLD_EPOCH = "old_epoch"  # the right token with the epoch of an earlier attempt of the task
+OTHER_AGENT = "other_agent"  # the right proof, presented by another agent
+PROOF_KINDS = (HOLDER, WRONG_TOKEN, FOREIGN_TOKEN, OLD_EPOCH, OTHER_AGENT)
+
+
+def door(service: Callable[..., R], /, **kwargs: Any) -> R:
+    """Call a service as a door (API, admin, job) does: in a transaction of its own.
+
+    Inside the test's transaction `write_transaction` opens no block at all,
+    so a refusal raised half-way through a service would keep its partial
+    writes. A savepoint per call gives back the all-or-nothing of a top-level
+    call. Holder services (`refusals_after_commit`) *return* a refusal from
+    their body and raise it after the commit, so that the expiry of a lapsed
+    lease sticks; their undecorated body is run here the same way.
+    """
+    body = getattr(service, "__wrapped__", service)
+    with transaction.atomic():
+        result = body(**kwargs)
+    if isinstance(result, LedgerError):
+        raise result
+    return result
+
+
+def clamp(seconds: int) -> int:
+    return max(django_settings.LEASEHOLD_MIN_LEASE_SECONDS, min(django_settings.LEASEHOLD_MAX_LEASE_SECONDS, seconds))
+
+
+@dataclass
+class AttemptModel:
+    pk: int
+    task: int  # index into the machine's tasks
+    agent: int  # index into the machine's agents
+    token: str
+    epoch: int
+    lease_seconds: int
+    expires_at: datetime
+    # `active` until something ends it; a lapsed lease stays active until expired.
+    status: str = AttemptStatus.ACTIVE
+    notes: int = 0
+
+
+@dataclass
+class TaskModel:
+    pk: int
+    ready_since: datetime | None
+    epoch: int = 0
+    status: str = TaskStatus.READY
+    reserved_for: int | None = None
+
+
+@dataclass(frozen=True)
+class ProofCase:
+    kind: str
+    attempt: AttemptModel
+    proof: HolderProof
+    agent: int
+
+
+@dataclass(frozen=True)
+class FencedCall:
+    """A call the machine expected to be refused, and what happened to it."""
+
+    description: str
+    expected: frozenset[str]
+    code: str | None
+    wrote_only_what_was_allowed: bool
+
+
+@dataclass
+class Snapshot:
+    attempts: dict[int, dict[str, Any]] = field(default_factory=dict)
+    tasks: dict[int, dict[str, Any]] = field(default_factory=dict)
+    notes: int = 0
+    events: list[tuple[str, int | None]] = field(default_factory=list)
+
+
+def snapshot() -> Snapshot:
+    return Snapshot(
+        attempts={row["id"]: row for row in Attempt.objects.values()},
+        tasks={row["id"]: row for row in Task.objects.values()},
+        notes=Note.objects.count(),
+        events=list(Event.objects.order_by("id").values_list("type", "attempt_id")),
+    )
+
+
+class LeaseMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.example = transaction.atomic()
+        self.example.__enter__()
+        # Isolation: every example starts from an empty ledger.
+        assert not Project.objects.exists()
+        assert not Agent.objects.exists()
+        assert not Attempt.objects.exists()
+        clock.freeze(START)
+        admin = get_user_model().objects.create(username="admin", is_staff=True, is_superuser=True)
+        self.admin = Actor(user=admin)
+        self.project = ProjectFactory(default_lease_seconds=DEFAULT_LEASE_SECONDS)
+        self.agents = [AgentFactory(projects=[self.project]) for _ in range(AGENTS)]
+        self.tasks = [TaskFactory(project=self.project) for _ in range(TASKS)]
+        self.model = [TaskModel(pk=task.pk, ready_since=task.ready_since) for task in self.tasks]
+        self.attempts: list[AttemptModel] = []
+        self.fenced_calls: list[FencedCall] = []
+        self.lease_seen: dict[int, datetime] = {}
+
+    def teardown(self) -> None:
+        try:
+            transaction.set_rollback(True)
+            self.example.__exit__(None, None, None)
+        finally:
+            clock.unfreeze()
+
+    # --- the model ---------------------------------------------------------------
+
+    def active_attempt(self, task: int) -> AttemptModel | None:
+        return next((a for a in self.attempts if a.task == task and a.status == AttemptStatus.ACTIVE), None)
+
+    def live(self, attempt: AttemptModel | None) -> bool:
+        return attempt is not None and attempt.status == AttemptStatus.ACTIVE and attempt.expires_at > clock.now()
+
+    def expire(self, attempt: AttemptModel) -> None:
+        attempt.status = AttemptStatus.EXPIRED
+        task = self.model[attempt.task]
+        if task.status == TaskStatus.READY:
+            task.ready_since = attempt.expires_at
+
+    def end(self, attempt: AttemptModel, status: str) -> None:
+        """The holder or an admin ended the attempt; a ready task is claimable again from now."""
+        attempt.status = status
+        task = self.model[attempt.task]
+        if task.status == TaskStatus.READY:
+            task.ready_since = clock.now()
+
+    def claim_refusal(self, task: int, agent: int) -> str | None:
+        model = self.model[task]
+        if self.live(self.active_attempt(task)):
+            return "TASK_TAKEN"
+        if model.status != TaskStatus.READY or model.reserved_for not in (None, agent):
+            return "TASK_NOT_CLAIMABLE"
+        return None
+
+    def record_grant(self, grant: Any, *, task: int, agent: int, requested: int | None) -> None:
+        model = self.model[task]
+        lapsed = self.active_attempt(task)
+        if lapsed is not None:
+            self.expire(lapsed)
+        model.epoch += 1
+        seconds = clamp(requested if requested is not None else DEFAULT_LEASE_SECONDS)
+        attempt = AttemptModel(
+            pk=grant.attempt.pk,
+            task=task,
+            agent=agent,
+            token=grant.token,
+            epoch=model.epoch,
+            lease_seconds=seconds,
+            expires_at=clock.now() + timedelta(seconds=seconds),
+        )
+        assert grant.task.pk == model.pk
+        assert grant.attempt.epoch == attempt.epoch
+        assert grant.attempt.lease_seconds == seconds, f"requested {requested}, granted {grant.attempt.lease_seconds}"
+        assert grant.attempt.lease_expires_at == attempt.expires_at
+        self.attempts.append(attempt)
+
+    def draw_proof(self, data: st.DataObject) -> ProofCase:
+        active = [a for a in self.attempts if a.status == AttemptStatus.ACTIVE]
+        pool = active if active and data.draw(st.booleans(), label="prefer active") else self.attempts
+        attempt = data.draw(st.sampled_from(pool), label="attempt")
+        kind = data.draw(st.sampled_from(PROOF_KINDS), label="proof")
+        token, epoch, agent = attempt.token, attempt.epoch, attempt.agent
+        if kind == WRONG_TOKEN:
+            token = secrets.token_urlsafe(32)
+        elif kind == FOREIGN_TOKEN:
+            others = [a.token for a in self.attempts if a.pk != attempt.pk] or [secrets.token_urlsafe(32)]
+            token = data.draw(st.sampled_from(others), label="foreign token")
+        elif kind == OLD_EPOCH:
+            epoch = data.draw(st.integers(min(1, attempt.epoch - 1), attempt.epoch - 1), label="old epoch")
+        elif kind == OTHER_AGENT:
+            agent = (agent + data.draw(st.integers(1, AGENTS - 1), label="other agent")) % AGENTS
+        proof = HolderProof(attempt_id=attempt.pk, token=token, epoch=epoch, agent=self.agents[agent])
+        return ProofCase(kind=kind, attempt=attempt, proof=proof, agent=agent)
+
+    def expected_refusals(self, case: ProofCase) -> frozenset[str]:
+        """The fencing of SPEC §3; empty when the call must go through."""
+        attempt = case.attempt
+        if case.kind == OTHER_AGENT:
+            return frozenset({"NOT_FOUND"})
+        if case.kind in (WRONG_TOKEN, FOREIGN_TOKEN):
+            return frozenset({"INVALID_LEASE_TOKEN"})
+        if case.proof.epoch < attempt.epoch:
+            return frozenset({"STALE_EPOCH"})
+        if attempt.status != AttemptStatus.ACTIVE:
+            ended = "LEASE_EXPIRED" if attempt.status == AttemptStatus.EXPIRED else "LEASE_NOT_HELD"
+            # SPEC §3 names both refusals for the attempt of a task claimed again
+            # since: it is no longer active, and its epoch is older than the task's.
+            if self.model[attempt.task].epoch > attempt.epoch:
+                return frozenset({ended, "STALE_EPOCH"})
+            return frozenset({ended})
+        if attempt.expires_at <= clock.now():
+            return frozenset({"LEASE_EXPIRED"})
+        return frozenset()
+
+    def fenced(
+        self, case: ProofCase, description: str, call: Callable[[HolderProof], R], *, invalid_input: bool = False
+    ) -> R | None:
+        """Make a holder call; return its result when it must go through, else check the refusal.
+
+        A refusal must carry the expected code and write nothing, except that
+        the holder's own proof of a lapsed lease expires the attempt (SPEC §3).
+        """
+        expected = frozenset({"VALIDATION_ERROR"}) if invalid_input else self.expected_refusals(case)
+        lazy_expiry = expected == {"LEASE_EXPIRED"} and case.attempt.status == AttemptStatus.ACTIVE
+        before = snapshot()
+        try:
+            result: R | None = call(case.proof)
+            code = None
+        except LedgerError as exc:
+            result, code = None, exc.code
+        event(f"{description}/{case.kind}: {code or 'ok'}")
+        if not expected:
+            assert code is None, f"{description} with {case.kind} proof of {case.attempt} was refused: {code}"
+            return result
+        allowed = copy.deepcopy(before)
+        if lazy_expiry:
+            self.expire(case.attempt)
+            row = allowed.attempts[case.attempt.pk]
+            row.update(status=AttemptStatus.EXPIRED, finished_at=row["lease_expires_at"])
+            if allowed.tasks[row["task_id"]]["status"] == TaskStatus.READY:
+                allowed.tasks[row["task_id"]]["ready_since"] = row["lease_expires_at"]
+            allowed.events.append(("attempt.expired", case.attempt.pk))
+        self.fenced_calls.append(
+            FencedCall(
+                description=f"{description} with {case.kind} proof {case.proof.epoch=} of {case.attempt}",
+                expected=expected,
+                code=code,
+                wrote_only_what_was_allowed=snapshot() == allowed,
+            )
+        )
+        return None
+
+    # --- rules -------------------------------------------------------------------
+
+    @rule(
+        task=st.integers(0, TASKS - 1),
+        agent=st.integers(0, AGENTS - 1),
+        lease_seconds=st.sampled_from(CLAIM_LEASE_SECONDS),
+    )
+    def claim(self, task: int, agent: int, lease_seconds: int | None) -> None:
+        expected = "VALIDATION_ERROR" if lease_seconds == 0 else self.claim_refusal(task, agent)
+        before = snapshot()
+        try:
+            grant = door(lease_claim, task=self.tasks[task], agent=self.agents[agent], lease_seconds=lease_seconds)
+        except LedgerError as exc:
+            event(f"claim: {exc.code}")
+            assert exc.code == expected, f"claim of task {task} by agent {agent}: {exc.code}, expected {expected}"
+            assert snapshot() == before, "a refused claim wrote something"
+            return
+        event("claim: ok")
+        assert expected is None, f"claim of task {task} by agent {agent} went through; expected {expected}"
+        self.record_grant(grant, task=task, agent=agent, requested=lease_seconds)
+
+    @rule(agent=st.integers(0, AGENTS - 1), lease_seconds=st.sampled_from(CLAIM_LEASE_SECONDS))
+    def claim_next(self, agent: int, lease_seconds: int | None) -> None:
+        candidates = sorted(
+            (task for task in range(TASKS) if self.claim_refusal(task, agent) is None),
+            key=lambda task: (self.model[task].ready_since, self.model[task].pk),
+        )
+        before = snapshot()
+        try:
+            grant = door(lease_claim_next, project=self.project, agent=self.agents[agent], lease_seconds=lease_seconds)
+        except LedgerError as exc:
+            event(f"claim_next: {exc.code}")
+            assert exc.code == "VALIDATION_ERROR"
+            assert lease_seconds == 0
+            assert snapshot() == before
+            return
+        assert lease_seconds != 0, "claim-next accepted lease_seconds=0"
+        if grant is None:
+            event("claim_next: none")
+            assert not candidates, f"claim-next found nothing; tasks {candidates} were claimable"
+            assert snapshot() == before
+            return
+        event("claim_next: ok")
+        assert candidates, f"claim-next claimed {grant.task.key}; nothing was claimable"
+        expected = candidates[0]
+        assert grant.task.pk == self.model[expected].pk, f"claim-next took {grant.task.key}, not task {expected}"
+        self.record_grant(grant, task=expected, agent=agent, requested=lease_seconds)
+
+    @precondition(lambda self: self.attempts)
+    @rule(data=st.data(), lease_seconds=st.sampled_from(RENEW_LEASE_SECONDS))
+    def renew(self, data: st.DataObject, lease_seconds: int | None) -> None:
+        case = self.draw_proof(data)
+        renewed = self.fenced(
+            case,
+            "renew",
+            lambda proof: door(attempt_renew, proof=proof, lease_seconds=lease_seconds),
+            invalid_input=lease_seconds == 0,
+        )
+        if renewed is None:
+            return
+        attempt = case.attempt
+        extension = clamp(lease_seconds) if lease_seconds is not None else attempt.lease_seconds
+        attempt.expires_at = max(attempt.expires_at, clock.now() + timedelta(seconds=extension))
+        assert renewed.lease_expires_at == attempt.expires_at
+
+    @precondition(lambda self: self.attempts)
+    @rule(data=st.data(), kind=st.sampled_from(NoteKind.values), length=st.sampled_from(NOTE_LENGTHS))
+    def note(self, data: st.DataObject, kind: str, length: int) -> None:
+        case = self.draw_proof(data)
+        content = ("progress " * (length // 9 + 1))[:length]
+        written = self.fenced(
+            case,
+            "note",
+            lambda proof: door(note_add, proof=proof, kind=kind, content=content),
+            invalid_input=length > NOTE_MAX_CHARS,
+        )
+        if written is None:
+            return
+        attempt = case.attempt
+        attempt.notes += 1
+        attempt.expires_at = max(attempt.expires_at, clock.now() + timedelta(seconds=attempt.lease_seconds))
+        assert written.lease_expires_at == attempt.expires_at
+
+    @precondition(lambda self: self.attempts)
+    @rule(data=st.data(), outcome=st.sampled_from(Outcome.ALL))
+    def finish(self, data: st.DataObject, outcome: str) -> None:
+        case = self.draw_proof(data)
+        failure = interruption = None
+        if outcome == Outcome.FAILED:
+            failure = data.draw(st.sampled_from([*FailureReason.values, None]), label="failure reason")
+        if outcome == Outcome.HANDOFF:
+            interruption = data.draw(st.sampled_from([*InterruptionReason.values, None]), label="interruption")
+        finished = self.fenced(
+            case,
+            f"finish {outcome}",
+            lambda proof: door(
+                attempt_finish,
+                proof=proof,
+                outcome=outcome,
+                result_summary="did things",
+                failure_reason_code=failure,
+                interruption_reason_code=interruption,
+            ),
+            invalid_input=outcome in (Outcome.FAILED, Outcome.HANDOFF) and not (failure or interruption),
+        )
+        if finished is None:
+            return
+        task = self.model[case.attempt.task]
+        if outcome in (Outcome.DONE, Outcome.REVIEW):
+            task.status = TaskStatus.DONE if outcome == Outcome.DONE else TaskStatus.REVIEW
+            task.ready_since = None
+        self.end(case.attempt, FINISHED_STATUS[outcome])
+        assert finished.attempt.status == case.attempt.status
+        assert finished.task.status == task.status
+
+    @precondition(lambda self: self.attempts)
+    @rule(data=st.data())
+    def release(self, data: st.DataObject) -> None:
+        case = self.draw_proof(data)
+        released = self.fenced(case, "release", lambda proof: door(attempt_release, proof=proof, reason="stepping away"))
+        if released is not None:
+            self.end(case.attempt, AttemptStatus.RELEASED)
+
+    @rule(
+        task=st.integers(0, TASKS - 1),
+        reserve_for=st.none() | st.integers(0, AGENTS - 1),
+        reason=st.sampled_from(["agent is stuck", "", "   "]),
+    )
+    def revoke(self, task: int, reserve_for: int | None, reason: str) -> None:
+        before = snapshot()
+        try:
+            revocation = door(
+                task_force_release,
+                task=self.tasks[task],
+                actor=self.admin,
+                reason=reason,
+                reserve_for=None if reserve_for is None else self.agents[reserve_for],
+            )
+        except LedgerError as exc:
+            event(f"revoke: {exc.code}")
+            assert exc.code == "VALIDATION_ERROR"
+            assert not reason.strip()
+            assert snapshot() == before
+            return
+        event(f"revoke{'/reassign' if reserve_for is not None else ''}: ok")
+        assert reason.strip(), "a revocation without a reason went through"
+        active = self.active_attempt(task)
+        revoked = None
+        if active is not None and not self.live(active):
+            self.expire(active)
+        elif active is not None:
+            self.end(active, AttemptStatus.REVOKED)
+            revoked = active.pk
+        if reserve_for is not None:
+            self.model[task].reserved_for = reserve_for
+        assert (revocation.revoked.pk if revocation.revoked else None) == revoked
+
+    @rule()
+    def sweep(self) -> None:
+        lapsed = [a for a in self.attempts if a.status == AttemptStatus.ACTIVE and not self.live(a)]
+        report = door(sweep_expired)
+        event(f"sweep: {len(lapsed)} lapsed")
+        for attempt in lapsed:
+            self.expire(attempt)
+        assert report.expired == len(lapsed)
+
+    @rule(seconds=st.sampled_from(CLOCK_STEPS))
+    def advance(self, seconds: int) -> None:
+        clock.advance(seconds)
+
+    @precondition(lambda self: any(self.live(a) for a in self.attempts))
+    @rule(data=st.data(), offset=st.sampled_from([timedelta(0), timedelta(microseconds=-1)]))
+    def advance_to_expiry(self, data: st.DataObject, offset: timedelta) -> None:
+        """Stop the clock at the instant a lease lapses (or one microsecond before)."""
+        attempt = data.draw(st.sampled_from([a for a in self.attempts if self.live(a)]), label="attempt")
+        clock.freeze(max(clock.now(), attempt.expires_at + offset))
+
+    @precondition(lambda self: any(t.status in (TaskStatus.DONE, TaskStatus.REVIEW) for t in self.model))
+    @rule(data=st.data())
+    def reopen(self, data: st.DataObject) -> None:
+        """An admin puts a done or reviewed task back to ready, so work goes on."""
+        finished = [i for i, t in enumerate(self.model) if t.status in (TaskStatus.DONE, TaskStatus.REVIEW)]
+        task = data.draw(st.sampled_from(finished), label="task")
+        door(ledger_task_update, task=self.tasks[task], actor=self.admin, changes={"status": TaskStatus.READY})
+        self.model[task].status = TaskStatus.READY
+        self.model[task].ready_since = clock.now()
+
+    @precondition(lambda self: any(t.reserved_for is not None for t in self.model))
+    @rule(data=st.data())
+    def unreserve(self, data: st.DataObject) -> None:
+        reserved = [i for i, t in enumerate(self.model) if t.reserved_for is not None]
+        task = data.draw(st.sampled_from(reserved), label="task")
+        door(ledger_task_update, task=self.tasks[task], actor=self.admin, changes={"reserved_for": None})
+        self.model[task].reserved_for = None
+
+    # --- invariants: plain queries against the database --------------------------
+
+    @invariant()
+    def at_most_one_active_attempt_per_task(self) -> None:
+        per_task = Counter(Attempt.objects.filter(status=AttemptStatus.ACTIVE).values_list("task_id", flat=True))
+        assert all(count == 1 for count in per_task.values()), per_task
+
+    @invariant()
+    def effective_status_follows_the_lease(self) -> None:
+        now = clock.now()
+        live = {
+            task_id
+            for task_id, status, expires in Attempt.objects.values_list("task_id", "status", "lease_expires_at")
+            if status == AttemptStatus.ACTIVE and expires > now
+        }
+        for task in with_lease_state(Task.objects.all(), now=now).values("id", "status", "effective_status"):
+            expected = IN_PROGRESS if task["id"] in live else task["status"]
+            assert task["effective_status"] == expected, (task, now)
+
+    @invariant()
+    def refused_holder_calls_were_fenced_and_wrote_nothing(self) -> None:
+        calls, self.fenced_calls = self.fenced_calls, []
+        for call in calls:
+            assert call.code in call.expected, f"{call.description}: got {call.code}, expected {set(call.expected)}"
+            assert call.wrote_only_what_was_allowed, f"{call.description} was refused but changed the ledger"
+
+    @invariant()
+    def renewals_never_shorten_a_lease(self) -> None:
+        active = dict(Attempt.objects.filter(status=AttemptStatus.ACTIVE).values_list("id", "lease_expires_at"))
+        for attempt_id, expires in active.items():
+            seen = self.lease_seen.get(attempt_id)
+            assert seen is None or expires >= seen, f"attempt {attempt_id}: lease moved from {seen} to {expires}"
+        self.lease_seen = active
+
+    @invariant()
+    def every_state_change_has_its_event(self) -> None:
+        events = Counter(Event.objects.filter(attempt_id__isnull=False).values_list("attempt_id", "type"))
+        finished_payloads = dict(
+            Event.objects.filter(type="attempt.finished").values_list("attempt_id", "payload__status")
+        )
+        for attempt in Attempt.objects.values("id", "status", "finished_at"):
+            pk, status = attempt["id"], attempt["status"]
+            assert events[(pk, "attempt.claimed")] == 1, f"attempt {pk}: {events[(pk, 'attempt.claimed')]} claims"
+            terminal = {kind: events[(pk, kind)] for kind in TERMINAL_EVENT_TYPES if events[(pk, kind)]}
+            if status == AttemptStatus.ACTIVE:
+                assert terminal == {}, f"active attempt {pk} has terminal events {terminal}"
+                assert attempt["finished_at"] is None
+            else:
+                assert terminal == {TERMINAL_EVENT[status]: 1}, f"{status} attempt {pk} has events {terminal}"
+                assert attempt["finished_at"] is not None
+            if TERMINAL_EVENT.get(status) == "attempt.finished":
+                assert finished_payloads[pk] == status
+        for task in Task.objects.annotate(attempt_count=Count("attempts")).values("id", "epoch", "attempt_count"):
+            assert task["epoch"] == task["attempt_count"], task
+
+    @invariant()
+    def stored_status_is_never_in_progress(self) -> None:
+        stored = set(Task.objects.values_list("status", flat=True))
+        assert IN_PROGRESS not in stored
+        assert stored <= set(TaskStatus.values)
+
+    @invariant()
+    def database_agrees_with_the_model(self) -> None:
+        rows = {row["id"]: row for row in Attempt.objects.values()}
+        notes = Counter(Note.objects.values_list("attempt_id", flat=True))
+        assert set(rows) == {a.pk for a in self.attempts}
+        for attempt in self.attempts:
+            row = rows[attempt.pk]
+            assert (row["task_id"], row["agent_id"], row["epoch"]) == (
+                self.model[attempt.task].pk,
+                self.agents[attempt.agent].pk,
+                attempt.epoch,
+            )
+            assert row["status"] == attempt.status, (row, attempt)
+            assert row["lease_expires_at"] == attempt.expires_at, (row, attempt)
+            assert notes[attempt.pk] == attempt.notes, (row, attempt)
+        tasks = {row["id"]: row for row in Task.objects.values()}
+        for model in self.model:
+            row = tasks[model.pk]
+            assert row["status"] == model.status, (row, model)
+            assert row["epoch"] == model.epoch, (row, model)
+            assert row["ready_since"] == model.ready_since, (row, model)
+            expected_reservation = None if model.reserved_for is None else self.agents[model.reserved_for].pk
+            assert row["reserved_for_id"] == expected_reservation, (row, model)
+
+
+@pytest.mark.django_db
+def test_lease_rules_hold_after_every_step():
+    run_state_machine_as_test(
+        LeaseMachine,
+        settings=settings(
+            max_examples=40,
+            stateful_step_count=30,
+            deadline=None,
+            suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+        ),
+    )
+    # Every example was rolled back at its teardown.
+    assert not Project.objects.exists()
+    assert not Attempt.objects.exists()

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+import pytest
+
+from config.errors import LeaseNotHeld, TaskNotClaimable, ValidationFailed
+from leases.models import Attempt, AttemptStatus
+from leases.services import attempt_renew, lease_claim, task_force_release, task_reassign
+from ledger.models import Event
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.leases.helpers import proof_of
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def project():
+    return ProjectFactory(slug="web")
+
+
+@pytest.fixture
+def agents(project):
+    return [AgentFactory(projects=[project]) for _ in range(3)]
+
+
+def test_force_release_needs_a_reason(project, agents, user_actor):
+    grant = lease_claim(task=TaskFactory(project=project), agent=agents[0])
+    with pytest.raises(ValidationFailed):
+        task_force_release(task=grant.task, actor=user_actor, reason="  ")
+    assert Attempt.objects.get(pk=grant.attempt.pk).status == AttemptStatus.ACTIVE
+
+
+def test_force_release_revokes_and_bumps_nothing_else(project, agents, user_actor):
+    grant = lease_claim(task=TaskFactory(project=project), agent=agents[0])
+    result = task_force_release(task=grant.task, actor=user_actor, reason="agent crashed")
+    row = Attempt.objects.get(pk=grant.attempt.pk)
+    assert (row.status, row.revoked_by, row.revoke_reason) == ("revoked", "user:root", "agent crashed")
+    assert (result.task.epoch, result.task.version) == (1, 1)
+    event = Event.objects.get(type="attempt.revoked")
+    assert (event.severity, event.payload["holder"], event.actor_user_id) == (
+        "warn",
+        row.agent.handle,
+        user_actor.user.pk,
+    )
+    with pytest.raises(LeaseNotHeld):
+        attempt_renew(proof=proof_of(grant))
+    assert lease_claim(task=grant.task, agent=agents[1]).attempt.epoch == 2
+
+
+def test_reassign_reserves_the_task_for_the_chosen_agent(project, agents, user_actor):
+    grant = lease_claim(task=TaskFactory(project=project), agent=agents[0])
+    result = task_reassign(task=grant.task, agent=agents[2], actor=user_actor, reason="hand to agent 2")
+    assert result.revoked is not None
+    assert result.task.reserved_for_id == agents[2].pk
+    assert result.task.version == 2  # a reservation is a change of the task's own fields
+    with pytest.raises(TaskNotClaimable):
+        lease_claim(task=result.task, agent=agents[1])
+    assert lease_claim(task=result.task, agent=agents[2]).attempt.status == AttemptStatus.ACTIVE
+    types = list(Event.objects.filter(task=grant.task).values_list("type", flat=True))
+    assert types.count("task.reassigned") == 1
+    assert types.count("attempt.revoked") == 1
+
+
+def test_force_release_of_a_lapsed_lease_expires_it_instead(clock, project, agents, user_actor):
+    grant = lease_claim(task=TaskFactory(project=project), agent=agents[0], lease_seconds=30)
+    clock.advance(30)
+    result = task_force_release(task=grant.task, actor=user_actor, reason="cleanup")
+    assert result.revoked is None
+    assert Attempt.objects.get(pk=grant.attempt.pk).status == AttemptStatus.EXPIRED
+    assert not Event.objects.filter(type="attempt.revoked").exists()
