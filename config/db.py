@@ -7,8 +7,9 @@ failure — it retries the *whole* transaction after 25, 75 and 200 ms and then
 raises `STORAGE_BUSY`. Domain errors and constraint violations are never
 retried: they propagate on the first try.
 
-A service called inside another service's transaction does not retry on its
-own; the outermost transaction owns the retry.
+A service called inside another transaction runs in a savepoint, so it stays
+all-or-nothing, and does not retry on its own: the outermost transaction owns
+the retry.
 """
 
 from __future__ import annotations
@@ -45,7 +46,10 @@ def write_transaction(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         if transaction.get_connection().in_atomic_block:
-            return func(*args, **kwargs)
+            # Inside a caller's transaction: a savepoint keeps this service
+            # all-or-nothing, and the caller's transaction owns the retries.
+            with transaction.atomic():
+                return func(*args, **kwargs)
         for delay in (*RETRY_DELAYS_SECONDS, None):
             try:
                 with transaction.atomic():

@@ -24,6 +24,7 @@ from leases.selectors import (
     previous_attempt,
     unresolved_blockers_of,
 )
+from leases.services.allocations import active_allocation_of
 from ledger.models import Task
 
 MAX_BLOCKERS = 20
@@ -103,11 +104,25 @@ def work_context(*, task: Task, now: datetime, attempt: Attempt | None = None) -
             "interruption_reason_code": previous.interruption_reason_code or None,
         },
         "label": current.label if current is not None else None,
-        "environment": None,
+        "environment": _environment(current),
         "warnings": _warnings(task),
         "truncated": [],
     }
     return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
+
+
+def _environment(attempt: Attempt | None) -> dict[str, Any] | None:
+    allocation = active_allocation_of(attempt) if attempt is not None else None
+    if allocation is None:
+        return None
+    environment = allocation.environment
+    return {
+        "name": environment.name,
+        "kind": environment.kind,
+        "isolation": environment.isolation,
+        "resources": environment.resources,
+        "credentials_ref": environment.credentials_ref or None,
+    }
 
 
 def _warnings(task: Task) -> list[str]:

@@ -11,13 +11,15 @@ from config.settings.base import DATA_DIR, DATABASES
 
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+# One test database per test process, so that runs in parallel (two
+# checkouts, a developer and an editor plugin) never share one.
 _default = DATABASES["default"]
 if _default["ENGINE"] == "django.db.backends.sqlite3":
     # A file, not `:memory:`, so that threads with their own connections share
     # one database and see each other's commits, as in production.
-    _default["TEST"] = {"NAME": str(DATA_DIR / "test-leasehold.sqlite3")}
+    _default["TEST"] = {"NAME": str(DATA_DIR / f"test-leasehold-{os.getpid()}.sqlite3")}
 else:
-    _default["TEST"] = {"NAME": "test_leasehold"}
+    _default["TEST"] = {"NAME": f"test_leasehold_{os.getpid()}"}
 
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

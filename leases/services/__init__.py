@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from leases.services.allocations import allocation_release
 from leases.services.claims import LeaseGrant, lease_claim, lease_claim_next
 from leases.services.expiry import SweepReport, check_queue_wait, expire_lapsed, sweep_expired
 from leases.services.holder import (
@@ -28,6 +29,7 @@ __all__ = [
     "Revocation",
     "SweepReport",
     "TaskUpdated",
+    "allocation_release",
     "attempt_finish",
     "attempt_release",
     "attempt_renew",

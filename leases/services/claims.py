@@ -18,11 +18,13 @@ from django.db import IntegrityError
 from django.db.models import Exists, OuterRef, Subquery
 
 from config.db import write_transaction
-from config.errors import TaskNotClaimable, TaskTaken, ValidationFailed
+from config.errors import PermissionDenied, TaskNotClaimable, TaskTaken, ValidationFailed
+from environments.models import EnvironmentKind
 from leases.branches import suggest_branch_name, validate_branch_name
 from leases.labels import Label, render_label
-from leases.models import Attempt, AttemptStatus
+from leases.models import Allocation, Attempt, AttemptStatus
 from leases.selectors import claimable_tasks, lease_seconds_for, unresolved_blockers
+from leases.services.allocations import bind_allocation, choose_environment
 from leases.services.expiry import expire_lapsed
 from leases.tokens import new_lease_token
 from ledger import clock
@@ -44,6 +46,7 @@ class LeaseGrant:
     attempt: Attempt
     token: str
     task: Task
+    allocation: Allocation | None = None
 
     @property
     def renew_every_seconds(self) -> int:
@@ -63,7 +66,12 @@ def validate_base_commit(base_commit: str) -> str:
     return base_commit
 
 
-def _validate_claim_input(*, lease_seconds: int | None, branch: str | None, base_commit: str | None) -> None:
+def _validate_claim_input(request: ClaimRequest) -> None:
+    lease_seconds, branch, base_commit = request.lease_seconds, request.branch, request.base_commit
+    if request.environment is not None and request.environment_kind is not None:
+        raise ValidationFailed("Ask for an environment by name or by kind, not both.")
+    if request.environment_kind is not None and request.environment_kind not in EnvironmentKind.values:
+        raise ValidationFailed(f"environment_kind must be one of {', '.join(EnvironmentKind.values)}.")
     if lease_seconds is not None and (isinstance(lease_seconds, bool) or not isinstance(lease_seconds, int)):
         raise ValidationFailed("lease_seconds must be an integer.")
     if lease_seconds is not None and lease_seconds <= 0:
@@ -144,15 +152,18 @@ def _refuse_unless_claimable(state: ClaimState, *, agent: Agent, now: datetime) 
         )
 
 
-def _claim_locked(
-    state: ClaimState,
-    *,
-    agent: Agent,
-    now: datetime,
-    lease_seconds: int | None,
-    branch: str | None,
-    base_commit: str | None,
-) -> LeaseGrant:
+@dataclass(frozen=True)
+class ClaimRequest:
+    """What the claimant asked for, validated before any transaction starts."""
+
+    lease_seconds: int | None = None
+    branch: str | None = None
+    base_commit: str | None = None
+    environment: str | None = None
+    environment_kind: str | None = None
+
+
+def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: ClaimRequest) -> LeaseGrant:
     _refuse_unless_claimable(state, agent=agent, now=now)
     task = state.task
     inherited_branch = ""
@@ -162,15 +173,28 @@ def _claim_locked(
     elif state.previous_status in INHERITING_STATUSES:
         inherited_branch = state.previous_branch or ""
 
+    environment = choose_environment(
+        task=task, environment=request.environment, environment_kind=request.environment_kind
+    )
     epoch = task.epoch + 1
     Task.objects.filter(pk=task.pk).update(epoch=epoch)  # claims bump the epoch, never the version
     task.epoch = epoch
-    seconds = lease_seconds_for(task=task, requested=lease_seconds)
+    seconds = lease_seconds_for(task=task, requested=request.lease_seconds)
     branch_name = (
-        branch or inherited_branch or suggest_branch_name(agent_kind=agent.kind, task_key=task.key, title=task.title)
+        request.branch
+        or inherited_branch
+        or suggest_branch_name(agent_kind=agent.kind, task_key=task.key, title=task.title)
     )
     token, salt, token_hash = new_lease_token(task_id=task.pk, epoch=epoch)
-    label = render_label(Label(owner=agent.handle, branch=branch_name, env=None, task=task.key, epoch=epoch))
+    label = render_label(
+        Label(
+            owner=agent.handle,
+            branch=branch_name,
+            env=environment.environment.name if environment else None,
+            task=task.key,
+            epoch=epoch,
+        )
+    )
     try:
         attempt = Attempt.objects.create(
             task=task,
@@ -183,7 +207,7 @@ def _claim_locked(
             lease_expires_at=now + timedelta(seconds=seconds),
             claimed_at=now,
             branch=branch_name,
-            base_commit=base_commit or "",
+            base_commit=request.base_commit or "",
             label=label,
             task_version_at_claim=task.version,
             event_id_at_claim=state.last_event_id,
@@ -199,27 +223,14 @@ def _claim_locked(
         attempt_id=attempt.pk,
         payload={"agent": agent.handle, "epoch": epoch, "lease_seconds": seconds, "branch": branch_name},
     )
-    return LeaseGrant(attempt=attempt, token=token, task=task)
+    allocation = bind_allocation(environment, attempt=attempt, now=now) if environment else None
+    return LeaseGrant(attempt=attempt, token=token, task=task, allocation=allocation)
 
 
 @write_transaction
-def _claim(
-    *,
-    task_id: int,
-    agent: Agent,
-    lease_seconds: int | None,
-    branch: str | None,
-    base_commit: str | None,
-) -> LeaseGrant:
+def _claim(*, task_id: int, agent: Agent, request: ClaimRequest) -> LeaseGrant:
     now = clock.now()
-    return _claim_locked(
-        _locked_for_claim(task_id),
-        agent=agent,
-        now=now,
-        lease_seconds=lease_seconds,
-        branch=branch,
-        base_commit=base_commit,
-    )
+    return _claim_locked(_locked_for_claim(task_id), agent=agent, now=now, request=request)
 
 
 def lease_claim(
@@ -229,22 +240,23 @@ def lease_claim(
     lease_seconds: int | None = None,
     branch: str | None = None,
     base_commit: str | None = None,
+    environment: str | None = None,
+    environment_kind: str | None = None,
 ) -> LeaseGrant:
     """Claim this task for `agent`: a new attempt under a fresh lease and epoch."""
-    _validate_claim_input(lease_seconds=lease_seconds, branch=branch, base_commit=base_commit)
-    return _claim(task_id=task.pk, agent=agent, lease_seconds=lease_seconds, branch=branch, base_commit=base_commit)
+    request = ClaimRequest(lease_seconds, branch, base_commit, environment, environment_kind)
+    _validate_claim_input(request)
+    _refuse_inactive(agent)
+    return _claim(task_id=task.pk, agent=agent, request=request)
+
+
+def _refuse_inactive(agent: Agent) -> None:
+    if not agent.is_active:
+        raise PermissionDenied(f"Agent {agent.handle} is deactivated.")
 
 
 @write_transaction
-def _claim_next(
-    *,
-    project: Project,
-    agent: Agent,
-    task_class: str | None,
-    lease_seconds: int | None,
-    branch: str | None,
-    base_commit: str | None,
-) -> LeaseGrant | None:
+def _claim_next(*, project: Project, agent: Agent, task_class: str | None, request: ClaimRequest) -> LeaseGrant | None:
     now = clock.now()
     passed_over: list[int] = []
     for _ in range(CLAIM_NEXT_MAX_CANDIDATES):
@@ -261,14 +273,7 @@ def _claim_next(
         # The candidate query's NOT EXISTS saw its statement's snapshot; a claim
         # that committed since is only visible to a new statement. Re-verify.
         try:
-            return _claim_locked(
-                _locked_for_claim(candidate_id),
-                agent=agent,
-                now=now,
-                lease_seconds=lease_seconds,
-                branch=branch,
-                base_commit=base_commit,
-            )
+            return _claim_locked(_locked_for_claim(candidate_id), agent=agent, now=now, request=request)
         except (TaskTaken, TaskNotClaimable):
             passed_over.append(candidate_id)
     if passed_over:
@@ -287,18 +292,16 @@ def lease_claim_next(
     lease_seconds: int | None = None,
     branch: str | None = None,
     base_commit: str | None = None,
+    environment: str | None = None,
+    environment_kind: str | None = None,
 ) -> LeaseGrant | None:
     """Claim the project's next claimable task (priority, then age); None when there is none.
 
-    On PostgreSQL candidates are taken with FOR UPDATE SKIP LOCKED, so agents
-    do not queue on one row; on SQLite the IMMEDIATE transaction serializes.
+    On PostgreSQL candidates are taken with FOR NO KEY UPDATE SKIP LOCKED, so
+    agents do not queue on one row; on SQLite the IMMEDIATE transaction
+    serializes. Environment refusals are not "taken": they end the call.
     """
-    _validate_claim_input(lease_seconds=lease_seconds, branch=branch, base_commit=base_commit)
-    return _claim_next(
-        project=project,
-        agent=agent,
-        task_class=task_class,
-        lease_seconds=lease_seconds,
-        branch=branch,
-        base_commit=base_commit,
-    )
+    request = ClaimRequest(lease_seconds, branch, base_commit, environment, environment_kind)
+    _validate_claim_input(request)
+    _refuse_inactive(agent)
+    return _claim_next(project=project, agent=agent, task_class=task_class, request=request)

@@ -17,6 +17,7 @@ from django.db.models import F, OuterRef, Q, Subquery
 from config.db import write_transaction
 from leases.models import Attempt, AttemptStatus
 from leases.selectors import claimable_tasks
+from leases.services.allocations import mark_allocations_stale
 from ledger import clock
 from ledger.actors import SYSTEM
 from ledger.models import Event, Project, Severity, Task, TaskStatus
@@ -45,6 +46,7 @@ def expire_lapsed(attempt_ids: Sequence[int], *, now: datetime) -> int:
     )
     if changed != len(ids):
         raise RuntimeError("expire_lapsed needs the attempts locked by its transaction")
+    mark_allocations_stale(ids)
     Event.objects.bulk_create(
         Event(
             type="attempt.expired",

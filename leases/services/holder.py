@@ -44,6 +44,7 @@ from leases.models import (
     NoteKind,
 )
 from leases.selectors import clamp_lease_seconds
+from leases.services.allocations import release_allocations
 from leases.services.claims import validate_base_commit
 from leases.services.expiry import expire_lapsed
 from leases.tokens import lease_token_matches
@@ -347,6 +348,7 @@ def attempt_finish(
         Outcome.HANDOFF: AttemptStatus.INTERRUPTED,
     }[outcome]
     actor = Actor(agent=held.agent)
+    release_allocations(held, now=now, actor=actor)
     _end_attempt(
         held,
         now=now,
@@ -384,6 +386,7 @@ def attempt_release(*, proof: HolderProof, reason: str = "") -> Finished | Ledge
     held = _held(proof, now=now, lock_task=True)
     if isinstance(held, LedgerError):
         return held
+    release_allocations(held, now=now, actor=Actor(agent=held.agent))
     _end_attempt(held, now=now, status=AttemptStatus.RELEASED)
     task = _task_claimable_again(held.task, now=now)
     event_append(
