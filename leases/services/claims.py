@@ -26,6 +26,7 @@ from leases.models import Allocation, Attempt, AttemptStatus
 from leases.selectors import claimable_tasks, lease_seconds_for, unresolved_blockers
 from leases.services.allocations import bind_allocation, choose_environment
 from leases.services.expiry import expire_lapsed
+from leases.services.tallies import tally_claim_refusal
 from leases.tokens import new_lease_token
 from ledger import clock
 from ledger.actors import Actor
@@ -247,7 +248,11 @@ def lease_claim(
     request = ClaimRequest(lease_seconds, branch, base_commit, environment, environment_kind)
     _validate_claim_input(request)
     _refuse_inactive(agent)
-    return _claim(task_id=task.pk, agent=agent, request=request)
+    try:
+        return _claim(task_id=task.pk, agent=agent, request=request)
+    except TaskTaken:
+        tally_claim_refusal(project_id=task.project_id, agent=agent)
+        raise
 
 
 def _refuse_inactive(agent: Agent) -> None:
@@ -304,4 +309,8 @@ def lease_claim_next(
     request = ClaimRequest(lease_seconds, branch, base_commit, environment, environment_kind)
     _validate_claim_input(request)
     _refuse_inactive(agent)
-    return _claim_next(project=project, agent=agent, task_class=task_class, request=request)
+    try:
+        return _claim_next(project=project, agent=agent, task_class=task_class, request=request)
+    except TaskTaken:
+        tally_claim_refusal(project_id=project.pk, agent=agent)
+        raise

@@ -243,3 +243,15 @@ def test_no_table_holds_a_plaintext_lease_token(project, agent):
     for token in tokens:
         assert token not in everything
         assert hash_lease_token(token) in everything  # what is stored is the hash
+
+
+def test_task_taken_refusals_are_tallied_per_agent_and_day(project, agent, other):
+    from leases.models import ClaimRefusalTally
+
+    task = TaskFactory(project=project)
+    lease_claim(task=task, agent=agent)
+    for _ in range(3):
+        with pytest.raises(TaskTaken):
+            lease_claim(task=task, agent=other)
+    tally = ClaimRefusalTally.objects.get()
+    assert (tally.agent_id, tally.count) == (other.pk, 3)
