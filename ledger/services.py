@@ -243,6 +243,12 @@ def check_status_transition(old: str, new: str) -> None:
         )
 
 
+def lock_task(task_id: int) -> Task:
+    """The task row, locked for the rest of the transaction (FOR NO KEY UPDATE: inserts that
+    reference the task still proceed)."""
+    return Task.objects.select_for_update(no_key=True, of=("self",)).select_related("project").get(pk=task_id)
+
+
 @write_transaction
 def task_update(
     *,
@@ -258,13 +264,23 @@ def task_update(
     `task.status_changed` and/or `task.updated` event. A change that changes
     nothing bumps nothing and records nothing.
     """
+    return apply_task_update(locked=lock_task(task.pk), actor=actor, changes=changes, expected_version=expected_version)
+
+
+def apply_task_update(
+    *,
+    locked: Task,
+    actor: Actor,
+    changes: Mapping[str, Any],
+    expected_version: int | None = None,
+) -> tuple[Task, frozenset[str]]:
+    """The body of `task_update`, for a service that holds the task's row lock in its own transaction."""
     unknown = set(changes) - UPDATABLE_TASK_FIELDS
     if unknown:
         raise ValidationFailed(
             f"These fields cannot be updated: {', '.join(sorted(unknown))}.",
             details={"fields": {name: ["read-only or unknown"] for name in sorted(unknown)}},
         )
-    locked = Task.objects.select_for_update(no_key=True, of=("self",)).select_related("project").get(pk=task.pk)
     if expected_version is not None and locked.version != expected_version:
         raise VersionConflict(
             f"{locked.key} is at version {locked.version}, not {expected_version}.",
@@ -303,7 +319,7 @@ def task_update(
     locked.version += 1
     locked.updated_at = now
     validate_model(locked)
-    locked.save()
+    locked.save(update_fields=[*changed, "version", "updated_at", "ready_since"])
 
     if new_status != old_status:
         event_append(

@@ -48,7 +48,7 @@ def _has_live_allocation(environment: Environment) -> bool:
 
 
 def choose_environment(
-    *, task: Task, environment: str | None, environment_kind: str | None
+    *, task: Task, environment: str | None, environment_kind: str | None, stale_allocation_id: int | None
 ) -> EnvironmentChoice | None:
     """Pick (and lock) the environment a claim will allocate, before the attempt exists.
 
@@ -56,14 +56,14 @@ def choose_environment(
     the second one sees the first one's allocation; by kind, busy candidates
     are skipped (SKIP LOCKED). A stale allocation this task's dead attempt left
     behind is inherited when it matches the request, or when nothing was
-    requested: the new holder resumes where the old one worked.
+    requested: the new holder resumes where the old one worked. The claim's
+    lock statement found `stale_allocation_id` already.
     """
     wanted_any = environment is None and environment_kind is None
     stale = (
-        Allocation.objects.select_related("environment")
-        .filter(attempt__task=task, status=AllocationStatus.STALE)
-        .order_by("-id")
-        .first()
+        Allocation.objects.select_related("environment").filter(pk=stale_allocation_id).first()
+        if stale_allocation_id is not None
+        else None
     )
     if stale is not None and (
         wanted_any or stale.environment.name == environment or stale.environment.kind == environment_kind
@@ -146,16 +146,12 @@ def bind_allocation(choice: EnvironmentChoice, *, attempt: Attempt, now: datetim
 
 def release_allocations(attempt: Attempt, *, now: datetime, actor: Actor) -> int:
     """The attempt ended cleanly (finish, release): its environments are free again."""
-    rows = list(
-        Allocation.objects.filter(attempt=attempt, status=AllocationStatus.ACTIVE).values_list(
-            "pk", "environment__name"
-        )
+    released = Allocation.objects.filter(attempt=attempt, status=AllocationStatus.ACTIVE).update(
+        status=AllocationStatus.RELEASED, released_at=now
     )
-    if rows:
-        Allocation.objects.filter(pk__in=[pk for pk, _ in rows]).update(
-            status=AllocationStatus.RELEASED, released_at=now
-        )
-        for _, name in rows:
+    if released:
+        names = Allocation.objects.filter(attempt=attempt, released_at=now).values_list("environment__name", flat=True)
+        for name in names:
             event_append(
                 type="environment.released",
                 actor=actor,
@@ -164,7 +160,7 @@ def release_allocations(attempt: Attempt, *, now: datetime, actor: Actor) -> int
                 attempt_id=attempt.pk,
                 payload={"environment": name},
             )
-    return len(rows)
+    return released
 
 
 def mark_allocations_stale(attempt_ids: Sequence[int]) -> int:

@@ -22,7 +22,7 @@ from config.errors import PermissionDenied, TaskNotClaimable, TaskTaken, Validat
 from environments.models import EnvironmentKind
 from leases.branches import suggest_branch_name, validate_branch_name
 from leases.labels import Label, render_label
-from leases.models import Allocation, Attempt, AttemptStatus
+from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.selectors import claimable_tasks, lease_seconds_for, unresolved_blockers
 from leases.services.allocations import bind_allocation, choose_environment
 from leases.services.expiry import expire_lapsed
@@ -95,6 +95,7 @@ class ClaimState:
     active_branch: str | None
     previous_status: str | None
     previous_branch: str | None
+    stale_allocation_id: int | None
     last_event_id: int | None
 
 
@@ -117,6 +118,11 @@ def _locked_for_claim(task_id: int) -> ClaimState:
             active_branch=Subquery(active.values("branch")[:1]),
             previous_status=Subquery(previous.values("status")[:1]),
             previous_branch=Subquery(previous.values("branch")[:1]),
+            stale_allocation_id=Subquery(
+                Allocation.objects.filter(attempt__task=OuterRef("pk"), status=AllocationStatus.STALE)
+                .order_by("-id")
+                .values("id")[:1]
+            ),
             last_event_id=Subquery(Event.objects.order_by("-id").values("id")[:1]),
         )
         .get(pk=task_id)
@@ -175,7 +181,10 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
         inherited_branch = state.previous_branch or ""
 
     environment = choose_environment(
-        task=task, environment=request.environment, environment_kind=request.environment_kind
+        task=task,
+        environment=request.environment,
+        environment_kind=request.environment_kind,
+        stale_allocation_id=state.stale_allocation_id,
     )
     epoch = task.epoch + 1
     Task.objects.filter(pk=task.pk).update(epoch=epoch)  # claims bump the epoch, never the version

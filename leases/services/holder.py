@@ -51,8 +51,7 @@ from leases.tokens import lease_token_matches
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, Event, Task, TaskStatus
-from ledger.services import ACKNOWLEDGED_FIELDS, event_append
-from ledger.services import task_update as ledger_task_update
+from ledger.services import ACKNOWLEDGED_FIELDS, apply_task_update, event_append, lock_task
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -360,7 +359,7 @@ def attempt_finish(
     )
     if outcome in (Outcome.DONE, Outcome.REVIEW):
         target = TaskStatus.DONE if outcome == Outcome.DONE else TaskStatus.REVIEW
-        task, _ = ledger_task_update(task=task, actor=actor, changes={"status": target})
+        task, _ = apply_task_update(locked=task, actor=actor, changes={"status": target})
     else:
         task = _task_claimable_again(task, now=now)
     event_append(
@@ -446,18 +445,19 @@ def task_update(
         if held.task_id != task.pk:
             raise LeaseNotHeld(f"Attempt {held.pk} does not hold {task.key}.", details={"attempt": held.pk})
         expires = _extend(held, now=now, seconds=held.lease_seconds, renewal=False)
-        updated, changed = ledger_task_update(
-            task=task, actor=actor, changes=changes, expected_version=expected_version
+        updated, changed = apply_task_update(
+            locked=held.task, actor=actor, changes=changes, expected_version=expected_version
         )
         return TaskUpdated(task=updated, changed=changed, lease_expires_at=expires)
 
-    old_status = Task.objects.select_for_update(no_key=True).values_list("status", flat=True).get(pk=task.pk)
+    locked = lock_task(task.pk)
+    old_status = locked.status
     live = (
         Attempt.objects.filter(task=task, status=AttemptStatus.ACTIVE, lease_expires_at__gt=now)
         .select_related("agent")
         .first()
     )
-    updated, changed = ledger_task_update(task=task, actor=actor, changes=changes, expected_version=expected_version)
+    updated, changed = apply_task_update(locked=locked, actor=actor, changes=changes, expected_version=expected_version)
     if live is not None and "status" in changed and actor.agent != live.agent:
         event_append(
             type="task.contested",

@@ -19,8 +19,7 @@ from leases.services.holder import _end_attempt, _task_claimable_again
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, Severity, Task
-from ledger.services import event_append
-from ledger.services import task_update as ledger_task_update
+from ledger.services import apply_task_update, event_append, lock_task
 
 REASON_MAX_CHARS = 2000
 
@@ -49,7 +48,7 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
     """
     reason = _clean_reason(reason)
     now = clock.now()
-    locked = Task.objects.select_for_update(no_key=True, of=("self",)).select_related("project").get(pk=task.pk)
+    locked = lock_task(task.pk)
     active = (
         Attempt.objects.select_for_update(no_key=True, of=("self",))
         .select_related("agent")
@@ -75,7 +74,7 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
         )
     if reserve_for is not None:
         previous = locked.reserved_for.handle if locked.reserved_for else None
-        locked, _ = ledger_task_update(task=locked, actor=actor, changes={"reserved_for": reserve_for})
+        locked, _ = apply_task_update(locked=locked, actor=actor, changes={"reserved_for": reserve_for})
         event_append(
             type="task.reassigned",
             severity=Severity.WARN,
