@@ -1,9 +1,12 @@
 """DRF glue for the agent API (SPEC §8): one error envelope, authentication, body limits,
-cursors, idempotency plumbing, and the method router.
+cursors and the idempotency plumbing.
 
 Everything an API view needs that is not a business rule lives here; the
-rules live in the services. Domain modules are imported lazily (inside
-functions) because DRF may import this module while apps are still loading.
+rules live in the services. DRF imports this module from its settings
+(authentication, permission, parser, renderer classes) while
+`rest_framework.views` is still loading, so it must not import that module,
+nor anything that does (the view base classes live in `ledger.api_base`).
+Domain modules are imported lazily, inside functions, for the same reason.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
@@ -28,14 +31,13 @@ from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults as django_defaults
 from rest_framework import exceptions as drf
 from rest_framework import serializers
-from rest_framework.authentication import BaseAuthentication, SessionAuthentication
+from rest_framework.authentication import BaseAuthentication
 from rest_framework.parsers import JSONParser
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.utils.encoders import JSONEncoder
-from rest_framework.views import APIView
 
 from config.db import is_transient_lock_error
 from config.errors import (
@@ -144,7 +146,7 @@ def as_ledger_error(exc: BaseException) -> tuple[LedgerError, dict[str, str]]:
     if isinstance(exc, LedgerError):
         return exc, {}
     if isinstance(exc, drf.Throttled):
-        wait = exc.wait or 1
+        wait = getattr(exc, "wait", None) or 1
         return RateLimited(details={"retry_after_seconds": math.ceil(wait)}), {"Retry-After": str(math.ceil(wait))}
     if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
         return AuthenticationFailed(str(exc.detail)), {}
@@ -178,8 +180,8 @@ def as_ledger_error(exc: BaseException) -> tuple[LedgerError, dict[str, str]]:
         # range, a character the database cannot store): still the caller's.
         logger.warning("value refused by the database: %s", exc)
         return ValidationFailed("A value is out of range or cannot be stored."), {}
-    if isinstance(exc, drf.APIException):
-        by_status = {400: ValidationFailed, 401: AuthenticationFailed, 403: PermissionDenied, 404: NotFound}
+    if isinstance(exc, drf.APIException) and exc.status_code < 500:
+        by_status = {401: AuthenticationFailed, 403: PermissionDenied, 404: NotFound}
         return by_status.get(exc.status_code, ValidationFailed)(str(exc.detail)), {}
     logger.error("unhandled exception in the API", exc_info=exc)
     return LedgerError("Internal error; it has been logged."), {}
@@ -204,8 +206,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
 def _django_envelope(request: HttpRequest, error: LedgerError) -> HttpResponse | None:
     if not request.path.startswith("/api/"):
         return None
-    response = JsonResponse(envelope(error), status=error.http_status)
-    return response
+    return JsonResponse(envelope(error), status=error.http_status)
 
 
 def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
@@ -227,9 +228,9 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
 
 
 def handler500(request: HttpRequest) -> HttpResponse:
-    return _django_envelope(request, LedgerError("Internal error; it has been logged.")) or django_defaults.server_error(
-        request
-    )
+    return _django_envelope(
+        request, LedgerError("Internal error; it has been logged.")
+    ) or django_defaults.server_error(request)
 
 
 # --- parsing and rendering --------------------------------------------------------
@@ -312,10 +313,6 @@ class AgentTokenAuthentication(BaseAuthentication):
         return BEARER_REALM
 
 
-class StaffSessionAuthentication(SessionAuthentication):
-    """The admin's session, for the browsable API. CSRF is enforced on writes."""
-
-
 class IsAgentOrStaff(BasePermission):
     """Agents (scoped by their projects in every view), or staff users.
 
@@ -325,7 +322,7 @@ class IsAgentOrStaff(BasePermission):
 
     message = "Only agents and staff users may use the API."
 
-    def has_permission(self, request: Request, view: APIView) -> bool:
+    def has_permission(self, request: Request, view: Any) -> bool:
         user: Any = request.user
         if isinstance(user, AgentPrincipal):
             return True
@@ -358,84 +355,6 @@ def caller_of(request: Request) -> Caller:
     if isinstance(user, AgentPrincipal):
         return Caller(agent=user.agent, user=None)
     return Caller(agent=None, user=user)
-
-
-# --- the view base class ------------------------------------------------------------
-
-
-class ApiView(APIView):
-    """Base of every API view: the body limit is checked before anything is read."""
-
-    user_permission: ClassVar[str | None] = None
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        try:
-            length = int(request.META.get("CONTENT_LENGTH") or 0)
-        except ValueError:
-            length = 0
-        if length > MAX_BODY_BYTES:
-            raise PayloadTooLarge(
-                f"The request body is larger than {MAX_BODY_BYTES} bytes.", details={"max_bytes": MAX_BODY_BYTES}
-            )
-        super().initial(request, *args, **kwargs)
-
-
-class NotFoundApi(APIView):
-    """Every unknown path under /api/: the envelope, not Django's HTML page."""
-
-    authentication_classes: ClassVar[list[Any]] = []
-    permission_classes: ClassVar[list[Any]] = []
-    schema = None
-
-    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> Any:
-        hint = ""
-        if not request.path.endswith("/"):
-            hint = f" API paths end with a slash: try {request.path}/."
-        self.args, self.kwargs = args, kwargs
-        drf_request = self.initialize_request(request, *args, **kwargs)
-        self.request = drf_request
-        self.headers = self.default_response_headers
-        try:
-            self.perform_content_negotiation(drf_request, force=True)
-            raise NotFound(f"No API endpoint at {request.path}.{hint}")
-        except Exception as exc:
-            response = self.handle_exception(exc)
-        self.response = self.finalize_response(drf_request, response, *args, **kwargs)
-        return self.response
-
-
-def route(**views: type[APIView]) -> Callable[..., HttpResponse]:
-    """One URL, one APIView per HTTP method: `route(get=TaskDetailApi, patch=TaskUpdateApi)`.
-
-    Keeps "one APIView per operation" where SPEC §8 puts two operations on one
-    path. The schema generator expands the route back into its views
-    (`expand_routes`).
-    """
-    callbacks = {method.upper(): view.as_view() for method, view in views.items()}
-    if "GET" in callbacks:
-        callbacks.setdefault("HEAD", callbacks["GET"])
-    allowed = ", ".join([*callbacks, "OPTIONS"])
-    fallback = next(iter(callbacks.values()))
-
-    def dispatch(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
-        response = callbacks.get(request.method or "", fallback)(request, *args, **kwargs)
-        response["Allow"] = allowed
-        return response
-
-    stub = type("RoutedApi", (APIView,), {method: APIView.http_method_not_allowed for method in views})
-    dispatch.cls = stub  # type: ignore[attr-defined]
-    dispatch.initkwargs = {}  # type: ignore[attr-defined]
-    dispatch.routes = {method.upper(): callbacks[method.upper()] for method in views}  # type: ignore[attr-defined]
-    dispatch.csrf_exempt = True  # type: ignore[attr-defined]
-    return dispatch
-
-
-def expand_routes(endpoints: list[tuple[str, str, str, Any]], **kwargs: Any) -> list[tuple[str, str, str, Any]]:
-    """drf-spectacular preprocessing hook: document each routed method with its own view."""
-    return [
-        (path, regex, method, getattr(callback, "routes", {}).get(method, callback))
-        for path, regex, method, callback in endpoints
-    ]
 
 
 # --- query input ----------------------------------------------------------------------
@@ -481,10 +400,14 @@ def decode_cursor(cursor: str, *, expected: Mapping[str, type]) -> dict[str, Any
     valid = (
         isinstance(position, dict)
         and set(position) == set(expected)
-        and all(isinstance(position[name], kind) and not isinstance(position[name], bool) for name, kind in expected.items())
+        and all(
+            isinstance(position[name], kind) and not isinstance(position[name], bool) for name, kind in expected.items()
+        )
     )
     if not valid:
-        raise ValidationFailed("The cursor is not valid; use next_cursor as given.", details={"fields": {"cursor": ["invalid"]}})
+        raise ValidationFailed(
+            "The cursor is not valid; use next_cursor as given.", details={"fields": {"cursor": ["invalid"]}}
+        )
     assert isinstance(position, dict)
     return position
 

@@ -196,9 +196,19 @@ else:
 # --- Django REST framework ---------------------------------------------------
 
 REST_FRAMEWORK: dict[str, Any] = {
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "ledger.api_base.ApiAutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "config.api.AgentTokenAuthentication",
+        # The admin's session, for the browsable API (CSRF enforced on writes).
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["config.api.IsAgentOrStaff"],
+    "DEFAULT_PARSER_CLASSES": ["config.api.JsonBodyParser"],
+    "DEFAULT_RENDERER_CLASSES": ["config.api.JsonRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
+    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -209,4 +219,17 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "ENUM_NAME_OVERRIDES": {
+        "TaskStatusEnum": ["open", "ready", "blocked", "review", "done", "cancelled"],
+        "InitialTaskStatusEnum": ["blocked", "open", "ready"],
+        "AttemptStatusEnum": ["active", "completed", "failed", "interrupted", "released", "expired", "revoked"],
+        "NoteKindEnum": ["progress", "finding", "warning", "checkpoint"],
+        "SearchHitKindEnum": ["task", "note"],
+    },
+    "PREPROCESSING_HOOKS": ["ledger.api_base.expand_routes"],
+    "PATH_CONVERTER_OVERRIDES": {
+        "taskkey": {"type": "string", "pattern": "^[A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}$"},
+        "attemptid": {"type": "integer", "minimum": 1, "maximum": 999999999999999999},
+    },
 }

@@ -1,0 +1,249 @@
+"""Attempt endpoints: read, and the holder's calls (renew, notes, git facts, finish, release).
+
+Every holder call carries the attempt id (URL), `X-Lease-Token` and
+`X-Lease-Epoch`; the services fence it (SPEC §3). Another agent's attempt is
+NOT_FOUND, as the services decide.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.api import Outcome, body_input, caller_of, run_mutation
+from leases.api_holder import holder_proof_from_headers
+from leases.api_projections import (
+    AttemptDetailSerializer,
+    AttemptSummarySerializer,
+    CompactTaskSerializer,
+    attempt_detail,
+    attempt_summary,
+    compact_task,
+    iso,
+)
+from leases.api_selectors import attempt_notes, attempt_visible_to, compact_task_row
+from leases.models import FailureReason, InterruptionReason, NoteKind
+from leases.services import (
+    Finished,
+    attempt_finish,
+    attempt_release,
+    attempt_renew,
+    attempt_set_git,
+    note_add,
+)
+from leases.services import (
+    Outcome as FinishOutcome,
+)
+from ledger import clock
+from ledger.api_base import ApiView
+from ledger.api_schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
+
+INT32_MAX = 2**31 - 1
+
+
+def _text_list() -> serializers.ListField:
+    return serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, default=list
+    )
+
+
+class AttemptDetailApi(ApiView):
+    """An attempt of a task you can see, with its latest notes as excerpts."""
+
+    @extend_schema(
+        operation_id="attempts_retrieve",
+        responses={200: AttemptDetailSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request, attempt_id: int) -> Response:
+        attempt = attempt_visible_to(attempt_id, agent=caller_of(request).agent)
+        notes, total = attempt_notes(attempt)
+        return Response(attempt_detail(attempt, notes, total))
+
+
+class AttemptRenewApi(ApiView):
+    """Heartbeat: extend the lease (never shortening it)."""
+
+    class InputSerializer(serializers.Serializer[Any]):
+        lease_seconds = serializers.IntegerField(required=False, min_value=1, max_value=INT32_MAX)
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        lease_expires_at = serializers.DateTimeField()
+        renew_count = serializers.IntegerField()
+
+    @extend_schema(
+        operation_id="attempts_renew",
+        request=InputSerializer,
+        parameters=HOLDER_HEADERS,
+        responses={200: OutputSerializer, **error_responses(*WRITE_ERRORS)},
+    )
+    def post(self, request: Request, attempt_id: int) -> Response:
+        data = body_input(self.InputSerializer, request)
+        proof = holder_proof_from_headers(request, attempt_id=attempt_id)
+
+        def work() -> Outcome:
+            attempt = attempt_renew(proof=proof, lease_seconds=data.get("lease_seconds"))
+            return Outcome(
+                status=200,
+                data={"lease_expires_at": iso(attempt.lease_expires_at), "renew_count": attempt.renew_count},
+            )
+
+        return run_mutation(request, work)
+
+
+class NoteSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    attempt = serializers.IntegerField()
+    kind = serializers.ChoiceField(choices=NoteKind.values)
+    content = serializers.CharField()
+    next_steps = serializers.ListField(child=serializers.CharField())
+    important = serializers.BooleanField()
+    created_at = serializers.DateTimeField()
+
+
+class NoteAddApi(ApiView):
+    """A progress, finding, warning or checkpoint note; renews the lease."""
+
+    class InputSerializer(serializers.Serializer[Any]):
+        kind = serializers.ChoiceField(choices=NoteKind.values)
+        content = serializers.CharField(trim_whitespace=False, help_text="At most 8,000 characters.")
+        next_steps = _text_list()
+        important = serializers.BooleanField(required=False, default=False)
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        note = NoteSerializer()
+        lease_expires_at = serializers.DateTimeField()
+
+    @extend_schema(
+        operation_id="attempts_notes_create",
+        request=InputSerializer,
+        parameters=HOLDER_HEADERS,
+        responses={201: OutputSerializer, **error_responses(*WRITE_ERRORS)},
+    )
+    def post(self, request: Request, attempt_id: int) -> Response:
+        data = body_input(self.InputSerializer, request)
+        proof = holder_proof_from_headers(request, attempt_id=attempt_id)
+
+        def work() -> Outcome:
+            written = note_add(proof=proof, **data)
+            note = written.note
+            return Outcome(
+                status=201,
+                data={
+                    "note": {
+                        "id": note.pk,
+                        "attempt": note.attempt_id,
+                        "kind": note.kind,
+                        "content": note.content,
+                        "next_steps": note.next_steps,
+                        "important": note.important,
+                        "created_at": iso(note.created_at),
+                    },
+                    "lease_expires_at": iso(written.lease_expires_at),
+                },
+            )
+
+        return run_mutation(request, work)
+
+
+class FinishedSerializer(serializers.Serializer[Any]):
+    attempt = AttemptSummarySerializer()
+    task = CompactTaskSerializer()
+
+
+def finished_outcome(finished: Finished) -> Outcome:
+    attempt = finished.attempt
+    return Outcome(
+        status=200,
+        data={
+            "attempt": attempt_summary(attempt),
+            "task": compact_task(compact_task_row(finished.task.pk, now=clock.now())),
+        },
+    )
+
+
+class AttemptFinishApi(ApiView):
+    """End the attempt: done or review (completed), failed, or handoff (interrupted)."""
+
+    class InputSerializer(serializers.Serializer[Any]):
+        outcome = serializers.ChoiceField(choices=list(FinishOutcome.ALL))
+        result_summary = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, default="")
+        next_steps = _text_list()
+        failure_reason_code = serializers.ChoiceField(choices=FailureReason.values, required=False)
+        interruption_reason_code = serializers.ChoiceField(choices=InterruptionReason.values, required=False)
+        acknowledged_version = serializers.IntegerField(
+            required=False, min_value=1, max_value=INT32_MAX, help_text="Needed when the task changed since the claim."
+        )
+
+    class OutputSerializer(FinishedSerializer):
+        pass
+
+    @extend_schema(
+        operation_id="attempts_finish",
+        request=InputSerializer,
+        parameters=HOLDER_HEADERS,
+        responses={200: OutputSerializer, **error_responses(*WRITE_ERRORS)},
+    )
+    def post(self, request: Request, attempt_id: int) -> Response:
+        data = body_input(self.InputSerializer, request)
+        proof = holder_proof_from_headers(request, attempt_id=attempt_id)
+
+        def work() -> Outcome:
+            return finished_outcome(attempt_finish(proof=proof, **data))
+
+        return run_mutation(request, work)
+
+
+class AttemptReleaseApi(ApiView):
+    """Give the task back untouched: the attempt is released, the task stays as it is."""
+
+    class InputSerializer(serializers.Serializer[Any]):
+        reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
+
+    class OutputSerializer(FinishedSerializer):
+        pass
+
+    @extend_schema(
+        operation_id="attempts_release",
+        request=InputSerializer,
+        parameters=HOLDER_HEADERS,
+        responses={200: OutputSerializer, **error_responses(*WRITE_ERRORS)},
+    )
+    def post(self, request: Request, attempt_id: int) -> Response:
+        data = body_input(self.InputSerializer, request)
+        proof = holder_proof_from_headers(request, attempt_id=attempt_id)
+
+        def work() -> Outcome:
+            return finished_outcome(attempt_release(proof=proof, reason=data["reason"]))
+
+        return run_mutation(request, work)
+
+
+class AttemptGitApi(ApiView):
+    """Record the attempt's branch and/or base commit (rewrites the label); renews the lease."""
+
+    class InputSerializer(serializers.Serializer[Any]):
+        branch = serializers.CharField(required=False, max_length=200)
+        base_commit = serializers.CharField(required=False, max_length=64)
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        attempt = AttemptSummarySerializer()
+
+    @extend_schema(
+        operation_id="attempts_git",
+        request=InputSerializer,
+        parameters=HOLDER_HEADERS,
+        responses={200: OutputSerializer, **error_responses(*WRITE_ERRORS)},
+    )
+    def post(self, request: Request, attempt_id: int) -> Response:
+        data = body_input(self.InputSerializer, request)
+        proof = holder_proof_from_headers(request, attempt_id=attempt_id)
+
+        def work() -> Outcome:
+            attempt = attempt_set_git(proof=proof, **data)
+            return Outcome(status=200, data={"attempt": attempt_summary(attempt)})
+
+        return run_mutation(request, work)

@@ -1,0 +1,140 @@
+"""Claims: a named task, or the next claimable task of a project (SPEC §3, §8).
+
+The response carries the lease token once; an idempotent replay re-derives
+it (`leases.idempotency`), it is never stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.api import Outcome, body_input, caller_of, run_mutation
+from environments.models import EnvironmentKind
+from leases.api_projections import (
+    AttemptSummarySerializer,
+    CompactTaskSerializer,
+    WorkContextSerializer,
+    attempt_summary,
+    held_compact_task,
+    iso,
+)
+from leases.context import work_context
+from leases.services import LeaseGrant, lease_claim, lease_claim_next
+from ledger import clock
+from ledger.api_base import ApiView
+from ledger.api_schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
+from ledger.selectors import project_by_slug, task_by_key
+
+LEASE_SECONDS_MAX_INPUT = 2**31 - 1
+
+
+class ClaimInputSerializer(serializers.Serializer[Any]):
+    lease_seconds = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=LEASE_SECONDS_MAX_INPUT,
+        help_text="Requested lease length; clamped to the server's bounds (30 s to 24 h by default).",
+    )
+    branch = serializers.CharField(required=False, max_length=200, help_text="Conventional Branch 1.1.0 name.")
+    base_commit = serializers.CharField(required=False, max_length=64, help_text="40-hex commit you start from.")
+    environment = serializers.CharField(
+        required=False, max_length=100, help_text="Allocate this environment (by name) with the lease."
+    )
+    environment_kind = serializers.ChoiceField(
+        choices=EnvironmentKind.values, required=False, help_text="Allocate any free environment of this kind."
+    )
+
+
+class ClaimOutputSerializer(serializers.Serializer[Any]):
+    attempt = AttemptSummarySerializer()
+    lease_token = serializers.CharField(help_text="Shown once (replayed under the same Idempotency-Key).")
+    lease_expires_at = serializers.DateTimeField()
+    renew_every_seconds = serializers.IntegerField()
+    renew_attempts = serializers.IntegerField(help_text="After this many failed renewals, stop and release.")
+    epoch = serializers.IntegerField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label
+    task = CompactTaskSerializer()
+    context = WorkContextSerializer()  # type: ignore[assignment]  # a field named like Field.context
+
+
+def claim_outcome(grant: LeaseGrant) -> Outcome:
+    attempt = grant.attempt
+    return Outcome(
+        status=201,
+        attempt_id=attempt.pk,
+        data={
+            "attempt": attempt_summary(attempt, allocation=grant.allocation),
+            "lease_token": grant.token,
+            "lease_expires_at": iso(attempt.lease_expires_at),
+            "renew_every_seconds": grant.renew_every_seconds,
+            "renew_attempts": grant.renew_attempts,
+            "epoch": attempt.epoch,
+            "label": attempt.label,
+            "task": held_compact_task(grant.task, attempt),
+            "context": work_context(task=grant.task, now=clock.now(), attempt=attempt),
+        },
+    )
+
+
+class TaskClaimApi(ApiView):
+    """Claim this task: a new attempt under a fresh lease and epoch."""
+
+    class InputSerializer(ClaimInputSerializer):
+        pass
+
+    class OutputSerializer(ClaimOutputSerializer):
+        pass
+
+    @extend_schema(
+        operation_id="tasks_claim",
+        request=InputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: OutputSerializer, **error_responses(*WRITE_ERRORS)},
+    )
+    def post(self, request: Request, key: str) -> Response:
+        data = body_input(self.InputSerializer, request)
+        agent = caller_of(request).require_agent()
+
+        def work() -> Outcome:
+            task = task_by_key(key, agent=agent)
+            return claim_outcome(lease_claim(task=task, agent=agent, **data))
+
+        return run_mutation(request, work)
+
+
+class ClaimNextApi(ApiView):
+    """Claim the project's next claimable task (priority, then age); 204 when there is none."""
+
+    class InputSerializer(ClaimInputSerializer):
+        project = serializers.SlugField(max_length=50)
+        task_class = serializers.SlugField(required=False, max_length=64)
+
+    class OutputSerializer(ClaimOutputSerializer):
+        pass
+
+    @extend_schema(
+        operation_id="claims_next",
+        request=InputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={
+            201: OutputSerializer,
+            204: OpenApiResponse(description="Nothing is claimable."),
+            **error_responses(*WRITE_ERRORS),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data = body_input(self.InputSerializer, request)
+        slug = data.pop("project")
+        agent = caller_of(request).require_agent()
+
+        def work() -> Outcome:
+            project = project_by_slug(slug, agent=agent)
+            grant = lease_claim_next(project=project, agent=agent, **data)
+            return Outcome(status=204) if grant is None else claim_outcome(grant)
+
+        return run_mutation(request, work)

@@ -1,0 +1,56 @@
+"""`GET /api/v1/metrics/`: fleet metrics per UTC day, over the caller's projects (SPEC §7)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.api import caller_of, query_input
+from leases.metrics import DEFAULT_DAYS, MAX_DAYS, fleet_metrics
+from ledger.api_base import ApiView
+from ledger.api_schema import READ_ERRORS, error_responses
+from ledger.api_selectors import projects_for
+from ledger.selectors import project_by_slug
+
+
+class DayValueSerializer(serializers.Serializer[Any]):
+    day = serializers.DateField()
+    value = serializers.FloatField()
+
+
+class OrphanRateDaySerializer(DayValueSerializer):
+    orphans = serializers.IntegerField()
+    finished = serializers.IntegerField()
+
+
+class MetricsApi(ApiView):
+    """Claims, lease conflicts (refused as taken + contested writes) and orphan rate, per UTC day.
+
+    The same series as the admin dashboard (`leases.metrics`), oldest day first, zero-filled.
+    """
+
+    class FilterSerializer(serializers.Serializer[Any]):
+        days = serializers.IntegerField(required=False, min_value=1, max_value=MAX_DAYS, default=DEFAULT_DAYS)
+        project = serializers.SlugField(required=False, max_length=50)
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        days = serializers.IntegerField()
+        claims = DayValueSerializer(many=True)
+        lease_conflicts = DayValueSerializer(many=True)
+        orphan_rate = OrphanRateDaySerializer(many=True)
+
+    @extend_schema(
+        operation_id="metrics",
+        parameters=[FilterSerializer],
+        responses={200: OutputSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request) -> Response:
+        params = query_input(self.FilterSerializer, request)
+        agent = caller_of(request).agent
+        project = project_by_slug(params["project"], agent=agent) if "project" in params else None
+        project_ids = None if agent is None else list(projects_for(agent).values_list("pk", flat=True))
+        return Response(fleet_metrics(days=params["days"], project=project, project_ids=project_ids))

@@ -1,0 +1,72 @@
+"""`GET /api/v1/search/`: snippets of tasks and notes, never whole bodies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.api import caller_of, decode_cursor, encode_cursor, query_input
+from leases.search import search
+from ledger.api_base import ApiView
+from ledger.api_schema import READ_ERRORS, error_responses
+from ledger.selectors import project_by_slug
+
+MAX_OFFSET = 1000
+
+
+class SearchHitSerializer(serializers.Serializer[Any]):
+    kind = serializers.ChoiceField(choices=["task", "note"])
+    task = serializers.CharField(help_text="Task key.")
+    title = serializers.CharField()
+    note = serializers.IntegerField(allow_null=True)
+    attempt = serializers.IntegerField(allow_null=True)
+    snippet = serializers.CharField(allow_blank=True, help_text="At most 300 characters; matches in **bold**.")
+
+
+class SearchApi(ApiView):
+    """Full-text search on PostgreSQL, a substring search on SQLite; snippets ≤ 300 characters."""
+
+    class FilterSerializer(serializers.Serializer[Any]):
+        q = serializers.CharField(max_length=200, help_text="Words to find (web-search syntax on PostgreSQL).")
+        project = serializers.SlugField(required=False, max_length=50)
+        cursor = serializers.CharField(required=False, max_length=300)
+        limit = serializers.IntegerField(required=False, min_value=1, max_value=50, default=20)
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        results = SearchHitSerializer(many=True)
+        next_cursor = serializers.CharField(allow_null=True)
+
+    @extend_schema(
+        operation_id="search",
+        parameters=[FilterSerializer],
+        responses={200: OutputSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request) -> Response:
+        params = query_input(self.FilterSerializer, request)
+        agent = caller_of(request).agent
+        project = project_by_slug(params["project"], agent=agent) if "project" in params else None
+        offset = decode_cursor(params["cursor"], expected={"offset": int})["offset"] if "cursor" in params else 0
+        offset = max(0, min(offset, MAX_OFFSET))
+        hits, more = search(query=params["q"], agent=agent, project=project, offset=offset, limit=params["limit"])
+        return Response(
+            {
+                "results": [
+                    {
+                        "kind": hit.kind,
+                        "task": hit.task,
+                        "title": hit.title,
+                        "note": hit.note,
+                        "attempt": hit.attempt,
+                        "snippet": hit.snippet,
+                    }
+                    for hit in hits
+                ],
+                "next_cursor": encode_cursor({"offset": offset + len(hits)})
+                if more and offset + len(hits) <= MAX_OFFSET
+                else None,
+            }
+        )

@@ -1,0 +1,271 @@
+"""Task endpoints: list (compact), create, read (full), update (If-Match), work context.
+
+Thin doors (STYLE.md): parse the input, call the outermost service or
+selector, render. Rules live in `ledger.services`, `leases.services` and
+`leases.selectors`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import exceptions as drf
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from config.api import (
+    Outcome,
+    PageQuery,
+    body_input,
+    caller_of,
+    decode_cursor,
+    encode_cursor,
+    query_input,
+    run_mutation,
+)
+from config.errors import PermissionDenied, ValidationFailed
+from leases.api_holder import holder_proof_from_headers, lease_headers_present
+from leases.api_projections import (
+    CompactTaskPageSerializer,
+    FullTaskSerializer,
+    WorkContextSerializer,
+    compact_task,
+    full_task,
+)
+from leases.api_selectors import COMPACT_TASK_FIELDS, full_task_read, tasks_visible_to, with_compact_state
+from leases.context import work_context
+from leases.filters import TaskFilter
+from leases.selectors import EFFECTIVE_STATUSES
+from leases.services import task_update
+from ledger import clock
+from ledger.api_base import ApiView
+from ledger.api_schema import IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
+from ledger.models import Task, TaskStatus
+from ledger.selectors import project_by_slug, task_by_key
+from ledger.services import INITIAL_STATUSES, task_create
+
+INT32_MAX = 2**31 - 1
+INT32_MIN = -(2**31)
+IF_MATCH = re.compile(r'^\s*(?:W/)?"?([0-9]{1,10})"?\s*$')
+
+TASK_LIST_PARAMETERS = [
+    OpenApiParameter("project", str, description="Project slug."),
+    OpenApiParameter("status", str, description="Stored status; several separated by commas."),
+    OpenApiParameter(
+        "effective_status", str, description=f"One or more of {', '.join(EFFECTIVE_STATUSES)}, separated by commas."
+    ),
+    OpenApiParameter("task_class", str),
+    OpenApiParameter("claimable", str, enum=["true", "false"], description="Only (not) claimable tasks."),
+    OpenApiParameter("q", str, description="Case-insensitive substring of the title."),
+    OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
+    OpenApiParameter("limit", int, description="Page size, 1-200 (default 50)."),
+]
+
+
+def _full(task: Task) -> dict[str, Any]:
+    annotated, blockers = full_task_read(task, now=clock.now())
+    return full_task(annotated, blockers)
+
+
+class TaskListApi(ApiView):
+    """Compact task list: never a description; cursor-paginated by creation order."""
+
+    @extend_schema(
+        operation_id="tasks_list",
+        parameters=TASK_LIST_PARAMETERS,
+        responses={200: CompactTaskPageSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request) -> Response:
+        caller = caller_of(request)
+        page = query_input(PageQuery, request)
+        now = clock.now()
+        tasks = with_compact_state(tasks_visible_to(caller.agent), now=now)
+        filterset = TaskFilter(request.query_params, tasks, agent=caller.agent, now=now)
+        if not filterset.is_valid():
+            raise drf.ValidationError(filterset.errors)
+        tasks = filterset.qs
+        if "cursor" in page:
+            tasks = tasks.filter(id__gt=decode_cursor(page["cursor"], expected={"after": int})["after"])
+        rows = list(tasks.order_by("id").values(*COMPACT_TASK_FIELDS)[: page["limit"] + 1])
+        more = len(rows) > page["limit"]
+        rows = rows[: page["limit"]]
+        return Response(
+            {
+                "results": [compact_task(row) for row in rows],
+                "next_cursor": encode_cursor({"after": rows[-1]["id"]}) if more else None,
+            }
+        )
+
+
+class TaskCreateApi(ApiView):
+    """Create a task; the server assigns its key. Answers the full task."""
+
+    user_permission = "ledger.add_task"
+
+    class InputSerializer(serializers.Serializer[Any]):
+        project = serializers.SlugField(max_length=50)
+        title = serializers.CharField(max_length=300)
+        description = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+        acceptance_criteria = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+        status = serializers.ChoiceField(choices=sorted(INITIAL_STATUSES), required=False, default=TaskStatus.OPEN)
+        blocked_reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+        priority = serializers.IntegerField(required=False, default=0, min_value=INT32_MIN, max_value=INT32_MAX)
+        task_class = serializers.SlugField(required=False, allow_blank=True, max_length=64, default="")
+        labels = serializers.ListField(
+            child=serializers.CharField(max_length=64), required=False, max_length=50, default=list
+        )
+        blocked_by = serializers.ListField(
+            child=serializers.CharField(max_length=24), required=False, max_length=100, default=list
+        )
+
+    @extend_schema(
+        operation_id="tasks_create",
+        request=InputSerializer,
+        parameters=[IDEMPOTENCY_KEY],
+        responses={201: FullTaskSerializer, **error_responses(*WRITE_ERRORS)},
+    )
+    def post(self, request: Request) -> Response:
+        data = body_input(self.InputSerializer, request)
+        slug = data.pop("project")
+        keys = data.pop("blocked_by")
+        caller = caller_of(request)
+
+        def work() -> Outcome:
+            # Re-runnable: write_transaction may run it again after a lock timeout.
+            project = project_by_slug(slug, agent=caller.agent)
+            blockers = list(tasks_visible_to(caller.agent).filter(key__in=keys)) if keys else []
+            missing = sorted(set(keys) - {blocker.key for blocker in blockers})
+            if missing:
+                raise ValidationFailed(
+                    f"Unknown blockers: {', '.join(missing)}.", details={"fields": {"blocked_by": missing}}
+                )
+            task = task_create(project=project, actor=caller.actor, blocked_by=blockers, **data)
+            return Outcome(status=201, data=_full(task))
+
+        return run_mutation(request, work)
+
+
+class TaskDetailApi(ApiView):
+    """One task, full (with description and acceptance criteria); `ETag` is its version."""
+
+    @extend_schema(
+        operation_id="tasks_retrieve",
+        responses={200: FullTaskSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request, key: str) -> Response:
+        task = task_by_key(key, agent=caller_of(request).agent)
+        body = _full(task)
+        return Response(body, headers={"ETag": f'"{body["version"]}"'})
+
+
+def _expected_version(request: Request, body_version: int | None) -> int:
+    header = request.META.get("HTTP_IF_MATCH")
+    header_version = None
+    if header is not None:
+        match = IF_MATCH.match(header)
+        if match is None:
+            raise ValidationFailed(
+                "If-Match must be the task's version, e.g. If-Match: 3.",
+                details={"fields": {"If-Match": ["a task version"]}},
+            )
+        header_version = int(match.group(1))
+    if header_version is not None and body_version is not None and header_version != body_version:
+        raise ValidationFailed("If-Match and expected_version disagree; send one of them.")
+    version = header_version if header_version is not None else body_version
+    if version is None:
+        raise ValidationFailed(
+            "A task update needs If-Match: <version> (or expected_version in the body).",
+            details={"fields": {"If-Match": ["required"]}},
+        )
+    return version
+
+
+class TaskUpdateApi(ApiView):
+    """Update with optimistic concurrency. With the X-Lease-* headers and the attempt id
+    it is the holder's write and renews the lease; otherwise a plain (or contested) write."""
+
+    user_permission = "ledger.change_task"
+
+    class InputSerializer(serializers.Serializer[Any]):
+        title = serializers.CharField(required=False, max_length=300)
+        description = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+        acceptance_criteria = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+        status = serializers.ChoiceField(choices=TaskStatus.values, required=False)
+        blocked_reason = serializers.CharField(required=False, allow_blank=True, max_length=2000)
+        priority = serializers.IntegerField(required=False, min_value=INT32_MIN, max_value=INT32_MAX)
+        task_class = serializers.SlugField(required=False, allow_blank=True, max_length=64)
+        labels = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=50)
+        expected_version = serializers.IntegerField(required=False, min_value=1, max_value=INT32_MAX)
+        attempt_id = serializers.IntegerField(
+            required=False, min_value=1, max_value=2**63 - 1, help_text="Your attempt, for a holder write."
+        )
+
+    class OutputSerializer(FullTaskSerializer):
+        changed = serializers.ListField(child=serializers.CharField(), help_text="Fields that changed.")
+
+    @extend_schema(
+        operation_id="tasks_partial_update",
+        request=InputSerializer,
+        parameters=[
+            OpenApiParameter(
+                "If-Match", str, OpenApiParameter.HEADER, description="The version you read (or expected_version)."
+            ),
+            OpenApiParameter("X-Lease-Token", str, OpenApiParameter.HEADER, description="Holder write only."),
+            OpenApiParameter("X-Lease-Epoch", int, OpenApiParameter.HEADER, description="Holder write only."),
+            OpenApiParameter("X-Attempt-Id", int, OpenApiParameter.HEADER, description="Holder write only."),
+            IDEMPOTENCY_KEY,
+        ],
+        responses={200: OutputSerializer, **error_responses(*WRITE_ERRORS)},
+    )
+    def patch(self, request: Request, key: str) -> Response:
+        data = body_input(self.InputSerializer, request)
+        expected_version = _expected_version(request, data.pop("expected_version", None))
+        body_attempt = data.pop("attempt_id", None)
+        if not data:
+            raise ValidationFailed("Give at least one field to change.")
+        caller = caller_of(request)
+        proof = None
+        if lease_headers_present(request) or body_attempt is not None:
+            if caller.agent is None:
+                raise PermissionDenied("Only an agent can make a holder write.")
+            proof = holder_proof_from_headers(request, attempt_id=_attempt_id(request, body_attempt))
+
+        def work() -> Outcome:
+            task = task_by_key(key, agent=caller.agent)
+            result = task_update(
+                task=task, actor=caller.actor, changes=data, expected_version=expected_version, proof=proof
+            )
+            return Outcome(status=200, data={**_full(result.task), "changed": sorted(result.changed)})
+
+        return run_mutation(request, work)
+
+
+def _attempt_id(request: Request, body_attempt: int | None) -> int:
+    header = request.META.get("HTTP_X_ATTEMPT_ID")
+    if header is None:
+        if body_attempt is None:
+            raise ValidationFailed(
+                "A holder write names its attempt: X-Attempt-Id header or attempt_id in the body.",
+                details={"fields": {"X-Attempt-Id": ["required with X-Lease-Token"]}},
+            )
+        return body_attempt
+    if not re.fullmatch(r"[1-9][0-9]{0,17}", header):
+        raise ValidationFailed("X-Attempt-Id must be an attempt id.", details={"fields": {"X-Attempt-Id": ["invalid"]}})
+    if body_attempt is not None and body_attempt != int(header):
+        raise ValidationFailed("X-Attempt-Id and attempt_id disagree.")
+    return int(header)
+
+
+class TaskContextApi(ApiView):
+    """The bounded work context: what an agent reads before (and while) working on a task."""
+
+    @extend_schema(
+        operation_id="tasks_context",
+        responses={200: WorkContextSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request, key: str) -> Response:
+        task = task_by_key(key, agent=caller_of(request).agent)
+        return Response(work_context(task=task, now=clock.now()))

@@ -1,0 +1,196 @@
+"""Idempotency keys: a retried mutation is answered, not redone (SPEC §2, §8).
+
+A record is unique per (agent, key) and holds the request's fingerprint, the
+status and the body of the first answer — never a lease token: a replayed
+claim re-derives its token from the attempt (`leases.tokens`).
+
+How a key is taken, on both databases:
+
+1. Look the key up; a stored answer is replayed (or refused with
+   IDEMPOTENCY_CONFLICT when the fingerprint differs) without a write lock.
+2. Otherwise, in one transaction: insert the record as *pending*, do the
+   work, fill in the record, commit. The record and the work's writes commit
+   together or not at all, so there is no state where the work happened and
+   the answer was lost.
+3. A concurrent duplicate's insert collides on the unique (agent, key) index.
+   On PostgreSQL that insert waits for the first transaction and then fails;
+   on SQLite the IMMEDIATE write transaction waits for the first writer, and
+   the insert fails. Either way the duplicate then reads the committed record
+   and replays it: the work is done once. Because the record is inserted
+   before the work, a duplicate claim-next never locks (and so never hides)
+   a second task while it waits.
+4. A non-retryable refusal (TASK_TAKEN, VERSION_CONFLICT, LEASE_EXPIRED, …)
+   is the answer too: it is stored in the same transaction and replayed.
+   The work stays all-or-nothing because every service runs in its own
+   savepoint inside our transaction (`config.db.write_transaction`): a
+   service that raises leaves nothing behind, and what a service commits
+   *before* refusing stays committed, as it would without a key — the
+   expiry a late renewal discovers (`refusals_after_commit`), the tally of
+   a claim refused as taken. A view's work therefore makes at most one
+   service call that writes, then only reads. Retryable errors
+   (STORAGE_BUSY, ENVIRONMENT_UNAVAILABLE) roll everything back and are not
+   stored, and neither is input the API refuses before the work starts:
+   retrying with the same key is how a client recovers from those.
+
+A pending record is never visible to another transaction: it is committed
+only with its answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, ParamSpec, TypeVar
+
+from django.db import IntegrityError, transaction
+
+from config.db import write_transaction
+from config.errors import IdempotencyConflict, LedgerError, StorageBusy
+from leases.models import Attempt, IdempotencyRecord
+from leases.tokens import derive_lease_token
+from ledger import clock
+from ledger.models import Agent
+
+RETENTION = timedelta(hours=24)
+TOKEN_FIELD = "lease_token"  # noqa: S105 - a field name, not a secret
+PENDING_STATUS = 0
+PURGE_BATCH_SIZE = 5000
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class StoredOutcome:
+    """A status and a JSON-native body; `attempt_id` names the attempt whose token the body carries."""
+
+    status: int
+    data: Any = None
+    attempt_id: int | None = None
+    replayed: bool = False
+
+
+class _KeyInUse(Exception):
+    """Another transaction committed (or is committing) a record for this key."""
+
+
+def _own_transaction(func: Callable[P, R]) -> Callable[P, R]:
+    """`write_transaction` when outermost; a savepoint inside a caller's transaction.
+
+    The savepoint keeps a caller's transaction usable after our rollback
+    (and costs no queries in production, where requests are not atomic).
+    """
+    retried = write_transaction(func)
+
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        if transaction.get_connection().in_atomic_block:
+            with transaction.atomic():
+                return func(*args, **kwargs)
+        return retried(*args, **kwargs)
+
+    return wrapper
+
+
+def _stored_text(data: Any) -> str | None:
+    """The body as stored: JSON text (keeps key order on PostgreSQL's jsonb), token blanked."""
+    if data is None:
+        return None
+    if isinstance(data, dict) and TOKEN_FIELD in data:
+        data = {**data, TOKEN_FIELD: None}
+    return json.dumps(data, ensure_ascii=True, separators=(",", ":"))
+
+
+def _insert(*, agent: Agent, key: str, fingerprint: str) -> IdempotencyRecord:
+    try:
+        return IdempotencyRecord.objects.create(
+            agent=agent,
+            key=key,
+            fingerprint=fingerprint,
+            status_code=PENDING_STATUS,
+            response=None,
+            created_at=clock.now(),
+        )
+    except IntegrityError:
+        raise _KeyInUse from None
+
+
+@_own_transaction
+def _run_once(
+    *,
+    agent: Agent,
+    key: str,
+    fingerprint: str,
+    work: Callable[[], StoredOutcome],
+    refusal_body: Callable[[LedgerError], Any],
+) -> StoredOutcome:
+    record = _insert(agent=agent, key=key, fingerprint=fingerprint)
+    try:
+        outcome = work()
+    except LedgerError as refusal:
+        if refusal.retryable:
+            raise
+        outcome = StoredOutcome(status=refusal.http_status, data=refusal_body(refusal))
+    IdempotencyRecord.objects.filter(pk=record.pk).update(
+        status_code=outcome.status, response=_stored_text(outcome.data), attempt_id=outcome.attempt_id
+    )
+    return outcome
+
+
+def _replay(record: IdempotencyRecord, *, fingerprint: str) -> StoredOutcome:
+    if record.fingerprint != fingerprint:
+        raise IdempotencyConflict(
+            "This Idempotency-Key was used with a different request (method, path, body or lease headers).",
+            details={"key": record.key},
+        )
+    data = json.loads(record.response) if isinstance(record.response, str) else record.response
+    if record.attempt_id is not None and isinstance(data, dict) and TOKEN_FIELD in data:
+        attempt = Attempt.objects.filter(pk=record.attempt_id).values("task_id", "epoch", "token_salt").get()
+        data[TOKEN_FIELD] = derive_lease_token(
+            task_id=attempt["task_id"], epoch=attempt["epoch"], salt=attempt["token_salt"]
+        )
+    return StoredOutcome(status=record.status_code, data=data, attempt_id=record.attempt_id, replayed=True)
+
+
+def _stored(agent: Agent, key: str) -> IdempotencyRecord | None:
+    return IdempotencyRecord.objects.filter(agent=agent, key=key).exclude(status_code=PENDING_STATUS).first()
+
+
+def idempotent_call(
+    *,
+    agent: Agent,
+    key: str,
+    fingerprint: str,
+    work: Callable[[], StoredOutcome],
+    refusal_body: Callable[[LedgerError], Any],
+) -> StoredOutcome:
+    """Do `work` once per (agent, key); replay its stored answer to the same request."""
+    record = _stored(agent, key)
+    if record is not None:
+        return _replay(record, fingerprint=fingerprint)
+    try:
+        return _run_once(agent=agent, key=key, fingerprint=fingerprint, work=work, refusal_body=refusal_body)
+    except _KeyInUse:
+        record = _stored(agent, key)
+        if record is None:  # purged in between: the client may simply retry
+            raise StorageBusy("The Idempotency-Key is being recycled; retry.") from None
+        return _replay(record, fingerprint=fingerprint)
+
+
+def idempotency_purge(older_than: datetime | None = None) -> int:
+    """Delete records created before `older_than` (default: 24 h ago); returns how many.
+
+    The one deletion in Leasehold: these rows are a cache of answers, not
+    ledger history. Deletes in batches so the hourly job never holds a long lock.
+    """
+    cutoff = older_than if older_than is not None else clock.now() - RETENTION
+    total = 0
+    while True:
+        ids = list(
+            IdempotencyRecord.objects.filter(created_at__lt=cutoff).values_list("pk", flat=True)[:PURGE_BATCH_SIZE]
+        )
+        if not ids:
+            return total
+        deleted, _ = IdempotencyRecord.objects.filter(pk__in=ids).delete()
+        total += deleted

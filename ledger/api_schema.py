@@ -1,0 +1,60 @@
+"""OpenAPI pieces shared by every API view: the error envelope and the common headers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from rest_framework import serializers
+
+from config.api import API_ERRORS
+
+
+class ErrorBodySerializer(serializers.Serializer[Any]):
+    code = serializers.ChoiceField(choices=sorted(API_ERRORS), help_text="Stable error code (SPEC §8).")
+    message = serializers.CharField(help_text="For humans; do not parse.")
+    retryable = serializers.BooleanField(help_text="Retry with the same Idempotency-Key after a pause.")
+    details = serializers.DictField(help_text="Machine-readable facts about the error, e.g. `fields`.")
+
+
+class ErrorEnvelopeSerializer(serializers.Serializer[Any]):
+    error = ErrorBodySerializer()
+
+
+def _codes_for(status: int) -> list[str]:
+    return sorted(code for code, error in API_ERRORS.items() if error.http_status == status)
+
+
+def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
+    """`extend_schema(responses=...)` entries for these statuses, each naming its codes."""
+    return {
+        status: OpenApiResponse(
+            response=ErrorEnvelopeSerializer,
+            description="Error envelope; code one of: " + ", ".join(_codes_for(status)),
+        )
+        for status in statuses
+    }
+
+
+# Every request may fail authentication, or find the database busy.
+READ_ERRORS = (400, 401, 403, 404, 503)
+WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 503)
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description=(
+        "1-128 visible ASCII characters, unique per agent. The same key with the same request replays the "
+        "stored status and body; with another request it is IDEMPOTENCY_CONFLICT. Kept 24 hours."
+    ),
+    pattern=r"^[\x21-\x7e]{1,128}$",
+)
+LEASE_TOKEN = OpenApiParameter(
+    "X-Lease-Token", str, OpenApiParameter.HEADER, required=True, description="The lease token from the claim."
+)
+LEASE_EPOCH = OpenApiParameter(
+    "X-Lease-Epoch", int, OpenApiParameter.HEADER, required=True, description="The attempt's epoch from the claim."
+)
+HOLDER_HEADERS = [LEASE_TOKEN, LEASE_EPOCH, IDEMPOTENCY_KEY]

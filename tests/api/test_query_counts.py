@@ -1,0 +1,68 @@
+"""Query counts of the hot paths, pinned at the lowest reached.
+
+Measured per request, including authentication (1 query) and the
+transaction's two markers (BEGIN/COMMIT, or SAVEPOINT/RELEASE inside a test
+transaction): the same numbers on SQLite and PostgreSQL, in a test
+transaction and with real ones. What is left beyond the views' own reads
+(authentication, the task or project lookup, the compact row after finish)
+belongs to the services and the work context: a claim is 2 view queries +
+2 markers + 4 claim statements + 5 context reads.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api.conftest import attempt_url, client_for, holder
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+
+PINNED = {"claim": 13, "claim_next": 14, "renew": 5, "note": 7, "finish": 10}
+
+
+def _cycle(client, project, limit):
+    task = TaskFactory(project=project)
+    TaskFactory(project=project)
+    with limit("claim"):
+        claim = client.post(f"/api/v1/tasks/{task.key}/claim/", {}, format="json")
+    assert claim.status_code == 201
+    claim = claim.json()
+    with limit("claim_next"):
+        assert client.post("/api/v1/claims/next/", {"project": project.slug}, format="json").status_code == 201
+    with limit("renew"):
+        assert client.post(attempt_url(claim, "renew"), {}, format="json", **holder(claim)).status_code == 200
+    with limit("note"):
+        note = {"kind": "checkpoint", "content": "c"}
+        assert client.post(attempt_url(claim, "notes"), note, format="json", **holder(claim)).status_code == 201
+    with limit("finish"):
+        assert (
+            client.post(attempt_url(claim, "finish"), {"outcome": "done"}, format="json", **holder(claim)).status_code
+            == 200
+        )
+
+
+@pytest.mark.django_db
+def test_hot_path_query_counts(client, project, django_assert_max_num_queries):
+    client.get("/api/v1/projects/")  # warm up
+    _cycle(client, project, lambda name: django_assert_max_num_queries(PINNED[name]))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_hot_path_query_counts_as_in_production(django_assert_max_num_queries, clock):
+    project = ProjectFactory(slug="prod")
+    client = client_for(AgentFactory(projects=[project]))
+    client.get("/api/v1/projects/")
+    _cycle(client, project, lambda name: django_assert_max_num_queries(PINNED[name]))
+
+
+@pytest.mark.django_db
+def test_an_idempotent_claim_costs_five_queries_more_and_its_replay_three_in_all(
+    client, project, django_assert_max_num_queries
+):
+    client.get("/api/v1/projects/")
+    task = TaskFactory(project=project)
+    url = f"/api/v1/tasks/{task.key}/claim/"
+    # + the record's lookup, INSERT and UPDATE, + the service's savepoint inside our transaction.
+    with django_assert_max_num_queries(PINNED["claim"] + 5):
+        assert client.post(url, {}, format="json", HTTP_IDEMPOTENCY_KEY="q").status_code == 201
+    with django_assert_max_num_queries(3):  # authentication, the record, the attempt (to re-derive the token)
+        assert client.post(url, {}, format="json", HTTP_IDEMPOTENCY_KEY="q").status_code == 201
