@@ -41,14 +41,16 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from config.db import is_transient_lock_error
 from config.errors import (
-    ERRORS_BY_CODE,
     AuthenticationFailed,
     LedgerError,
+    MethodNotAllowed,
+    NotAcceptable,
     NotFound,
     PayloadTooLarge,
     PermissionDenied,
     RateLimited,
     StorageBusy,
+    UnsupportedMediaType,
     ValidationFailed,
 )
 from ledger.actors import Actor
@@ -66,37 +68,6 @@ MAX_PAGE_SIZE = 200
 MAX_MESSAGE_CHARS = 1000
 MAX_DETAILS_BYTES = 4096
 BEARER_REALM = 'Bearer realm="leasehold"'
-
-
-# --- error codes the SPEC table leaves to HTTP itself --------------------------------
-# (Candidates for config/errors.py; they are raised only by the API plumbing.)
-
-
-class MethodNotAllowed(LedgerError):
-    code = "METHOD_NOT_ALLOWED"
-    http_status = 405
-    default_message = "This method is not allowed here."
-
-
-class NotAcceptable(LedgerError):
-    code = "NOT_ACCEPTABLE"
-    http_status = 406
-    default_message = "The API answers application/json only."
-
-
-class UnsupportedMediaType(LedgerError):
-    code = "UNSUPPORTED_MEDIA_TYPE"
-    http_status = 415
-    default_message = "Send the request body as application/json."
-
-
-API_ERRORS: dict[str, type[LedgerError]] = {
-    **ERRORS_BY_CODE,
-    MethodNotAllowed.code: MethodNotAllowed,
-    NotAcceptable.code: NotAcceptable,
-    UnsupportedMediaType.code: UnsupportedMediaType,
-    LedgerError.code: LedgerError,
-}
 
 
 # --- the envelope -----------------------------------------------------------------

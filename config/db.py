@@ -15,8 +15,10 @@ the retry.
 from __future__ import annotations
 
 import functools
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
 from django.db import OperationalError, transaction
@@ -28,8 +30,33 @@ RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.025, 0.075, 0.2)
 # PostgreSQL SQLSTATEs that mean "try the same transaction again".
 _RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
 
+# How long a thread waits for its process's turn to write to SQLite.
+SQLITE_WRITER_WAIT_SECONDS = 20.0
+
 P = ParamSpec("P")
 R = TypeVar("R")
+
+_sqlite_writer = threading.Lock()
+
+
+@contextmanager
+def _one_writer_per_process() -> Iterator[None]:
+    """On SQLite, queue this process's writers on a lock before BEGIN IMMEDIATE.
+
+    SQLite admits one writer; its busy handler makes the others poll with
+    growing sleeps, which under many threads starves some of them past the
+    busy timeout. Queueing on a lock hands the write lock over in order and
+    without sleeps; the busy timeout still arbitrates between processes.
+    """
+    if transaction.get_connection().vendor != "sqlite":
+        yield
+        return
+    if not _sqlite_writer.acquire(timeout=SQLITE_WRITER_WAIT_SECONDS):
+        raise StorageBusy(details={"waited_seconds": SQLITE_WRITER_WAIT_SECONDS})
+    try:
+        yield
+    finally:
+        _sqlite_writer.release()
 
 
 def is_transient_lock_error(exc: BaseException) -> bool:
@@ -52,7 +79,7 @@ def write_transaction(func: Callable[P, R]) -> Callable[P, R]:
                 return func(*args, **kwargs)
         for delay in (*RETRY_DELAYS_SECONDS, None):
             try:
-                with transaction.atomic():
+                with _one_writer_per_process(), transaction.atomic():
                     return func(*args, **kwargs)
             except OperationalError as exc:
                 if not is_transient_lock_error(exc):

@@ -66,6 +66,26 @@ class NotFound(LedgerError):
     default_message = "Not found."
 
 
+class MethodNotAllowed(LedgerError):
+    """HTTP's own refusal, in the envelope; not in the SPEC table."""
+
+    code = "METHOD_NOT_ALLOWED"
+    http_status = 405
+    default_message = "This method is not allowed here."
+
+
+class NotAcceptable(LedgerError):
+    code = "NOT_ACCEPTABLE"
+    http_status = 406
+    default_message = "The API answers application/json only."
+
+
+class UnsupportedMediaType(LedgerError):
+    code = "UNSUPPORTED_MEDIA_TYPE"
+    http_status = 415
+    default_message = "Send the request body as application/json."
+
+
 class TaskTaken(LedgerError):
     code = "TASK_TAKEN"
     http_status = 409
@@ -162,6 +182,9 @@ ERRORS_BY_CODE: dict[str, type[LedgerError]] = {
         AuthenticationFailed,
         PermissionDenied,
         NotFound,
+        MethodNotAllowed,
+        NotAcceptable,
+        UnsupportedMediaType,
         TaskTaken,
         TaskNotClaimable,
         VersionConflict,
@@ -176,5 +199,6 @@ ERRORS_BY_CODE: dict[str, type[LedgerError]] = {
         PayloadTooLarge,
         RateLimited,
         StorageBusy,
+        LedgerError,
     )
 }

@@ -16,12 +16,12 @@ from typing import Any
 
 from django.conf import settings
 
-from leases.models import Attempt, AttemptStatus
+from leases.models import Allocation, Attempt, AttemptStatus
 from leases.selectors import (
     IN_PROGRESS,
     latest_checkpoint,
     live_attempts,
-    previous_attempt,
+    recent_terminal_attempts,
     unresolved_blockers_of,
 )
 from leases.services.allocations import active_allocation_of
@@ -56,14 +56,26 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
-def work_context(*, task: Task, now: datetime, attempt: Attempt | None = None) -> dict[str, Any]:
-    """The work context of `task`; `attempt` is the caller's own attempt, if it holds one."""
+_UNKNOWN: Any = object()
+
+
+def work_context(
+    *, task: Task, now: datetime, attempt: Attempt | None = None, allocation: Allocation | None = _UNKNOWN
+) -> dict[str, Any]:
+    """The work context of `task`.
+
+    `attempt` is the caller's own attempt, if it holds one; a caller that
+    already knows that attempt's allocation (a claim) passes it to save a query.
+    """
     current = attempt or live_attempts(now).filter(task=task).select_related("agent").first()
     blockers = list(
         unresolved_blockers_of(task).values_list("blocked_by__key", "blocked_by__title")[: MAX_BLOCKERS + 1]
     )
     checkpoint = latest_checkpoint(task)
-    previous = previous_attempt(task)
+    recent = recent_terminal_attempts(task, limit=RUNS_OF_TROUBLE)
+    previous = recent[0] if recent else None
+    if allocation is _UNKNOWN:
+        allocation = active_allocation_of(current) if current is not None else None
     context: dict[str, Any] = {
         "task": {
             "key": task.key,
@@ -104,15 +116,14 @@ def work_context(*, task: Task, now: datetime, attempt: Attempt | None = None) -
             "interruption_reason_code": previous.interruption_reason_code or None,
         },
         "label": current.label if current is not None else None,
-        "environment": _environment(current),
-        "warnings": _warnings(task),
+        "environment": _environment(allocation),
+        "warnings": _warnings(task, recent),
         "truncated": [],
     }
     return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
 
 
-def _environment(attempt: Attempt | None) -> dict[str, Any] | None:
-    allocation = active_allocation_of(attempt) if attempt is not None else None
+def _environment(allocation: Allocation | None) -> dict[str, Any] | None:
     if allocation is None:
         return None
     environment = allocation.environment
@@ -125,17 +136,12 @@ def _environment(attempt: Attempt | None) -> dict[str, Any] | None:
     }
 
 
-def _warnings(task: Task) -> list[str]:
-    recent = list(
-        Attempt.objects.filter(task=task)
-        .exclude(status=AttemptStatus.ACTIVE)
-        .order_by("-id")
-        .values_list("status", flat=True)[:RUNS_OF_TROUBLE]
-    )
+def _warnings(task: Task, recent: list[Attempt]) -> list[str]:
+    statuses = [attempt.status for attempt in recent]
     warnings = []
-    if len(recent) == RUNS_OF_TROUBLE and all(status in TROUBLED_STATUSES for status in recent):
+    if len(statuses) == RUNS_OF_TROUBLE and all(status in TROUBLED_STATUSES for status in statuses):
         warnings.append(
-            f"The last {RUNS_OF_TROUBLE} attempts ended {', '.join(recent)}: read the checkpoint and "
+            f"The last {RUNS_OF_TROUBLE} attempts ended {', '.join(statuses)}: read the checkpoint and "
             "previous attempt before repeating their approach."
         )
     if task.reserved_for_id is not None:

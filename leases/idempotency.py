@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError
 
 from config.db import write_transaction
 from config.errors import IdempotencyConflict, LedgerError, StorageBusy
@@ -76,23 +76,6 @@ class _KeyInUse(Exception):
     """Another transaction committed (or is committing) a record for this key."""
 
 
-def _own_transaction(func: Callable[P, R]) -> Callable[P, R]:
-    """`write_transaction` when outermost; a savepoint inside a caller's transaction.
-
-    The savepoint keeps a caller's transaction usable after our rollback
-    (and costs no queries in production, where requests are not atomic).
-    """
-    retried = write_transaction(func)
-
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        if transaction.get_connection().in_atomic_block:
-            with transaction.atomic():
-                return func(*args, **kwargs)
-        return retried(*args, **kwargs)
-
-    return wrapper
-
-
 def _stored_text(data: Any) -> str | None:
     """The body as stored: JSON text (keeps key order on PostgreSQL's jsonb), token blanked."""
     if data is None:
@@ -116,7 +99,7 @@ def _insert(*, agent: Agent, key: str, fingerprint: str) -> IdempotencyRecord:
         raise _KeyInUse from None
 
 
-@_own_transaction
+@write_transaction
 def _run_once(
     *,
     agent: Agent,

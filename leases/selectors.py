@@ -92,9 +92,20 @@ def claimable_tasks(
     )
 
 
+def recent_terminal_attempts(task: Task, *, limit: int) -> list[Attempt]:
+    """The task's latest terminal attempts, newest first, with their agents."""
+    return list(
+        Attempt.objects.filter(task=task)
+        .exclude(status=AttemptStatus.ACTIVE)
+        .select_related("agent")
+        .order_by("-id")[:limit]
+    )
+
+
 def previous_attempt(task: Task) -> Attempt | None:
     """The task's latest terminal attempt: what a new holder inherits (SPEC §4)."""
-    return Attempt.objects.filter(task=task).exclude(status=AttemptStatus.ACTIVE).order_by("-id").first()
+    recent = recent_terminal_attempts(task, limit=1)
+    return recent[0] if recent else None
 
 
 def latest_checkpoint(task: Task) -> Note | None:

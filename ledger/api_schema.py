@@ -7,11 +7,11 @@ from typing import Any
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
-from config.api import API_ERRORS
+from config.errors import ERRORS_BY_CODE
 
 
 class ErrorBodySerializer(serializers.Serializer[Any]):
-    code = serializers.ChoiceField(choices=sorted(API_ERRORS), help_text="Stable error code (SPEC §8).")
+    code = serializers.ChoiceField(choices=sorted(ERRORS_BY_CODE), help_text="Stable error code (SPEC §8).")
     message = serializers.CharField(help_text="For humans; do not parse.")
     retryable = serializers.BooleanField(help_text="Retry with the same Idempotency-Key after a pause.")
     details = serializers.DictField(help_text="Machine-readable facts about the error, e.g. `fields`.")
@@ -22,7 +22,7 @@ class ErrorEnvelopeSerializer(serializers.Serializer[Any]):
 
 
 def _codes_for(status: int) -> list[str]:
-    return sorted(code for code, error in API_ERRORS.items() if error.http_status == status)
+    return sorted(code for code, error in ERRORS_BY_CODE.items() if error.http_status == status)
 
 
 def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:

@@ -39,10 +39,10 @@ def test_serve_runs_web_and_cluster_on_fresh_sqlite_and_stops_both(tmp_path):
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and status is None:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=2) as response:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/admin/login/", timeout=15) as response:
                     status = response.status
                     page = response.read().decode()
-            except (urllib.error.URLError, ConnectionError):
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
                 assert server.poll() is None, server.stdout.read() if server.stdout else ""
                 time.sleep(0.3)
         assert status == 200
