@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from leases.idempotency import idempotency_purge
 from leases.services import check_queue_wait, sweep_expired
 
 
@@ -18,10 +19,12 @@ def check_queue_wait_job() -> int:
 
 def purge_idempotency_job() -> int:
     """Delete idempotency records older than 24 h (they are a response cache, not history)."""
-    from datetime import timedelta
+    return idempotency_purge()
 
-    from leases.models import IdempotencyRecord
-    from ledger import clock
 
-    deleted, _ = IdempotencyRecord.objects.filter(created_at__lt=clock.now() - timedelta(hours=24)).delete()
-    return deleted
+def reconcile_job() -> dict[str, Any]:
+    """Reconcile the ledger with git and the environments; never prunes (that takes an operator)."""
+    from leases.reconciliation.services import reconcile
+
+    run = reconcile()
+    return {"run": run.pk, "status": run.status, "counts": run.counts, "errors": len(run.errors)}

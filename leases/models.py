@@ -252,3 +252,6 @@ class ClaimRefusalTally(models.Model):
 
     def __str__(self) -> str:
         return f"{self.day} {self.agent_id}: {self.count}"
+
+
+from leases.reconciliation.models import AttemptDiscard, Finding, ReconciliationRun  # noqa: E402,F401

@@ -13,6 +13,7 @@ from typing import Any
 SCHEDULES: tuple[tuple[str, str, int], ...] = (
     ("leases.sweep_expired", "leases.jobs.sweep_expired_job", 1),
     ("ledger.check_queue_wait", "leases.jobs.check_queue_wait_job", 5),
+    ("environments.reconcile", "leases.jobs.reconcile_job", 5),
     ("leases.purge_idempotency", "leases.jobs.purge_idempotency_job", 60),
 )
 

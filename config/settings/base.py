@@ -7,6 +7,7 @@ start-up with a message naming the variable (see `config.env`).
 from __future__ import annotations
 
 import secrets
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +123,11 @@ def _database() -> dict[str, Any]:
         raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
     config["ENGINE"] = "django.db.backends.postgresql"
     config["CONN_MAX_AGE"] = 0
+    if _running_cluster():
+        # django-q2 forks its workers after closing connections; a pooled
+        # connection is only returned to the pool, and every child would
+        # inherit the same open socket. The cluster connects without a pool.
+        return config
     config["OPTIONS"] = {
         "pool": {
             "min_size": env_int("LEASEHOLD_DB_POOL_MIN", 1, minimum=0),
@@ -130,6 +136,10 @@ def _database() -> dict[str, Any]:
         },
     }
     return config
+
+
+def _running_cluster() -> bool:
+    return len(sys.argv) > 1 and sys.argv[1] == "qcluster"
 
 
 DATABASES = {"default": _database()}

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -47,13 +48,20 @@ class Command(BaseCommand):
                     "-",
                     "--graceful-timeout",
                     "10",
+                    # The API's longest valid query string (search text and a
+                    # cursor, percent-encoded) must fit the request line.
+                    "--limit-request-line",
+                    "8190",
                 ],
                 env=env,
                 cwd=cwd,
+                start_new_session=True,
             ),
         }
         if not options["no_cluster"]:
-            children["cluster"] = subprocess.Popen([sys.executable, "-m", "django", "qcluster"], env=env, cwd=cwd)
+            children["cluster"] = subprocess.Popen(
+                [sys.executable, "-m", "django", "qcluster"], env=env, cwd=cwd, start_new_session=True
+            )
         self.stdout.write(f"Leasehold is serving on http://{bind}/ (admin at /admin/, API at /api/v1/).")
         self.stdout.flush()
 
@@ -71,6 +79,9 @@ class Command(BaseCommand):
                 if child.poll() is not None:
                     exited = name
             time.sleep(0.2)
+        # Each child leads its own process group with its workers: ask the
+        # leader to stop gracefully, then end whatever is left of the group,
+        # so no worker outlives serve.
         for child in children.values():
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
@@ -79,6 +90,13 @@ class Command(BaseCommand):
             try:
                 child.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                child.kill()
+                _signal_group(child, signal.SIGKILL)
+                child.wait()
+            _signal_group(child, signal.SIGKILL)  # stragglers whose leader is gone
         if exited is not None and not stopping:
             raise CommandError(f"The {exited} process stopped (exit code {children[exited].returncode}); stopped all.")
+
+
+def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(child.pid, signum)

@@ -1,0 +1,168 @@
+"""Fleet metrics per day (SPEC §7, §10), shared by `GET /api/v1/metrics/` and the admin dashboard.
+
+Each selector returns a plain list of `{"day": "YYYY-MM-DD", "value": ...}`,
+one entry per day of the window, oldest first, zero-filled, so a JSON
+endpoint can return it as is and a chart can plot it without gaps. Days are
+UTC calendar days; the window ends today by the one clock.
+
+- claims: attempts claimed that day.
+- lease conflicts: claims refused as `TASK_TAKEN` (`ClaimRefusalTally`) plus
+  contested writes (`task.contested` events) that day.
+- orphan rate: orphan branches first found that day ÷ attempts finished
+  that day. `value` is 0.0 on a day when no attempt finished; the entry also
+  carries the raw `orphans` and `finished` counts so nothing is hidden.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, TypedDict
+
+from django.db.models import Count, QuerySet, Sum
+from django.db.models.functions import TruncDate
+
+from config.errors import ValidationFailed
+from leases.models import Attempt, AttemptStatus, ClaimRefusalTally
+from leases.reconciliation.models import Condition, Finding
+from ledger import clock
+from ledger.models import Event, Project
+
+DEFAULT_DAYS = 30
+MAX_DAYS = 366
+
+
+class DayValue(TypedDict):
+    day: str
+    value: float
+
+
+class OrphanRateDay(DayValue):
+    orphans: int
+    finished: int
+
+
+class FleetMetrics(TypedDict):
+    days: int
+    claims: list[DayValue]
+    lease_conflicts: list[DayValue]
+    orphan_rate: list[OrphanRateDay]
+
+
+class _Window:
+    """The last `days` UTC days up to today, and how to filter and fill a daily series over them."""
+
+    def __init__(self, *, days: int, today: date | None) -> None:
+        if isinstance(days, bool) or not isinstance(days, int) or not 1 <= days <= MAX_DAYS:
+            raise ValidationFailed(f"days must be an integer from 1 to {MAX_DAYS}.")
+        self.last = today or clock.now().astimezone(UTC).date()
+        self.first = self.last - timedelta(days=days - 1)
+        self.start = datetime.combine(self.first, time.min, tzinfo=UTC)
+        self.end = datetime.combine(self.last + timedelta(days=1), time.min, tzinfo=UTC)
+
+    def days(self) -> list[date]:
+        return [self.first + timedelta(days=offset) for offset in range((self.last - self.first).days + 1)]
+
+    def per_day(self, rows: Iterable[dict[str, Any]]) -> dict[date, int]:
+        totals: dict[date, int] = {}
+        for row in rows:
+            totals[row["day"]] = totals.get(row["day"], 0) + (row["value"] or 0)
+        return totals
+
+
+def _count_per_day(queryset: QuerySet[Any], field: str, window: _Window) -> dict[date, int]:
+    rows = (
+        queryset.filter(**{f"{field}__gte": window.start, f"{field}__lt": window.end})
+        .annotate(day=TruncDate(field, tzinfo=UTC))
+        .values("day")
+        .annotate(value=Count("id"))
+        .order_by()
+    )
+    return window.per_day(rows)
+
+
+def _scoped(queryset: QuerySet[Any], path: str, project: Project | None, project_ids: Collection[int] | None) -> Any:
+    if project is not None:
+        queryset = queryset.filter(**{path: project.pk})
+    if project_ids is not None:
+        queryset = queryset.filter(**{f"{path}__in": list(project_ids)})
+    return queryset
+
+
+def claims_per_day(
+    *,
+    days: int = DEFAULT_DAYS,
+    project: Project | None = None,
+    project_ids: Collection[int] | None = None,
+    today: date | None = None,
+) -> list[DayValue]:
+    """Attempts claimed per day. `project_ids` limits to the projects a caller may see."""
+    window = _Window(days=days, today=today)
+    attempts = _scoped(Attempt.objects.all(), "task__project_id", project, project_ids)
+    totals = _count_per_day(attempts, "claimed_at", window)
+    return [{"day": day.isoformat(), "value": totals.get(day, 0)} for day in window.days()]
+
+
+def lease_conflicts_per_day(
+    *,
+    days: int = DEFAULT_DAYS,
+    project: Project | None = None,
+    project_ids: Collection[int] | None = None,
+    today: date | None = None,
+) -> list[DayValue]:
+    """Claims refused as taken plus contested writes, per day."""
+    window = _Window(days=days, today=today)
+    tallies = _scoped(ClaimRefusalTally.objects.all(), "project_id", project, project_ids)
+    refused = window.per_day(
+        tallies.filter(day__gte=window.first, day__lte=window.last)
+        .values("day")
+        .annotate(value=Sum("count"))
+        .order_by()
+    )
+    events = _scoped(Event.objects.filter(type="task.contested"), "project_id", project, project_ids)
+    contested = _count_per_day(events, "created_at", window)
+    return [{"day": day.isoformat(), "value": refused.get(day, 0) + contested.get(day, 0)} for day in window.days()]
+
+
+def orphan_rate_per_day(
+    *,
+    days: int = DEFAULT_DAYS,
+    project: Project | None = None,
+    project_ids: Collection[int] | None = None,
+    today: date | None = None,
+) -> list[OrphanRateDay]:
+    """Orphan branches first found per day ÷ attempts finished that day (0.0 when none finished)."""
+    window = _Window(days=days, today=today)
+    findings = _scoped(Finding.objects.filter(condition=Condition.ORPHAN_BRANCH), "project_id", project, project_ids)
+    orphans = _count_per_day(findings, "first_seen_at", window)
+    attempts = _scoped(Attempt.objects.exclude(status=AttemptStatus.ACTIVE), "task__project_id", project, project_ids)
+    finished = _count_per_day(attempts, "finished_at", window)
+    series: list[OrphanRateDay] = []
+    for day in window.days():
+        found, ended = orphans.get(day, 0), finished.get(day, 0)
+        series.append(
+            {
+                "day": day.isoformat(),
+                "value": round(found / ended, 4) if ended else 0.0,
+                "orphans": found,
+                "finished": ended,
+            }
+        )
+    return series
+
+
+def fleet_metrics(
+    *,
+    days: int = DEFAULT_DAYS,
+    project: Project | None = None,
+    project_ids: Collection[int] | None = None,
+) -> FleetMetrics:
+    """All three series over one window, read against one reading of the clock."""
+    today = clock.now().astimezone(UTC).date()
+    scope: dict[str, Any] = {"days": days, "project": project, "project_ids": project_ids, "today": today}
+    return {
+        "days": days,
+        "claims": claims_per_day(**scope),
+        "lease_conflicts": lease_conflicts_per_day(**scope),
+        "orphan_rate": orphan_rate_per_day(**scope),
+    }

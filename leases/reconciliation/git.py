@@ -1,0 +1,214 @@
+"""Reading git with the real `git` binary (SPEC §7), never inside a database transaction.
+
+Every call has a timeout and a scrubbed environment: no prompt for
+credentials, no lookup of a repository above the configured path, and only
+the ordinary transports (no `ext::` command execution from a project's
+repository field). Anything git refuses becomes a `GitError` carrying git's
+own message, which reconciliation records on the run instead of crashing.
+
+Branches are always passed as full `refs/heads/...` names, so a name can
+never be read as an option or as an abbreviated ref of another kind.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GIT_TIMEOUT_SECONDS = 30
+# Transports a project's repository may use.
+ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
+HEADS_PREFIX = "refs/heads/"
+_SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:")
+_MESSAGE_MAX_CHARS = 500
+
+
+class GitError(Exception):
+    """git could not answer: missing path, not a repository, unreachable URL, timeout."""
+
+
+def is_url(repository: str) -> bool:
+    """A URL (`https://…`, `file://…`, `git@host:path`) is read with `ls-remote`; anything else is a path."""
+    return "://" in repository or bool(_SCP_LIKE.match(repository))
+
+
+# Variables that would point git at some other repository than the one asked about.
+_REPOSITORY_OVERRIDES = ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_COMMON_DIR", "GIT_OBJECT_DIRECTORY")
+
+
+def _environment(ceiling: Path | None) -> dict[str, str]:
+    env = {name: value for name, value in os.environ.items() if name not in _REPOSITORY_OVERRIDES}
+    env.update(
+        {
+            "GIT_TERMINAL_PROMPT": "0",
+            "GIT_ALLOW_PROTOCOL": ALLOWED_PROTOCOLS,
+            # A background reader must not take the index lock an agent may need.
+            "GIT_OPTIONAL_LOCKS": "0",
+            "LC_ALL": "C",
+        }
+    )
+    env.setdefault("GIT_SSH_COMMAND", "ssh -o BatchMode=yes")
+    if ceiling is not None:
+        # Never fall back to a repository that merely contains the path.
+        env["GIT_CEILING_DIRECTORIES"] = str(ceiling)
+    return env
+
+
+def run_git(
+    args: Sequence[str],
+    *,
+    cwd: Path | None = None,
+    ok_returncodes: tuple[int, ...] = (0,),
+    timeout: float = GIT_TIMEOUT_SECONDS,
+) -> subprocess.CompletedProcess[str]:
+    """Run one git command; raise `GitError` on a timeout, a missing binary or an unexpected exit code."""
+    command = ["git", *(("-C", str(cwd)) if cwd is not None else ()), *args]
+    try:
+        completed = subprocess.run(
+            command,
+            capture_output=True,
+            # Paths and ref names are bytes to git; an odd byte must not crash a run.
+            encoding="utf-8",
+            errors="replace",
+            timeout=timeout,
+            env=_environment(cwd.parent if cwd is not None else None),
+            stdin=subprocess.DEVNULL,
+            # Without a repository to read, run outside any, so that the
+            # server's own checkout lends no remotes or URL rewrites.
+            cwd=None if cwd is not None else os.path.abspath(os.sep),
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise GitError(f"git {args[0]} timed out after {timeout:g} s") from None
+    except OSError as exc:
+        raise GitError(f"git could not be started: {exc}") from None
+    if completed.returncode not in ok_returncodes:
+        message = (completed.stderr or completed.stdout).strip() or f"exit code {completed.returncode}"
+        raise GitError(f"git {args[0]}: {message[:_MESSAGE_MAX_CHARS]}")
+    return completed
+
+
+def _parse_heads(output: str, *, separator: str | None) -> dict[str, str]:
+    heads: dict[str, str] = {}
+    for line in output.splitlines():
+        sha, _, ref = line.partition("\t" if separator is None else separator)
+        if ref.startswith(HEADS_PREFIX):
+            heads[ref.removeprefix(HEADS_PREFIX)] = sha.strip()
+    return heads
+
+
+def remote_heads(url: str) -> dict[str, str]:
+    """Branch name → tip sha of a repository known only by URL (`git ls-remote --heads`)."""
+    if url.startswith("-"):
+        raise GitError(f"{url!r} is not a repository URL")
+    return _parse_heads(run_git(["ls-remote", "--heads", url]).stdout, separator=None)
+
+
+@dataclass(frozen=True)
+class Worktree:
+    """One entry of `git worktree list --porcelain`."""
+
+    path: str
+    head: str = ""
+    branch: str | None = None  # short name; None when detached or bare
+    is_main: bool = False
+    bare: bool = False
+    locked: bool = False
+    prunable: bool = False
+
+
+@dataclass
+class _WorktreeBuilder:
+    path: str
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    def build(self, *, is_main: bool) -> Worktree:
+        branch = self.attributes.get("branch")
+        return Worktree(
+            path=self.path,
+            head=self.attributes.get("HEAD", ""),
+            branch=branch.removeprefix(HEADS_PREFIX) if branch and branch.startswith(HEADS_PREFIX) else None,
+            is_main=is_main,
+            bare="bare" in self.attributes,
+            locked="locked" in self.attributes,
+            prunable="prunable" in self.attributes,
+        )
+
+
+def parse_worktrees(porcelain: str) -> list[Worktree]:
+    """Parse `git worktree list --porcelain`; the first entry is the main worktree."""
+    builders: list[_WorktreeBuilder] = []
+    for line in porcelain.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "worktree":
+            builders.append(_WorktreeBuilder(path=value))
+        elif builders and key:
+            builders[-1].attributes[key] = value
+    return [builder.build(is_main=index == 0) for index, builder in enumerate(builders)]
+
+
+class LocalRepository:
+    """A repository on this machine, read in place."""
+
+    def __init__(self, path: str) -> None:
+        resolved = Path(path).expanduser()
+        if not resolved.is_absolute():
+            raise GitError(f"repository path {path!r} is not absolute")
+        if not resolved.is_dir():
+            raise GitError(f"repository path {path!r} does not exist or is not a directory")
+        self.path = resolved.resolve()
+
+    def _git(self, *args: str, ok_returncodes: tuple[int, ...] = (0,)) -> subprocess.CompletedProcess[str]:
+        return run_git(args, cwd=self.path, ok_returncodes=ok_returncodes)
+
+    def heads(self) -> dict[str, str]:
+        """Branch name → tip sha (`git for-each-ref refs/heads`)."""
+        output = self._git("for-each-ref", "--format=%(objectname) %(refname)", HEADS_PREFIX).stdout
+        return _parse_heads(output, separator=" ")
+
+    def is_ancestor(self, branch: str, of: str) -> bool:
+        """Whether every commit of `branch` is in `of` (`git merge-base --is-ancestor`): merged."""
+        completed = self._git(
+            "merge-base", "--is-ancestor", HEADS_PREFIX + branch, HEADS_PREFIX + of, ok_returncodes=(0, 1)
+        )
+        return completed.returncode == 0
+
+    def commits_ahead(self, branch: str, of: str) -> int:
+        """How many commits `branch` has that `of` lacks (`git rev-list --count of..branch`)."""
+        output = self._git("rev-list", "--count", f"{HEADS_PREFIX}{of}..{HEADS_PREFIX}{branch}").stdout.strip()
+        if not output.isdigit():
+            raise GitError(f"git rev-list --count answered {output[:100]!r}")
+        return int(output)
+
+    def worktrees(self) -> list[Worktree]:
+        return parse_worktrees(self._git("worktree", "list", "--porcelain").stdout)
+
+    def remove_worktree(self, path: str) -> None:
+        """`git worktree remove` without `--force`: git itself refuses a dirty or locked worktree."""
+        self._git("worktree", "remove", path)
+
+
+@dataclass(frozen=True)
+class Cleanliness:
+    modified: int
+    untracked: int
+
+    @property
+    def clean(self) -> bool:
+        return self.modified == 0 and self.untracked == 0
+
+
+def worktree_cleanliness(path: str) -> Cleanliness:
+    """Count uncommitted changes and untracked files (`git status --porcelain`); ignored files do not count.
+
+    Ignored files are what git itself removes with a worktree without
+    `--force`; anything else would be lost work.
+    """
+    output = run_git(["status", "--porcelain", "--untracked-files=all"], cwd=Path(path)).stdout
+    lines = [line for line in output.splitlines() if line.strip()]
+    untracked = sum(1 for line in lines if line.startswith("??"))
+    return Cleanliness(modified=len(lines) - untracked, untracked=untracked)
