@@ -105,3 +105,38 @@ def environment_set_status(*, environment: Environment, status: str, actor: Acto
         payload={"environment": locked.name, "from": previous, "reason": reason[:500]},
     )
     return locked
+
+
+MAPPING_FIELDS = ("kind", "isolation", "resources", "credentials_ref")
+
+
+@write_transaction
+def environment_update(*, environment: Environment, actor: Actor, changes: dict[str, Any]) -> Environment:
+    """Change how an environment maps to its sandbox: kind, isolation, resources, credentials reference.
+
+    A live allocation keeps running on the new mapping; reconciliation reports
+    a collision or insufficient isolation the change may cause.
+    """
+    unknown = sorted(set(changes) - set(MAPPING_FIELDS))
+    if unknown:
+        raise ValidationFailed(f"These fields cannot be changed here: {', '.join(unknown)}.")
+    now = clock.now()
+    locked = Environment.objects.select_for_update(no_key=True).select_related("project").get(pk=environment.pk)
+    if "resources" in changes:
+        changes = {**changes, "resources": clean_resources(changes["resources"])}
+    changed = sorted(name for name, value in changes.items() if getattr(locked, name) != value)
+    if not changed:
+        return locked
+    for name in changed:
+        setattr(locked, name, changes[name])
+    locked.updated_at = now
+    validate_model(locked)
+    locked.save(update_fields=[*changed, "updated_at"])
+    event_append(
+        type="environment.updated",
+        actor=actor,
+        at=now,
+        project=locked.project,
+        payload={"environment": locked.name, "fields": changed},
+    )
+    return locked

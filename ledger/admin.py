@@ -1,64 +1,91 @@
-"""Admin for the ledger's models. Writes go through `ledger.services`; nothing is deletable."""
+"""The admin control plane (SPEC §10): dashboard, tasks, agents, the audit log, projects.
+
+Every write goes through a service with `Actor(user=request.user)`; nothing
+is deletable by anyone (`delete_selected` is disabled site-wide and every
+ModelAdmin refuses delete). `Ledger admins` run the actions; `Managers` view
+everything and export events as CSV. The admins of the other apps live in
+`environments/admin.py` and `leases/admin.py`; shared pieces in
+`ledger/admin_*.py`; templates under `templates/admin/`.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
+from django.forms import BaseForm
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
-from ledger.models import Agent, Event, Project, Task, TaskDependency
+from ledger.admin_agents import AgentAdmin
+from ledger.admin_base import ServiceFormAdmin, actor_of, badge
+from ledger.admin_events import EventAdmin
+from ledger.admin_site import install
+from ledger.admin_tasks import TaskAdmin
+from ledger.models import Agent, Event, Project, Task
+from ledger.services import project_create
 
-admin.site.disable_action("delete_selected")
-admin.site.site_header = "Leasehold"
-admin.site.site_title = "Leasehold"
-admin.site.index_title = "Fleet"
-
-
-class NoDeleteAdmin(admin.ModelAdmin):
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
-class ReadOnlyAdmin(NoDeleteAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
+install(admin.site)
 
 
 @admin.register(Project)
-class ProjectAdmin(ReadOnlyAdmin):
-    list_display = ["slug", "name", "key_prefix", "repository", "default_lease_seconds", "archived_at"]
+class ProjectAdmin(ServiceFormAdmin):
+    list_display = ["slug", "name", "key_prefix", "repository", "required_isolation", "default_lease_seconds", "state"]
     search_fields = ["slug", "name"]
+    ordering = ["slug"]
+    add_fields = [
+        "slug",
+        "name",
+        "key_prefix",
+        "repository",
+        "default_branch",
+        "default_lease_seconds",
+        "queue_wait_max_seconds",
+        "required_isolation",
+    ]
+    view_fields = [*add_fields, "tasks_link", "created_at", "archived_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.add_fields if obj is None else self.view_fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [] if obj is None else self.view_fields
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        if obj is None and "key_prefix" in form.base_fields:
+            form.base_fields["key_prefix"].required = False
+            form.base_fields[
+                "key_prefix"
+            ].help_text = "Prefix of task keys (WEB in WEB-412); derived from the slug if empty."
+        return form
+
+    def create_through_service(self, request: HttpRequest, form: BaseForm) -> Project:
+        data = form.cleaned_data
+        return project_create(
+            slug=data["slug"],
+            name=data["name"],
+            key_prefix=data.get("key_prefix") or "",
+            repository=data.get("repository") or "",
+            default_branch=data.get("default_branch") or "main",
+            default_lease_seconds=data["default_lease_seconds"],
+            queue_wait_max_seconds=data["queue_wait_max_seconds"],
+            required_isolation=data["required_isolation"],
+            actor=actor_of(request),
+        )
+
+    @admin.display(description="state", ordering="archived_at")
+    def state(self, project: Project) -> SafeString:
+        return badge("cancelled", "archived") if project.archived_at else badge("available", "active")
+
+    @admin.display(description="tasks")
+    def tasks_link(self, project: Project) -> SafeString:
+        url = reverse("admin:ledger_task_changelist") + f"?project__id__exact={project.pk}"
+        return format_html('<a href="{}">Tasks of {}</a>', url, project.slug)
 
 
-@admin.register(Task)
-class TaskAdmin(ReadOnlyAdmin):
-    list_display = ["key", "title", "project", "status", "priority", "task_class", "version", "epoch"]
-    list_filter = ["project", "status", "task_class"]
-    search_fields = ["key", "title"]
-    list_select_related = ["project"]
-
-
-@admin.register(TaskDependency)
-class TaskDependencyAdmin(ReadOnlyAdmin):
-    list_display = ["task", "blocked_by", "created_at", "removed_at"]
-    list_select_related = ["task", "blocked_by"]
-
-
-@admin.register(Agent)
-class AgentAdmin(ReadOnlyAdmin):
-    list_display = ["handle", "kind", "is_active", "last_seen_at", "created_at"]
-    list_filter = ["kind", "is_active"]
-    search_fields = ["handle"]
-    exclude = ["token_hash"]
-
-
-@admin.register(Event)
-class EventAdmin(ReadOnlyAdmin):
-    list_display = ["id", "created_at", "type", "severity", "project", "task", "actor_agent", "actor_user"]
-    list_filter = ["severity", "type"]
-    list_select_related = ["project", "task", "actor_agent", "actor_user"]
-    show_full_result_count = False
+admin.site.register(Task, TaskAdmin)
+admin.site.register(Agent, AgentAdmin)
+admin.site.register(Event, EventAdmin)

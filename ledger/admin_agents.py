@@ -1,0 +1,229 @@
+"""Agents: create (token shown once), rotate token (shown once), deactivate.
+
+A token exists in exactly one HTTP response: the page rendered by the POST
+that created or rotated it. It is never stored, never put in a message, a
+session, a log entry or an event, and that response is marked `no-store`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.core.validators import RegexValidator
+from django.db.models import Count, Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+
+from config.errors import LedgerError
+from leases.models import AttemptStatus
+from ledger import clock
+from ledger.admin_base import LeaseholdModelAdmin, actor_of, badge, plural
+from ledger.admin_confirm import Confirmation, is_confirmed, render_confirmation
+from ledger.models import HANDLE_PATTERN, Agent, AgentKind, Project
+from ledger.services import agent_create, agent_deactivate, agent_rotate_token
+
+HASH_ONLY_NOTE = "Not stored: only its SHA-256 is kept. Rotate it to issue a new one."
+
+
+class AgentCreateForm(forms.Form):
+    handle = forms.CharField(
+        max_length=64,
+        validators=[RegexValidator(HANDLE_PATTERN, "Lowercase letters, digits, '.', '_' and '-'.")],
+        help_text="Unique and lowercase, e.g. agent-07. It names the agent in labels and events.",
+    )
+    kind = forms.ChoiceField(choices=AgentKind.choices, initial=AgentKind.CLAUDE)
+    projects = forms.ModelMultipleChoiceField(
+        queryset=Project.objects.filter(archived_at__isnull=True).order_by("slug"),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="The projects it may see and work on. None means none.",
+    )
+
+
+def token_page(
+    request: HttpRequest, model_admin: admin.ModelAdmin, *, title: str, issued: Sequence[tuple[Agent, str]]
+) -> TemplateResponse:
+    """The one response that ever carries these tokens."""
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "opts": model_admin.opts,
+        "issued": issued,
+    }
+    response = TemplateResponse(request, "admin/ledger/agent/token_once.html", context)
+    response["Cache-Control"] = "no-store, max-age=0"
+    response["Pragma"] = "no-cache"
+    return response
+
+
+class AgentAdmin(LeaseholdModelAdmin):
+    list_display = ["handle", "kind", "active_badge", "project_list", "live_leases", "last_seen_at", "created_at"]
+    list_filter = ["is_active", "kind", "projects"]
+    search_fields = ["handle"]
+    ordering = ["handle"]
+    actions = ["rotate_token", "deactivate"]
+    readonly_fields = (
+        "handle",
+        "kind",
+        "active_badge",
+        "project_list",
+        "token",
+        "last_seen_at",
+        "created_at",
+        "deactivated_at",
+    )
+    fields = readonly_fields
+    change_form_template = "admin/ledger/agent/change_form.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
+        now = clock.now()
+        live = Q(attempts__status=AttemptStatus.ACTIVE, attempts__lease_expires_at__gt=now)
+        return (
+            super()
+            .get_queryset(request)
+            .prefetch_related("projects")
+            .annotate(live_count=Count("attempts", filter=live))
+        )
+
+    @admin.display(description="active", ordering="is_active")
+    def active_badge(self, agent: Agent) -> Any:
+        return badge("yes" if agent.is_active else "no", "active" if agent.is_active else "deactivated")
+
+    @admin.display(description="projects")
+    def project_list(self, agent: Agent) -> str:
+        return ", ".join(project.slug for project in agent.projects.all()) or "— (none)"
+
+    @admin.display(description="live leases", ordering="live_count")
+    def live_leases(self, agent: Agent) -> int:
+        return int(getattr(agent, "live_count", 0))
+
+    @admin.display(description="API token")
+    def token(self, agent: Agent) -> Any:
+        return format_html('<span class="lh-muted">{}</span>', HASH_ONLY_NOTE)
+
+    # --- create, with the token shown once ----------------------------------
+
+    def add_view(self, request: HttpRequest, form_url: str = "", extra_context: dict[str, Any] | None = None) -> Any:
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        form = AgentCreateForm(request.POST if request.method == "POST" else None)
+        if form.is_bound and form.is_valid():
+            data = form.cleaned_data
+            try:
+                agent, token = agent_create(
+                    handle=data["handle"], kind=data["kind"], projects=data["projects"], actor=actor_of(request)
+                )
+            except LedgerError as exc:
+                fields = exc.details.get("fields") or {}
+                form.add_error("handle" if "handle" in fields else None, exc.message)
+            else:
+                self.log_addition(request, agent, "Created the agent; its API token was shown once.")
+                return token_page(request, self, title=f"Agent {agent.handle} created", issued=[(agent, token)])
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Add agent",
+            "opts": self.opts,
+            "form": form,
+            "media": self.media + form.media,
+            **(extra_context or {}),
+        }
+        return TemplateResponse(request, "admin/ledger/agent/add_form.html", context)
+
+    # --- rotate -------------------------------------------------------------
+
+    def _rotate_flow(self, request: HttpRequest, agents: list[Agent], *, action_name: str | None) -> HttpResponse:
+        form = forms.Form(request.POST if is_confirmed(request) else None)
+        if form.is_bound and form.is_valid():
+            actor = actor_of(request)
+            issued = []
+            for agent in agents:
+                rotated, token = agent_rotate_token(agent=agent, actor=actor)
+                self.log_change(request, rotated, "Rotated the API token; the new one was shown once.")
+                issued.append((rotated, token))
+            return token_page(request, self, title=f"Rotated {plural(len(issued), 'token')}", issued=issued)
+        confirmation = Confirmation(
+            title=f"Rotate the API token of {plural(len(agents), 'agent')}",
+            intro="Each selected agent gets a new API token, shown once on the next page. "
+            "The old token stops working at once: running agents must be given the new one.",
+            submit_label="Yes, rotate",
+            columns=["Agent", "Kind", "Active", "Last seen"],
+            rows=[(a, [a.handle, a.get_kind_display(), self.active_badge(a), a.last_seen_at or "—"]) for a in agents],
+        )
+        return render_confirmation(
+            request,
+            self,
+            confirmation=confirmation,
+            form=form,
+            action_name=action_name,
+            objects=agents,
+            cancel_url=reverse("admin:ledger_agent_changelist"),
+        )
+
+    @admin.action(description="Rotate API token…", permissions=["operate"])
+    def rotate_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> HttpResponse:
+        return self._rotate_flow(request, list(queryset), action_name="rotate_token")
+
+    def rotate_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        agent = get_object_or_404(self.get_queryset(request), pk=object_id)
+        return self._rotate_flow(request, [agent], action_name=None)
+
+    def get_urls(self) -> list[URLPattern]:
+        rotate = path(
+            "<path:object_id>/rotate-token/", self.admin_site.admin_view(self.rotate_view), name="ledger_agent_rotate"
+        )
+        return [rotate, *super().get_urls()]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = {"can_operate": self.has_operate_permission(request), **(extra_context or {})}
+        return super().change_view(request, object_id, form_url, extra)
+
+    # --- deactivate ---------------------------------------------------------
+
+    @admin.action(description="Deactivate (refuse its token from now on)…", permissions=["operate"])
+    def deactivate(self, request: HttpRequest, queryset: QuerySet[Agent]) -> HttpResponse | None:
+        agents = list(queryset)
+        form = forms.Form(request.POST if is_confirmed(request) else None)
+        if form.is_bound and form.is_valid():
+            actor = actor_of(request)
+            deactivated, already = [], []
+            for agent in agents:
+                if not agent.is_active:
+                    already.append(agent.handle)
+                    continue
+                agent_deactivate(agent=agent, actor=actor)
+                self.log_change(request, agent, "Deactivated: its API token is refused from now on.")
+                deactivated.append(agent.handle)
+            self.report(
+                request,
+                done=f"Deactivated {plural(len(deactivated), 'agent')}." if deactivated else None,
+                skipped=[f"Already inactive: {', '.join(already)}."] if already else [],
+            )
+            return None
+        confirmation = Confirmation(
+            title=f"Deactivate {plural(len(agents), 'agent')}",
+            intro="A deactivated agent's API token is refused from now on. Its live leases are not revoked: "
+            "they run out on their own (force-release the tasks to free them sooner). This cannot be undone here.",
+            submit_label="Yes, deactivate",
+            columns=["Agent", "Kind", "Active", "Live leases"],
+            rows=[(a, [a.handle, a.get_kind_display(), self.active_badge(a), self.live_leases(a)]) for a in agents],
+        )
+        return render_confirmation(
+            request,
+            self,
+            confirmation=confirmation,
+            form=form,
+            action_name="deactivate",
+            objects=agents,
+            cancel_url=reverse("admin:ledger_agent_changelist"),
+        )

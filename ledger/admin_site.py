@@ -1,0 +1,51 @@
+"""Leasehold's admin site: the standard Django admin whose index is the fleet dashboard.
+
+`LeaseholdAdminConfig` can replace `django.contrib.admin` in INSTALLED_APPS
+(it makes this the default site). Until then `ledger.admin` turns the
+default site into this class when the admin modules load, which happens
+before the URLs are built, so both ways serve the same site.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.apps import AdminConfig
+from django.core.exceptions import ImproperlyConfigured
+from django.http import HttpRequest
+from django.template.response import TemplateResponse
+
+from ledger import clock
+
+
+class LeaseholdAdminSite(admin.AdminSite):
+    site_header = "Leasehold"
+    site_title = "Leasehold admin"
+    index_title = "Fleet dashboard"
+    index_template = "admin/leasehold/dashboard.html"
+    # The task and event lists are wide; breadcrumbs and the dashboard are the navigation.
+    enable_nav_sidebar = False
+
+    def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
+        """The app list, and above it the dashboard for anyone who may view tasks."""
+        from ledger.admin_dashboard import CHART_DAYS, STATUS_COLUMNS, build_dashboard
+
+        extra = dict(extra_context or {})
+        if request.user.has_perm("ledger.view_task"):
+            extra.update(
+                dashboard=build_dashboard(now=clock.now()), status_columns=STATUS_COLUMNS, chart_days=CHART_DAYS
+            )
+        return super().index(request, extra)
+
+
+class LeaseholdAdminConfig(AdminConfig):
+    default_site = "ledger.admin_site.LeaseholdAdminSite"
+
+
+def install(site: admin.AdminSite) -> None:
+    """Check the site is Leasehold's (`LeaseholdAdminConfig` in INSTALLED_APPS) and refuse bulk deletion."""
+    if not isinstance(site, LeaseholdAdminSite):
+        raise ImproperlyConfigured("Install 'ledger.admin_site.LeaseholdAdminConfig' instead of django.contrib.admin.")
+    if any(name == "delete_selected" for name, _ in site.actions):
+        site.disable_action("delete_selected")

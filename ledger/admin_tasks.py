@@ -1,0 +1,380 @@
+"""The Tasks page: the lease-aware list, the task's timeline, and the actions admins steer with.
+
+Status actions (mark ready, cancel, reopen) go through the lease-aware
+`leases.services.task_update`, so a change under someone's live lease is
+recorded as `task.contested`. Force-release and reassign go through
+`leases.services.task_force_release` / `task_reassign` after a confirmation
+page that requires a reason and the tick "I have confirmed the agent process
+is gone".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.forms import BaseForm
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html, linebreaks
+from django.utils.safestring import SafeString
+
+from config.errors import LedgerError
+from leases.models import Attempt
+from leases.selectors import with_lease_state
+from leases.services import task_force_release, task_reassign, task_update
+from ledger import clock
+from ledger.admin_base import (
+    EMPTY,
+    ServiceFormAdmin,
+    actor_of,
+    badge,
+    lease_remaining,
+    moment,
+    plural,
+)
+from ledger.admin_confirm import Confirmation, ReassignForm, RevokeForm, is_confirmed, render_confirmation
+from ledger.admin_task_parts import (
+    EFFECTIVE_LABELS,
+    AttemptInline,
+    DependencyInline,
+    DependentInline,
+    EffectiveStatusFilter,
+    HolderFilter,
+)
+from ledger.admin_timeline import timeline_of
+from ledger.models import Agent, Task, TaskDependency, TaskStatus
+from ledger.services import task_create
+
+
+class TaskAdmin(ServiceFormAdmin):
+    list_display = [
+        "key",
+        "title",
+        "project",
+        "effective_status_badge",
+        "holder",
+        "lease_remaining_display",
+        "priority",
+        "task_class",
+        "reserved_for",
+        "updated",
+    ]
+    list_display_links = ["key", "title"]
+    list_filter = ["project", "status", EffectiveStatusFilter, "task_class", HolderFilter]
+    search_fields = ["=key", "title"]
+    search_help_text = "A task key (exact, e.g. WEB-412) or words of its title."
+    list_select_related = ["project", "reserved_for"]
+    ordering = ["project", "-priority", "number"]
+    list_per_page = 50
+    inlines = [AttemptInline, DependencyInline, DependentInline]
+    actions = ["mark_ready", "cancel", "reopen", "reassign", "force_release"]
+    change_form_template = "admin/ledger/task/change_form.html"
+
+    add_fields = [
+        "project",
+        "title",
+        "description",
+        "acceptance_criteria",
+        "status",
+        "blocked_reason",
+        "priority",
+        "task_class",
+    ]
+    # Status, holder, lease left, epoch, version, priority and reservation are in the summary above the form.
+    view_fieldsets = [
+        (None, {"fields": ["key", "project", "title", "status_badge", "task_class", "current_label", "labels"]}),
+        ("Work", {"fields": ["description_text", "acceptance_criteria_text", "blocked_reason"]}),
+        ("Record", {"fields": ["ready_since", "created_at", "updated_at"], "classes": ["collapse"]}),
+    ]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
+        return with_lease_state(super().get_queryset(request), now=clock.now())
+
+    # --- the add form and the read-only change page -------------------------
+
+    def get_fieldsets(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return [(None, {"fields": self.add_fields})]
+        return self.view_fieldsets
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:
+            return []
+        return [field for _, options in self.view_fieldsets for field in options["fields"]]
+
+    def get_inlines(self, request: HttpRequest, obj: Any) -> Any:
+        if obj is None:
+            return []
+        inlines: list[Any] = [AttemptInline]
+        if TaskDependency.objects.filter(task=obj).exists():
+            inlines.append(DependencyInline)
+        if TaskDependency.objects.filter(blocked_by=obj, removed_at__isnull=True).exists():
+            inlines.append(DependentInline)
+        return inlines
+
+    def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "status":
+            kwargs["choices"] = [
+                (value, label)
+                for value, label in TaskStatus.choices
+                if value in (TaskStatus.OPEN, TaskStatus.READY, TaskStatus.BLOCKED)
+            ]
+        return super().formfield_for_choice_field(db_field, request, **kwargs)
+
+    def create_through_service(self, request: HttpRequest, form: BaseForm) -> Task:
+        data = form.cleaned_data
+        return task_create(
+            project=data["project"],
+            title=data["title"],
+            actor=actor_of(request),
+            description=data.get("description", ""),
+            acceptance_criteria=data.get("acceptance_criteria", ""),
+            status=data.get("status") or TaskStatus.OPEN,
+            priority=data.get("priority") or 0,
+            task_class=data.get("task_class", ""),
+            blocked_reason=data.get("blocked_reason", ""),
+        )
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        task = self.get_object(request, object_id)
+        extra = dict(extra_context or {})
+        if task is not None:
+            extra.update(
+                timeline=timeline_of(task),
+                events_url=reverse("admin:ledger_event_changelist") + f"?task__id__exact={task.pk}",
+                can_operate=self.has_operate_permission(request),
+                has_live_lease=getattr(task, "holder_attempt_id", None) is not None,
+                effective_badge=self.effective_status_badge(task),
+                lease_left=lease_remaining(getattr(task, "lease_expires_at", None), clock.now()),
+            )
+        return super().change_view(request, object_id, form_url, extra)
+
+    # --- columns ------------------------------------------------------------
+
+    @admin.display(description="status", ordering="effective_status")
+    def effective_status_badge(self, task: Task) -> SafeString:
+        value = getattr(task, "effective_status", task.status)
+        return badge(value, EFFECTIVE_LABELS.get(value, value))
+
+    @admin.display(description="updated (UTC)", ordering="updated_at")
+    def updated(self, task: Task) -> str:
+        return moment(task.updated_at)
+
+    @admin.display(description="stored status", ordering="status")
+    def status_badge(self, task: Task) -> SafeString:
+        return badge(task.status, task.get_status_display())
+
+    @admin.display(description="holder", ordering="holder_handle")
+    def holder(self, task: Task) -> str:
+        return getattr(task, "holder_handle", None) or EMPTY
+
+    @admin.display(description="lease left", ordering="lease_expires_at")
+    def lease_remaining_display(self, task: Task) -> SafeString:
+        return lease_remaining(getattr(task, "lease_expires_at", None), clock.now())
+
+    @admin.display(description="label")
+    def current_label(self, task: Task) -> SafeString:
+        attempt_id = getattr(task, "holder_attempt_id", None)
+        label = Attempt.objects.filter(pk=attempt_id).values_list("label", flat=True).first() if attempt_id else None
+        return format_html('<span class="lh-mono">{}</span>', label) if label else format_html("{}", EMPTY)
+
+    @admin.display(description="description")
+    def description_text(self, task: Task) -> SafeString:
+        return SafeString(linebreaks(task.description, autoescape=True)) if task.description else badge(None)
+
+    @admin.display(description="acceptance criteria")
+    def acceptance_criteria_text(self, task: Task) -> SafeString:
+        text = task.acceptance_criteria
+        return SafeString(linebreaks(text, autoescape=True)) if text else badge(None)
+
+    # --- status actions -----------------------------------------------------
+
+    def _set_status(self, request: HttpRequest, queryset: QuerySet[Task], *, verb: str, target: Any) -> None:
+        actor = actor_of(request)
+        changed: list[str] = []
+        unchanged: list[str] = []
+        refused: list[str] = []
+        contested = 0
+        for task in queryset:
+            new_status = target(task)
+            if new_status is None:
+                refused.append(f"{task.key}: it is {task.status}; only done or cancelled tasks reopen.")
+                continue
+            if new_status == task.status:
+                unchanged.append(task.key)
+                continue
+            try:
+                result = task_update(task=task, actor=actor, changes={"status": new_status})
+            except LedgerError as exc:
+                refused.append(f"{task.key}: {exc.message}")
+                continue
+            if "status" not in result.changed:
+                unchanged.append(task.key)
+                continue
+            if getattr(task, "holder_handle", None):
+                contested += 1
+            changed.append(task.key)
+            self.log_change(request, result.task, f"Status {task.status} → {new_status} (admin action: {verb}).")
+        done = f"{plural(len(changed), 'task')} {verb}." if changed else None
+        if done and contested:
+            done += f" {plural(contested, 'was', 'were')} under a live lease: recorded as contested."
+        skipped = (
+            [f"{plural(len(unchanged), 'task')} already {verb}: {', '.join(unchanged[:10])}."] if unchanged else []
+        )
+        self.report(request, done=done, skipped=skipped, refused=refused)
+
+    @admin.action(description="Mark ready", permissions=["operate"])
+    def mark_ready(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        self._set_status(request, queryset, verb="marked ready", target=lambda task: TaskStatus.READY)
+
+    @admin.action(description="Cancel (never deletes)", permissions=["operate"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        self._set_status(request, queryset, verb="cancelled", target=lambda task: TaskStatus.CANCELLED)
+
+    @admin.action(description="Reopen (done → ready, cancelled → open)", permissions=["operate"])
+    def reopen(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        reopened = {TaskStatus.DONE: TaskStatus.READY, TaskStatus.CANCELLED: TaskStatus.OPEN}
+        self._set_status(request, queryset, verb="reopened", target=lambda task: reopened.get(task.status))
+
+    # --- revoking actions ---------------------------------------------------
+
+    @admin.action(description="Force-release (revoke the live lease)…", permissions=["operate"])
+    def force_release(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
+        return self._revoke_flow(request, list(queryset), reassign=False, action_name="force_release")
+
+    @admin.action(description="Reassign to another agent…", permissions=["operate"])
+    def reassign(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
+        return self._revoke_flow(request, list(queryset), reassign=True, action_name="reassign")
+
+    def _revoke_flow(
+        self,
+        request: HttpRequest,
+        tasks: list[Task],
+        *,
+        reassign: bool,
+        action_name: str | None,
+        done_url: str | None = None,
+    ) -> HttpResponse | None:
+        form: RevokeForm = (ReassignForm if reassign else RevokeForm)(request.POST if is_confirmed(request) else None)
+        if form.is_bound and form.is_valid():
+            agent: Agent | None = form.cleaned_data.get("agent")
+            self._revoke(request, tasks, reason=form.cleaned_data["reason"], agent=agent)
+            return HttpResponseRedirect(done_url) if done_url else None
+        now = clock.now()
+        live = sum(1 for task in tasks if getattr(task, "holder_attempt_id", None))
+        verb = "Reassign" if reassign else "Force-release"
+        confirmation = Confirmation(
+            title=f"{verb} {plural(len(tasks), 'task')}",
+            intro=(
+                "Revoke the live lease of each selected task and reserve the task for the agent you choose: "
+                "only that agent may claim it next."
+                if reassign
+                else "Revoke the live lease of each selected task. The task becomes claimable again; "
+                "the holder's branch, worktree and environment are kept (its allocation is marked stale)."
+            ),
+            warning=(
+                f"{plural(live, 'task')} of these {'has' if live == 1 else 'have'} a live lease. "
+                "The holder's next write will fail with LEASE_NOT_HELD; if its process is still running "
+                "it keeps working without a lease, so make sure it is gone first."
+                if live
+                else "None of these tasks has a live lease right now; nothing will be revoked."
+                + (" The reservation is still recorded." if reassign else "")
+            ),
+            submit_label=f"Yes, {verb.lower()}",
+            columns=["Task", "Title", "Status", "Holder", "Lease left", "Epoch", "Reserved for"],
+            rows=[
+                (
+                    task,
+                    [
+                        task.key,
+                        task.title,
+                        self.effective_status_badge(task),
+                        self.holder(task),
+                        lease_remaining(getattr(task, "lease_expires_at", None), now),
+                        task.epoch,
+                        task.reserved_for.handle if task.reserved_for else EMPTY,
+                    ],
+                )
+                for task in tasks
+            ],
+        )
+        cancel_url = done_url or reverse("admin:ledger_task_changelist")
+        return render_confirmation(
+            request,
+            self,
+            confirmation=confirmation,
+            form=form,
+            action_name=action_name,
+            objects=tasks,
+            cancel_url=cancel_url,
+        )
+
+    def _revoke(self, request: HttpRequest, tasks: list[Task], *, reason: str, agent: Agent | None) -> None:
+        actor = actor_of(request)
+        revoked: list[str] = []
+        idle: list[str] = []
+        refused: list[str] = []
+        for task in tasks:
+            try:
+                if agent is not None:
+                    result = task_reassign(task=task, agent=agent, actor=actor, reason=reason)
+                else:
+                    result = task_force_release(task=task, actor=actor, reason=reason)
+            except LedgerError as exc:
+                refused.append(f"{task.key}: {exc.message}")
+                continue
+            parts = []
+            if result.revoked is not None:
+                attempt = result.revoked
+                revoked.append(task.key)
+                parts.append(f"Revoked attempt {attempt.pk} of {attempt.agent.handle} (epoch {attempt.epoch}).")
+            else:
+                idle.append(task.key)
+                parts.append("No live lease to revoke.")
+            if agent is not None:
+                parts.append(f"Reserved for {agent.handle}.")
+            parts.append(f"Reason: {reason}")
+            verb = "Reassign" if agent is not None else "Force-release"
+            self.log_change(request, result.task, f"{verb}: {' '.join(parts)}")
+        handled = len(revoked) + len(idle)
+        if agent is not None:
+            done = (
+                f"Reassigned {plural(handled, 'task')} to {agent.handle}; revoked {plural(len(revoked), 'live lease')}."
+                if handled
+                else None
+            )
+        else:
+            done = f"Force-released {plural(len(revoked), 'task')}: revoked their live leases." if revoked else None
+        skipped = [f"{plural(len(idle), 'task')} had no live lease: {', '.join(idle[:10])}."] if idle else []
+        self.report(request, done=done, skipped=skipped, refused=refused)
+
+    # --- per-task pages for the same two actions ------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        own = [
+            path("<path:object_id>/force-release/", wrap(self.force_release_view), name="ledger_task_force_release"),
+            path("<path:object_id>/reassign/", wrap(self.reassign_view), name="ledger_task_reassign"),
+        ]
+        return own + super().get_urls()
+
+    def _single_task_flow(self, request: HttpRequest, object_id: str, *, reassign: bool) -> HttpResponse:
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        task = get_object_or_404(self.get_queryset(request).select_related("reserved_for"), pk=object_id)
+        done_url = reverse("admin:ledger_task_change", args=[task.pk])
+        response = self._revoke_flow(request, [task], reassign=reassign, action_name=None, done_url=done_url)
+        assert response is not None  # with a done_url the flow always answers
+        return response
+
+    def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._single_task_flow(request, object_id, reassign=False)
+
+    def reassign_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        return self._single_task_flow(request, object_id, reassign=True)

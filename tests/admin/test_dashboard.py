@@ -1,0 +1,89 @@
+"""The dashboard: tasks by effective status, expiring leases, findings, alerts and charts, in bounded queries."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from leases.reconciliation.services import reconcile
+from leases.services import check_queue_wait, lease_claim, task_update
+from ledger.actors import SYSTEM
+from ledger.admin_dashboard import build_dashboard
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+DASHBOARD_QUERY_BUDGET = 25
+
+
+@pytest.fixture
+def fleet_state(clock):
+    web = ProjectFactory(slug="web", name="Web app", queue_wait_max_seconds=600)
+    api = ProjectFactory(slug="api", name="API")
+    agent = AgentFactory(handle="agent-07", projects=[web, api])
+    short = TaskFactory(project=web, title="Short lease")
+    long = TaskFactory(project=web, title="Long lease")
+    TaskFactory(project=web, title="Waiting")
+    TaskFactory(project=web, title="Not ready", status="open")
+    done = TaskFactory(project=api, title="Done already")
+    task_update(task=done, actor=SYSTEM, changes={"status": "done"})
+    lapsing = TaskFactory(project=api, title="About to lapse")
+    lease_claim(task=lapsing, agent=agent, lease_seconds=60)
+    clock.advance(700)  # the lapsing lease is gone; "Waiting" has waited past 600 s
+    lease_claim(task=short, agent=agent, lease_seconds=300)
+    lease_claim(task=long, agent=agent, lease_seconds=3600)
+    check_queue_wait()
+    reconcile()
+    task_update(task=long, actor=SYSTEM, changes={"status": "blocked", "blocked_reason": "contested on purpose"})
+    return web, api, short, long
+
+
+def test_tasks_by_effective_status_per_project(clock, fleet_state):
+    dashboard = build_dashboard(now=clock.now())
+    table = {row.project.slug: {cell.status: cell.count for cell in row.cells} for row in dashboard.projects}
+    assert table["web"]["in_progress"] == 2
+    assert table["web"]["ready"] == 1
+    assert table["web"]["open"] == 1
+    assert table["api"]["done"] == 1
+    assert table["api"]["ready"] == 1  # its lease lapsed: ready again without anyone acting
+    assert table["api"]["in_progress"] == 0
+    assert dashboard.live_leases == 2
+
+
+def test_only_leases_lapsing_within_ten_minutes_are_listed(clock, fleet_state):
+    _, _, short, _ = fleet_state
+    dashboard = build_dashboard(now=clock.now())
+    assert [lease.attempt.task_id for lease in dashboard.expiring] == [short.pk]
+
+
+def test_findings_alerts_and_charts(clock, fleet_state):
+    dashboard = build_dashboard(now=clock.now())
+    assert {row.condition: row.open for row in dashboard.findings} == {"expired_lease_still_active": 1}
+    assert [item.event.type for item in dashboard.queue_alerts] == ["task.queue_wait_exceeded"]
+    assert "task.contested" in [item.event.type for item in dashboard.recent_alerts]
+    assert [chart.title for chart in dashboard.charts] == [
+        "Claims per day",
+        "Lease conflicts per day",
+        "Orphan rate per day",
+    ]
+    assert "2026-01-05: 3 claims" in dashboard.charts[0].svg
+    assert "2026-01-05: 1 conflicts" in dashboard.charts[1].svg
+
+
+def test_the_page_renders_every_part_in_bounded_queries(ops_client, fleet_state):
+    with CaptureQueriesContext(connection) as captured:
+        body = ops_client.get("/admin/").content.decode()
+    assert len(captured.captured_queries) <= DASHBOARD_QUERY_BUDGET
+    assert body.count('<svg class="lh-chart"') == 3
+    for text in ("Web app", "Short lease", "Expired lease still active", "task.queue_wait_exceeded", "task.contested"):
+        assert text in body
+    assert "Everything else" in body  # the standard app list stays below
+
+
+def test_an_empty_fleet_gets_helpful_empty_states(ops_client):
+    body = ops_client.get("/admin/").content.decode()
+    assert "No projects yet" in body
+    assert "No lease expires in the next 10 minutes." in body
+    assert "No open findings" in body
+    assert body.count('<svg class="lh-chart"') == 3
