@@ -1,0 +1,257 @@
+"""The lease keeper: holds an attempt's lease while the work runs (SPEC §3, §13).
+
+A background thread renews the lease every `renew_every_seconds` (from the
+claim). The lease is *lost* — renewing stops, `lost` is set, `on_lost` is
+called, and the token is never sent again (by this keeper or by its client) —
+
+- at once, when the server answers a renewal or any holder call with
+  LEASE_EXPIRED, LEASE_NOT_HELD, STALE_EPOCH, INVALID_LEASE_TOKEN or
+  NOT_FOUND: the attempt is over, someone else may hold the task;
+- after `renew_attempts` consecutive failed renewals (no answer, a busy
+  server, anything else). After a failure the keeper tries again after half
+  an interval rather than a whole one, so with the server's one-third-of-the-
+  lease interval the work learns of the loss at about two thirds of the lease,
+  before the server could hand the task to anyone else;
+- when a renewal fails and the last known `lease_expires_at` is already past
+  on this machine's clock.
+
+The keeper's `note`/`checkpoint`/`set_git`/`renew`/`finish`/`release` are the
+holder calls to use while it runs: they raise `LeaseLost` once the lease is
+lost or the attempt ended, without a request. `finish` and `release` stop the
+renewals first, so no renewal races the end of the attempt.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from agent.client import Finished, Lease, LeaseholdClient, NoteKind, NoteWritten, Outcome, Renewed
+from agent.errors import LEASE_LOSS_CODES, LeaseholdError, LeaseLost
+from agent.models import is_past
+
+T = TypeVar("T")
+
+# Answers that mean this attempt is not ours to hold any more.
+ENDING_CODES = LEASE_LOSS_CODES | {"NOT_FOUND", "LEASE_LOST"}
+
+
+class LeaseKeeper:
+    """Renews one lease in the background and refuses holder calls once it is lost."""
+
+    def __init__(
+        self,
+        client: LeaseholdClient,
+        lease: Lease,
+        *,
+        on_lost: Callable[[str], None] | None = None,
+        renew_every_seconds: float | None = None,
+        failure_retry_seconds: float | None = None,
+        request_timeout: float | None = None,
+    ) -> None:
+        self.client = client
+        self.lease = lease
+        self.on_lost = on_lost
+        self.interval = max(0.1, float(renew_every_seconds or lease.renew_every_seconds))
+        self.failure_retry_seconds = failure_retry_seconds or max(0.1, self.interval / 2)
+        self.request_timeout = request_timeout or min(10.0, max(1.0, self.interval / 2))
+        self.lost = threading.Event()
+        self.lost_reason: str | None = None
+        self.lost_error: LeaseholdError | None = None
+        self.ended = False
+        self.renewals = 0
+        self.failures = 0
+        self.lease_expires_at = lease.lease_expires_at
+        self._notified = False
+        self._stop = threading.Event()
+        self._lock = threading.RLock()
+        self._thread: threading.Thread | None = None
+
+    # --- the renewal loop -----------------------------------------------------------
+
+    def start(self) -> LeaseKeeper:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"lease-keeper-{self.lease.attempt_id}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop renewing (idempotent); waits for a renewal in flight to end."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=self.request_timeout + 2.0)
+
+    def __enter__(self) -> LeaseKeeper:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    @property
+    def held(self) -> bool:
+        return not (self.lost.is_set() or self.ended)
+
+    def wait_lost(self, timeout: float | None = None) -> bool:
+        return self.lost.wait(timeout)
+
+    def _run(self) -> None:
+        delay: float | None = self.interval
+        while delay is not None and not self._stop.wait(delay):
+            delay = self._renew_once()
+            self._notify()
+
+    def _renew_once(self) -> float | None:
+        """One renewal; the delay before the next one, or None to stop."""
+        with self._lock:
+            if self._stop.is_set() or not self.held:
+                return None
+            try:
+                renewed = self.client.renew(self.lease, retries=0, timeout=self.request_timeout)
+            except LeaseholdError as error:
+                return self._renewal_failed(error, str(error))
+            except Exception as error:  # a bug must not silently end the loop: count it as a failure
+                return self._renewal_failed(None, f"{error.__class__.__name__}: {error}")
+            self.failures = 0
+            self.renewals += 1
+            self.lease_expires_at = renewed.get("lease_expires_at", self.lease_expires_at)
+            return self.interval
+
+    def _renewal_failed(self, error: LeaseholdError | None, text: str) -> float | None:
+        if error is not None and error.code in ENDING_CODES:
+            self._lose(f"renewal refused: {text}", error)
+            return None
+        self.failures += 1
+        if self.failures >= self.lease.renew_attempts:
+            self._lose(f"{self.failures} renewals failed in a row (last: {text})", error)
+            return None
+        if is_past(self.lease_expires_at):
+            self._lose(f"the lease ran out while renewals failed (last: {text})", error)
+            return None
+        return self.failure_retry_seconds
+
+    def _lose(self, reason: str, error: LeaseholdError | None) -> None:
+        """Record the loss (under the lock); `_notify` tells `on_lost` once the lock is released."""
+        with self._lock:
+            if self.lost.is_set():
+                return
+            self.lost_reason = reason
+            self.lost_error = error
+            self.client.forget_lease(self.lease)
+            self._stop.set()
+            self.lost.set()
+
+    def _notify(self) -> None:
+        with self._lock:
+            if not self.lost.is_set() or self._notified:
+                return
+            self._notified = True
+            reason = self.lost_reason or "lost"
+        if self.on_lost is not None:
+            try:
+                self.on_lost(reason)
+            except Exception as exc:  # the callback's trouble must not hide the loss
+                print(f"leasehold: on_lost callback failed: {exc}", file=sys.stderr)
+
+    # --- holder calls ---------------------------------------------------------------
+
+    def ensure_held(self) -> None:
+        if self.lost.is_set():
+            raise LeaseLost(
+                f"The lease on {self.lease.task} is lost ({self.lost_reason}); stop working on it.",
+                details={"attempt": self.lease.attempt_id, "task": self.lease.task},
+            )
+        if self.ended:
+            raise LeaseLost(
+                f"Attempt {self.lease.attempt_id} on {self.lease.task} has ended; its token is not used again.",
+                details={"attempt": self.lease.attempt_id, "task": self.lease.task},
+            )
+
+    def _holder_call(self, call: Callable[[], T], *, ends: bool = False) -> T:
+        try:
+            with self._lock:
+                self.ensure_held()
+                try:
+                    result = call()
+                except LeaseholdError as error:
+                    if error.code in ENDING_CODES:
+                        self._lose(f"{error.code} on a holder call: {error.message}", error)
+                    raise
+                if ends:
+                    self.ended = True
+                return result
+        finally:
+            self._notify()
+
+    def renew(self, *, lease_seconds: int | None = None) -> Renewed:
+        renewed = self._holder_call(lambda: self.client.renew(self.lease, lease_seconds=lease_seconds))
+        self.lease_expires_at = renewed.get("lease_expires_at", self.lease_expires_at)
+        return renewed
+
+    def note(
+        self, content: str, *, kind: NoteKind = "progress", next_steps: list[str] | None = None, important: bool = False
+    ) -> NoteWritten:
+        written = self._holder_call(
+            lambda: self.client.note(self.lease, content, kind=kind, next_steps=next_steps, important=important)
+        )
+        self.lease_expires_at = written.get("lease_expires_at", self.lease_expires_at)
+        return written
+
+    def checkpoint(self, content: str, *, next_steps: list[str] | None = None) -> NoteWritten:
+        return self.note(content, kind="checkpoint", next_steps=next_steps)
+
+    def set_git(self, *, branch: str | None = None, base_commit: str | None = None) -> dict[str, Any]:
+        return self._holder_call(lambda: self.client.set_git(self.lease, branch=branch, base_commit=base_commit))
+
+    def finish(self, outcome: Outcome, **fields: Any) -> Finished:
+        """End the attempt (done, review, failed, handoff); renewals stop first."""
+        self.ensure_held()
+        self.stop()
+        return self._holder_call(lambda: self.client.finish(self.lease, outcome, **fields), ends=True)
+
+    def release(self, *, reason: str = "") -> Finished:
+        """Give the task back untouched; renewals stop first."""
+        self.ensure_held()
+        self.stop()
+        return self._holder_call(lambda: self.client.release(self.lease, reason=reason), ends=True)
+
+
+class Heartbeat:
+    """The run heartbeat (`POST /agents/me/heartbeat/`) every `every_seconds`, in the background.
+
+    It says the agent process is alive and touches no lease; a failed beat is
+    only remembered (`last_error`), the next one is tried on schedule.
+    """
+
+    def __init__(self, client: LeaseholdClient, *, every_seconds: float = 30.0) -> None:
+        self.client = client
+        self.every_seconds = max(0.1, every_seconds)
+        self.sent = 0
+        self.last_error: LeaseholdError | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> Heartbeat:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="leasehold-heartbeat", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)  # a beat in flight may be dropped: the thread is a daemon
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                self.client.heartbeat(retries=0, timeout=min(10.0, self.every_seconds))
+                self.sent += 1
+                self.last_error = None
+            except LeaseholdError as error:
+                self.last_error = error
+            self._stop.wait(max(0.0, self.every_seconds - (time.monotonic() - started)))

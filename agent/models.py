@@ -1,0 +1,188 @@
+"""The shapes the agent API answers with (SPEC §8), as the client returns them.
+
+TypedDicts are the JSON as sent (`total=False` where the server may grow a
+field); `Lease` and `Claim` are what the toolkit itself builds from a claim.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, TypedDict, cast
+
+Outcome = Literal["done", "review", "failed", "handoff"]
+NoteKind = Literal["progress", "finding", "warning", "checkpoint"]
+
+
+class Project(TypedDict, total=False):
+    slug: str
+    name: str
+    key_prefix: str
+    repository: str
+    default_branch: str
+    default_lease_seconds: int
+    queue_wait_max_seconds: int
+    required_isolation: str
+    archived_at: str | None
+
+
+class CompactTask(TypedDict, total=False):
+    key: str
+    title: str
+    status: str
+    effective_status: str
+    priority: int
+    task_class: str
+    version: int
+    epoch: int
+    holder: str | None
+    lease_expires_at: str | None
+    blocked_by: int
+
+
+class AttemptSummary(TypedDict, total=False):
+    id: int
+    task: str
+    epoch: int
+    status: str
+    lease_expires_at: str
+    branch: str | None
+    base_commit: str | None
+    environment: str | None
+    label: str
+
+
+class Page(TypedDict):
+    results: list[Any]
+    next_cursor: str | None
+
+
+class Renewed(TypedDict):
+    lease_expires_at: str
+    renew_count: int
+
+
+class NoteWritten(TypedDict):
+    note: dict[str, Any]
+    lease_expires_at: str
+
+
+class Finished(TypedDict):
+    attempt: AttemptSummary
+    task: CompactTask
+
+
+class Event(TypedDict, total=False):
+    id: int
+    type: str
+    severity: str
+    task: str | None
+    attempt: int | None
+    actor: str
+    payload: dict[str, Any]
+    created_at: str
+
+
+class Changes(TypedDict):
+    events: list[Event]
+    latest_event_id: int
+    has_more: bool
+
+
+@dataclass(frozen=True)
+class Lease:
+    """What a holder needs to act on an attempt. The token is never printed (`repr=False`)."""
+
+    attempt_id: int
+    token: str = field(repr=False)
+    epoch: int
+    task: str
+    renew_every_seconds: int = 300
+    renew_attempts: int = 3
+    lease_expires_at: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "attempt_id": self.attempt_id,
+            "token": self.token,
+            "epoch": self.epoch,
+            "task": self.task,
+            "renew_every_seconds": self.renew_every_seconds,
+            "renew_attempts": self.renew_attempts,
+            "lease_expires_at": self.lease_expires_at,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Lease:
+        return cls(
+            attempt_id=int(data["attempt_id"]),
+            token=str(data["token"]),
+            epoch=int(data["epoch"]),
+            task=str(data["task"]),
+            renew_every_seconds=int(data.get("renew_every_seconds") or 300),
+            renew_attempts=int(data.get("renew_attempts") or 3),
+            lease_expires_at=data.get("lease_expires_at"),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A successful claim: the lease to hold, the attempt, the compact task and the work context."""
+
+    lease: Lease
+    attempt: AttemptSummary
+    task: CompactTask
+    context: dict[str, Any]
+    label: str
+
+    @classmethod
+    def from_response(cls, body: dict[str, Any]) -> Claim:
+        attempt = cast(AttemptSummary, body["attempt"])
+        lease = Lease(
+            attempt_id=int(attempt["id"]),
+            token=str(body["lease_token"]),
+            epoch=int(body["epoch"]),
+            task=str(attempt["task"]),
+            renew_every_seconds=int(body["renew_every_seconds"]),
+            renew_attempts=int(body["renew_attempts"]),
+            lease_expires_at=body.get("lease_expires_at"),
+        )
+        return cls(
+            lease=lease,
+            attempt=attempt,
+            task=cast(CompactTask, body.get("task") or {}),
+            context=body.get("context") or {},
+            label=str(body.get("label") or ""),
+        )
+
+    def summary(self) -> dict[str, Any]:
+        """The claim without its token: what a human, a script or a model is shown."""
+        return {
+            "task": self.lease.task,
+            "attempt": self.lease.attempt_id,
+            "epoch": self.lease.epoch,
+            "lease_expires_at": self.lease.lease_expires_at,
+            "renew_every_seconds": self.lease.renew_every_seconds,
+            "branch": self.attempt.get("branch"),
+            "environment": self.attempt.get("environment"),
+            "label": self.label,
+        }
+
+
+def lease_fingerprint(token: str) -> str:
+    """A short, one-way name for a lease token (for traces and the lost-lease registry)."""
+    return hashlib.sha256(token.encode()).hexdigest()[:16]
+
+
+def is_past(moment_text: str | None) -> bool:
+    """Whether an ISO 8601 time from the server is already past on this machine's clock (False if unknown)."""
+    if not moment_text:
+        return False
+    try:
+        moment = datetime.fromisoformat(moment_text)
+    except ValueError:
+        return False
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment <= datetime.now(UTC)

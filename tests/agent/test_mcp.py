@@ -1,0 +1,105 @@
+"""`leasehold mcp` driven over stdio by the official `mcp` SDK's client, against a live server."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tomllib
+from pathlib import Path
+
+import anyio
+from mcp import Client, StdioServerParameters
+from mcp.types import TextContent
+
+from tests.agent.live import REPO, leasehold
+
+EXPECTED_TOOLS = {
+    "ready",
+    "claim",
+    "claim_next",
+    "context",
+    "note",
+    "checkpoint",
+    "renew",
+    "finish",
+    "release",
+    "changes",
+    "search",
+}
+
+
+def test_an_mcp_client_lists_tools_claims_checkpoints_reads_the_context_and_finishes(fleet, api, logged_in):
+    key = fleet.ready_task()
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "agent", "mcp"],
+        env={"LEASEHOLD_CONFIG": logged_in["LEASEHOLD_CONFIG"], "LEASEHOLD_STATE": logged_in["LEASEHOLD_STATE"]},
+        cwd=str(REPO),
+    )
+
+    async def session() -> dict:
+        seen: dict = {}
+        async with Client(params, read_timeout_seconds=30) as client:
+            tools = (await client.list_tools()).tools
+            seen["tools"] = {tool.name: tool.description for tool in tools}
+
+            async def call(name: str, arguments: dict) -> tuple[bool, str]:
+                result = await client.call_tool(name, arguments)
+                block = result.content[0]
+                assert isinstance(block, TextContent)
+                return bool(result.is_error), block.text
+
+            seen["claim"] = await call("claim", {"key": key, "lease_seconds": 3})
+            seen["checkpoint"] = await call("checkpoint", {"content": "parser done", "next_steps": ["tests"]})
+            await anyio.sleep(3.5)  # longer than the lease: the server keeps it alive meanwhile
+            seen["context"] = await call("context", {})
+            seen["finish"] = await call("finish", {"outcome": "done", "summary": "finished over MCP"})
+            seen["late_note"] = await call("note", {"content": "after the end"})
+        return seen
+
+    seen = anyio.run(session)
+
+    assert set(seen["tools"]) == EXPECTED_TOOLS
+    assert all(description and len(description) <= 100 for description in seen["tools"].values())
+    failed, text = seen["claim"]
+    assert not failed, text
+    claimed = json.loads(text)
+    assert claimed["task"] == key
+    assert "lease_token" not in text
+    assert "token" not in claimed
+    assert claimed["context"]["task"]["key"] == key
+    failed, text = seen["checkpoint"]
+    assert not failed, text
+    failed, text = seen["context"]
+    assert not failed, text
+    context = json.loads(text)
+    assert context["latest_checkpoint"]["content"] == "parser done"
+    assert context["task"]["effective_status"] == "in_progress"
+    assert json.dumps(context, separators=(",", ":")) == text  # compact
+    failed, text = seen["finish"]
+    assert not failed, text
+    finished = {"attempt": claimed["attempt"], "status": "completed", "task": key, "task_status": "done"}
+    assert json.loads(text) == finished
+    failed, text = seen["late_note"]
+    assert failed
+    assert "NO_ATTEMPT" in text
+    attempt = api.attempt(claimed["attempt"])
+    assert attempt["renew_count"] >= 2
+    assert attempt["result_summary"] == "finished over MCP"
+    assert api.task(key)["status"] == "done"
+
+
+def test_print_config_for_each_client(tmp_path):
+    env = {"PATH": "/usr/bin:/bin", "LEASEHOLD_CONFIG": str(tmp_path / "config.json")}
+    claude = leasehold("mcp", "--print-config", "claude", "--project", "web", env=env)
+    assert claude.returncode == 0, claude.stderr
+    entry = json.loads(claude.stdout)["mcpServers"]["leasehold"]
+    assert Path(entry["command"]).name == "leasehold"
+    assert entry["args"] == ["mcp", "--project", "web"]
+    assert entry["env"] == {"LEASEHOLD_CONFIG": str(tmp_path / "config.json")}
+    vscode = leasehold("mcp", "--print-config", "vscode", env=env)
+    assert json.loads(vscode.stdout)["servers"]["leasehold"]["args"] == ["mcp"]
+    codex = leasehold("mcp", "--print-config", "codex", env=env)
+    table = tomllib.loads(codex.stdout)["mcp_servers"]["leasehold"]
+    assert table["args"] == ["mcp"]
+    assert Path(table["command"]).name == "leasehold"
