@@ -133,6 +133,6 @@ def test_a_label_that_could_not_be_parsed_cannot_be_built(changes: dict[str, obj
     values: dict[str, object] = {"owner": "agent-07", "branch": None, "env": None, "task": "WEB-412", "epoch": 3}
 
     with pytest.raises(ValidationFailed) as refused:
-        Label(**{**values, **changes})  # type: ignore[arg-type]
+        Label(**{**values, **changes})
 
     assert refused.value.details["field"] == field
