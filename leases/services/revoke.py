@@ -58,6 +58,7 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
     revoked = None
     if active is not None and active.lease_expires_at <= now:
         expire_lapsed([active.pk], now=now)
+        locked.refresh_from_db(fields=["ready_since"])  # expiry moved it; a reassign saves the row
     elif active is not None:
         _end_attempt(active, now=now, status=AttemptStatus.REVOKED, revoked_by=actor.label, revoke_reason=reason)
         mark_allocations_stale([active.pk])

@@ -67,3 +67,13 @@ def test_force_release_of_a_lapsed_lease_expires_it_instead(clock, project, agen
     assert result.revoked is None
     assert Attempt.objects.get(pk=grant.attempt.pk).status == AttemptStatus.EXPIRED
     assert not Event.objects.filter(type="attempt.revoked").exists()
+
+
+def test_reassigning_a_lapsed_lease_keeps_the_lapse_instant_as_ready_since(clock, project, agents, user_actor):
+    # Found by the state machine: the reassign saved the task row it had read
+    # before expiry and put back the ready_since of before the claim.
+    task = TaskFactory(project=project)
+    grant = lease_claim(task=task, agent=agents[0], lease_seconds=60)
+    clock.advance(120)
+    task_reassign(task=task, agent=agents[1], actor=user_actor, reason="stuck")
+    assert type(task).objects.get(pk=task.pk).ready_since == grant.attempt.lease_expires_at
