@@ -40,8 +40,10 @@ TIMEOUT_MS = 20_000
 expect.set_options(timeout=TIMEOUT_MS)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
+    """One Chromium for the browser tests; closed after them, so Playwright's
+    event loop does not outlive this package (other tests run asyncio)."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"Chromium is not installed at {CHROMIUM}; run scripts/install-browser (Debian's chromium).")
     with sync_playwright() as playwright:
