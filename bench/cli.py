@@ -1,0 +1,259 @@
+"""`python -m bench run`: the entry command (see docs/performance.md).
+
+The parent process starts one child per database (Django reads its settings
+once per process), merges their results, checks the targets, prints the
+table and writes `bench/results/latest.json`. It exits 1 when an audit
+query found anything, or a workload reported errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.results import RESULTS_DIR, Row, machine, markdown_table, table, write_json
+
+WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http")
+# bench.suite.WHAT_IFS (schema) and bench.what_if.RUNTIME, named here without importing Django.
+WHAT_IF_NAMES = ("ready-index", "no-event-lock", "sqlite-writer-lock")
+DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    run = commands.add_parser("run", help="run the benchmark suite")
+    run.add_argument("--smoke", action="store_true", help="small sizes; finishes in under a minute per database")
+    run.add_argument("--database", choices=("postgres", "sqlite", "both"), default="both")
+    run.add_argument("--workers", type=int, default=4, help="gunicorn workers for the HTTP workloads")
+    run.add_argument("--only", default=",".join(WORKLOADS), help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    run.add_argument(
+        "--sweep-batch", type=int, default=None, help="batch size for W5's sweep_expired (default: the service's)"
+    )
+    run.add_argument("--output", type=Path, default=None, help="JSON results file (default bench/results/latest.json)")
+    run.add_argument(
+        "--what-if",
+        action="append",
+        default=[],
+        choices=sorted(WHAT_IF_NAMES),
+        help="apply a proposed schema change to the bench database first (see docs/performance.md); repeatable",
+    )
+    child = commands.add_parser("child", help=argparse.SUPPRESS)
+    child.add_argument("--database", required=True)
+    child.add_argument("--smoke", action="store_true")
+    child.add_argument("--workers", type=int, default=4)
+    child.add_argument("--only", required=True)
+    child.add_argument("--out", type=Path, required=True)
+    child.add_argument("--what-if", action="append", default=[])
+    child.add_argument("--sweep-batch", type=int, default=None)
+    agents = commands.add_parser("agents", help=argparse.SUPPRESS)
+    agents.add_argument("--project", type=int, required=True)
+    agents.add_argument("--agents", required=True)
+    agents.add_argument("--seconds", type=float, required=True)
+    agents.add_argument("--start-at", type=float, required=True)
+    show = commands.add_parser("table", help="print a results file's table (--markdown for the docs)")
+    show.add_argument("path", type=Path, nargs="?", default=RESULTS_DIR / "latest.json")
+    show.add_argument("--markdown", action="store_true")
+    sweep = commands.add_parser("sweep", help=argparse.SUPPRESS)
+    sweep.add_argument("--batch-size", type=int, default=None)
+    args = parser.parse_args(argv)
+
+    if args.command == "table":
+        saved = json.loads(args.path.read_text())
+        rows = [Row(**row) for row in saved["rows"]]
+        print(markdown_table(rows) if args.markdown else table(rows))
+        for target in saved.get("targets", []):
+            verdict = {True: "met", False: "NOT met", None: "not run"}[target["met"]]
+            print(f"- {target['name']}: **{verdict}** ({target['measured']})")
+        return 0
+    if args.command == "sweep":
+        from bench.processes import sweep_main
+
+        sweep_main(args.batch_size)
+        return 0
+    if args.command == "agents":
+        from bench.processes import agents_main
+
+        agents_main(args.project, [int(pk) for pk in args.agents.split(",")], args.seconds, args.start_at)
+        return 0
+    if args.command == "child":
+        from bench.suite import run_database
+
+        return run_database(
+            DATABASES[args.database],
+            smoke=args.smoke,
+            workers=args.workers,
+            only=args.only.split(","),
+            out=args.out,
+            what_if=args.what_if,
+            sweep_batch=args.sweep_batch,
+        )
+    return run_all(args)
+
+
+def run_all(args: argparse.Namespace) -> int:
+    only = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(only) - set(WORKLOADS))
+    if unknown:
+        print(f"unknown workloads: {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    databases = ["postgresql", "sqlite"] if args.database == "both" else [DATABASES[args.database]]
+    started = time.time()
+    payloads: list[dict[str, Any]] = []
+    status = 0
+    for vendor in databases:
+        with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
+            out = Path(handle.name)
+        command = [
+            sys.executable,
+            "-m",
+            "bench",
+            "child",
+            "--database",
+            vendor,
+            "--workers",
+            str(args.workers),
+            "--only",
+            ",".join(only),
+            "--out",
+            str(out),
+        ]
+        if args.smoke:
+            command.append("--smoke")
+        for name in args.what_if:
+            command += ["--what-if", name]
+        if args.sweep_batch:
+            command += ["--sweep-batch", str(args.sweep_batch)]
+        print(f"== {vendor}", flush=True)
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        env["LEASEHOLD_BENCH_WHAT_IF"] = ",".join(args.what_if)
+        code = subprocess.run(command, env=env, check=False).returncode
+        try:
+            payloads.append(json.loads(out.read_text()))
+        except (OSError, ValueError):
+            payloads.append({"database": vendor, "rows": [], "audits": {}, "failed": [f"child exited {code}"]})
+        finally:
+            out.unlink(missing_ok=True)
+        status = max(status, 1 if code else 0)
+
+    rows = [Row(**row) for payload in payloads for row in payload["rows"]]
+    targets = evaluate_targets(rows)
+    failed = [reason for payload in payloads for reason in payload.get("failed", [])]
+    result = {
+        "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+        "seconds": round(time.time() - started, 1),
+        "smoke": args.smoke,
+        "what_if": args.what_if,
+        "machine": machine(),
+        "databases": {payload["database"]: {k: v for k, v in payload.items() if k != "rows"} for payload in payloads},
+        "rows": [row.to_json() for row in rows],
+        "targets": targets,
+        "failed": failed,
+    }
+    default_name = "smoke" if args.smoke else "latest"
+    if args.what_if:
+        default_name += "-what-if-" + "-".join(sorted(args.what_if))
+    output = args.output or RESULTS_DIR / f"{default_name}.json"
+    write_json(result, output)
+    print()
+    if args.what_if:
+        print(f"WHAT-IF run: {', '.join(args.what_if)} applied to the bench database (not the code as it is)")
+    print(table(rows))
+    print()
+    for target in targets:
+        verdict = {True: "MET", False: "NOT MET", None: "NOT RUN"}[target["met"]]
+        print(f"[{verdict:>7}] {target['name']}: {target['measured']}")
+    for payload in payloads:
+        print(f"audit {payload['database']}: {payload.get('audits', {})}")
+    if failed:
+        print("FAILED:\n  " + "\n  ".join(failed))
+        status = 1
+    print(f"results: {output}  ({result['seconds']} s)")
+    return status
+
+
+def _find(rows: list[Row], *, database: str, workload: str, mode: str, concurrency: int | None = None) -> Row | None:
+    for row in rows:
+        if (
+            row.database == database
+            and row.workload.startswith(workload)
+            and row.mode == mode
+            and (concurrency is None or row.concurrency == concurrency)
+        ):
+            return row
+    return None
+
+
+FULL_SWEEP = 100_000
+
+
+def evaluate_targets(rows: list[Row]) -> list[dict[str, Any]]:
+    """The issue's targets, each met / not met / not run, with what was measured."""
+    pg = "postgresql"
+    targets: list[dict[str, Any]] = []
+
+    def add(name: str, met: bool | None, measured: str) -> None:
+        targets.append({"name": name, "met": met, "measured": measured})
+
+    service16 = _find(rows, database=pg, workload="W3 full cycle", mode="service", concurrency=16)
+    add(
+        "PostgreSQL: service-layer full cycle at 16 agents >= 35% of raw",
+        None if service16 is None or service16.ratio is None else service16.ratio >= 0.35,
+        "-" if service16 is None else f"ratio {service16.ratio}",
+    )
+    http16 = _find(rows, database=pg, workload="W3 full cycle", mode="http", concurrency=16)
+    add(
+        "PostgreSQL: HTTP full cycle at 16 agents >= 20% of raw",
+        None if http16 is None or http16.ratio is None else http16.ratio >= 0.20,
+        "-" if http16 is None else f"ratio {http16.ratio}",
+    )
+    race = _find(rows, database=pg, workload="W2 hot race", mode="service")
+    if race is None or race.concurrency < 64:
+        add("PostgreSQL: hot race claim p99 <= 50 ms at 64 agents, no errors but TASK_TAKEN", None, "-")
+    else:
+        add(
+            "PostgreSQL: hot race claim p99 <= 50 ms at 64 agents, no errors but TASK_TAKEN",
+            race.p99_ms is not None and race.p99_ms <= 50 and not race.errors,
+            f"p99 {race.p99_ms} ms, errors {race.errors or 0}",
+        )
+    sweep = _find(rows, database=pg, workload="W5 sweep", mode="service")
+    if sweep is not None and sweep.ops < FULL_SWEEP:
+        sweep = None  # the budget is for 100,000 leases; a smoke run's sweep is not judged
+    add(
+        "PostgreSQL: sweep <= 3x the single-statement reference",
+        None if sweep is None or sweep.ratio is None else sweep.ratio <= 3,
+        "-"
+        if sweep is None
+        else f"{sweep.seconds} s, ratio {sweep.ratio}, worst batch {sweep.extra.get('worst_batch_ms')} ms",
+    )
+    during = _find(rows, database=pg, workload="W5 claim during sweep", mode="sweeping") if sweep else None
+    add(
+        "PostgreSQL: claim p99 during the sweep <= 2x without",
+        None if during is None or during.ratio is None else during.ratio <= 2,
+        "-" if during is None else f"p99 {during.p99_ms} ms, x{during.ratio}",
+    )
+    procs = _find(rows, database="sqlite", workload="W3 full cycle, 4 processes", mode="service", concurrency=16)
+    pg16 = service16
+    if procs is None:
+        add("SQLite: 16 agents in 4 processes, zero STORAGE_BUSY", None, "-")
+        add("SQLite: 4-process full cycle >= PostgreSQL service layer at 16", None, "-")
+    else:
+        busy = procs.extra.get("storage_busy", 0)
+        add(
+            "SQLite: 16 agents in 4 processes, zero STORAGE_BUSY",
+            busy == 0 and not procs.errors,
+            f"STORAGE_BUSY {busy}",
+        )
+        add(
+            "SQLite: 4-process full cycle >= PostgreSQL service layer at 16",
+            None if pg16 is None or not pg16.throughput else (procs.throughput or 0) >= pg16.throughput,
+            f"{procs.throughput} vs {None if pg16 is None else pg16.throughput} cycles/s",
+        )
+    return targets

@@ -1,0 +1,94 @@
+"""Create the benchmark database and configure Django for it, once per process.
+
+Each database runs in its own process (Django's settings are read once), so
+`bench run --database both` starts one child per database; the SQLite
+multi-process workload starts further children with the same environment.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+PG_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
+PG_BENCH_DATABASE = "leasehold_bench"
+# Every agent thread holds a pooled connection for its lifetime, plus the main thread.
+BENCH_POOL_MAX = 72
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one database's run lives: the environment its processes (and the web server) get."""
+
+    vendor: str  # "postgresql" or "sqlite"
+    env: dict[str, str]
+    dsn: str  # psycopg conninfo, or the SQLite file path
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.vendor == "postgresql"
+
+
+def pg_admin_url() -> str:
+    return os.environ.get("LEASEHOLD_BENCH_PG_ADMIN_URL", PG_ADMIN_URL)
+
+
+def create_target(vendor: str, *, workdir: Path, database_name: str = PG_BENCH_DATABASE) -> Target:
+    """A fresh, empty database of `vendor` (dropped and recreated) and the environment that points at it."""
+    env = {
+        "LEASEHOLD_SECRET_KEY": os.environ.get("LEASEHOLD_SECRET_KEY") or secrets.token_urlsafe(48),
+        "LEASEHOLD_DATA_DIR": str(workdir),
+        "DJANGO_SETTINGS_MODULE": "config.settings.base",
+        "LEASEHOLD_DB_POOL_MAX": str(BENCH_POOL_MAX),
+    }
+    if vendor == "postgresql":
+        import psycopg
+
+        admin = pg_admin_url()
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database_name}" WITH (FORCE)')
+            conn.execute(f'CREATE DATABASE "{database_name}"')
+        url = admin.rsplit("/", 1)[0] + "/" + database_name
+        env["DATABASE_URL"] = url
+        return Target(vendor=vendor, env=env, dsn=url)
+    if vendor == "sqlite":
+        path = workdir / "leasehold.sqlite3"
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        env.pop("DATABASE_URL", None)
+        return Target(vendor=vendor, env=env, dsn=str(path))
+    raise ValueError(f"unknown database {vendor!r}")
+
+
+def drop_target(target: Target) -> None:
+    if target.is_postgres:
+        import psycopg
+
+        with psycopg.connect(pg_admin_url(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{PG_BENCH_DATABASE}" WITH (FORCE)')
+
+
+def configure_django(target: Target) -> None:
+    """Point this process's Django at `target` and set it up (call before importing models)."""
+    for name in ("DATABASE_URL",):
+        os.environ.pop(name, None)
+    os.environ.update(target.env)
+    import django
+
+    django.setup()
+    from bench.what_if import apply_runtime
+
+    apply_runtime()
+
+
+def migrate() -> None:
+    from django.core.management import call_command
+
+    call_command("migrate", interactive=False, verbosity=0)
+
+
+def new_workdir() -> Path:
+    return Path(tempfile.mkdtemp(prefix="leasehold-bench-"))

@@ -1,0 +1,173 @@
+"""One database's run: create it, migrate, run the chosen workloads, audit after each."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import shutil
+import signal
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from bench.environment import Target, configure_django, create_target, drop_target, migrate, new_workdir
+from bench.results import Row, table, write_json
+
+# Experiments on the bench database only, to measure a proposed change before it is made in the
+# code (docs/performance.md): each is a schema change the proposal's migration would make.
+WHAT_IFS: dict[str, dict[str, list[str]]] = {
+    # The claim-next ORDER BY says `ready_since ASC NULLS FIRST`; the ready-queue index is
+    # `ready_since ASC` (NULLS LAST), so PostgreSQL sorts every ready task of the project per claim.
+    "ready-index": {
+        "postgresql": [
+            "CREATE INDEX bench_task_ready_queue_nulls_first ON ledger_task "
+            "(project_id, priority DESC, ready_since ASC NULLS FIRST, id) WHERE status = 'ready'"
+        ],
+        "sqlite": [],  # SQLite sorts NULLs first already; its index serves the ORDER BY as it is
+    },
+    # ledger.0004's event-order lock is held from a transaction's first event to its commit, fsync
+    # included: every event-writing transaction of the whole server runs one at a time.
+    "no-event-lock": {
+        "postgresql": ["DROP TRIGGER IF EXISTS ledger_event_commit_order ON ledger_event"],
+        "sqlite": [],
+    },
+}
+
+
+def apply_what_ifs(names: list[str]) -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        for name in names:
+            for sql in WHAT_IFS[name][connection.vendor]:
+                cursor.execute(sql)
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def run_database(
+    vendor: str,
+    *,
+    smoke: bool,
+    workers: int,
+    only: list[str],
+    out: Path,
+    what_if: list[str] | None = None,
+    sweep_batch: int | None = None,
+) -> int:
+    signal.signal(signal.SIGTERM, _terminate)
+    workdir = new_workdir()
+    target = create_target(vendor, workdir=workdir)
+    configure_django(target)
+    payload: dict[str, Any] = {
+        "database": vendor,
+        "what_if": what_if or [],
+        "rows": [],
+        "audits": {},
+        "captured": {},
+        "failed": [],
+    }
+    started = time.perf_counter()
+    try:
+        migrate()
+        from bench import data
+
+        data.offset_ids()
+        apply_what_ifs([name for name in what_if or [] if name in WHAT_IFS])
+        payload["migrate_seconds"] = round(time.perf_counter() - started, 2)
+        rows = run_workloads(target, smoke=smoke, workers=workers, only=only, payload=payload, sweep_batch=sweep_batch)
+        print(table(rows), flush=True)
+    except (Exception, KeyboardInterrupt):
+        payload["failed"].append(f"{vendor}: {traceback.format_exc(limit=6)}")
+        traceback.print_exc()
+    finally:
+        payload["seconds"] = round(time.perf_counter() - started, 1)
+        write_json(payload, out)
+        _cleanup(target, workdir)
+    return 1 if payload["failed"] else 0
+
+
+def run_workloads(
+    target: Target,
+    *,
+    smoke: bool,
+    workers: int,
+    only: list[str],
+    payload: dict[str, Any],
+    sweep_batch: int | None = None,
+) -> list[Row]:
+    from bench import workloads
+    from bench.audit import audit, failures
+
+    sizes = workloads.SMOKE if smoke else workloads.FULL
+    if sweep_batch:
+        sizes = dataclasses.replace(sizes, sweep_batch=sweep_batch)
+    steps: list[tuple[str, Any]] = [
+        ("w1", workloads.w1),
+        ("w2", workloads.w2),
+        ("w3", workloads.w3),
+        ("procs", workloads.w3_processes),
+        ("w5", workloads.w5),
+        ("bytes", workloads.context_bytes),
+    ]
+    if "http" in only:
+        from bench import http
+
+        steps.append(
+            ("http", lambda target, sizes: http.http_workloads(target, sizes, workers=workers, payload=payload))
+        )
+    rows: list[Row] = []
+    for name, workload in steps:
+        if name not in only:
+            continue
+        began = time.perf_counter()
+        print(f"-- {target.vendor} {name}", flush=True)
+        new_rows, captured = workload(target, sizes)
+        payload["captured"].update(captured)
+        counts = audit()
+        payload["audits"][name] = counts
+        bad = failures(counts)
+        if bad:
+            payload["failed"].append(f"{target.vendor} {name}: audit found {bad}")
+        for row in new_rows:
+            # The reference's own failures (SQLite's lock timeouts under 64 raw threads) are
+            # reported in its row; they are the yardstick's, not the code's, and fail nothing.
+            if row.errors and row.mode not in ("raw", "reference"):
+                payload["failed"].append(
+                    f"{target.vendor} {row.workload} {row.mode} x{row.concurrency}: {row.errors[:2]}"
+                )
+            row.extra.setdefault("_audit", counts)
+        _compare_processes_with_threads(new_rows, rows)
+        rows += new_rows
+        payload["rows"] = [row.to_json() for row in rows]
+        print(table(new_rows), f"\n   ({time.perf_counter() - began:.1f} s, audit {counts})", flush=True)
+    return rows
+
+
+def _compare_processes_with_threads(new_rows: list[Row], earlier: list[Row]) -> None:
+    """The multi-process W3 row's ratio is to W3's raw reference at the same number of agents."""
+    from bench.results import set_ratio
+
+    for row in new_rows:
+        if not row.workload.startswith("W3 full cycle, "):
+            continue
+        for reference in earlier:
+            same_level = reference.concurrency == row.concurrency
+            if reference.workload == "W3 full cycle" and reference.mode == "raw" and same_level:
+                set_ratio(row, reference)
+
+
+def _cleanup(target: Target, workdir: Path) -> None:
+    from django.db import connections
+
+    for connection in connections.all():
+        connection.close()
+        close_pool = getattr(connection, "close_pool", None)
+        if close_pool is not None:
+            with contextlib.suppress(Exception):  # best effort at exit; the database is dropped next
+                close_pool()
+    drop_target(target)
+    shutil.rmtree(workdir, ignore_errors=True)
