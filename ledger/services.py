@@ -273,8 +273,12 @@ def apply_task_update(
     actor: Actor,
     changes: Mapping[str, Any],
     expected_version: int | None = None,
+    now: datetime | None = None,
 ) -> tuple[Task, frozenset[str]]:
-    """The body of `task_update`, for a service that holds the task's row lock in its own transaction."""
+    """The body of `task_update`, for a service that holds the task's row lock in its own transaction.
+
+    A calling service passes the `now` it read, so one operation sees one instant.
+    """
     unknown = set(changes) - UPDATABLE_TASK_FIELDS
     if unknown:
         raise ValidationFailed(
@@ -309,7 +313,7 @@ def apply_task_update(
     if not changed:
         return locked, frozenset()
 
-    now = clock.now()
+    now = now or clock.now()
     for name, value in changed.items():
         setattr(locked, name, value)
     if new_status != old_status and new_status == TaskStatus.READY:

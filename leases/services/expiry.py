@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db.models import F, OuterRef, Q, Subquery
+from django.db.models import Case, F, Q, Value, When
 
 from config.db import write_transaction
 from leases.models import Attempt, AttemptStatus
@@ -63,13 +63,11 @@ def expire_lapsed(attempt_ids: Sequence[int], *, now: datetime) -> int:
         )
         for row in lapsed
     )
-    # The task became claimable again when the lease lapsed.
-    Task.objects.filter(pk__in={row["task_id"] for row in lapsed}, status=TaskStatus.READY).update(
-        ready_since=Subquery(
-            Attempt.objects.filter(task=OuterRef("pk"), status=AttemptStatus.EXPIRED)
-            .order_by("-id")
-            .values("lease_expires_at")[:1]
-        )
+    # The task became claimable again when its lease lapsed; set from the
+    # rows in hand (a correlated subquery here went quadratic in the sweep).
+    lapsed_at = {row["task_id"]: row["lease_expires_at"] for row in lapsed}
+    Task.objects.filter(pk__in=lapsed_at, status=TaskStatus.READY).update(
+        ready_since=Case(*(When(pk=task_id, then=Value(moment)) for task_id, moment in lapsed_at.items()))
     )
     return changed
 

@@ -359,7 +359,7 @@ def attempt_finish(
     )
     if outcome in (Outcome.DONE, Outcome.REVIEW):
         target = TaskStatus.DONE if outcome == Outcome.DONE else TaskStatus.REVIEW
-        task, _ = apply_task_update(locked=task, actor=actor, changes={"status": target})
+        task, _ = apply_task_update(locked=task, actor=actor, changes={"status": target}, now=now)
     else:
         task = _task_claimable_again(task, now=now)
     event_append(
@@ -446,7 +446,7 @@ def task_update(
             raise LeaseNotHeld(f"Attempt {held.pk} does not hold {task.key}.", details={"attempt": held.pk})
         expires = _extend(held, now=now, seconds=held.lease_seconds, renewal=False)
         updated, changed = apply_task_update(
-            locked=held.task, actor=actor, changes=changes, expected_version=expected_version
+            locked=held.task, actor=actor, changes=changes, expected_version=expected_version, now=now
         )
         return TaskUpdated(task=updated, changed=changed, lease_expires_at=expires)
 
@@ -457,7 +457,9 @@ def task_update(
         .select_related("agent")
         .first()
     )
-    updated, changed = apply_task_update(locked=locked, actor=actor, changes=changes, expected_version=expected_version)
+    updated, changed = apply_task_update(
+        locked=locked, actor=actor, changes=changes, expected_version=expected_version, now=now
+    )
     if live is not None and "status" in changed and actor.agent != live.agent:
         event_append(
             type="task.contested",

@@ -75,7 +75,7 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
         )
     if reserve_for is not None:
         previous = locked.reserved_for.handle if locked.reserved_for else None
-        locked, _ = apply_task_update(locked=locked, actor=actor, changes={"reserved_for": reserve_for})
+        locked, _ = apply_task_update(locked=locked, actor=actor, changes={"reserved_for": reserve_for}, now=now)
         event_append(
             type="task.reassigned",
             severity=Severity.WARN,
