@@ -31,13 +31,17 @@ from leases.tokens import new_lease_token
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, Event, Project, Task, TaskStatus
-from ledger.services import event_append
+from ledger.services import event_append, lock_task
 
 RENEW_ATTEMPTS = 3
 # Claim-next re-verifies each locked candidate; this bounds the walk.
 CLAIM_NEXT_MAX_CANDIDATES = 64
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 INHERITING_STATUSES = (AttemptStatus.EXPIRED, AttemptStatus.INTERRUPTED)
+
+
+class _ClaimCollided(TaskTaken):
+    """The active-attempt index refused the insert: TASK_TAKEN, and the transaction is spoiled."""
 
 
 @dataclass(frozen=True)
@@ -99,17 +103,18 @@ class ClaimState:
     last_event_id: int | None
 
 
-def _locked_for_claim(task_id: int) -> ClaimState:
-    """Lock the task row and read its claim state in one statement.
+def _claim_state(task_id: int) -> ClaimState:
+    """The claim state of a task whose row this transaction has locked already.
 
-    Read after the lock is taken, so under READ COMMITTED it sees every claim
-    that committed before us — the re-verification claim-next relies on.
+    A statement of its own, after the lock: under READ COMMITTED a new
+    statement sees every claim that committed before the lock was ours. (In
+    the locking statement itself, subqueries would read the snapshot taken
+    before it waited — the trap of SPEC §3.)
     """
     active = Attempt.objects.filter(task=OuterRef("pk"), status=AttemptStatus.ACTIVE)
     previous = Attempt.objects.filter(task=OuterRef("pk")).exclude(status=AttemptStatus.ACTIVE).order_by("-id")
     row = (
-        Task.objects.select_for_update(no_key=True, of=("self",))
-        .select_related("project")
+        Task.objects.select_related("project")
         .annotate(
             has_unresolved_blockers=Exists(unresolved_blockers()),
             active_attempt_id=Subquery(active.values("id")[:1]),
@@ -174,9 +179,17 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
     _refuse_unless_claimable(state, agent=agent, now=now)
     task = state.task
     inherited_branch = ""
+    stale_allocation_id = state.stale_allocation_id
     if state.active_attempt_id is not None:
         expire_lapsed([state.active_attempt_id], now=now)
         inherited_branch = state.active_branch or ""
+        # Expiry just made the dead attempt's allocation stale: that is the one to inherit.
+        stale_allocation_id = (
+            Allocation.objects.filter(attempt_id=state.active_attempt_id, status=AllocationStatus.STALE)
+            .values_list("id", flat=True)
+            .first()
+            or stale_allocation_id
+        )
     elif state.previous_status in INHERITING_STATUSES:
         inherited_branch = state.previous_branch or ""
 
@@ -184,7 +197,7 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
         task=task,
         environment=request.environment,
         environment_kind=request.environment_kind,
-        stale_allocation_id=state.stale_allocation_id,
+        stale_allocation_id=stale_allocation_id,
     )
     epoch = task.epoch + 1
     Task.objects.filter(pk=task.pk).update(epoch=epoch)  # claims bump the epoch, never the version
@@ -224,7 +237,7 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
         )
     except IntegrityError:
         # Unreachable while claims lock the task row; the index still decides.
-        raise TaskTaken(f"{task.key} was claimed concurrently.", details={"task": task.key}) from None
+        raise _ClaimCollided(f"{task.key} was claimed concurrently.", details={"task": task.key}) from None
     event_append(
         type="attempt.claimed",
         actor=Actor(agent=agent),
@@ -240,7 +253,8 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
 @write_transaction
 def _claim(*, task_id: int, agent: Agent, request: ClaimRequest) -> LeaseGrant:
     now = clock.now()
-    return _claim_locked(_locked_for_claim(task_id), agent=agent, now=now, request=request)
+    lock_task(task_id)
+    return _claim_locked(_claim_state(task_id), agent=agent, now=now, request=request)
 
 
 def lease_claim(
@@ -287,7 +301,10 @@ def _claim_next(*, project: Project, agent: Agent, task_class: str | None, reque
         # The candidate query's NOT EXISTS saw its statement's snapshot; a claim
         # that committed since is only visible to a new statement. Re-verify.
         try:
-            return _claim_locked(_locked_for_claim(candidate_id), agent=agent, now=now, request=request)
+            # The candidate is locked (SKIP LOCKED above); its state is read anew.
+            return _claim_locked(_claim_state(candidate_id), agent=agent, now=now, request=request)
+        except _ClaimCollided:
+            raise  # the transaction is spoiled; the caller sees TASK_TAKEN
         except (TaskTaken, TaskNotClaimable):
             passed_over.append(candidate_id)
     if passed_over:

@@ -33,10 +33,12 @@ def expire_lapsed(attempt_ids: Sequence[int], *, now: datetime) -> int:
     inside the write transaction). Appends exactly one `attempt.expired` per
     attempt it changes and returns how many that is.
     """
+    # Locked here: a concurrent holder call or sweep that expired one of them
+    # first makes it drop out of this result (READ COMMITTED re-checks it).
     lapsed = list(
-        Attempt.objects.filter(pk__in=attempt_ids, status=AttemptStatus.ACTIVE, lease_expires_at__lte=now).values(
-            "id", "task_id", "task__project_id", "epoch", "agent__handle", "lease_expires_at"
-        )
+        Attempt.objects.select_for_update(no_key=True, of=("self",))
+        .filter(pk__in=attempt_ids, status=AttemptStatus.ACTIVE, lease_expires_at__lte=now)
+        .values("id", "task_id", "task__project_id", "epoch", "agent__handle", "lease_expires_at")
     )
     if not lapsed:
         return 0

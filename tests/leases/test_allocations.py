@@ -167,3 +167,15 @@ def test_a_pool_of_three_serves_three_of_five_concurrent_claims():
     assert [type(r) for r in losers] == [EnvironmentUnavailable, EnvironmentUnavailable]
     assert sorted(w.allocation.environment.name for w in winners) == ["db-0", "db-1", "db-2"]
     assert Allocation.objects.filter(status=AllocationStatus.ACTIVE).count() == 3
+
+
+@pytest.mark.django_db
+def test_a_reclaim_that_expires_the_lapsed_attempt_itself_inherits_its_environment(clock, project, agent):
+    make_env(project, "preview-b")
+    task = TaskFactory(project=project)
+    lease_claim(task=task, agent=agent, environment="preview-b", lease_seconds=30)
+    clock.advance(31)  # lapsed, and no sweep has run: the claim expires it
+    second = lease_claim(task=task, agent=AgentFactory(projects=[project]))
+    assert second.allocation is not None
+    assert second.allocation.environment.name == "preview-b"
+    assert Allocation.objects.filter(status=AllocationStatus.STALE).count() == 0
