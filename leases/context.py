@@ -164,6 +164,14 @@ def bound_context(context: dict[str, Any], *, max_bytes: int) -> dict[str, Any]:
     cuts without one. Texts lose their tail (with a visible mark); lists lose
     their last items. Each part cut is named once in `truncated`.
     """
+    # A text longer than the whole budget can never fit: cut it to the budget
+    # first, so the loop below never re-encodes a megabyte.
+    for section, field in CUT_ORDER:
+        owner = context if section == "" else context.get(section)
+        value = owner.get(field) if owner else None
+        if owner and isinstance(value, str) and len(value) > max_bytes:
+            owner[field] = _cut(value, len(value.encode()) - max_bytes)
+            context["truncated"].append(f"{section}.{field}" if section else field)
     for text_floor, list_floor in FLOORS:
         for section, field in CUT_ORDER:
             owner = context if section == "" else context.get(section)
