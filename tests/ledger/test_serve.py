@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -34,6 +35,14 @@ def test_serve_runs_web_and_cluster_on_fresh_sqlite_and_stops_both(tmp_path):
         stderr=subprocess.STDOUT,
         text=True,
     )
+    lines: list[str] = []
+
+    def read_output() -> None:
+        for line in server.stdout or []:
+            lines.append(line)
+
+    reader = threading.Thread(target=read_output, daemon=True)
+    reader.start()
     try:
         status = None
         deadline = time.monotonic() + 90
@@ -43,13 +52,17 @@ def test_serve_runs_web_and_cluster_on_fresh_sqlite_and_stops_both(tmp_path):
                     status = response.status
                     page = response.read().decode()
             except (urllib.error.URLError, ConnectionError, TimeoutError):
-                assert server.poll() is None, server.stdout.read() if server.stdout else ""
+                assert server.poll() is None, "".join(lines)
                 time.sleep(0.3)
         assert status == 200
         assert "Leasehold" in page
         assert (tmp_path / "leasehold.sqlite3").exists()
+        # The scheduler runs beside the web server (it may come up a little later).
+        while time.monotonic() < deadline and not any("Q Cluster" in line and "running" in line for line in lines):
+            time.sleep(0.2)
+        assert any("Q Cluster" in line and "running" in line for line in lines), "".join(lines)
     finally:
         server.send_signal(signal.SIGTERM)
-        output, _ = server.communicate(timeout=60)
-    assert server.returncode == 0, output
-    assert "Q Cluster" in output  # the scheduler ran beside the web server
+        server.wait(timeout=60)
+        reader.join(timeout=10)
+    assert server.returncode == 0, "".join(lines)
