@@ -28,7 +28,7 @@ from leases.services import allocation_release
 from ledger import clock
 from ledger.admin_base import (
     EMPTY,
-    EstimatedCountPaginator,
+    EstimatedCountMixin,
     LeaseholdModelAdmin,
     ReadOnlyAdmin,
     ReadOnlyInline,
@@ -36,7 +36,6 @@ from ledger.admin_base import (
     badge,
     lease_remaining,
     moment,
-    page_number_of,
     plural,
 )
 from ledger.admin_timeline import payload_summary
@@ -89,28 +88,6 @@ class AllocationInline(ReadOnlyInline):
     @admin.display(description="status")
     def status_badge(self, allocation: Allocation) -> SafeString:
         return badge(allocation.status)
-
-
-class EstimatedCountMixin:
-    """A list on a table that grows without bound: never counted (see `EstimatedCountPaginator`)."""
-
-    show_full_result_count = False
-
-    def get_paginator(
-        self,
-        request: HttpRequest,
-        queryset: Any,
-        per_page: int,
-        orphans: int = 0,
-        allow_empty_first_page: bool = True,
-    ) -> EstimatedCountPaginator:
-        return EstimatedCountPaginator(
-            queryset,
-            per_page,
-            page_number=page_number_of(request),
-            orphans=orphans,
-            allow_empty_first_page=allow_empty_first_page,
-        )
 
 
 @admin.register(Attempt)

@@ -113,6 +113,28 @@ def page_number_of(request: HttpRequest) -> int:
         return 1
 
 
+class EstimatedCountMixin:
+    """A list on a table that grows without bound: never counted (see `EstimatedCountPaginator`)."""
+
+    show_full_result_count = False
+
+    def get_paginator(
+        self,
+        request: HttpRequest,
+        queryset: Any,
+        per_page: int,
+        orphans: int = 0,
+        allow_empty_first_page: bool = True,
+    ) -> EstimatedCountPaginator:
+        return EstimatedCountPaginator(
+            queryset,
+            per_page,
+            page_number=page_number_of(request),
+            orphans=orphans,
+            allow_empty_first_page=allow_empty_first_page,
+        )
+
+
 class LeaseholdModelAdmin(admin.ModelAdmin):
     """No deletion, read-only change pages, service-backed actions."""
 

@@ -29,7 +29,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ledger.admin_base import EMPTY, EstimatedCountPaginator, ReadOnlyAdmin, badge, moment, page_number_of
+from ledger.admin_base import EMPTY, EstimatedCountMixin, ReadOnlyAdmin, badge, moment
 from ledger.admin_timeline import payload_summary
 from ledger.models import Agent, Event
 
@@ -239,7 +239,7 @@ def csv_response(events: QuerySet[Event]) -> StreamingHttpResponse:
     return response
 
 
-class EventAdmin(ReadOnlyAdmin):
+class EventAdmin(EstimatedCountMixin, ReadOnlyAdmin):
     list_display = [
         "id",
         "created",
@@ -259,7 +259,6 @@ class EventAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     ordering = ["-id"]
     list_per_page = 100
-    show_full_result_count = False
     actions_selection_counter = False
     actions = ["export_selected"]
     change_list_template = "admin/ledger/event/change_list.html"
@@ -278,22 +277,6 @@ class EventAdmin(ReadOnlyAdmin):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return EventChangeList
-
-    def get_paginator(
-        self,
-        request: HttpRequest,
-        queryset: Any,
-        per_page: int,
-        orphans: int = 0,
-        allow_empty_first_page: bool = True,
-    ) -> EstimatedCountPaginator:
-        return EstimatedCountPaginator(
-            queryset,
-            per_page,
-            page_number=page_number_of(request),
-            orphans=orphans,
-            allow_empty_first_page=allow_empty_first_page,
-        )
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         # Links from task and attempt pages filter on these.
