@@ -28,9 +28,10 @@ AUDIT_QUERIES: dict[str, str] = {
         JOIN leases_attempt b ON b.task_id = a.task_id AND b.epoch = a.epoch + 1
         WHERE n.created_at > b.claimed_at
     """,
-    # Stale writes by commit order: event ids are handed out in commit order
-    # (ledger.0004's ordering lock; SQLite serializes writers), so a note's
-    # event after a later attempt's claim event is a write that landed late.
+    # Stale writes by commit order: the events of one task draw their ids in
+    # the order its writes commit (each service appends its events after the
+    # row locks a later claim must wait for; SQLite serializes writers), so a
+    # note's event after a later attempt's claim event is a write that landed late.
     "stale_notes_by_commit_order": """
         SELECT count(*) FROM ledger_event ne
         JOIN leases_attempt a ON a.id = ne.attempt_id

@@ -5,8 +5,13 @@ from __future__ import annotations
 import threading
 
 import pytest
+from django.db import connection, transaction
 
+from ledger import clock
+from ledger.actors import SYSTEM
+from ledger.api_selectors import changes_since, event_horizon
 from ledger.models import Event
+from ledger.services import event_append
 from tests.api.conftest import attempt_url, client_for, holder
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -109,3 +114,72 @@ def test_paging_while_others_write_yields_every_event_once_in_order(clock):
     assert len(reads_while_writing) > 1  # the reader really paged while the writers wrote
     types = set(Event.objects.filter(pk__in=seen).values_list("type", flat=True))
     assert {"task.created", "attempt.claimed", "note.added", "attempt.finished", "task.status_changed"} <= types
+
+
+def _append(project, title: str) -> int:
+    return event_append(type="test.marker", actor=SYSTEM, at=clock.now(), project=project, payload={"t": title}).pk
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite draws and commits ids in one order")
+@pytest.mark.django_db(transaction=True)
+def test_an_event_that_commits_late_holds_the_feed_back_instead_of_being_skipped(clock):
+    """PostgreSQL: a transaction that drew id n and commits after one that drew n+1.
+
+    The later id commits without waiting (writers are not serialized), and the
+    feed does not serve it until the earlier one has committed; nothing is skipped.
+    """
+    project = ProjectFactory(slug="late")
+    before = changes_since(agent=None, since=0, limit=200)[0][-1]["id"]
+    slow_has_id = threading.Event()
+    release_slow = threading.Event()
+    drawn: dict[str, int] = {}
+
+    def slow() -> None:
+        with transaction.atomic():
+            drawn["slow"] = _append(project, "slow")
+            slow_has_id.set()
+            assert release_slow.wait(30)
+
+    def work(index: int) -> None:
+        if index == 0:
+            slow()
+            return
+        assert slow_has_id.wait(30)
+        with transaction.atomic():
+            drawn["fast"] = _append(project, "fast")  # commits while `slow` is open: no global lock
+        feed = changes_since(agent=None, since=before, limit=200)[0]
+        drawn["served_while_open"] = len(feed)
+        release_slow.set()
+
+    results = run_in_threads(2, work, timeout=60)
+    assert results == [None, None]
+    assert drawn["fast"] > drawn["slow"]
+    assert drawn["served_while_open"] == 0  # neither served: slow is running, fast is above its floor
+    served = [row["id"] for row in changes_since(agent=None, since=before, limit=200)[0]]
+    assert served == [drawn["slow"], drawn["fast"]]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rolled_back_writer_does_not_hold_the_feed_back(clock):
+    project = ProjectFactory(slug="gone")
+    with transaction.atomic():
+        kept = _append(project, "kept")
+        try:
+            with transaction.atomic():
+                _append(project, "rolled back to its savepoint")
+                raise RuntimeError
+        except RuntimeError:
+            pass
+    assert transaction.get_connection().in_atomic_block is False
+
+    def append_then_fail() -> None:
+        with transaction.atomic():
+            _append(project, "rolled back")
+            raise RuntimeError
+
+    with pytest.raises(RuntimeError):
+        append_then_fail()
+    after = _append(project, "after")
+    served = [row["id"] for row in changes_since(agent=None, since=kept - 1, limit=200)[0]]
+    assert served == [kept, after]
+    assert event_horizon() == (after if connection.vendor == "postgresql" else None)
