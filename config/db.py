@@ -14,7 +14,9 @@ the retry.
 
 from __future__ import annotations
 
+import fcntl
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,23 +42,51 @@ _sqlite_writer = threading.Lock()
 
 
 @contextmanager
-def _one_writer_per_process() -> Iterator[None]:
-    """On SQLite, queue this process's writers on a lock before BEGIN IMMEDIATE.
+def _one_sqlite_writer() -> Iterator[None]:
+    """On SQLite, queue writers in front of BEGIN IMMEDIATE: threads on a lock, processes on a file lock.
 
     SQLite admits one writer; its busy handler makes the others poll with
-    growing sleeps, which under many threads starves some of them past the
-    busy timeout. Queueing on a lock hands the write lock over in order and
-    without sleeps; the busy timeout still arbitrates between processes.
+    sleeps of up to 100 ms, so a released lock sits idle while waiters sleep,
+    and some starve past the busy timeout. Worse, a waiting connection can
+    stall its whole process: the garbage collector of the thread holding the
+    write lock finalizing a cursor of the waiting connection blocks on that
+    connection's mutex, holding the GIL, until the busy timeout expires.
+
+    So no writer waits inside SQLite: the threads of a process queue on a
+    lock (bounded by SQLITE_WRITER_WAIT_SECONDS, then STORAGE_BUSY), and the
+    one thread per process that holds it takes an exclusive `flock` on
+    `<database>.writelock`, which the kernel hands to the next process the
+    moment it is released. A process that dies releases its file lock with
+    its file descriptors. Writers outside `write_transaction` (migrations,
+    the refusal tally) still meet SQLite's busy handler as before.
     """
-    if transaction.get_connection().vendor != "sqlite":
+    connection = transaction.get_connection()
+    if connection.vendor != "sqlite":
         yield
         return
     if not _sqlite_writer.acquire(timeout=SQLITE_WRITER_WAIT_SECONDS):
         raise StorageBusy(details={"waited_seconds": SQLITE_WRITER_WAIT_SECONDS})
     try:
-        yield
+        lock_path = _writer_lock_path(connection.settings_dict["NAME"])
+        if lock_path is None:
+            yield
+            return
+        descriptor = os.open(lock_path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(descriptor)  # releases the flock
     finally:
         _sqlite_writer.release()
+
+
+def _writer_lock_path(name: object) -> str | None:
+    """`<database>.writelock` beside a database file; None for an in-memory database."""
+    path = str(name)
+    if path == ":memory:" or path.startswith("file:") or "mode=memory" in path:
+        return None
+    return f"{path}.writelock"
 
 
 def is_transient_lock_error(exc: BaseException) -> bool:
@@ -79,7 +109,7 @@ def write_transaction(func: Callable[P, R]) -> Callable[P, R]:
                 return func(*args, **kwargs)
         for delay in (*RETRY_DELAYS_SECONDS, None):
             try:
-                with _one_writer_per_process(), transaction.atomic():
+                with _one_sqlite_writer(), transaction.atomic():
                     return func(*args, **kwargs)
             except OperationalError as exc:
                 if not is_transient_lock_error(exc):

@@ -1,8 +1,12 @@
 from __future__ import annotations
 
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from django.db import connection
@@ -14,6 +18,8 @@ from tests.concurrency import run_in_threads
 from tests.factories import ProjectFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+ROOT = Path(__file__).resolve().parents[2]
 
 sqlite_only = pytest.mark.skipif(connection.vendor != "sqlite", reason="exercises SQLite's write lock")
 postgres_only = pytest.mark.skipif(connection.vendor != "postgresql", reason="exercises PostgreSQL deadlock detection")
@@ -104,3 +110,21 @@ def test_a_postgres_deadlock_is_retried_and_both_writers_succeed():
     results = run_in_threads(2, lambda i: cross((first.pk, second.pk) if i == 0 else (second.pk, first.pk)))
     assert results == [None, None]
     assert len(calls) == 3  # one of the two was chosen as the deadlock victim and ran again
+
+
+@sqlite_only
+def test_writers_of_several_processes_queue_without_waiting_inside_sqlite():
+    """4 processes of 4 threads, 1 ms busy timeout: nobody meets SQLite's busy handler, no write is lost."""
+    project = ProjectFactory(slug="counter", queue_wait_max_seconds=0)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.qcluster_settings",
+        "LEASEHOLD_QCLUSTER_TEST_DB": str(connection.settings_dict["NAME"]),
+    }
+    command = [sys.executable, "-m", "tests.config.sqlite_writers", "counter", "4", "40"]
+    children = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True) for _ in range(4)]
+    outputs = [child.communicate(timeout=120)[0].split() for child in children]
+    assert [child.returncode for child in children] == [0, 0, 0, 0]
+    assert outputs == [["160", "0"]] * 4  # every write committed, no STORAGE_BUSY
+    project.refresh_from_db()
+    assert project.queue_wait_max_seconds == 640
