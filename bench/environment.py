@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PG_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
-PG_BENCH_DATABASE = "leasehold_bench"
+# One database per run (the process that runs one database's workloads), so two runs never share one.
+PG_BENCH_DATABASE_PREFIX = "leasehold_bench_"
 # Every agent thread holds a pooled connection for its lifetime, plus the main thread.
 BENCH_POOL_MAX = 72
 
@@ -36,7 +37,7 @@ def pg_admin_url() -> str:
     return os.environ.get("LEASEHOLD_BENCH_PG_ADMIN_URL", PG_ADMIN_URL)
 
 
-def create_target(vendor: str, *, workdir: Path, database_name: str = PG_BENCH_DATABASE) -> Target:
+def create_target(vendor: str, *, workdir: Path, database_name: str | None = None) -> Target:
     """A fresh, empty database of `vendor` (dropped and recreated) and the environment that points at it."""
     env = {
         "LEASEHOLD_SECRET_KEY": os.environ.get("LEASEHOLD_SECRET_KEY") or secrets.token_urlsafe(48),
@@ -47,6 +48,7 @@ def create_target(vendor: str, *, workdir: Path, database_name: str = PG_BENCH_D
     if vendor == "postgresql":
         import psycopg
 
+        database_name = database_name or f"{PG_BENCH_DATABASE_PREFIX}{os.getpid()}"
         admin = pg_admin_url()
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database_name}" WITH (FORCE)')
@@ -68,7 +70,7 @@ def drop_target(target: Target) -> None:
         import psycopg
 
         with psycopg.connect(pg_admin_url(), autocommit=True) as conn:
-            conn.execute(f'DROP DATABASE IF EXISTS "{PG_BENCH_DATABASE}" WITH (FORCE)')
+            conn.execute(f'DROP DATABASE IF EXISTS "{target.dsn.rsplit("/", 1)[1]}" WITH (FORCE)')
 
 
 def configure_django(target: Target) -> None:

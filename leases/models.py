@@ -90,6 +90,8 @@ class Attempt(NoDeleteModel):
             models.UniqueConstraint(
                 fields=["task"], condition=Q(status=AttemptStatus.ACTIVE), name="attempt_one_active_per_task"
             ),
+            # An epoch names one attempt of its task: the fence of SPEC §1 cannot be shared.
+            models.UniqueConstraint(fields=["task", "epoch"], name="attempt_one_per_task_epoch"),
             models.CheckConstraint(condition=Q(status__in=AttemptStatus.values), name="attempt_status_valid"),
             models.CheckConstraint(
                 condition=Q(status=AttemptStatus.ACTIVE, finished_at__isnull=True)

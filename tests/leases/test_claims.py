@@ -67,6 +67,18 @@ def test_the_database_refuses_two_active_attempts_for_one_task(project, agent, o
         duplicate.save()
 
 
+def test_the_database_refuses_two_attempts_with_one_epoch(project, agent, other):
+    task = TaskFactory(project=project)
+    grant = lease_claim(task=task, agent=agent)
+    duplicate = Attempt.objects.get(pk=grant.attempt.pk)
+    duplicate.pk = None
+    duplicate.agent = other
+    duplicate.status = AttemptStatus.EXPIRED  # not a second active attempt: only the epoch collides
+    duplicate.finished_at = duplicate.lease_expires_at
+    with pytest.raises(IntegrityError), transaction.atomic():
+        duplicate.save()
+
+
 def test_a_lapsed_lease_is_expired_lazily_by_the_next_claim(clock, project, agent, other):
     task = TaskFactory(project=project)
     first = lease_claim(task=task, agent=agent, lease_seconds=60)
