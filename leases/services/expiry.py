@@ -1,29 +1,34 @@
 """Ending lapsed leases: lazily inside claims and holder calls, and in batches by the sweep.
 
 Expiry never changes a task's stored status and keeps every note (SPEC §3).
-It only marks the attempt `expired`, appends `attempt.expired`, and records
-that the task became claimable again (`ready_since`).
+It only marks the attempt `expired`, marks its allocations `stale`, appends
+`attempt.expired`, and records that the task became claimable again
+(`ready_since`). `expire_lapsed` writes that with the ORM; on PostgreSQL a
+sweep batch writes exactly the same rows in one statement (`SWEEP_BATCH_SQL`).
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import Case, F, Q, Value, When
 
 from config.db import write_transaction
-from leases.models import Attempt, AttemptStatus
+from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.selectors import claimable_tasks
 from leases.services.allocations import mark_allocations_stale
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.models import Event, Project, Severity, Task, TaskStatus
+from ledger.models import Agent, Event, Project, Severity, Task, TaskStatus
 from ledger.services import event_append
 
 SWEEP_BATCH_SIZE = 500
+EXPIRED_EVENT = "attempt.expired"
 
 
 def expire_lapsed(attempt_ids: Sequence[int], *, now: datetime) -> int:
@@ -51,7 +56,7 @@ def expire_lapsed(attempt_ids: Sequence[int], *, now: datetime) -> int:
     mark_allocations_stale(ids)
     Event.objects.bulk_create(
         Event(
-            type="attempt.expired",
+            type=EXPIRED_EVENT,
             severity=Severity.INFO,
             project_id=row["task__project_id"],
             task_id=row["task_id"],
@@ -81,8 +86,97 @@ class SweepReport:
     worst_batch_seconds: float
 
 
+# One sweep batch on PostgreSQL: the writes of `expire_lapsed`, row for row, in
+# one statement with no Python per row (docs/performance.md, F4). Every
+# sub-statement sees the same snapshot; the UPDATE re-checks the rows `batch`
+# locked, and the others read what it RETURNS. Data-modifying CTEs run to
+# completion whether or not the final SELECT reads them, and the INSERT fires
+# `ledger_event`'s statement triggers as a plain INSERT does. Table names and
+# constants come from the models (formatted in once, see `_sweep_batch_sql`;
+# the columns are the fields' own names, none sets `db_column`); only `now` and
+# `batch_size` are parameters, so the partial index on active leases matches
+# the literal status whatever the driver's binding.
+SWEEP_BATCH_SQL = """
+WITH batch AS (
+    -- The sweep's order through the partial index; rows another sweep or a
+    -- holder call has locked are theirs to expire.
+    SELECT id FROM {attempt}
+    WHERE status = '{attempt_active}' AND lease_expires_at <= %(now)s
+    ORDER BY lease_expires_at
+    LIMIT %(batch_size)s
+    FOR NO KEY UPDATE SKIP LOCKED
+),
+expired AS (
+    UPDATE {attempt} AS a
+    SET status = '{attempt_expired}', finished_at = a.lease_expires_at
+    FROM batch
+    WHERE a.id = batch.id AND a.status = '{attempt_active}'
+    RETURNING a.id, a.task_id, a.agent_id, a.epoch, a.lease_expires_at
+),
+stale AS (
+    -- mark_allocations_stale: status only, no event.
+    UPDATE {allocation} SET status = '{allocation_stale}'
+    WHERE attempt_id IN (SELECT id FROM expired) AND status = '{allocation_active}'
+),
+events AS (
+    -- The ORM path's payload: `lapsed_at` as Python's isoformat() of the UTC
+    -- value, whose microseconds appear only when non-zero, always 6 digits.
+    -- Ids are drawn in the ORM path's order too (Attempt's ordering, -id).
+    INSERT INTO {event} (project_id, task_id, attempt_id, type, severity, payload, created_at)
+    SELECT task.project_id, expired.task_id, expired.id, '{event_type}', '{severity}',
+           jsonb_build_object(
+               'agent', agent.handle,
+               'epoch', expired.epoch,
+               'lapsed_at', replace(
+                   to_char(expired.lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US'),
+                   '.000000', ''
+               ) || '+00:00'
+           ),
+           %(now)s
+    FROM expired
+    JOIN {task} AS task ON task.id = expired.task_id
+    JOIN {agent} AS agent ON agent.id = expired.agent_id
+    ORDER BY expired.id DESC
+),
+ready AS (
+    -- One active attempt per task, so at most one lapsed lease per task.
+    UPDATE {task} AS task SET ready_since = expired.lease_expires_at
+    FROM expired
+    WHERE task.id = expired.task_id AND task.status = '{task_ready}'
+)
+SELECT count(*) FROM expired
+"""
+
+
+@functools.cache
+def _sweep_batch_sql() -> str:
+    return SWEEP_BATCH_SQL.format(
+        attempt=Attempt._meta.db_table,
+        allocation=Allocation._meta.db_table,
+        event=Event._meta.db_table,
+        task=Task._meta.db_table,
+        agent=Agent._meta.db_table,
+        attempt_active=AttemptStatus.ACTIVE.value,
+        attempt_expired=AttemptStatus.EXPIRED.value,
+        allocation_active=AllocationStatus.ACTIVE.value,
+        allocation_stale=AllocationStatus.STALE.value,
+        event_type=EXPIRED_EVENT,
+        severity=Severity.INFO.value,
+        task_ready=TaskStatus.READY.value,
+    )
+
+
+def _sweeps_in_one_statement() -> bool:
+    return connection.vendor == "postgresql"
+
+
 @write_transaction
 def _sweep_batch(*, now: datetime, batch_size: int) -> int:
+    if _sweeps_in_one_statement():
+        with connection.cursor() as cursor:
+            cursor.execute(_sweep_batch_sql(), {"now": now, "batch_size": batch_size})
+            (expired,) = cursor.fetchone()
+        return int(expired)
     ids = list(
         Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__lte=now)
         .order_by("lease_expires_at")
@@ -97,7 +191,9 @@ def sweep_expired(*, batch_size: int = SWEEP_BATCH_SIZE) -> SweepReport:
 
     Uses the partial index on active leases. Each batch is its own
     transaction and takes its rows with SKIP LOCKED on PostgreSQL, so two
-    sweeps at once split the work and each attempt gets one event.
+    sweeps at once split the work and each attempt gets one event. On
+    PostgreSQL a batch is one statement (`SWEEP_BATCH_SQL`); elsewhere it is
+    `expire_lapsed`, which writes the same rows.
     """
     now = clock.now()
     expired = batches = 0

@@ -1,17 +1,26 @@
 from __future__ import annotations
 
+import threading
+from collections import Counter
 from datetime import timedelta
 
 import pytest
+from django.db import connection, transaction
 
-from leases.models import Attempt, AttemptStatus, Note
-from leases.services import check_queue_wait, lease_claim, note_add, sweep_expired
+from environments.services import environment_create
+from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note
+from leases.services import attempt_release, check_queue_wait, expiry, lease_claim, note_add, sweep_expired
 from ledger.actors import SYSTEM
 from ledger.models import Event, Task, TaskStatus
 from ledger.services import task_update
 from tests.concurrency import run_in_threads
+from tests.conftest import START
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
+
+postgres_only = pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="SKIP LOCKED between open transactions needs PostgreSQL"
+)
 
 
 @pytest.fixture
@@ -92,3 +101,152 @@ def test_the_sweep_uses_the_expiry_of_each_lease(clock, project, agent):
     sweep_expired()
     row = Attempt.objects.get(pk=grant.attempt.pk)
     assert row.finished_at == grant.attempt.lease_expires_at == clock.now() - timedelta(seconds=3540)
+
+
+@pytest.fixture(params=["as_configured", "orm_batch"])
+def sweep_path(request, monkeypatch):
+    """Each sweep test runs twice: as configured (one statement per batch on PostgreSQL,
+    the ORM on SQLite) and with the ORM batch forced, so on PostgreSQL both paths must
+    write the rows the test spells out."""
+    if request.param == "orm_batch":
+        monkeypatch.setattr(expiry, "_sweeps_in_one_statement", lambda: False)
+    return request.param
+
+
+def _task_rows():
+    return {
+        row["pk"]: row for row in Task.objects.values("pk", "status", "ready_since", "version", "epoch", "updated_at")
+    }
+
+
+@pytest.mark.django_db
+def test_a_sweep_batch_writes_exactly_the_rows_of_expiry(clock, sweep_path):
+    project = ProjectFactory(slug="web")
+    ada = AgentFactory(handle="ada", projects=[project])
+    bob = AgentFactory(handle="bob", projects=[project])
+    for name in ("preview-a", "preview-b", "preview-c"):
+        environment_create(project=project, name=name, kind="database", isolation="container", actor=SYSTEM)
+    # Claimed at 09:00:00: lapses on a whole second, with an environment.
+    whole = lease_claim(task=TaskFactory(project=project), agent=ada, lease_seconds=60, environment="preview-a")
+    held = lease_claim(task=TaskFactory(project=project), agent=ada, lease_seconds=600, environment="preview-b")
+    released = lease_claim(task=TaskFactory(project=project), agent=bob, lease_seconds=30, environment="preview-c")
+    attempt_release(proof=proof_of(released))  # finished before its lease could lapse
+    # Claimed at 09:00:00.25: lapse on a fraction of a second, without an environment.
+    clock.advance(0.25)
+    fractional = lease_claim(task=TaskFactory(project=project), agent=bob, lease_seconds=60)
+    in_review = lease_claim(task=TaskFactory(project=project), agent=bob, lease_seconds=45)
+    Task.objects.filter(pk=in_review.task.pk).update(status=TaskStatus.REVIEW)  # a stored status other than ready
+    tasks_before = _task_rows()
+    last_event_before = Event.objects.order_by("-id").values_list("id", flat=True).first()
+    clock.advance(119.75)  # 09:02:00
+
+    assert sweep_expired().expired == 3
+
+    attempts = {
+        pk: (status, finished_at)
+        for pk, status, finished_at in Attempt.objects.values_list("pk", "status", "finished_at")
+    }
+    assert attempts == {
+        whole.attempt.pk: (AttemptStatus.EXPIRED, START + timedelta(seconds=60)),
+        held.attempt.pk: (AttemptStatus.ACTIVE, None),
+        released.attempt.pk: (AttemptStatus.RELEASED, START),
+        fractional.attempt.pk: (AttemptStatus.EXPIRED, START + timedelta(seconds=60.25)),
+        in_review.attempt.pk: (AttemptStatus.EXPIRED, START + timedelta(seconds=45.25)),
+    }
+    allocations = {
+        attempt_id: (status, released_at)
+        for attempt_id, status, released_at in Allocation.objects.values_list("attempt_id", "status", "released_at")
+    }
+    assert allocations == {
+        whole.attempt.pk: (AllocationStatus.STALE, None),  # kept aside, never released by expiry
+        held.attempt.pk: (AllocationStatus.ACTIVE, None),
+        released.attempt.pk: (AllocationStatus.RELEASED, START),
+    }
+    # The sweep's only events, in the order of their ids (newest attempt first, as the ORM writes them).
+    events = list(
+        Event.objects.filter(id__gt=last_event_before)
+        .order_by("id")
+        .values_list(
+            "type",
+            "severity",
+            "project_id",
+            "task_id",
+            "attempt_id",
+            "actor_agent_id",
+            "actor_user_id",
+            "payload",
+            "created_at",
+        )
+    )
+    sweep_time = START + timedelta(seconds=120)
+
+    def expired_event(grant, handle, lapsed_at):
+        payload = {"agent": handle, "epoch": 1, "lapsed_at": lapsed_at}
+        return ("attempt.expired", "info", project.pk, grant.task.pk, grant.attempt.pk, None, None, payload, sweep_time)
+
+    assert events == [
+        expired_event(in_review, "bob", "2026-01-05T09:00:45.250000+00:00"),
+        expired_event(fractional, "bob", "2026-01-05T09:01:00.250000+00:00"),
+        expired_event(whole, "ada", "2026-01-05T09:01:00+00:00"),
+    ]
+    assert [event[7]["lapsed_at"] for event in events] == [
+        (START + timedelta(seconds=seconds)).isoformat() for seconds in (45.25, 60.25, 60)
+    ]
+    # Only ready_since moves, and only on tasks whose stored status is ready.
+    expected_tasks = {pk: dict(row) for pk, row in tasks_before.items()}
+    expected_tasks[whole.task.pk]["ready_since"] = START + timedelta(seconds=60)
+    expected_tasks[fractional.task.pk]["ready_since"] = START + timedelta(seconds=60.25)
+    assert _task_rows() == expected_tasks
+
+    assert sweep_expired().expired == 0
+    assert Event.objects.filter(id__gt=last_event_before).count() == 3
+
+
+@postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_sweep_skips_attempts_locked_by_a_call_in_progress_and_expires_them_later(clock, sweep_path):
+    project = ProjectFactory(slug="web")
+    agent = AgentFactory(projects=[project])
+    # Staggered leases: the sweep's order puts the locked five first.
+    grants = [lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=30 + i) for i in range(12)]
+    locked, free = grants[:5], grants[5:]
+    clock.advance(60)
+    rows_locked = threading.Event()
+    sweep_done = threading.Event()
+
+    def work(index):
+        if index == 0:  # a holder call (or another sweep) holding its attempts until it commits
+            with transaction.atomic():
+                list(Attempt.objects.select_for_update(no_key=True).filter(pk__in=[g.attempt.pk for g in locked]))
+                rows_locked.set()
+                assert sweep_done.wait(20), "the sweep waited for the locked rows instead of skipping them"
+            return None
+        assert rows_locked.wait(20)
+        try:
+            return sweep_expired(batch_size=5)
+        finally:
+            sweep_done.set()
+
+    holder, report = run_in_threads(2, work)
+    assert holder is None, holder
+    assert report.expired == len(free), report
+    expired_events = Event.objects.filter(type="attempt.expired")
+    assert set(expired_events.values_list("attempt_id", flat=True)) == {g.attempt.pk for g in free}
+    assert sweep_expired(batch_size=5).expired == len(locked)
+    per_attempt = Counter(expired_events.values_list("attempt_id", flat=True))
+    assert per_attempt == Counter({g.attempt.pk: 1 for g in grants})
+    assert set(Attempt.objects.values_list("status", flat=True)) == {AttemptStatus.EXPIRED}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_whole_sweeps_at_once_write_one_event_per_attempt(clock, sweep_path):
+    project = ProjectFactory(slug="web")
+    agent = AgentFactory(projects=[project])
+    grants = [lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=30) for _ in range(60)]
+    clock.advance(31)
+    results = run_in_threads(2, lambda _: sweep_expired(batch_size=4))
+    assert not [r for r in results if isinstance(r, BaseException)], results
+    assert sum(r.expired for r in results) == 60
+    per_attempt = Counter(Event.objects.filter(type="attempt.expired").values_list("attempt_id", flat=True))
+    assert per_attempt == Counter({g.attempt.pk: 1 for g in grants})
+    assert set(Attempt.objects.values_list("status", flat=True)) == {AttemptStatus.EXPIRED}
