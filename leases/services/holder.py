@@ -46,6 +46,7 @@ from leases.models import (
 from leases.selectors import clamp_lease_seconds
 from leases.services.allocations import release_allocations
 from leases.services.claims import validate_base_commit
+from leases.services.ending import end_attempt, task_claimable_again
 from leases.services.expiry import expire_lapsed
 from leases.tokens import lease_token_matches
 from ledger import clock
@@ -348,7 +349,7 @@ def attempt_finish(
     }[outcome]
     actor = Actor(agent=held.agent)
     release_allocations(held, now=now, actor=actor)
-    _end_attempt(
+    end_attempt(
         held,
         now=now,
         status=status,
@@ -361,7 +362,7 @@ def attempt_finish(
         target = TaskStatus.DONE if outcome == Outcome.DONE else TaskStatus.REVIEW
         task, _ = apply_task_update(locked=task, actor=actor, changes={"status": target}, now=now)
     else:
-        task = _task_claimable_again(task, now=now)
+        task = task_claimable_again(task, now=now)
     event_append(
         type="attempt.finished",
         actor=actor,
@@ -386,8 +387,8 @@ def attempt_release(*, proof: HolderProof, reason: str = "") -> Finished | Ledge
     if isinstance(held, LedgerError):
         return held
     release_allocations(held, now=now, actor=Actor(agent=held.agent))
-    _end_attempt(held, now=now, status=AttemptStatus.RELEASED)
-    task = _task_claimable_again(held.task, now=now)
+    end_attempt(held, now=now, status=AttemptStatus.RELEASED)
+    task = task_claimable_again(held.task, now=now)
     event_append(
         type="attempt.released",
         actor=Actor(agent=held.agent),
@@ -397,21 +398,6 @@ def attempt_release(*, proof: HolderProof, reason: str = "") -> Finished | Ledge
         payload={"reason": reason[:500]} if reason else {},
     )
     return Finished(attempt=held, task=task)
-
-
-def _end_attempt(attempt: Attempt, *, now: datetime, status: str, **outcome: Any) -> None:
-    fields = {"status": status, "finished_at": now, **outcome}
-    Attempt.objects.filter(pk=attempt.pk, status=AttemptStatus.ACTIVE).update(**fields)
-    for name, value in fields.items():
-        setattr(attempt, name, value)
-
-
-def _task_claimable_again(task: Task, *, now: datetime) -> Task:
-    """A lease ended without finishing the task: it is claimable again from now."""
-    if task.status == TaskStatus.READY:
-        Task.objects.filter(pk=task.pk).update(ready_since=now)
-        task.ready_since = now
-    return task
 
 
 @dataclass(frozen=True)

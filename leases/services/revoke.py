@@ -14,8 +14,8 @@ from config.db import write_transaction
 from config.errors import ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.services.allocations import mark_allocations_stale
+from leases.services.ending import end_attempt, task_claimable_again
 from leases.services.expiry import expire_lapsed
-from leases.services.holder import _end_attempt, _task_claimable_again
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, Severity, Task
@@ -60,9 +60,9 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
         expire_lapsed([active.pk], now=now)
         locked.refresh_from_db(fields=["ready_since"])  # expiry moved it; a reassign saves the row
     elif active is not None:
-        _end_attempt(active, now=now, status=AttemptStatus.REVOKED, revoked_by=actor.label, revoke_reason=reason)
+        end_attempt(active, now=now, status=AttemptStatus.REVOKED, revoked_by=actor.label, revoke_reason=reason)
         mark_allocations_stale([active.pk])
-        locked = _task_claimable_again(locked, now=now)
+        locked = task_claimable_again(locked, now=now)
         revoked = active
         event_append(
             type="attempt.revoked",
