@@ -9,7 +9,7 @@ is the last line of defence; hitting it is reported as `TASK_TAKEN`.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -89,51 +89,93 @@ def _validate_claim_input(request: ClaimRequest) -> None:
 
 @dataclass(frozen=True)
 class ClaimState:
-    """The locked task and what a claim decides on, read in the same statement."""
+    """The locked task and what a claim decides on, read after the lock.
+
+    The `active_*` fields describe the task's active attempt (live or
+    lapsed), `previous_*` its latest terminal attempt when it has no active
+    one; both stay None for a task never claimed.
+    """
 
     task: Task
     has_unresolved_blockers: bool
-    active_attempt_id: int | None
-    active_lease_expires_at: datetime | None
-    active_holder: str | None
-    active_branch: str | None
-    previous_status: str | None
-    previous_branch: str | None
-    stale_allocation_id: int | None
     last_event_id: int | None
+    active_attempt_id: int | None = None
+    active_lease_expires_at: datetime | None = None
+    active_holder: str | None = None
+    active_branch: str | None = None
+    previous_status: str | None = None
+    previous_branch: str | None = None
+    stale_allocation_id: int | None = None
 
 
-def _claim_state(task_id: int) -> ClaimState:
-    """The claim state of a task whose row this transaction has locked already.
+@functools.cache
+def _state_columns() -> tuple[Exists, Subquery, Subquery]:
+    """Blockers, latest attempt, last event of the outer task: built once, they hold no per-call value.
 
-    A statement of its own, after the lock: under READ COMMITTED a new
-    statement sees every claim that committed before the lock was ours. (In
-    the locking statement itself, subqueries would read the snapshot taken
-    before it waited — the trap of SPEC §3.)
+    Using them in a query resolves copies, so the originals are shared safely.
     """
-    active = Attempt.objects.filter(task=OuterRef("pk"), status=AttemptStatus.ACTIVE)
-    previous = Attempt.objects.filter(task=OuterRef("pk")).exclude(status=AttemptStatus.ACTIVE).order_by("-id")
-    row = (
-        Task.objects.select_related("project")
-        .annotate(
-            has_unresolved_blockers=Exists(unresolved_blockers()),
-            active_attempt_id=Subquery(active.values("id")[:1]),
-            active_lease_expires_at=Subquery(active.values("lease_expires_at")[:1]),
-            active_holder=Subquery(active.values("agent__handle")[:1]),
-            active_branch=Subquery(active.values("branch")[:1]),
-            previous_status=Subquery(previous.values("status")[:1]),
-            previous_branch=Subquery(previous.values("branch")[:1]),
-            stale_allocation_id=Subquery(
-                Allocation.objects.filter(attempt__task=OuterRef("pk"), status=AllocationStatus.STALE)
+    return (
+        Exists(unresolved_blockers()),
+        Subquery(Attempt.objects.filter(task=OuterRef("pk")).order_by("-id").values("id")[:1]),
+        Subquery(Event.objects.order_by("-id").values("id")[:1]),
+    )
+
+
+def _claim_state(task: Task) -> ClaimState:
+    """The claim state of `task`, whose row this transaction has locked already.
+
+    Read in statements of their own, after the lock: under READ COMMITTED a
+    new statement sees every claim that committed before the lock was ours.
+    (In the locking statement itself, subqueries would read the snapshot
+    taken before it waited — the trap of SPEC §3.) The task's own columns
+    come from the locking statement, which returns the row as locked.
+
+    The first statement is small: blockers, the task's latest attempt, the
+    last event. Only a task with an attempt (a re-claim, or one taken
+    meanwhile) needs a second, for that attempt and a stale allocation. The
+    latest attempt is the active one when there is one: a claim inserts an
+    attempt only while the task has none active, and a terminal attempt
+    never becomes active again.
+    """
+    has_unresolved_blockers, latest_attempt_id, last_event_id = (
+        Task.objects.filter(pk=task.pk).values_list(*_state_columns()).get()
+    )
+    if latest_attempt_id is None:
+        return ClaimState(task=task, has_unresolved_blockers=has_unresolved_blockers, last_event_id=last_event_id)
+    status, lease_expires_at, branch, holder, stale_allocation_id = (
+        Attempt.objects.filter(pk=latest_attempt_id)
+        .values_list(
+            "status",
+            "lease_expires_at",
+            "branch",
+            "agent__handle",
+            Subquery(
+                Allocation.objects.filter(attempt__task=task.pk, status=AllocationStatus.STALE)
                 .order_by("-id")
                 .values("id")[:1]
             ),
-            last_event_id=Subquery(Event.objects.order_by("-id").values("id")[:1]),
         )
-        .get(pk=task_id)
+        .get()
     )
-    names = [f.name for f in dataclasses.fields(ClaimState) if f.name != "task"]
-    return ClaimState(task=row, **{name: getattr(row, name) for name in names})
+    if status == AttemptStatus.ACTIVE:
+        return ClaimState(
+            task=task,
+            has_unresolved_blockers=has_unresolved_blockers,
+            last_event_id=last_event_id,
+            active_attempt_id=latest_attempt_id,
+            active_lease_expires_at=lease_expires_at,
+            active_holder=holder,
+            active_branch=branch,
+            stale_allocation_id=stale_allocation_id,
+        )
+    return ClaimState(
+        task=task,
+        has_unresolved_blockers=has_unresolved_blockers,
+        last_event_id=last_event_id,
+        previous_status=status,
+        previous_branch=branch,
+        stale_allocation_id=stale_allocation_id,
+    )
 
 
 def _live_holder(state: ClaimState, now: datetime) -> bool:
@@ -253,8 +295,7 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
 @write_transaction
 def _claim(*, task_id: int, agent: Agent, request: ClaimRequest) -> LeaseGrant:
     now = clock.now()
-    lock_task(task_id)
-    return _claim_locked(_claim_state(task_id), agent=agent, now=now, request=request)
+    return _claim_locked(_claim_state(lock_task(task_id)), agent=agent, now=now, request=request)
 
 
 def lease_claim(
@@ -286,27 +327,25 @@ def _refuse_inactive(agent: Agent) -> None:
 @write_transaction
 def _claim_next(*, project: Project, agent: Agent, task_class: str | None, request: ClaimRequest) -> LeaseGrant | None:
     now = clock.now()
+    candidates = (
+        claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
+        .select_related("project")
+        .select_for_update(skip_locked=True, no_key=True, of=("self",))
+    )
     passed_over: list[int] = []
     for _ in range(CLAIM_NEXT_MAX_CANDIDATES):
-        candidates = claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
-        if passed_over:
-            candidates = candidates.exclude(pk__in=passed_over)
-        candidate_id = (
-            candidates.select_for_update(skip_locked=True, no_key=True, of=("self",))
-            .values_list("pk", flat=True)
-            .first()
-        )
-        if candidate_id is None:
+        # The row comes back locked (SKIP LOCKED) and as locked: its own columns are current.
+        candidate = (candidates.exclude(pk__in=passed_over) if passed_over else candidates).first()
+        if candidate is None:
             break
         # The candidate query's NOT EXISTS saw its statement's snapshot; a claim
         # that committed since is only visible to a new statement. Re-verify.
         try:
-            # The candidate is locked (SKIP LOCKED above); its state is read anew.
-            return _claim_locked(_claim_state(candidate_id), agent=agent, now=now, request=request)
+            return _claim_locked(_claim_state(candidate), agent=agent, now=now, request=request)
         except _ClaimCollided:
             raise  # the transaction is spoiled; the caller sees TASK_TAKEN
         except (TaskTaken, TaskNotClaimable):
-            passed_over.append(candidate_id)
+            passed_over.append(candidate.pk)
     if passed_over:
         raise TaskTaken(
             "Every claimable task was taken by another agent meanwhile; ask again.",

@@ -94,17 +94,42 @@ def refusals_after_commit(func: Callable[P, R | LedgerError]) -> Callable[P, R]:
     return wrapper
 
 
-def _held(proof: HolderProof, *, now: datetime, lock_task: bool) -> Attempt | LeaseExpired:
-    """The proof's attempt, locked, if it holds a live lease; else a refusal."""
+# What renew and note read: the fencing, the lease, and the task and project their event names.
+_LEASE_FIELDS = (
+    "id",
+    "task",
+    "agent",
+    "epoch",
+    "status",
+    "token_hash",
+    "lease_seconds",
+    "lease_expires_at",
+    "last_renewed_at",
+    "renew_count",
+    "task__key",
+    "task__epoch",
+    "task__project__id",
+)
+
+
+def _held(proof: HolderProof, *, now: datetime, lock_task: bool, lean: bool = False) -> Attempt | LeaseExpired:
+    """The proof's attempt, locked, if it holds a live lease; else a refusal.
+
+    The agent is not read: the attempt is looked up by the proof's agent, so
+    it is that one. `lean` (renew, note) reads only `_LEASE_FIELDS`; any other
+    field loads on first access. Otherwise the attempt, its task and project
+    come whole, for the calls that end the attempt or write the task.
+    """
     lock_of = ("self", "task") if lock_task else ("self",)
-    attempt = (
+    attempts = (
         Attempt.objects.select_for_update(no_key=True, of=lock_of)
-        .select_related("task__project", "agent")
+        .select_related("task__project")
         .filter(pk=proof.attempt_id, agent=proof.agent)
-        .first()
     )
+    attempt = (attempts.only(*_LEASE_FIELDS) if lean else attempts).first()
     if attempt is None:
         raise NotFound(f"No attempt {proof.attempt_id} of yours.", details={"attempt": proof.attempt_id})
+    attempt.agent = proof.agent
     if not lease_token_matches(proof.token, attempt.token_hash):
         raise InvalidLeaseToken(details={"attempt": attempt.pk})
     task_epoch = attempt.task.epoch
@@ -154,7 +179,7 @@ def attempt_renew(*, proof: HolderProof, lease_seconds: int | None = None) -> At
     if lease_seconds is not None and (not isinstance(lease_seconds, int) or lease_seconds <= 0):
         raise ValidationFailed("lease_seconds must be a positive integer.")
     now = clock.now()
-    held = _held(proof, now=now, lock_task=False)
+    held = _held(proof, now=now, lock_task=False, lean=True)
     if isinstance(held, LedgerError):
         return held
     seconds = clamp_lease_seconds(lease_seconds) if lease_seconds is not None else held.lease_seconds
@@ -206,7 +231,7 @@ def note_add(
         )
     steps = _validate_next_steps(next_steps)
     now = clock.now()
-    held = _held(proof, now=now, lock_task=False)
+    held = _held(proof, now=now, lock_task=False, lean=True)
     if isinstance(held, LedgerError):
         return held
     expires = _extend(held, now=now, seconds=held.lease_seconds, renewal=False)
@@ -301,6 +326,19 @@ def _validate_finish(
     return failure, interruption
 
 
+def _claimed_an_environment(attempt: Attempt) -> bool:
+    """Whether the attempt may hold an allocation to release, known without a query.
+
+    Only the claim allocates, and it names the environment in the label it
+    writes (SPEC §5, §6); later label rewrites keep that field. A label that
+    does not parse (not written by this server) is taken to hold one.
+    """
+    try:
+        return parse_label(attempt.label).env is not None
+    except ValidationFailed:
+        return True
+
+
 @dataclass(frozen=True)
 class Finished:
     attempt: Attempt
@@ -348,7 +386,8 @@ def attempt_finish(
         Outcome.HANDOFF: AttemptStatus.INTERRUPTED,
     }[outcome]
     actor = Actor(agent=held.agent)
-    release_allocations(held, now=now, actor=actor)
+    if _claimed_an_environment(held):
+        release_allocations(held, now=now, actor=actor)
     end_attempt(
         held,
         now=now,
@@ -386,7 +425,8 @@ def attempt_release(*, proof: HolderProof, reason: str = "") -> Finished | Ledge
     held = _held(proof, now=now, lock_task=True)
     if isinstance(held, LedgerError):
         return held
-    release_allocations(held, now=now, actor=Actor(agent=held.agent))
+    if _claimed_an_environment(held):
+        release_allocations(held, now=now, actor=Actor(agent=held.agent))
     end_attempt(held, now=now, status=AttemptStatus.RELEASED)
     task = task_claimable_again(held.task, now=now)
     event_append(
