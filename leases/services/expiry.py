@@ -98,13 +98,16 @@ class SweepReport:
 # the literal status whatever the driver's binding.
 SWEEP_BATCH_SQL = """
 WITH batch AS (
-    -- The sweep's order through the partial index; rows another sweep or a
-    -- holder call has locked are theirs to expire.
-    SELECT id FROM {attempt}
-    WHERE status = '{attempt_active}' AND lease_expires_at <= %(now)s
-    ORDER BY lease_expires_at
+    -- The sweep's order through the partial index. It locks the task too, and
+    -- never waits: an attempt or task another sweep, a holder call or a claim
+    -- has locked is theirs to expire (a claim locks the task, then the lapsed
+    -- attempt; waiting for that task later, in `ready`, would deadlock).
+    SELECT a.id FROM {attempt} AS a
+    JOIN {task} AS t ON t.id = a.task_id
+    WHERE a.status = '{attempt_active}' AND a.lease_expires_at <= %(now)s
+    ORDER BY a.lease_expires_at
     LIMIT %(batch_size)s
-    FOR NO KEY UPDATE SKIP LOCKED
+    FOR NO KEY UPDATE OF a, t SKIP LOCKED
 ),
 expired AS (
     UPDATE {attempt} AS a
@@ -177,12 +180,15 @@ def _sweep_batch(*, now: datetime, batch_size: int) -> int:
             cursor.execute(_sweep_batch_sql(), {"now": now, "batch_size": batch_size})
             (expired,) = cursor.fetchone()
         return int(expired)
-    ids = list(
+    # Attempt and task locked together, never waiting, as in SWEEP_BATCH_SQL.
+    batch = (
         Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__lte=now)
+        .select_related("task")
+        .only("id", "task__id")
         .order_by("lease_expires_at")
-        .select_for_update(skip_locked=True, no_key=True)
-        .values_list("id", flat=True)[:batch_size]
+        .select_for_update(skip_locked=True, no_key=True, of=("self", "task"))[:batch_size]
     )
+    ids = [attempt.pk for attempt in batch]
     return expire_lapsed(ids, now=now) if ids else 0
 
 

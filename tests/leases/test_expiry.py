@@ -204,7 +204,10 @@ def test_a_sweep_batch_writes_exactly_the_rows_of_expiry(clock, sweep_path):
 
 @postgres_only
 @pytest.mark.django_db(transaction=True)
-def test_a_sweep_skips_attempts_locked_by_a_call_in_progress_and_expires_them_later(clock, sweep_path):
+@pytest.mark.parametrize("locked_rows", ["attempts", "tasks"])
+def test_a_sweep_skips_attempts_locked_by_a_call_in_progress_and_expires_them_later(clock, sweep_path, locked_rows):
+    """A holder call locks attempts; a claim locks the task first and then its lapsed attempt.
+    The sweep waits for neither (waiting on a claim's task would deadlock with it)."""
     project = ProjectFactory(slug="web")
     agent = AgentFactory(projects=[project])
     # Staggered leases: the sweep's order puts the locked five first.
@@ -215,9 +218,13 @@ def test_a_sweep_skips_attempts_locked_by_a_call_in_progress_and_expires_them_la
     sweep_done = threading.Event()
 
     def work(index):
-        if index == 0:  # a holder call (or another sweep) holding its attempts until it commits
+        if index == 0:  # a call in progress holding its rows until it commits
             with transaction.atomic():
-                list(Attempt.objects.select_for_update(no_key=True).filter(pk__in=[g.attempt.pk for g in locked]))
+                if locked_rows == "attempts":
+                    rows = Attempt.objects.filter(pk__in=[g.attempt.pk for g in locked])
+                else:
+                    rows = Task.objects.filter(pk__in=[g.attempt.task_id for g in locked])
+                list(rows.select_for_update(no_key=True))
                 rows_locked.set()
                 assert sweep_done.wait(20), "the sweep waited for the locked rows instead of skipping them"
             return None
