@@ -157,7 +157,6 @@ class Step:
     sql: str
     params: list[Any]  # constants, Sym or JsonTemplate
     results: list[ResultRef] = field(default_factory=list)
-    guard: tuple[int, str] | None = None  # (column, symbol guard name): a non-null value aborts
     fetch: bool = False
 
 
@@ -262,21 +261,19 @@ def symbolize(
     symbols: Mapping[str, Any],
     results: Mapping[str, str],
     hints: Mapping[str, set[str]] | None = None,
-    guards: Mapping[str, str] | None = None,
 ) -> Trace:
     """Bind each varying parameter of `captured` to a symbol.
 
     `symbols`: every symbol's value in the captured operation, in the form the
     driver received it (datetimes as Django adapted them). `results`: symbol →
     column name for symbols the database returns; each is read from the first
-    statement whose result has that column with that value. `guards`: column
-    name → reason; a statement returning a non-null value there aborts the
-    iteration (e.g. an active attempt found on the locked task: taken).
+    statement whose result has that column with that value. Where the service
+    would refuse, the replay meets the same constraint (the one-active index)
+    and rolls back.
     """
     import json
 
     hints = hints or {}
-    guards = guards or {}
     located: set[str] = set()
     steps: list[Step | str] = []
     used: set[str] = set()
@@ -322,13 +319,6 @@ def symbolize(
                         step.results.append(ResultRef(symbol, column))
                         located.add(symbol)
                         break
-            for column, title in enumerate(item.columns):
-                if title in guards and step.guard is None:
-                    step.guard = (column, guards[title])
-        elif item.columns:
-            for column, title in enumerate(item.columns):
-                if title in guards and step.guard is None:
-                    step.guard = (column, guards[title])
         steps.append(step)
     missing = {s for s in used if s in results and s not in located}
     if missing:

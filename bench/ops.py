@@ -46,7 +46,6 @@ class OpSpec:
     capture_symbols: Callable[[Holder, Any, Callable[[datetime], Any]], dict[str, Any]]
     results: dict[str, str] = field(default_factory=dict)
     hints: dict[str, set[str]] = field(default_factory=dict)
-    guards: dict[str, str] = field(default_factory=dict)
     raw_inputs: Callable[[Symbols, RawConnection], None] = lambda symbols, raw: None
     derive: Callable[[Symbols], None] | None = None
 
@@ -109,7 +108,7 @@ CLAIM_NEXT = OpSpec(
     call=_claim_next,
     capture_symbols=_claim_symbols,
     results={
-        "task_id": "pk",
+        "task_id": "id",
         "key": "key",
         "epoch_before": "epoch",
         "version": "version",
@@ -117,7 +116,9 @@ CLAIM_NEXT = OpSpec(
         "attempt_id": "id",
     },
     hints={"epoch": {"epoch"}, "version": {"task_version_at_claim"}, "event_id_at_claim": {"event_id_at_claim"}},
-    guards={"active_attempt_id": "taken"},
+    # The claim reads a second statement (the latest attempt's state) only for a task that
+    # had an attempt; the capture is of a fresh task, so a replay that meets a live attempt
+    # collides on the one-active index and counts it as taken, as the service would.
     raw_inputs=_claim_inputs,
     derive=_claim_derive,
 )
@@ -250,9 +251,7 @@ def capture_cycle(holder: Holder, specs: list[OpSpec]) -> list[CapturedOp] | Non
         if result is None:
             return None
         symbols = spec.capture_symbols(holder, result, adapt)
-        replay = symbolize(
-            spec.name, trace, symbols=symbols, results=spec.results, hints=spec.hints, guards=spec.guards
-        )
+        replay = symbolize(spec.name, trace, symbols=symbols, results=spec.results, hints=spec.hints)
         captured.append(CapturedOp(spec=spec, trace=replay, logged=trace.logged, result=result))
     return captured
 

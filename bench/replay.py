@@ -126,8 +126,6 @@ class RawConnection:
                 raise Aborted("empty")
             return
         row = rows[0]
-        if step.guard is not None and row[step.guard[0]] not in (None, 0, False):
-            raise Aborted(step.guard[1])
         for ref in step.results:
             symbols[ref.name] = row[ref.column]
         if derive is not None and step.results:

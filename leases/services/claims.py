@@ -109,16 +109,18 @@ class ClaimState:
 
 
 @functools.cache
-def _state_columns() -> tuple[Exists, Subquery, Subquery]:
+def _state_columns() -> dict[str, Exists | Subquery]:
     """Blockers, latest attempt, last event of the outer task: built once, they hold no per-call value.
 
     Using them in a query resolves copies, so the originals are shared safely.
+    Named, so the statement's columns say what they are (the bench's replay
+    reads them by name).
     """
-    return (
-        Exists(unresolved_blockers()),
-        Subquery(Attempt.objects.filter(task=OuterRef("pk")).order_by("-id").values("id")[:1]),
-        Subquery(Event.objects.order_by("-id").values("id")[:1]),
-    )
+    return {
+        "has_unresolved_blockers": Exists(unresolved_blockers()),
+        "latest_attempt_id": Subquery(Attempt.objects.filter(task=OuterRef("pk")).order_by("-id").values("id")[:1]),
+        "last_event_id": Subquery(Event.objects.order_by("-id").values("id")[:1]),
+    }
 
 
 def _claim_state(task: Task) -> ClaimState:
@@ -137,8 +139,9 @@ def _claim_state(task: Task) -> ClaimState:
     attempt only while the task has none active, and a terminal attempt
     never becomes active again.
     """
+    columns = _state_columns()
     has_unresolved_blockers, latest_attempt_id, last_event_id = (
-        Task.objects.filter(pk=task.pk).values_list(*_state_columns()).get()
+        Task.objects.filter(pk=task.pk).annotate(**columns).values_list(*columns).get()
     )
     if latest_attempt_id is None:
         return ClaimState(task=task, has_unresolved_blockers=has_unresolved_blockers, last_event_id=last_event_id)
