@@ -21,8 +21,6 @@ from typing import Any
 from bench.results import RESULTS_DIR, Row, machine, markdown_table, table, write_json
 
 WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http")
-# bench.suite.WHAT_IFS (schema) and bench.what_if.RUNTIME, named here without importing Django.
-WHAT_IF_NAMES = ("ready-index", "no-event-lock", "sqlite-writer-lock")
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
 
@@ -38,20 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         "--sweep-batch", type=int, default=None, help="batch size for W5's sweep_expired (default: the service's)"
     )
     run.add_argument("--output", type=Path, default=None, help="JSON results file (default bench/results/latest.json)")
-    run.add_argument(
-        "--what-if",
-        action="append",
-        default=[],
-        choices=sorted(WHAT_IF_NAMES),
-        help="apply a proposed schema change to the bench database first (see docs/performance.md); repeatable",
-    )
     child = commands.add_parser("child", help=argparse.SUPPRESS)
     child.add_argument("--database", required=True)
     child.add_argument("--smoke", action="store_true")
     child.add_argument("--workers", type=int, default=4)
     child.add_argument("--only", required=True)
     child.add_argument("--out", type=Path, required=True)
-    child.add_argument("--what-if", action="append", default=[])
     child.add_argument("--sweep-batch", type=int, default=None)
     agents = commands.add_parser("agents", help=argparse.SUPPRESS)
     agents.add_argument("--project", type=int, required=True)
@@ -92,7 +82,6 @@ def main(argv: list[str] | None = None) -> int:
             workers=args.workers,
             only=args.only.split(","),
             out=args.out,
-            what_if=args.what_if,
             sweep_batch=args.sweep_batch,
         )
     return run_all(args)
@@ -127,13 +116,10 @@ def run_all(args: argparse.Namespace) -> int:
         ]
         if args.smoke:
             command.append("--smoke")
-        for name in args.what_if:
-            command += ["--what-if", name]
         if args.sweep_batch:
             command += ["--sweep-batch", str(args.sweep_batch)]
         print(f"== {vendor}", flush=True)
         env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
-        env["LEASEHOLD_BENCH_WHAT_IF"] = ",".join(args.what_if)
         code = subprocess.run(command, env=env, check=False).returncode
         try:
             payloads.append(json.loads(out.read_text()))
@@ -150,7 +136,6 @@ def run_all(args: argparse.Namespace) -> int:
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "seconds": round(time.time() - started, 1),
         "smoke": args.smoke,
-        "what_if": args.what_if,
         "machine": machine(),
         "databases": {payload["database"]: {k: v for k, v in payload.items() if k != "rows"} for payload in payloads},
         "rows": [row.to_json() for row in rows],
@@ -158,13 +143,9 @@ def run_all(args: argparse.Namespace) -> int:
         "failed": failed,
     }
     default_name = "smoke" if args.smoke else "latest"
-    if args.what_if:
-        default_name += "-what-if-" + "-".join(sorted(args.what_if))
     output = args.output or RESULTS_DIR / f"{default_name}.json"
     write_json(result, output)
     print()
-    if args.what_if:
-        print(f"WHAT-IF run: {', '.join(args.what_if)} applied to the bench database (not the code as it is)")
     print(table(rows))
     print()
     for target in targets:

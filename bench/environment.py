@@ -81,9 +81,6 @@ def configure_django(target: Target) -> None:
     import django
 
     django.setup()
-    from bench.what_if import apply_runtime
-
-    apply_runtime()
 
 
 def migrate() -> None:

@@ -108,9 +108,6 @@ def sweep_main(batch_size: int | None) -> None:
     import django
 
     django.setup()
-    from bench.what_if import apply_runtime
-
-    apply_runtime()
     from leases.services import sweep_expired
 
     started = time.perf_counter()
@@ -133,9 +130,6 @@ def agents_main(project_id: int, agent_ids: list[int], seconds: float, start_at:
     import django
 
     django.setup()
-    from bench.what_if import apply_runtime
-
-    apply_runtime()
     from bench.harness import run_threads
     from bench.workloads import CYCLE, close_django_connections, service_cycles
     from ledger.models import Agent, Project

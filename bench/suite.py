@@ -14,35 +14,6 @@ from typing import Any
 from bench.environment import Target, configure_django, create_target, drop_target, migrate, new_workdir
 from bench.results import Row, table, write_json
 
-# Experiments on the bench database only, to measure a proposed change before it is made in the
-# code (docs/performance.md): each is a schema change the proposal's migration would make.
-WHAT_IFS: dict[str, dict[str, list[str]]] = {
-    # The claim-next ORDER BY says `ready_since ASC NULLS FIRST`; the ready-queue index is
-    # `ready_since ASC` (NULLS LAST), so PostgreSQL sorts every ready task of the project per claim.
-    "ready-index": {
-        "postgresql": [
-            "CREATE INDEX bench_task_ready_queue_nulls_first ON ledger_task "
-            "(project_id, priority DESC, ready_since ASC NULLS FIRST, id) WHERE status = 'ready'"
-        ],
-        "sqlite": [],  # SQLite sorts NULLs first already; its index serves the ORDER BY as it is
-    },
-    # ledger.0004's event-order lock is held from a transaction's first event to its commit, fsync
-    # included: every event-writing transaction of the whole server runs one at a time.
-    "no-event-lock": {
-        "postgresql": ["DROP TRIGGER IF EXISTS ledger_event_commit_order ON ledger_event"],
-        "sqlite": [],
-    },
-}
-
-
-def apply_what_ifs(names: list[str]) -> None:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        for name in names:
-            for sql in WHAT_IFS[name][connection.vendor]:
-                cursor.execute(sql)
-
 
 def _terminate(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
@@ -55,7 +26,6 @@ def run_database(
     workers: int,
     only: list[str],
     out: Path,
-    what_if: list[str] | None = None,
     sweep_batch: int | None = None,
 ) -> int:
     signal.signal(signal.SIGTERM, _terminate)
@@ -64,7 +34,6 @@ def run_database(
     configure_django(target)
     payload: dict[str, Any] = {
         "database": vendor,
-        "what_if": what_if or [],
         "rows": [],
         "audits": {},
         "captured": {},
@@ -76,7 +45,6 @@ def run_database(
         from bench import data
 
         data.offset_ids()
-        apply_what_ifs([name for name in what_if or [] if name in WHAT_IFS])
         payload["migrate_seconds"] = round(time.perf_counter() - started, 2)
         rows = run_workloads(target, smoke=smoke, workers=workers, only=only, payload=payload, sweep_batch=sweep_batch)
         print(table(rows), flush=True)
