@@ -1,4 +1,4 @@
-"""Agents: create (token shown once), rotate token (shown once), deactivate.
+"""Agents: create (token shown once), change projects, rotate token (shown once), deactivate.
 
 A token exists in exactly one HTTP response: the page rendered by the POST
 that created or rotated it. It is never stored, never put in a message, a
@@ -15,7 +15,7 @@ from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.core.validators import RegexValidator
 from django.db.models import Count, Q, QuerySet
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -27,7 +27,7 @@ from ledger import clock
 from ledger.admin_base import LeaseholdModelAdmin, actor_of, badge, plural
 from ledger.admin_confirm import Confirmation, is_confirmed, render_confirmation
 from ledger.models import HANDLE_PATTERN, Agent, AgentKind, Project
-from ledger.services import agent_create, agent_deactivate, agent_rotate_token
+from ledger.services import agent_create, agent_deactivate, agent_rotate_token, agent_set_projects
 
 HASH_ONLY_NOTE = "Not stored: only its SHA-256 is kept. Rotate it to issue a new one."
 
@@ -45,6 +45,24 @@ class AgentCreateForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="The projects it may see and work on. None means none.",
     )
+
+
+class AgentProjectsForm(forms.Form):
+    projects = forms.ModelMultipleChoiceField(
+        queryset=Project.objects.none(),
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="The projects it may see and claim in. Leases it holds in a project it loses are not ended: "
+        "it may still renew and finish them. Force-release them to end them sooner.",
+    )
+
+    def __init__(self, *args: Any, agent: Agent, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Open projects, and any archived one the agent still has (so that saving keeps or drops it knowingly).
+        field = self.fields["projects"]
+        assert isinstance(field, forms.ModelMultipleChoiceField)
+        open_or_held = Q(archived_at__isnull=True) | Q(agents=agent)
+        field.queryset = Project.objects.filter(open_or_held).distinct().order_by("slug")
 
 
 def token_page(
@@ -176,11 +194,53 @@ class AgentAdmin(LeaseholdModelAdmin):
         agent = get_object_or_404(self.get_queryset(request), pk=object_id)
         return self._rotate_flow(request, [agent], action_name=None)
 
+    # --- projects -----------------------------------------------------------
+
+    def projects_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        agent = get_object_or_404(self.get_queryset(request), pk=object_id)
+        form = AgentProjectsForm(
+            request.POST if request.method == "POST" else None,
+            agent=agent,
+            initial={"projects": list(agent.projects.all())},
+        )
+        if form.is_bound and form.is_valid():
+            before = set(agent.projects.values_list("slug", flat=True))
+            agent_set_projects(agent=agent, projects=form.cleaned_data["projects"], actor=actor_of(request))
+            after = {project.slug for project in form.cleaned_data["projects"]}
+            if before == after:
+                self.message_user(request, f"{agent.handle}: projects unchanged.")
+            else:
+                change = "; ".join(
+                    part
+                    for part in (
+                        f"added {', '.join(sorted(after - before))}" if after - before else "",
+                        f"removed {', '.join(sorted(before - after))}" if before - after else "",
+                    )
+                    if part
+                )
+                self.log_change(request, agent, f"Projects: {change}.")
+                self.message_user(request, f"{agent.handle}: projects {change}.")
+            return HttpResponseRedirect(reverse("admin:ledger_agent_change", args=[agent.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Projects of {agent.handle}",
+            "opts": self.opts,
+            "original": agent,
+            "form": form,
+            "media": self.media + form.media,
+        }
+        return TemplateResponse(request, "admin/ledger/agent/projects_form.html", context)
+
     def get_urls(self) -> list[URLPattern]:
         rotate = path(
             "<path:object_id>/rotate-token/", self.admin_site.admin_view(self.rotate_view), name="ledger_agent_rotate"
         )
-        return [rotate, *super().get_urls()]
+        projects = path(
+            "<path:object_id>/projects/", self.admin_site.admin_view(self.projects_view), name="ledger_agent_projects"
+        )
+        return [rotate, projects, *super().get_urls()]
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None

@@ -37,6 +37,7 @@ from ledger.models import Agent, Event
 KNOWN_EVENT_TYPES = (
     "agent.created",
     "agent.deactivated",
+    "agent.projects_changed",
     "agent.token_rotated",
     "attempt.claimed",
     "attempt.expired",

@@ -475,6 +475,31 @@ def agent_rotate_token(*, agent: Agent, actor: Actor) -> tuple[Agent, str]:
 
 
 @write_transaction
+def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Actor) -> Agent:
+    """Make `projects` exactly the projects the agent may see; one `agent.projects_changed` event if any changed.
+
+    Leases the agent holds in a project it loses are not ended: it may still
+    renew, checkpoint and finish them (holder calls go by attempt), but it no
+    longer sees the project or claims in it. Force-release them to end them.
+    """
+    now = clock.now()
+    agent = Agent.objects.select_for_update(no_key=True).get(pk=agent.pk)
+    wanted = {project.pk: project for project in projects}
+    current = {project.pk: project for project in agent.projects.all()}
+    added = sorted(wanted[pk].slug for pk in wanted.keys() - current.keys())
+    removed = sorted(current[pk].slug for pk in current.keys() - wanted.keys())
+    if added or removed:
+        agent.projects.set(wanted.values())
+        event_append(
+            type="agent.projects_changed",
+            actor=actor,
+            at=now,
+            payload={"handle": agent.handle, "added": added, "removed": removed},
+        )
+    return agent
+
+
+@write_transaction
 def agent_deactivate(*, agent: Agent, actor: Actor) -> Agent:
     """Refuse the agent's token from now on. Its attempts run out on their own leases."""
     now = clock.now()

@@ -25,7 +25,14 @@ from leases.reconciliation.triage import finding_acknowledge, finding_resolve
 from leases.services import allocation_release, lease_claim, task_force_release, task_reassign, task_update
 from ledger.actors import SYSTEM, Actor
 from ledger.models import Event, Project
-from ledger.services import agent_create, agent_deactivate, agent_rotate_token, project_create, task_create
+from ledger.services import (
+    agent_create,
+    agent_deactivate,
+    agent_rotate_token,
+    agent_set_projects,
+    project_create,
+    task_create,
+)
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -255,6 +262,22 @@ def scenario_rotate_token(web):
     return Twins(
         via_admin=lambda client: confirmed(client, "ledger/agent", "rotate_token", [a.pk]),
         via_service=lambda actor: agent_rotate_token(agent=b, actor=actor),
+        subs={"twin-a": "<agent>", "twin-b": "<agent>"},
+    )
+
+
+def scenario_change_agent_projects(web):
+    docs = ProjectFactory(slug="docs")
+    a = AgentFactory(handle="twin-a", projects=[web])
+    b = AgentFactory(handle="twin-b", projects=[web])
+
+    def via_admin(client):
+        response = client.post(f"/admin/ledger/agent/{a.pk}/projects/", {"projects": [docs.pk]})
+        assert response.status_code == 302, response.content.decode()[:2000]
+
+    return Twins(
+        via_admin=via_admin,
+        via_service=lambda actor: agent_set_projects(agent=b, projects=[docs], actor=actor),
         subs={"twin-a": "<agent>", "twin-b": "<agent>"},
     )
 

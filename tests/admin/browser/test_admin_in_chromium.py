@@ -232,6 +232,18 @@ def test_a_new_agent_token_is_shown_once(page, superuser):
     assert agent_for_token(rotated) == agent
     assert agent_for_token(token) is None
 
+    # Its projects change on a page of their own; the agent's page shows the result.
+    docs = ProjectFactory(slug="docs", name="Docs")
+    page.goto(f"/admin/ledger/agent/{agent.pk}/change/")
+    page.click("text=Change projects…")
+    expect(page.locator(f'input[name="projects"][value="{project.pk}"]')).to_be_checked()
+    page.uncheck(f'input[name="projects"][value="{project.pk}"]')
+    page.check(f'input[name="projects"][value="{docs.pk}"]')
+    page.click("input[name=_save]")
+    expect(page.locator(".messagelist")).to_contain_text("added docs; removed web")
+    expect(page.locator(".field-project_list")).to_contain_text("docs")
+    assert list(agent.projects.all()) == [docs]
+
 
 def test_a_manager_finds_no_way_to_change_or_delete_anything(page, manager):
     project = ProjectFactory(slug="web", name="Web app")
