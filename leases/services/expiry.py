@@ -28,6 +28,11 @@ from ledger.models import Agent, Event, Project, Severity, Task, TaskStatus
 from ledger.services import event_append
 
 SWEEP_BATCH_SIZE = 500
+# On SQLite a batch holds the only write lock, so claims wait for it: batches
+# are smaller, and between them the sweep pauses so that a writer queued on
+# the lock gets it before the next batch does (docs/performance.md, W5).
+SQLITE_SWEEP_BATCH_SIZE = 100
+SQLITE_SWEEP_PAUSE_SECONDS = 0.005
 EXPIRED_EVENT = "attempt.expired"
 
 
@@ -192,7 +197,11 @@ def _sweep_batch(*, now: datetime, batch_size: int) -> int:
     return expire_lapsed(ids, now=now) if ids else 0
 
 
-def sweep_expired(*, batch_size: int = SWEEP_BATCH_SIZE) -> SweepReport:
+def default_sweep_batch_size() -> int:
+    return SQLITE_SWEEP_BATCH_SIZE if connection.vendor == "sqlite" else SWEEP_BATCH_SIZE
+
+
+def sweep_expired(*, batch_size: int | None = None) -> SweepReport:
     """Expire every active attempt whose lease lapsed before now, in short batches.
 
     Uses the partial index on active leases. Each batch is its own
@@ -202,6 +211,7 @@ def sweep_expired(*, batch_size: int = SWEEP_BATCH_SIZE) -> SweepReport:
     `expire_lapsed`, which writes the same rows.
     """
     now = clock.now()
+    batch_size = batch_size or default_sweep_batch_size()
     expired = batches = 0
     worst = 0.0
     while True:
@@ -212,6 +222,10 @@ def sweep_expired(*, batch_size: int = SWEEP_BATCH_SIZE) -> SweepReport:
         batches += 1
         if count < batch_size:
             return SweepReport(expired=expired, batches=batches, worst_batch_seconds=worst)
+        if connection.vendor == "sqlite":
+            # Releasing a lock and taking it again at once would win against a
+            # waiter the kernel has only just woken: claims would wait out the sweep.
+            time.sleep(SQLITE_SWEEP_PAUSE_SECONDS)
 
 
 @write_transaction
