@@ -132,6 +132,13 @@ def _held(proof: HolderProof, *, now: datetime, lock_task: bool, lean: bool = Fa
     attempt.agent = proof.agent
     if not lease_token_matches(proof.token, attempt.token_hash):
         raise InvalidLeaseToken(details={"attempt": attempt.pk})
+    if attempt.status == AttemptStatus.REVOKED:
+        # SPEC §3: "The revoked holder's next write fails with LEASE_NOT_HELD",
+        # even when the task was claimed again since: a person stopped it.
+        raise LeaseNotHeld(
+            f"Attempt {attempt.pk} was revoked: stop working on it.",
+            details={"attempt": attempt.pk, "status": attempt.status},
+        )
     task_epoch = attempt.task.epoch
     if proof.epoch < task_epoch or (attempt.status != AttemptStatus.ACTIVE and task_epoch > attempt.epoch):
         raise StaleEpoch(

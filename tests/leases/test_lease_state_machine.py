@@ -289,6 +289,8 @@ class LeaseMachine(RuleBasedStateMachine):
             return frozenset({"NOT_FOUND"})
         if case.kind in (WRONG_TOKEN, FOREIGN_TOKEN):
             return frozenset({"INVALID_LEASE_TOKEN"})
+        if attempt.status == AttemptStatus.REVOKED:
+            return frozenset({"LEASE_NOT_HELD"})  # "the revoked holder's next write", whatever its epoch
         if case.proof.epoch < attempt.epoch:
             return frozenset({"STALE_EPOCH"})
         if attempt.status != AttemptStatus.ACTIVE:

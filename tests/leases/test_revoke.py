@@ -55,6 +55,10 @@ def test_reassign_reserves_the_task_for_the_chosen_agent(project, agents, user_a
     with pytest.raises(TaskNotClaimable):
         lease_claim(task=result.task, agent=agents[1])
     assert lease_claim(task=result.task, agent=agents[2]).attempt.status == AttemptStatus.ACTIVE
+    # The revoked holder is told it was revoked, though the task is at a newer epoch now.
+    with pytest.raises(LeaseNotHeld) as caught:
+        attempt_renew(proof=proof_of(grant))
+    assert caught.value.details == {"attempt": grant.attempt.pk, "status": "revoked"}
     types = list(Event.objects.filter(task=grant.task).values_list("type", flat=True))
     assert types.count("task.reassigned") == 1
     assert types.count("attempt.revoked") == 1
