@@ -3,6 +3,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -45,6 +46,15 @@ def _with_event_triggers_suspended(teardown):
 TransactionTestCase._fixture_teardown = _with_event_triggers_suspended(  # type: ignore[attr-defined]
     TransactionTestCase._fixture_teardown  # type: ignore[attr-defined]
 )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _remove_sqlite_writer_lock_file(django_db_setup, django_db_blocker) -> Iterator[None]:
+    """The test database's `<file>.writelock` (config.db) goes with the database at the end of the session."""
+    name = str(connections["default"].settings_dict["NAME"])
+    yield
+    if connections["default"].vendor == "sqlite":
+        Path(f"{name}.writelock").unlink(missing_ok=True)
 
 
 @pytest.fixture

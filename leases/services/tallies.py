@@ -7,6 +7,7 @@ import logging
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F
 
+from config.db import sqlite_writer_turn
 from leases.models import ClaimRefusalTally
 from ledger import clock
 from ledger.models import Agent
@@ -28,7 +29,7 @@ def tally_claim_refusal(*, project_id: int, agent: Agent) -> None:
 def _tally(*, project_id: int, agent: Agent) -> None:
     day = clock.now().date()
     for _ in range(2):
-        with transaction.atomic():
+        with sqlite_writer_turn(), transaction.atomic():
             if ClaimRefusalTally.objects.filter(day=day, project_id=project_id, agent=agent).update(
                 count=F("count") + 1
             ):

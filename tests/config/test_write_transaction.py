@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import fcntl
 import os
 import sqlite3
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
+from config import db
 from config.db import write_transaction
 from config.errors import StorageBusy, ValidationFailed
 from ledger.models import Project
@@ -110,6 +112,30 @@ def test_a_postgres_deadlock_is_retried_and_both_writers_succeed():
     results = run_in_threads(2, lambda i: cross((first.pk, second.pk) if i == 0 else (second.pk, first.pk)))
     assert results == [None, None]
     assert len(calls) == 3  # one of the two was chosen as the deadlock victim and ran again
+
+
+@sqlite_only
+def test_a_writer_waits_for_another_process_lock_only_as_long_as_the_budget(monkeypatch):
+    """The file lock held elsewhere (another open file description, as another process has):
+    STORAGE_BUSY after the budget, and writes work again once it is released."""
+    ProjectFactory(slug="held")
+    monkeypatch.setattr(db, "SQLITE_WRITER_WAIT_SECONDS", 0.3)
+
+    @write_transaction
+    def rename(name: str) -> None:
+        Project.objects.filter(slug="held").update(name=name)
+
+    other = os.open(f"{connection.settings_dict['NAME']}.writelock", os.O_RDONLY)
+    try:
+        fcntl.flock(other, fcntl.LOCK_EX)
+        started = time.monotonic()
+        with pytest.raises(StorageBusy):
+            rename("blocked")
+        assert 0.25 <= time.monotonic() - started < 2
+    finally:
+        os.close(other)
+    rename("after")  # the abandoned waiter took the lock and let it go
+    assert Project.objects.get(slug="held").name == "after"
 
 
 @sqlite_only
