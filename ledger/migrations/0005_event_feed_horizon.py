@@ -12,12 +12,14 @@ reader respects:
 
 - Writer (statement-level BEFORE INSERT trigger, so before any row of the
   statement draws its id): once per transaction, read the sequence's last
-  value `v` and take a *shared* transaction-scoped advisory lock keyed `v`.
-  Every id the transaction draws afterwards is greater than `v`. Shared locks
-  never wait for each other.
+  value `v` and take a *shared* transaction-scoped advisory lock keyed `v`
+  (tagged: `FLOOR_TAG` in the top 16 bits, `v` below, so other users of
+  advisory locks in the database neither collide with it nor lower the
+  horizon). Every id the transaction draws afterwards is greater than `v`.
+  Shared locks never wait for each other.
 - Reader (`ledger_event_horizon()`): first read the sequence's last value
-  `S`, then the smallest key `F` among the advisory locks held by other
-  sessions; serve only events with `id <= least(S, F)`, in a statement
+  `S`, then the smallest `v` among the tagged floors held by other
+  sessions, `F`; serve only events with `id <= least(S, F)`, in a statement
   issued after this one.
 
 Why no event is skipped: an event with id `e <= S` drew its id before `S` was
@@ -29,10 +31,13 @@ it. Events above the horizon are served by a later call. Writers no longer
 wait for each other; a long event-writing transaction only holds the feed
 back (never makes it skip).
 
-The sequence keeps PostgreSQL's default CACHE 1 (Django's identity column);
-a cached sequence would hand out ids out of order across sessions. Other
-bigint-keyed advisory locks in the same database can only lower the horizon.
-SQLite serializes all writers and needs none of this.
+What the proof assumes, and operations must keep (docs/operations.md): the
+sequence keeps PostgreSQL's default CACHE 1 (Django's identity column; a
+cached sequence hands out ids out of order across sessions); the feed reads
+the primary at READ COMMITTED (PostgreSQL's default and Leasehold's; a
+REPEATABLE READ transaction would read the events in a snapshot older than
+the horizon); ids stay below 2**48; events are never inserted with explicit
+ids. SQLite serializes all writers and needs none of this.
 """
 
 from __future__ import annotations
@@ -45,6 +50,8 @@ from django.db import migrations
 previous = import_module("ledger.migrations.0004_event_commit_order")
 
 FLOOR_SETTING = "leasehold.event_floor"
+FLOOR_TAG = 0x4C48  # "LH": the top 16 bits of every floor key
+FLOOR_KEY_BITS = 48
 
 
 def _create(sequence: str) -> list[str]:
@@ -53,7 +60,10 @@ def _create(sequence: str) -> list[str]:
         CREATE OR REPLACE FUNCTION ledger_event_floor() RETURNS trigger AS $$
         BEGIN
             IF coalesce(current_setting('{FLOOR_SETTING}', true), '') = '' THEN
-                PERFORM pg_advisory_xact_lock_shared(coalesce(pg_sequence_last_value('{sequence}'::regclass), 0));
+                PERFORM pg_advisory_xact_lock_shared(
+                    ({FLOOR_TAG}::bigint << {FLOOR_KEY_BITS})
+                    | coalesce(pg_sequence_last_value('{sequence}'::regclass), 0)
+                );
                 -- Transaction-local: reverts (with the lock) at the end or on ROLLBACK TO SAVEPOINT.
                 PERFORM set_config('{FLOOR_SETTING}', 'held', true);
             END IF;
@@ -69,10 +79,13 @@ def _create(sequence: str) -> list[str]:
         BEGIN
             -- The order is the proof (see ledger/migrations/0005): the sequence first, then the locks.
             allocated := coalesce(pg_sequence_last_value('{sequence}'::regclass), 0);
-            SELECT min((l.classid::bigint << 32) | l.objid::bigint) INTO floor_key
+            -- A bigint advisory key k shows as classid = k >> 32, objid = k & 0xffffffff, objsubid = 1.
+            SELECT min(((l.classid::bigint & 65535) << 32) | l.objid::bigint) INTO floor_key
             FROM pg_locks l
             WHERE l.locktype = 'advisory'
               AND l.objsubid = 1
+              AND l.mode = 'ShareLock'
+              AND (l.classid::bigint >> 16) = {FLOOR_TAG}
               AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
               AND l.pid IS DISTINCT FROM pg_backend_pid();
             RETURN least(allocated, floor_key);

@@ -183,3 +183,30 @@ def test_a_rolled_back_writer_does_not_hold_the_feed_back(clock):
     served = [row["id"] for row in changes_since(agent=None, since=kept - 1, limit=200)[0]]
     assert served == [kept, after]
     assert event_horizon() == (after if connection.vendor == "postgresql" else None)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="advisory locks are PostgreSQL's")
+@pytest.mark.django_db(transaction=True)
+def test_other_advisory_locks_neither_block_event_writers_nor_hold_the_feed_back(clock):
+    project = ProjectFactory(slug="locks")
+    last = _append(project, "before")
+    foreign_held = threading.Event()
+    release = threading.Event()
+    seen: dict[str, int | None] = {}
+
+    def work(index: int) -> None:
+        if index == 0:  # another tool using advisory locks, with keys that look like ours
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_xact_lock(%s), pg_advisory_xact_lock_shared(1)", [last])
+                foreign_held.set()
+                assert release.wait(30)
+            return
+        assert foreign_held.wait(30)
+        try:
+            seen["written"] = _append(project, "while foreign locks are held")  # would wait on an untagged key
+            seen["horizon"] = event_horizon()
+        finally:
+            release.set()
+
+    assert run_in_threads(2, work, timeout=60) == [None, None]
+    assert seen["horizon"] == seen["written"]
