@@ -12,6 +12,7 @@ import secrets
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 PG_ADMIN_URL = "postgres://postgres@127.0.0.1:5432/postgres"
 # One database per run (the process that runs one database's workloads), so two runs never share one.
@@ -51,6 +52,7 @@ def create_target(vendor: str, *, workdir: Path, database_name: str | None = Non
         database_name = database_name or f"{PG_BENCH_DATABASE_PREFIX}{os.getpid()}"
         admin = pg_admin_url()
         with psycopg.connect(admin, autocommit=True) as conn:
+            _drop_abandoned(conn)
             conn.execute(f'DROP DATABASE IF EXISTS "{database_name}" WITH (FORCE)')
             conn.execute(f'CREATE DATABASE "{database_name}"')
         url = admin.rsplit("/", 1)[0] + "/" + database_name
@@ -63,6 +65,25 @@ def create_target(vendor: str, *, workdir: Path, database_name: str | None = Non
         env.pop("DATABASE_URL", None)
         return Target(vendor=vendor, env=env, dsn=str(path))
     raise ValueError(f"unknown database {vendor!r}")
+
+
+def _drop_abandoned(conn: Any) -> None:
+    """Drop the databases of earlier runs whose process is gone (a run killed before its cleanup)."""
+    rows = conn.execute("SELECT datname FROM pg_database WHERE datname LIKE %s", [PG_BENCH_DATABASE_PREFIX + "%"])
+    for (name,) in rows.fetchall():
+        pid = name.removeprefix(PG_BENCH_DATABASE_PREFIX)
+        if pid.isdigit() and not _alive(int(pid)):
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def drop_target(target: Target) -> None:

@@ -206,22 +206,14 @@ class AgentAdmin(LeaseholdModelAdmin):
             initial={"projects": list(agent.projects.all())},
         )
         if form.is_bound and form.is_valid():
-            before = set(agent.projects.values_list("slug", flat=True))
-            agent_set_projects(agent=agent, projects=form.cleaned_data["projects"], actor=actor_of(request))
-            after = {project.slug for project in form.cleaned_data["projects"]}
-            if before == after:
-                self.message_user(request, f"{agent.handle}: projects unchanged.")
+            changed = agent_set_projects(agent=agent, projects=form.cleaned_data["projects"], actor=actor_of(request))
+            parts = [f"added {', '.join(changed.added)}"] if changed.added else []
+            parts += [f"removed {', '.join(changed.removed)}"] if changed.removed else []
+            if parts:
+                self.log_change(request, agent, f"Projects: {'; '.join(parts)}.")
+                self.message_user(request, f"{agent.handle}: projects {'; '.join(parts)}.")
             else:
-                change = "; ".join(
-                    part
-                    for part in (
-                        f"added {', '.join(sorted(after - before))}" if after - before else "",
-                        f"removed {', '.join(sorted(before - after))}" if before - after else "",
-                    )
-                    if part
-                )
-                self.log_change(request, agent, f"Projects: {change}.")
-                self.message_user(request, f"{agent.handle}: projects {change}.")
+                self.message_user(request, f"{agent.handle}: projects unchanged.")
             return HttpResponseRedirect(reverse("admin:ledger_agent_change", args=[agent.pk]))
         context = {
             **self.admin_site.each_context(request),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -474,8 +475,15 @@ def agent_rotate_token(*, agent: Agent, actor: Actor) -> tuple[Agent, str]:
     return agent, token
 
 
+@dataclass(frozen=True)
+class ProjectsChanged:
+    agent: Agent
+    added: list[str]  # slugs
+    removed: list[str]
+
+
 @write_transaction
-def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Actor) -> Agent:
+def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Actor) -> ProjectsChanged:
     """Make `projects` exactly the projects the agent may see; one `agent.projects_changed` event if any changed.
 
     Leases the agent holds in a project it loses are not ended: it may still
@@ -496,7 +504,7 @@ def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Acto
             at=now,
             payload={"handle": agent.handle, "added": added, "removed": removed},
         )
-    return agent
+    return ProjectsChanged(agent=agent, added=added, removed=removed)
 
 
 @write_transaction

@@ -106,7 +106,9 @@ WITH batch AS (
     -- The sweep's order through the partial index. It locks the task too, and
     -- never waits: an attempt or task another sweep, a holder call or a claim
     -- has locked is theirs to expire (a claim locks the task, then the lapsed
-    -- attempt; waiting for that task later, in `ready`, would deadlock).
+    -- attempt; waiting for that task later, in `ready`, would deadlock). A row
+    -- locked and then skipped stays locked until the batch commits, so such a
+    -- claim may wait for one batch; the batch never waits for it.
     SELECT a.id FROM {attempt} AS a
     JOIN {task} AS t ON t.id = a.task_id
     WHERE a.status = '{attempt_active}' AND a.lease_expires_at <= %(now)s

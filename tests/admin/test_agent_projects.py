@@ -21,7 +21,8 @@ pytestmark = pytest.mark.django_db
 def test_setting_projects_appends_one_event_naming_what_changed_and_nothing_when_unchanged():
     web, docs, ops = (ProjectFactory(slug=slug) for slug in ("web", "docs", "ops"))
     agent = AgentFactory(handle="agent-07", projects=[web, docs])
-    agent_set_projects(agent=agent, projects=[docs, ops], actor=SYSTEM)
+    result = agent_set_projects(agent=agent, projects=[docs, ops], actor=SYSTEM)
+    assert (result.added, result.removed) == (["ops"], ["web"])
     assert set(agent.projects.values_list("slug", flat=True)) == {"docs", "ops"}
     changed = Event.objects.filter(type="agent.projects_changed")
     assert [event.payload for event in changed] == [{"handle": "agent-07", "added": ["ops"], "removed": ["web"]}]
