@@ -25,7 +25,7 @@ from leases.api_projections import (
     compact_task,
     iso,
 )
-from leases.api_selectors import attempt_notes, attempt_visible_to, compact_task_row
+from leases.api_selectors import attempt_notes, attempt_visible_to, ended_task_row
 from leases.models import FailureReason, InterruptionReason, NoteKind
 from leases.services import (
     Finished,
@@ -38,7 +38,6 @@ from leases.services import (
 from leases.services import (
     Outcome as FinishOutcome,
 )
-from ledger import clock
 from ledger.api_base import ApiView
 from ledger.api_schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
 
@@ -160,7 +159,7 @@ def finished_outcome(finished: Finished) -> Outcome:
         status=200,
         data={
             "attempt": attempt_summary(attempt),
-            "task": compact_task(compact_task_row(finished.task.pk, now=clock.now())),
+            "task": compact_task(ended_task_row(finished.task)),
         },
     )
 

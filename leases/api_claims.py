@@ -76,7 +76,9 @@ def claim_outcome(grant: LeaseGrant) -> Outcome:
             "epoch": attempt.epoch,
             "label": attempt.label,
             "task": held_compact_task(grant.task, attempt),
-            "context": work_context(task=grant.task, now=clock.now(), attempt=attempt, allocation=grant.allocation),
+            "context": work_context(
+                task=grant.task, now=clock.now(), attempt=attempt, allocation=grant.allocation, just_claimed=True
+            ),
         },
     )
 

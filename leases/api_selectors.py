@@ -15,7 +15,7 @@ from django.db.models.functions import Coalesce, Length, Substr
 
 from config.errors import NotFound
 from leases.models import Attempt, Note
-from leases.selectors import unresolved_blockers, with_lease_state
+from leases.selectors import unresolved_blockers, unresolved_blockers_of, with_lease_state
 from ledger.models import Agent, Task, TaskDependency
 
 COMPACT_TASK_FIELDS = (
@@ -52,8 +52,27 @@ def with_compact_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task
     )
 
 
-def compact_task_row(task_id: int, *, now: datetime) -> dict[str, Any]:
-    return with_compact_state(Task.objects.filter(pk=task_id), now=now).values(*COMPACT_TASK_FIELDS).get()
+def ended_task_row(task: Task) -> dict[str, Any]:
+    """The compact row of `task` as its attempt just ended: the state of that commit.
+
+    No live lease exists then (one active attempt per task, and it just
+    ended), so the lease columns need no subqueries; only the blocker count
+    is read.
+    """
+    return {
+        "id": task.pk,
+        "key": task.key,
+        "title": task.title,
+        "status": task.status,
+        "effective_status": task.status,
+        "priority": task.priority,
+        "task_class": task.task_class,
+        "version": task.version,
+        "epoch": task.epoch,
+        "holder_handle": None,
+        "lease_expires_at": None,
+        "blocked_by_count": unresolved_blockers_of(task).count(),
+    }
 
 
 def full_task_read(task: Task, *, now: datetime) -> tuple[Task, list[dict[str, Any]]]:

@@ -60,19 +60,28 @@ _UNKNOWN: Any = object()
 
 
 def work_context(
-    *, task: Task, now: datetime, attempt: Attempt | None = None, allocation: Allocation | None = _UNKNOWN
+    *,
+    task: Task,
+    now: datetime,
+    attempt: Attempt | None = None,
+    allocation: Allocation | None = _UNKNOWN,
+    just_claimed: bool = False,
 ) -> dict[str, Any]:
     """The work context of `task`.
 
     `attempt` is the caller's own attempt, if it holds one; a caller that
     already knows that attempt's allocation (a claim) passes it to save a query.
+    A claim passes `just_claimed`: its attempt has no notes yet, and at epoch 1
+    the task had no attempt before it, so there is no checkpoint and no
+    previous attempt to look for.
     """
     current = attempt or live_attempts(now).filter(task=task).select_related("agent").first()
     blockers = list(
         unresolved_blockers_of(task).values_list("blocked_by__key", "blocked_by__title")[: MAX_BLOCKERS + 1]
     )
-    checkpoint = latest_checkpoint(task)
-    recent = recent_terminal_attempts(task, limit=RUNS_OF_TROUBLE)
+    first_ever = just_claimed and attempt is not None and attempt.epoch == 1
+    checkpoint = None if first_ever else latest_checkpoint(task)
+    recent = [] if first_ever else recent_terminal_attempts(task, limit=RUNS_OF_TROUBLE)
     previous = recent[0] if recent else None
     if allocation is _UNKNOWN:
         allocation = active_allocation_of(current) if current is not None else None

@@ -59,6 +59,9 @@ def test_claim_renew_checkpoint_context_finish(client, other_client, task, clock
     assert body["task"]["status"] == "done"
     assert body["task"]["holder"] is None
     assert Task.objects.get(pk=task.pk).status == "done"
+    # The finish's compact task is the list's row for it, lease columns and blocker count included.
+    listed = client.get("/api/v1/tasks/").json()["results"]
+    assert body["task"] == next(row for row in listed if row["key"] == task.key)
 
     again = client.post(attempt_url(claim, "renew"), {}, format="json", **holder(claim))
     assert_error(again, 409, "LEASE_NOT_HELD")
