@@ -48,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     agents.add_argument("--agents", required=True)
     agents.add_argument("--seconds", type=float, required=True)
     agents.add_argument("--start-at", type=float, required=True)
+    agents.add_argument("--hot", action="store_true")
     show = commands.add_parser("table", help="print a results file's table (--markdown for the docs)")
     show.add_argument("path", type=Path, nargs="?", default=RESULTS_DIR / "latest.json")
     show.add_argument("--markdown", action="store_true")
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "agents":
         from bench.processes import agents_main
 
-        agents_main(args.project, [int(pk) for pk in args.agents.split(",")], args.seconds, args.start_at)
+        agents_main(args.project, [int(pk) for pk in args.agents.split(",")], args.seconds, args.start_at, hot=args.hot)
         return 0
     if args.command == "child":
         from bench.suite import run_database

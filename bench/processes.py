@@ -1,4 +1,4 @@
-"""W3 through the service layer from several processes at once (16 agents in 4 processes on SQLite).
+"""W2 and W3 through the service layer from several processes at once (e.g. 16 agents in 4 processes).
 
 Each process sets Django up for the same database and runs its agents as
 threads; they start together at an agreed wall-clock instant.
@@ -23,8 +23,20 @@ from bench.results import Row
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
-def run_processes(target: Target, fleet: data.Fleet, *, processes: int, threads: int, seconds: float) -> Row:
-    """Start `processes` children with `threads` agents each; one row for the lot."""
+def run_processes(
+    target: Target,
+    fleet: data.Fleet,
+    *,
+    processes: int,
+    threads: int,
+    seconds: float,
+    hot: bool = False,
+    workload: str = "",
+) -> Row:
+    """Start `processes` children with `threads` agents each; one row for the lot.
+
+    W3's full cycles by default; `hot`: W2's claim-next + handoff, reporting every claim call.
+    """
     env = {**os.environ, **target.env, "PYTHONPATH": str(PROJECT_ROOT)}
     start_at = time.time() + 4.0  # Django start-up in each child takes a second or two
     children = []
@@ -43,6 +55,7 @@ def run_processes(target: Target, fleet: data.Fleet, *, processes: int, threads:
             str(seconds),
             "--start-at",
             str(start_at),
+            *(["--hot"] if hot else []),
         ]
         children.append(
             subprocess.Popen(
@@ -57,7 +70,9 @@ def run_processes(target: Target, fleet: data.Fleet, *, processes: int, threads:
             errors.append(f"agent process exited {child.returncode}: {err.strip().splitlines()[-1:]}")
             continue
         results.append(json.loads(out.strip().splitlines()[-1]))
-    cycles = [sample for result in results for sample in result["cycle"]]
+    kind = "claim" if hot else "cycle"
+    samples = [sample for result in results for sample in result[kind]]
+    won = sum(len(result["cycle"]) for result in results)
     elapsed = max((result["seconds"] for result in results), default=0.0)
     outcomes: dict[str, int] = {}
     for result in results:
@@ -65,20 +80,23 @@ def run_processes(target: Target, fleet: data.Fleet, *, processes: int, threads:
             outcomes[key] = outcomes.get(key, 0) + value
         errors.extend(result["errors"])
     storage_busy = sum(1 for error in errors if "STORAGE_BUSY" in error)
-    p50, p99 = percentile(cycles, 0.5), percentile(cycles, 0.99)
+    p50, p99 = percentile(samples, 0.5), percentile(samples, 0.99)
+    extra: dict[str, Any] = {"storage_busy": storage_busy, "processes": processes}
+    if hot:
+        extra["claims_won"] = won
     return Row(
         database=target.vendor,
-        workload=f"W3 full cycle, {processes} processes",
+        workload=workload or f"W3 full cycle, {processes} processes",
         mode="service",
         concurrency=processes * threads,
-        ops=len(cycles),
+        ops=len(samples),
         seconds=round(elapsed, 3),
-        throughput=round(len(cycles) / elapsed, 1) if elapsed else None,
+        throughput=round(len(samples) / elapsed, 1) if elapsed else None,
         p50_ms=None if p50 is None else round(p50 * 1000, 2),
         p99_ms=None if p99 is None else round(p99 * 1000, 2),
         outcomes=outcomes,
         errors=errors[:5],
-        extra={"storage_busy": storage_busy, "processes": processes},
+        extra=extra,
     )
 
 
@@ -125,11 +143,12 @@ def sweep_main(batch_size: int | None) -> None:
     )
 
 
-def agents_main(project_id: int, agent_ids: list[int], seconds: float, start_at: float) -> None:
+def agents_main(project_id: int, agent_ids: list[int], seconds: float, start_at: float, *, hot: bool = False) -> None:
     """Child side: Django is configured from the environment; print one JSON line of results."""
     import django
 
     django.setup()
+    from bench import ops
     from bench.harness import run_threads
     from bench.workloads import CYCLE, close_django_connections, service_cycles
     from ledger.models import Agent, Project
@@ -141,7 +160,7 @@ def agents_main(project_id: int, agent_ids: list[int], seconds: float, start_at:
     time.sleep(max(0.0, start_at - time.time()))
     run = run_threads(
         len(agents),
-        service_cycles(fleet, CYCLE, stop_when_empty=True),
+        service_cycles(fleet, [ops.CLAIM_NEXT, ops.FINISH_HANDOFF] if hot else CYCLE, stop_when_empty=not hot),
         duration=seconds,
         on_exit=close_django_connections,
     )
@@ -150,6 +169,7 @@ def agents_main(project_id: int, agent_ids: list[int], seconds: float, start_at:
             {
                 "seconds": run.seconds,
                 "cycle": run.latencies.get("cycle", []),
+                "claim": run.latencies.get("claim", []),
                 "outcomes": dict(run.outcomes),
                 "errors": run.errors,
             }

@@ -29,6 +29,7 @@ class Sizes:
     w2_agents: int = 64
     w2_tasks: int = 4
     w2_seconds: float = 8
+    w2_processes: int = 8  # the W2 row with the same agents spread over processes
     w3_levels: tuple[int, ...] = (1, 4, 16, 64)
     w3_seconds: float = 6
     w3_tasks: int = 15_000
@@ -52,6 +53,7 @@ SMOKE = Sizes(
     w1_seconds=0.7,
     w2_agents=4,
     w2_seconds=0.7,
+    w2_processes=2,
     w3_levels=(1, 4),
     w3_seconds=0.7,
     w3_tasks=1_000,
@@ -285,7 +287,26 @@ def w2(target: Target, sizes: Sizes) -> tuple[list[Row], dict[str, Any]]:
         row_from_run(target.vendor, name, "raw", raw, kind="claim", claims_won=raw.count("cycle"), **_op_medians(raw)),
     ]
     set_ratio(rows[0], rows[1])
+    rows.append(w2_processes(target, sizes, name=name))
+    set_ratio(rows[-1], rows[1])
     return rows, {"w2": _logged(captured)}
+
+
+def w2_processes(target: Target, sizes: Sizes, *, name: str) -> Row:
+    """The hot race with its agents spread over processes, as a fleet's are: the GIL of one process is out of it."""
+    from bench.processes import run_processes
+
+    fleet = fresh_fleet("w2p", agents=sizes.w2_agents, tasks=sizes.w2_tasks)
+    release_pool()
+    return run_processes(
+        target,
+        fleet,
+        processes=sizes.w2_processes,
+        threads=sizes.w2_agents // sizes.w2_processes,
+        seconds=sizes.w2_seconds,
+        hot=True,
+        workload=f"{name}, {sizes.w2_processes} processes",
+    )
 
 
 # --- W3: full cycle at several concurrencies ------------------------------------------------------
