@@ -26,16 +26,6 @@ def make_env(project, name, kind="database", isolation="container", **resources)
     )
 
 
-@pytest.fixture
-def project(db):
-    return ProjectFactory(slug="web")
-
-
-@pytest.fixture
-def agent(project):
-    return AgentFactory(handle="agent-07", projects=[project])
-
-
 @pytest.mark.django_db
 def test_a_named_environment_is_allocated_and_named_in_the_label(project, agent):
     make_env(project, "preview-b", database_url="postgres://app@db/preview_b")

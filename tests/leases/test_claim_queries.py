@@ -26,7 +26,7 @@ from leases.services import (
 )
 from ledger.actors import SYSTEM
 from ledger.models import Event
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
@@ -41,16 +41,6 @@ PINNED = {
     "finish_handoff": 6,
     "release": 6,
 }
-
-
-@pytest.fixture
-def project():
-    return ProjectFactory(slug="web")
-
-
-@pytest.fixture
-def agent(project):
-    return AgentFactory(handle="agent-07", projects=[project])
 
 
 def test_the_hot_cycle_keeps_its_statement_counts(clock, project, agent, django_assert_max_num_queries):

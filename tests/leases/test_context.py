@@ -9,18 +9,8 @@ from leases.context import bound_context, encoded_size, work_context
 from leases.services import attempt_finish, lease_claim, note_add
 from ledger.actors import SYSTEM
 from ledger.services import dependency_add
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import TaskFactory
 from tests.leases.helpers import proof_of
-
-
-@pytest.fixture
-def project(db):
-    return ProjectFactory(slug="web")
-
-
-@pytest.fixture
-def agent(project):
-    return AgentFactory(handle="agent-07", projects=[project])
 
 
 @pytest.mark.django_db

@@ -27,20 +27,10 @@ from leases.services import (
 )
 from ledger.actors import SYSTEM, Actor
 from ledger.models import Event, TaskStatus
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def project():
-    return ProjectFactory(slug="web")
-
-
-@pytest.fixture
-def agent(project):
-    return AgentFactory(handle="agent-07", projects=[project])
 
 
 @pytest.fixture

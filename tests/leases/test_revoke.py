@@ -6,15 +6,10 @@ from config.errors import LeaseNotHeld, TaskNotClaimable, ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.services import attempt_renew, lease_claim, task_force_release, task_reassign
 from ledger.models import Event
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def project():
-    return ProjectFactory(slug="web")
 
 
 @pytest.fixture
