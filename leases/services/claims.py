@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError
@@ -143,8 +143,9 @@ def _claim_state(task: Task) -> ClaimState:
     has_unresolved_blockers, latest_attempt_id, last_event_id = (
         Task.objects.filter(pk=task.pk).annotate(**columns).values_list(*columns).get()
     )
+    state = ClaimState(task=task, has_unresolved_blockers=has_unresolved_blockers, last_event_id=last_event_id)
     if latest_attempt_id is None:
-        return ClaimState(task=task, has_unresolved_blockers=has_unresolved_blockers, last_event_id=last_event_id)
+        return state
     status, lease_expires_at, branch, holder, stale_allocation_id = (
         Attempt.objects.filter(pk=latest_attempt_id)
         .values_list(
@@ -161,24 +162,15 @@ def _claim_state(task: Task) -> ClaimState:
         .get()
     )
     if status == AttemptStatus.ACTIVE:
-        return ClaimState(
-            task=task,
-            has_unresolved_blockers=has_unresolved_blockers,
-            last_event_id=last_event_id,
+        return replace(
+            state,
             active_attempt_id=latest_attempt_id,
             active_lease_expires_at=lease_expires_at,
             active_holder=holder,
             active_branch=branch,
             stale_allocation_id=stale_allocation_id,
         )
-    return ClaimState(
-        task=task,
-        has_unresolved_blockers=has_unresolved_blockers,
-        last_event_id=last_event_id,
-        previous_status=status,
-        previous_branch=branch,
-        stale_allocation_id=stale_allocation_id,
-    )
+    return replace(state, previous_status=status, previous_branch=branch, stale_allocation_id=stale_allocation_id)
 
 
 def _live_holder(state: ClaimState, now: datetime) -> bool:
