@@ -10,8 +10,14 @@ from config.errors import ValidationFailed
 from environments.models import RESOURCE_KEYS, Environment, EnvironmentStatus
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Project, Severity
+from ledger.models import EventType, Project, Severity
 from ledger.services import event_append, validate_model
+
+STATUS_EVENTS: dict[str, EventType] = {
+    EnvironmentStatus.AVAILABLE: EventType.ENVIRONMENT_RESTORED,
+    EnvironmentStatus.QUARANTINED: EventType.ENVIRONMENT_QUARANTINED,
+    EnvironmentStatus.RETIRED: EventType.ENVIRONMENT_RETIRED,
+}
 
 
 def clean_resources(resources: Any) -> dict[str, Any]:
@@ -73,7 +79,7 @@ def environment_create(
         raise ValidationFailed(f"{project.slug} has an environment named {name!r}.")
     environment.save()
     event_append(
-        type="environment.created",
+        type=EventType.ENVIRONMENT_CREATED,
         actor=actor,
         at=now,
         project=project,
@@ -97,7 +103,7 @@ def environment_set_status(*, environment: Environment, status: str, actor: Acto
     locked.status, locked.status_reason, locked.updated_at = status, reason, now
     locked.save(update_fields=["status", "status_reason", "updated_at"])
     event_append(
-        type=f"environment.{status}" if status != EnvironmentStatus.AVAILABLE else "environment.restored",
+        type=STATUS_EVENTS[status],
         severity=Severity.WARN if status == EnvironmentStatus.QUARANTINED else Severity.INFO,
         actor=actor,
         at=now,
@@ -133,7 +139,7 @@ def environment_update(*, environment: Environment, actor: Actor, changes: dict[
     validate_model(locked)
     locked.save(update_fields=[*changed, "updated_at"])
     event_append(
-        type="environment.updated",
+        type=EventType.ENVIRONMENT_UPDATED,
         actor=actor,
         at=now,
         project=locked.project,

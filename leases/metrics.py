@@ -26,7 +26,7 @@ from config.errors import ValidationFailed
 from leases.models import Attempt, AttemptStatus, ClaimRefusalTally
 from leases.reconciliation.models import Condition, Finding
 from ledger import clock
-from ledger.models import Event, Project
+from ledger.models import Event, EventType, Project
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
@@ -119,7 +119,7 @@ def lease_conflicts_per_day(
         .annotate(value=Sum("count"))
         .order_by()
     )
-    events = _scoped(Event.objects.filter(type="task.contested"), "project_id", project, project_ids)
+    events = _scoped(Event.objects.filter(type=EventType.TASK_CONTESTED), "project_id", project, project_ids)
     contested = _count_per_day(events, "created_at", window)
     return [{"day": day.isoformat(), "value": refused.get(day, 0) + contested.get(day, 0)} for day in window.days()]
 

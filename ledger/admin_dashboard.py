@@ -28,7 +28,7 @@ from leases.selectors import IN_PROGRESS, live_attempts, with_lease_state
 from ledger.admin_base import duration
 from ledger.admin_charts import Stack, bar_chart, rate_chart
 from ledger.admin_timeline import TimelineItem, timeline_items, with_actors
-from ledger.models import Event, Project, Severity, Task, TaskStatus
+from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 
 EXPIRING_WINDOW = timedelta(minutes=10)
 EXPIRING_SHOWN = 15
@@ -198,7 +198,7 @@ def findings_by_condition() -> list[FindingRow]:
 
 
 def queue_wait_alerts(now: datetime) -> list[TimelineItem]:
-    events = Event.objects.filter(type="task.queue_wait_exceeded", created_at__gte=now - QUEUE_WAIT_WINDOW)
+    events = Event.objects.filter(type=EventType.TASK_QUEUE_WAIT_EXCEEDED, created_at__gte=now - QUEUE_WAIT_WINDOW)
     return timeline_items(list(with_actors(events).order_by("-id")[:ALERTS_SHOWN]))
 
 

@@ -45,3 +45,11 @@ def unfreeze() -> None:
     global _frozen
     with _lock:
         _frozen = None
+
+
+def iso(moment: datetime | None) -> str | None:
+    """ISO 8601 in UTC with a `Z`, as DRF renders datetimes: the one format of every door's timestamps."""
+    if moment is None:
+        return None
+    text = moment.astimezone(UTC).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text

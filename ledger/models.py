@@ -228,6 +228,45 @@ class Severity(models.TextChoices):
     ERROR = "error", "Error"
 
 
+class EventType(models.TextChoices):
+    """Every event type the ledger emits: the one list (admin filters, webhooks and docs read it).
+
+    `tests/ledger/test_event_types.py` fails when code emits a type that is not here.
+    """
+
+    AGENT_CREATED = "agent.created"
+    AGENT_DEACTIVATED = "agent.deactivated"
+    AGENT_PROJECTS_CHANGED = "agent.projects_changed"
+    AGENT_TOKEN_ROTATED = "agent.token_rotated"  # noqa: S105 - an event name
+    ATTEMPT_CLAIMED = "attempt.claimed"
+    ATTEMPT_DISCARDED = "attempt.discarded"
+    ATTEMPT_EXPIRED = "attempt.expired"
+    ATTEMPT_FINISHED = "attempt.finished"
+    ATTEMPT_RELEASED = "attempt.released"
+    ATTEMPT_REVOKED = "attempt.revoked"
+    ATTEMPT_UPDATED = "attempt.updated"
+    ENVIRONMENT_ALLOCATED = "environment.allocated"
+    ENVIRONMENT_CREATED = "environment.created"
+    ENVIRONMENT_QUARANTINED = "environment.quarantined"
+    ENVIRONMENT_RELEASED = "environment.released"
+    ENVIRONMENT_RESTORED = "environment.restored"
+    ENVIRONMENT_RETIRED = "environment.retired"
+    ENVIRONMENT_UPDATED = "environment.updated"
+    FINDING_ACKNOWLEDGED = "finding.acknowledged"
+    FINDING_OPENED = "finding.opened"
+    FINDING_RESOLVED = "finding.resolved"
+    NOTE_ADDED = "note.added"
+    PROJECT_CREATED = "project.created"
+    TASK_CONTESTED = "task.contested"
+    TASK_CREATED = "task.created"
+    TASK_DEPENDENCY_ADDED = "task.dependency_added"
+    TASK_DEPENDENCY_REMOVED = "task.dependency_removed"
+    TASK_QUEUE_WAIT_EXCEEDED = "task.queue_wait_exceeded"
+    TASK_REASSIGNED = "task.reassigned"
+    TASK_STATUS_CHANGED = "task.status_changed"
+    TASK_UPDATED = "task.updated"
+
+
 class Event(NoDeleteModel):
     """The append-only audit log and the delta-feed sequence.
 

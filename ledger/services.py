@@ -25,6 +25,7 @@ from ledger.models import (
     ALLOWED_TRANSITIONS,
     Agent,
     Event,
+    EventType,
     Isolation,
     Project,
     Severity,
@@ -60,7 +61,7 @@ LAST_SEEN_THROTTLE = timedelta(seconds=30)
 
 def event_append(
     *,
-    type: str,
+    type: EventType,
     actor: Actor,
     at: datetime,
     project: Project | None = None,
@@ -141,7 +142,7 @@ def project_create(
         )
     project.save()
     event_append(
-        type="project.created",
+        type=EventType.PROJECT_CREATED,
         actor=actor,
         at=now,
         project=project,
@@ -219,7 +220,7 @@ def task_create(
         for blocker in {b.pk: b for b in blocked_by}.values()
     )
     event_append(
-        type="task.created",
+        type=EventType.TASK_CREATED,
         actor=actor,
         at=now,
         task=task,
@@ -328,7 +329,7 @@ def apply_task_update(
 
     if new_status != old_status:
         event_append(
-            type="task.status_changed",
+            type=EventType.TASK_STATUS_CHANGED,
             actor=actor,
             at=now,
             task=locked,
@@ -337,7 +338,7 @@ def apply_task_update(
     other_fields = sorted(set(changed) - {"status"})
     if other_fields:
         event_append(
-            type="task.updated",
+            type=EventType.TASK_UPDATED,
             actor=actor,
             at=now,
             task=locked,
@@ -395,7 +396,7 @@ def dependency_add(*, task: Task, blocked_by: Task, actor: Actor) -> TaskDepende
     except IntegrityError:
         raise ValidationFailed("That dependency exists.") from None
     event_append(
-        type="task.dependency_added",
+        type=EventType.TASK_DEPENDENCY_ADDED,
         actor=actor,
         at=now,
         task=task,
@@ -431,7 +432,7 @@ def dependency_remove(*, task: Task, blocked_by: Task, actor: Actor) -> bool:
     )
     if ended:
         event_append(
-            type="task.dependency_removed",
+            type=EventType.TASK_DEPENDENCY_REMOVED,
             actor=actor,
             at=now,
             task=task,
@@ -456,7 +457,7 @@ def agent_create(*, handle: str, kind: str, actor: Actor, projects: Iterable[Pro
     project_list = list(projects)
     agent.projects.set(project_list)
     event_append(
-        type="agent.created",
+        type=EventType.AGENT_CREATED,
         actor=actor,
         at=now,
         payload={"handle": handle, "kind": kind, "projects": sorted(p.slug for p in project_list)},
@@ -471,7 +472,7 @@ def agent_rotate_token(*, agent: Agent, actor: Actor) -> tuple[Agent, str]:
     token = new_agent_token()
     Agent.objects.filter(pk=agent.pk).update(token_hash=hash_token(token))
     agent.refresh_from_db()
-    event_append(type="agent.token_rotated", actor=actor, at=now, payload={"handle": agent.handle})
+    event_append(type=EventType.AGENT_TOKEN_ROTATED, actor=actor, at=now, payload={"handle": agent.handle})
     return agent, token
 
 
@@ -499,7 +500,7 @@ def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Acto
     if added or removed:
         agent.projects.set(wanted.values())
         event_append(
-            type="agent.projects_changed",
+            type=EventType.AGENT_PROJECTS_CHANGED,
             actor=actor,
             at=now,
             payload={"handle": agent.handle, "added": added, "removed": removed},
@@ -514,7 +515,7 @@ def agent_deactivate(*, agent: Agent, actor: Actor) -> Agent:
     changed = Agent.objects.filter(pk=agent.pk, is_active=True).update(is_active=False, deactivated_at=now)
     agent.refresh_from_db()
     if changed:
-        event_append(type="agent.deactivated", actor=actor, at=now, payload={"handle": agent.handle})
+        event_append(type=EventType.AGENT_DEACTIVATED, actor=actor, at=now, payload={"handle": agent.handle})
     return agent
 
 

@@ -57,6 +57,22 @@ def _remove_sqlite_writer_lock_file(django_db_setup, django_db_blocker) -> Itera
         Path(f"{name}.writelock").unlink(missing_ok=True)
 
 
+DB_FIXTURES = frozenset({"db", "transactional_db", "django_db_reset_sequences", "django_db_serialized_rollback"})
+
+
+@pytest.fixture(autouse=True)
+def _every_written_event_type_is_declared(request: pytest.FixtureRequest) -> Iterator[None]:
+    """After each test that used the database: every event type in the table is an `EventType` (no drift)."""
+    yield
+    uses_db = DB_FIXTURES & set(request.fixturenames) or request.node.get_closest_marker("django_db")
+    if not uses_db or request.node.get_closest_marker("undeclared_event_types"):
+        return
+    from ledger.models import Event, EventType
+
+    written = set(Event.objects.values_list("type", flat=True).distinct())
+    assert written <= set(EventType.values), f"undeclared event types: {sorted(written - set(EventType.values))}"
+
+
 @pytest.fixture
 def clock() -> Iterator[ModuleType]:
     """The one clock, frozen at START; move it with `clock.advance(seconds)`."""

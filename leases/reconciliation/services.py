@@ -49,7 +49,7 @@ from leases.reconciliation.triage import (
 )
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.models import Severity
+from ledger.models import EventType, Severity
 from ledger.services import event_append
 
 __all__ = ["attempt_discard", "finding_acknowledge", "finding_resolve", "reconcile"]
@@ -216,7 +216,7 @@ def _open(observation: Observation, *, now: datetime) -> tuple[Finding, bool]:
         )
         return existing, False
     event_append(
-        type="finding.opened",
+        type=EventType.FINDING_OPENED,
         severity=Severity.WARN,
         actor=SYSTEM,
         at=now,

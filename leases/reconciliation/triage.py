@@ -16,7 +16,7 @@ from leases.models import Attempt, AttemptStatus
 from leases.reconciliation.models import UNRESOLVED_STATUSES, AttemptDiscard, Finding, FindingStatus
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Severity
+from ledger.models import EventType, Severity
 from ledger.services import event_append
 
 # `resolved_by` of a finding whose condition stopped holding.
@@ -54,7 +54,7 @@ def resolve_finding_locked(finding: Finding, *, actor: Actor, by: str, now: date
     )
     if changed:
         event_append(
-            type="finding.resolved",
+            type=EventType.FINDING_RESOLVED,
             severity=Severity.INFO,
             actor=actor,
             at=now,
@@ -77,7 +77,7 @@ def finding_acknowledge(*, finding: Finding, actor: Actor, note: str = "") -> Fi
     finding.refresh_from_db()
     if changed:
         event_append(
-            type="finding.acknowledged",
+            type=EventType.FINDING_ACKNOWLEDGED,
             actor=actor,
             at=now,
             project=finding.project,
@@ -120,7 +120,7 @@ def attempt_discard(*, attempt: Attempt, actor: Actor, reason: str) -> AttemptDi
         return existing
     discard = AttemptDiscard.objects.create(attempt=locked, discarded_by=actor.label, reason=reason, discarded_at=now)
     event_append(
-        type="attempt.discarded",
+        type=EventType.ATTEMPT_DISCARDED,
         severity=Severity.WARN,
         actor=actor,
         at=now,

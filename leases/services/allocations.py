@@ -21,7 +21,7 @@ from environments.models import Environment, EnvironmentStatus
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Isolation, Severity, Task
+from ledger.models import EventType, Isolation, Severity, Task
 from ledger.services import event_append
 
 # Bounds the walk over a pool when concurrent claims take candidates first.
@@ -131,7 +131,7 @@ def bind_allocation(choice: EnvironmentChoice, *, attempt: Attempt, now: datetim
             details={"environment": choice.environment.name, "reason": "taken"},
         ) from None
     event_append(
-        type="environment.allocated",
+        type=EventType.ENVIRONMENT_ALLOCATED,
         actor=Actor(agent=attempt.agent),
         at=now,
         task=attempt.task,
@@ -153,7 +153,7 @@ def release_allocations(attempt: Attempt, *, now: datetime, actor: Actor) -> int
         names = Allocation.objects.filter(attempt=attempt, released_at=now).values_list("environment__name", flat=True)
         for name in names:
             event_append(
-                type="environment.released",
+                type=EventType.ENVIRONMENT_RELEASED,
                 actor=actor,
                 at=now,
                 task=attempt.task,
@@ -186,7 +186,7 @@ def allocation_release(*, allocation: Allocation, actor: Actor) -> Allocation:
     Allocation.objects.filter(pk=locked.pk).update(status=AllocationStatus.RELEASED, released_at=now)
     locked.status, locked.released_at = AllocationStatus.RELEASED, now
     event_append(
-        type="environment.released",
+        type=EventType.ENVIRONMENT_RELEASED,
         severity=Severity.INFO,
         actor=actor,
         at=now,

@@ -30,7 +30,7 @@ from leases.services.tallies import tally_claim_refusal
 from leases.tokens import new_lease_token
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Agent, Event, Project, Task, TaskStatus
+from ledger.models import Agent, Event, EventType, Project, Task, TaskStatus
 from ledger.services import event_append, lock_task
 
 RENEW_ATTEMPTS = 3
@@ -276,7 +276,7 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
         # Unreachable while claims lock the task row; the index still decides.
         raise _ClaimCollided(f"{task.key} was claimed concurrently.", details={"task": task.key}) from None
     event_append(
-        type="attempt.claimed",
+        type=EventType.ATTEMPT_CLAIMED,
         actor=Actor(agent=agent),
         at=now,
         task=task,

@@ -24,7 +24,7 @@ from leases.selectors import claimable_tasks
 from leases.services.allocations import mark_allocations_stale
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.models import Agent, Event, Project, Severity, Task, TaskStatus
+from ledger.models import Agent, Event, EventType, Project, Severity, Task, TaskStatus
 from ledger.services import event_append
 
 SWEEP_BATCH_SIZE = 500
@@ -33,7 +33,7 @@ SWEEP_BATCH_SIZE = 500
 # the lock gets it before the next batch does (docs/performance.md, W5).
 SQLITE_SWEEP_BATCH_SIZE = 100
 SQLITE_SWEEP_PAUSE_SECONDS = 0.005
-EXPIRED_EVENT = "attempt.expired"
+EXPIRED_EVENT = EventType.ATTEMPT_EXPIRED
 
 
 def expire_lapsed(attempt_ids: Sequence[int], *, now: datetime) -> int:
@@ -240,7 +240,7 @@ def _alert_queue_wait(*, task_id: int, ready_since: datetime, waited_seconds: in
     if marked:
         task = Task.objects.select_related("project").get(pk=task_id)
         event_append(
-            type="task.queue_wait_exceeded",
+            type=EventType.TASK_QUEUE_WAIT_EXCEEDED,
             severity=Severity.WARN,
             actor=SYSTEM,
             at=now,

@@ -51,7 +51,7 @@ from leases.services.expiry import expire_lapsed
 from leases.tokens import lease_token_matches
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Agent, Event, Task, TaskStatus
+from ledger.models import Agent, Event, EventType, Task, TaskStatus
 from ledger.services import ACKNOWLEDGED_FIELDS, apply_task_update, event_append, lock_task
 
 P = ParamSpec("P")
@@ -246,7 +246,7 @@ def note_add(
         attempt=held, kind=kind, content=content, next_steps=steps, important=bool(important), created_at=now
     )
     event_append(
-        type="note.added",
+        type=EventType.NOTE_ADDED,
         actor=Actor(agent=held.agent),
         at=now,
         task=held.task,
@@ -283,7 +283,7 @@ def attempt_set_git(
         for name, value in changed.items():
             setattr(held, name, value)
         event_append(
-            type="attempt.updated",
+            type=EventType.ATTEMPT_UPDATED,
             actor=Actor(agent=held.agent),
             at=now,
             task=held.task,
@@ -410,7 +410,7 @@ def attempt_finish(
     else:
         task = task_claimable_again(task, now=now)
     event_append(
-        type="attempt.finished",
+        type=EventType.ATTEMPT_FINISHED,
         actor=actor,
         at=now,
         task=task,
@@ -437,7 +437,7 @@ def attempt_release(*, proof: HolderProof, reason: str = "") -> Finished | Ledge
     end_attempt(held, now=now, status=AttemptStatus.RELEASED)
     task = task_claimable_again(held.task, now=now)
     event_append(
-        type="attempt.released",
+        type=EventType.ATTEMPT_RELEASED,
         actor=Actor(agent=held.agent),
         at=now,
         task=task,
@@ -495,7 +495,7 @@ def task_update(
     )
     if live is not None and "status" in changed and actor.agent != live.agent:
         event_append(
-            type="task.contested",
+            type=EventType.TASK_CONTESTED,
             severity="warn",
             actor=actor,
             at=now,

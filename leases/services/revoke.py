@@ -18,7 +18,7 @@ from leases.services.ending import end_attempt, task_claimable_again
 from leases.services.expiry import expire_lapsed
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Agent, Severity, Task
+from ledger.models import Agent, EventType, Severity, Task
 from ledger.services import apply_task_update, event_append, lock_task
 
 REASON_MAX_CHARS = 2000
@@ -65,7 +65,7 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
         locked = task_claimable_again(locked, now=now)
         revoked = active
         event_append(
-            type="attempt.revoked",
+            type=EventType.ATTEMPT_REVOKED,
             severity=Severity.WARN,
             actor=actor,
             at=now,
@@ -77,7 +77,7 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
         previous = locked.reserved_for.handle if locked.reserved_for else None
         locked, _ = apply_task_update(locked=locked, actor=actor, changes={"reserved_for": reserve_for}, now=now)
         event_append(
-            type="task.reassigned",
+            type=EventType.TASK_REASSIGNED,
             severity=Severity.WARN,
             actor=actor,
             at=now,

@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from ledger import clock
 from ledger.actors import SYSTEM
 from ledger.api_selectors import changes_since, event_horizon
-from ledger.models import Event
+from ledger.models import Event, EventType
 from ledger.services import event_append
 from tests.api.conftest import attempt_url, client_for, holder
 from tests.concurrency import run_in_threads
@@ -117,7 +117,9 @@ def test_paging_while_others_write_yields_every_event_once_in_order(clock):
 
 
 def _append(project, title: str) -> int:
-    return event_append(type="test.marker", actor=SYSTEM, at=clock.now(), project=project, payload={"t": title}).pk
+    return event_append(
+        type=EventType.PROJECT_CREATED, actor=SYSTEM, at=clock.now(), project=project, payload={"t": title}
+    ).pk
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite draws and commits ids in one order")
