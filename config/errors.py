@@ -173,32 +173,17 @@ class StorageBusy(LedgerError):
     default_message = "The database is busy; retry shortly."
 
 
-ERRORS_BY_CODE: dict[str, type[LedgerError]] = {
-    cls.code: cls
-    for cls in (
-        ValidationFailed,
-        InvalidBranchName,
-        InvalidStatusTransition,
-        AuthenticationFailed,
-        PermissionDenied,
-        NotFound,
-        MethodNotAllowed,
-        NotAcceptable,
-        UnsupportedMediaType,
-        TaskTaken,
-        TaskNotClaimable,
-        VersionConflict,
-        AcknowledgementRequired,
-        IdempotencyConflict,
-        EnvironmentUnavailable,
-        DependencyCycle,
-        LeaseExpired,
-        LeaseNotHeld,
-        StaleEpoch,
-        InvalidLeaseToken,
-        PayloadTooLarge,
-        RateLimited,
-        StorageBusy,
-        LedgerError,
-    )
-}
+def _registry() -> dict[str, type[LedgerError]]:
+    """Every error class by its code, read from the hierarchy itself (a new subclass registers by existing)."""
+    found: dict[str, type[LedgerError]] = {}
+    pending: list[type[LedgerError]] = [LedgerError]
+    while pending:
+        cls = pending.pop()
+        if cls.code in found and found[cls.code] is not cls:
+            raise RuntimeError(f"two error classes share the code {cls.code}")
+        found[cls.code] = cls
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+ERRORS_BY_CODE: dict[str, type[LedgerError]] = _registry()
