@@ -11,6 +11,7 @@ from typing import Any
 
 from leases.models import Attempt, AttemptStatus
 from ledger.models import Task, TaskStatus
+from ledger.services import tasks_wait_again
 
 
 def end_attempt(attempt: Attempt, *, now: datetime, status: str, **outcome: Any) -> None:
@@ -22,8 +23,8 @@ def end_attempt(attempt: Attempt, *, now: datetime, status: str, **outcome: Any)
 
 
 def task_claimable_again(task: Task, *, now: datetime) -> Task:
-    """A lease ended without finishing the task: it is claimable again from now."""
+    """A lease ended without finishing the task: it is claimable again from now (`ledger`'s rule)."""
     if task.status == TaskStatus.READY:
-        Task.objects.filter(pk=task.pk).update(ready_since=now)
+        tasks_wait_again({task.pk: now})
         task.ready_since = now
     return task

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import Case, F, Q, Value, When
+from django.db.models import F, Q
 
 from config.db import write_transaction
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
@@ -25,7 +25,7 @@ from leases.services.allocations import mark_allocations_stale
 from ledger import clock
 from ledger.actors import SYSTEM
 from ledger.models import Agent, Event, EventType, Project, Severity, Task, TaskStatus
-from ledger.services import event_append
+from ledger.services import event_append, tasks_wait_again
 
 SWEEP_BATCH_SIZE = 500
 # On SQLite a batch holds the only write lock, so claims wait for it: batches
@@ -77,10 +77,7 @@ def expire_lapsed(attempt_ids: Sequence[int], *, now: datetime) -> int:
     )
     # The task became claimable again when its lease lapsed; set from the
     # rows in hand (a correlated subquery here went quadratic in the sweep).
-    lapsed_at = {row["task_id"]: row["lease_expires_at"] for row in lapsed}
-    Task.objects.filter(pk__in=lapsed_at, status=TaskStatus.READY).update(
-        ready_since=Case(*(When(pk=task_id, then=Value(moment)) for task_id, moment in lapsed_at.items()))
-    )
+    tasks_wait_again({row["task_id"]: row["lease_expires_at"] for row in lapsed})
     return changed
 
 

@@ -11,10 +11,9 @@ import pytest
 
 from config.errors import TaskTaken
 from leases.models import Attempt, AttemptStatus
-from leases.services import attempt_finish, lease_claim, lease_claim_next
+from leases.services import attempt_finish, lease_claim, lease_claim_next, task_update
 from ledger.actors import SYSTEM
 from ledger.models import Event, Project, Task, TaskStatus
-from ledger.services import task_update
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of

@@ -9,11 +9,11 @@ from django.test import override_settings
 from config.errors import InvalidBranchName, TaskNotClaimable, TaskTaken, ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.selectors import with_lease_state
-from leases.services import attempt_finish, lease_claim, lease_claim_next, sweep_expired
+from leases.services import attempt_finish, lease_claim, lease_claim_next, sweep_expired, task_update
 from leases.tokens import hash_lease_token
 from ledger.actors import SYSTEM
 from ledger.models import Event, Task, TaskStatus
-from ledger.services import dependency_add, task_update
+from ledger.services import dependency_add
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 

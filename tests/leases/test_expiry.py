@@ -9,10 +9,9 @@ from django.db import connection, transaction
 
 from environments.services import environment_create
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note
-from leases.services import attempt_release, check_queue_wait, expiry, lease_claim, note_add, sweep_expired
+from leases.services import attempt_release, check_queue_wait, expiry, lease_claim, note_add, sweep_expired, task_update
 from ledger.actors import SYSTEM
 from ledger.models import Event, Task, TaskStatus
-from ledger.services import task_update
 from tests.concurrency import run_in_threads
 from tests.conftest import START
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory

@@ -44,11 +44,11 @@ from leases.services import (
     note_add,
     sweep_expired,
     task_force_release,
+    task_update,
 )
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, Event, Project, Task, TaskStatus
-from ledger.services import task_update as ledger_task_update
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 R = TypeVar("R")
@@ -519,7 +519,7 @@ class LeaseMachine(RuleBasedStateMachine):
         finished = [i for i, t in enumerate(self.model) if t.status in (TaskStatus.DONE, TaskStatus.REVIEW)]
         task = data.draw(st.sampled_from(finished), label="task")
         _, code = self.call(
-            lambda: ledger_task_update(task=self.tasks[task], actor=self.admin, changes={"status": TaskStatus.READY})
+            lambda: task_update(task=self.tasks[task], actor=self.admin, changes={"status": TaskStatus.READY})
         )
         assert code is None, f"reopening a {self.model[task].status} task: {code}"
         self.model[task].status = TaskStatus.READY
@@ -531,7 +531,7 @@ class LeaseMachine(RuleBasedStateMachine):
         reserved = [i for i, t in enumerate(self.model) if t.reserved_for is not None]
         task = data.draw(st.sampled_from(reserved), label="task")
         _, code = self.call(
-            lambda: ledger_task_update(task=self.tasks[task], actor=self.admin, changes={"reserved_for": None})
+            lambda: task_update(task=self.tasks[task], actor=self.admin, changes={"reserved_for": None})
         )
         assert code is None, f"lifting a reservation: {code}"
         self.model[task].reserved_for = None

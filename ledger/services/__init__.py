@@ -1,0 +1,58 @@
+"""Every write to the ledger's own models, one module per subject. Doors import from here.
+
+Each service runs in one transaction (`write_transaction`) and appends its
+event inside it. Lease-aware rules (holder writes, contested writes) wrap
+these in `leases.services`; doors call the outermost service.
+"""
+
+from __future__ import annotations
+
+from ledger.services.agents import (
+    LAST_SEEN_THROTTLE,
+    ProjectsChanged,
+    agent_create,
+    agent_deactivate,
+    agent_heartbeat,
+    agent_rotate_token,
+    agent_set_projects,
+)
+from ledger.services.dependencies import dependency_add, dependency_remove
+from ledger.services.events import event_append
+from ledger.services.projects import key_prefix_from_slug, project_create
+from ledger.services.tasks import (
+    ACKNOWLEDGED_FIELDS,
+    INITIAL_STATUSES,
+    UPDATABLE_TASK_FIELDS,
+    apply_task_update,
+    check_status_transition,
+    lock_task,
+    task_create,
+    tasks_wait_again,
+    waiting_since,
+)
+from ledger.services.validation import validate_model
+
+__all__ = [
+    "ACKNOWLEDGED_FIELDS",
+    "INITIAL_STATUSES",
+    "LAST_SEEN_THROTTLE",
+    "UPDATABLE_TASK_FIELDS",
+    "ProjectsChanged",
+    "agent_create",
+    "agent_deactivate",
+    "agent_heartbeat",
+    "agent_rotate_token",
+    "agent_set_projects",
+    "apply_task_update",
+    "check_status_transition",
+    "dependency_add",
+    "dependency_remove",
+    "event_append",
+    "key_prefix_from_slug",
+    "lock_task",
+    "project_create",
+    "task_create",
+    "tasks_wait_again",
+    "validate_model",
+    "waiting_since",
+]

@@ -1,0 +1,104 @@
+"""Agents: creation, tokens, project membership, deactivation, the run heartbeat."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db.models import Q
+
+from config.db import write_transaction
+from config.errors import ValidationFailed
+from ledger import clock
+from ledger.actors import Actor
+from ledger.models import Agent, EventType, Project
+from ledger.services.events import event_append
+from ledger.services.validation import validate_model
+from ledger.tokens import hash_token, new_agent_token
+
+LAST_SEEN_THROTTLE = timedelta(seconds=30)
+
+
+@write_transaction
+def agent_create(*, handle: str, kind: str, actor: Actor, projects: Iterable[Project] = ()) -> tuple[Agent, str]:
+    """Create an agent; returns it and its API token, which is never stored or shown again."""
+    now = clock.now()
+    token = new_agent_token()
+    agent = Agent(handle=handle, kind=kind, token_hash=hash_token(token), created_at=now)
+    validate_model(agent)
+    if Agent.objects.filter(handle=handle).exists():
+        raise ValidationFailed(f"An agent {handle!r} exists.", details={"fields": {"handle": ["taken"]}})
+    agent.save()
+    project_list = list(projects)
+    agent.projects.set(project_list)
+    event_append(
+        type=EventType.AGENT_CREATED,
+        actor=actor,
+        at=now,
+        payload={"handle": handle, "kind": kind, "projects": sorted(p.slug for p in project_list)},
+    )
+    return agent, token
+
+
+@write_transaction
+def agent_rotate_token(*, agent: Agent, actor: Actor) -> tuple[Agent, str]:
+    """Replace the agent's token; the old one stops working in the same commit."""
+    now = clock.now()
+    token = new_agent_token()
+    Agent.objects.filter(pk=agent.pk).update(token_hash=hash_token(token))
+    agent.refresh_from_db()
+    event_append(type=EventType.AGENT_TOKEN_ROTATED, actor=actor, at=now, payload={"handle": agent.handle})
+    return agent, token
+
+
+@dataclass(frozen=True)
+class ProjectsChanged:
+    agent: Agent
+    added: list[str]  # slugs
+    removed: list[str]
+
+
+@write_transaction
+def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Actor) -> ProjectsChanged:
+    """Make `projects` exactly the projects the agent may see; one `agent.projects_changed` event if any changed.
+
+    Leases the agent holds in a project it loses are not ended: it may still
+    renew, checkpoint and finish them (holder calls go by attempt), but it no
+    longer sees the project or claims in it. Force-release them to end them.
+    """
+    now = clock.now()
+    agent = Agent.objects.select_for_update(no_key=True).get(pk=agent.pk)
+    wanted = {project.pk: project for project in projects}
+    current = {project.pk: project for project in agent.projects.all()}
+    added = sorted(wanted[pk].slug for pk in wanted.keys() - current.keys())
+    removed = sorted(current[pk].slug for pk in current.keys() - wanted.keys())
+    if added or removed:
+        agent.projects.set(wanted.values())
+        event_append(
+            type=EventType.AGENT_PROJECTS_CHANGED,
+            actor=actor,
+            at=now,
+            payload={"handle": agent.handle, "added": added, "removed": removed},
+        )
+    return ProjectsChanged(agent=agent, added=added, removed=removed)
+
+
+@write_transaction
+def agent_deactivate(*, agent: Agent, actor: Actor) -> Agent:
+    """Refuse the agent's token from now on. Its attempts run out on their own leases."""
+    now = clock.now()
+    changed = Agent.objects.filter(pk=agent.pk, is_active=True).update(is_active=False, deactivated_at=now)
+    agent.refresh_from_db()
+    if changed:
+        event_append(type=EventType.AGENT_DEACTIVATED, actor=actor, at=now, payload={"handle": agent.handle})
+    return agent
+
+
+def agent_heartbeat(*, agent: Agent) -> datetime:
+    """The run heartbeat (SPEC §8): touches `last_seen_at`, at most one write per 30 s. No event."""
+    now = clock.now()
+    Agent.objects.filter(
+        Q(last_seen_at__isnull=True) | Q(last_seen_at__lte=now - LAST_SEEN_THROTTLE), pk=agent.pk
+    ).update(last_seen_at=now)
+    return now

@@ -1,0 +1,34 @@
+"""The audit log's one writer (SPEC §1.7): every state change appends its event in its own transaction."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ledger.actors import Actor
+from ledger.models import Event, EventType, Project, Severity, Task
+
+
+def event_append(
+    *,
+    type: EventType,
+    actor: Actor,
+    at: datetime,
+    project: Project | None = None,
+    task: Task | None = None,
+    attempt_id: int | None = None,
+    severity: str = Severity.INFO,
+    payload: dict[str, Any] | None = None,
+) -> Event:
+    """Append one event. Call it inside the transaction of the change it records."""
+    return Event.objects.create(
+        type=type,
+        severity=severity,
+        project=project if project is not None else (task.project if task is not None else None),
+        task=task,
+        attempt_id=attempt_id,
+        actor_agent=actor.agent,
+        actor_user=actor.user,
+        payload=payload or {},
+        created_at=at,
+    )

@@ -1,0 +1,67 @@
+"""Projects: creation, and the task key prefix derived from a slug."""
+
+from __future__ import annotations
+
+import re
+
+from django.db.models import Q
+
+from config.db import write_transaction
+from config.errors import ValidationFailed
+from ledger import clock
+from ledger.actors import Actor
+from ledger.models import EventType, Isolation, Project
+from ledger.services.events import event_append
+from ledger.services.validation import validate_model
+
+
+def key_prefix_from_slug(slug: str) -> str:
+    prefix = re.sub(r"[^A-Za-z0-9]", "", slug).upper()[:10]
+    if not prefix or not prefix[0].isalpha():
+        raise ValidationFailed(
+            f"Cannot derive a task key prefix from slug {slug!r}; give one explicitly.",
+            details={"fields": {"key_prefix": ["required"]}},
+        )
+    return prefix
+
+
+@write_transaction
+def project_create(
+    *,
+    slug: str,
+    name: str,
+    actor: Actor,
+    key_prefix: str = "",
+    repository: str = "",
+    default_branch: str = "main",
+    default_lease_seconds: int = 900,
+    queue_wait_max_seconds: int = 3600,
+    required_isolation: str = Isolation.NONE,
+) -> Project:
+    now = clock.now()
+    project = Project(
+        slug=slug,
+        name=name,
+        key_prefix=key_prefix or key_prefix_from_slug(slug),
+        repository=repository,
+        default_branch=default_branch,
+        default_lease_seconds=default_lease_seconds,
+        queue_wait_max_seconds=queue_wait_max_seconds,
+        required_isolation=required_isolation,
+        created_at=now,
+    )
+    validate_model(project)
+    if Project.objects.filter(Q(slug=slug) | Q(key_prefix=project.key_prefix)).exists():
+        raise ValidationFailed(
+            f"A project with slug {slug!r} or key prefix {project.key_prefix!r} exists.",
+            details={"fields": {"slug": ["taken"]}},
+        )
+    project.save()
+    event_append(
+        type=EventType.PROJECT_CREATED,
+        actor=actor,
+        at=now,
+        project=project,
+        payload={"slug": slug, "key_prefix": project.key_prefix},
+    )
+    return project

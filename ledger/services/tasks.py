@@ -1,0 +1,263 @@
+"""Tasks: creation with gap-free keys, the plain update, the transition table, and when a task waits.
+
+`ready_since` — when a task started waiting in the queue — has its one owner
+here: `waiting_since` for a task created or moved into a status, and
+`tasks_wait_again` for tasks whose lease ended without finishing them. The
+sweep's set-based SQL (`leases.services.expiry.SWEEP_BATCH_SQL`) writes the
+same value as `tasks_wait_again`; a test runs both paths.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Case, F, Value, When
+
+from config.db import write_transaction
+from config.errors import InvalidStatusTransition, ValidationFailed, VersionConflict
+from ledger import clock
+from ledger.actors import Actor
+from ledger.models import ALLOWED_TRANSITIONS, Agent, EventType, Project, Task, TaskDependency, TaskStatus
+from ledger.services.events import event_append
+from ledger.services.validation import validate_model
+
+# A task is born open, ready or blocked; review, done and cancelled are reached.
+INITIAL_STATUSES = frozenset({TaskStatus.OPEN, TaskStatus.READY, TaskStatus.BLOCKED})
+
+# Fields a task update may change; everything else is the server's.
+UPDATABLE_TASK_FIELDS = frozenset(
+    {
+        "title",
+        "description",
+        "acceptance_criteria",
+        "task_class",
+        "priority",
+        "labels",
+        "status",
+        "blocked_reason",
+        "reserved_for",
+    }
+)
+
+# Fields whose change since a claim makes finishing need an acknowledgement.
+ACKNOWLEDGED_FIELDS = frozenset({"description", "acceptance_criteria", "status"})
+
+
+def waiting_since(
+    *, old_status: str | None, new_status: str, current: datetime | None, at: datetime
+) -> datetime | None:
+    """`ready_since` after a task is created (`old_status=None`) or moves from `old_status` to `new_status` at `at`.
+
+    Entering `ready` starts a waiting period; leaving it ends the period;
+    anything else keeps the current one.
+    """
+    if old_status is None:
+        return at if new_status == TaskStatus.READY else None
+    if new_status == old_status:
+        return current
+    if new_status == TaskStatus.READY:
+        return at
+    return None if old_status == TaskStatus.READY else current
+
+
+def tasks_wait_again(ended_at: Mapping[int, datetime]) -> None:
+    """Tasks whose lease ended at the given moments without finishing them wait again from then (stored `ready` only).
+
+    Runs inside the caller's transaction, which holds the tasks' attempts.
+    """
+    if not ended_at:
+        return
+    moments = [When(pk=task_id, then=Value(moment)) for task_id, moment in ended_at.items()]
+    Task.objects.filter(pk__in=ended_at, status=TaskStatus.READY).update(ready_since=Case(*moments))
+
+
+@write_transaction
+def task_create(
+    *,
+    project: Project,
+    title: str,
+    actor: Actor,
+    description: str = "",
+    acceptance_criteria: str = "",
+    status: str = TaskStatus.OPEN,
+    priority: int = 0,
+    task_class: str = "",
+    labels: Sequence[str] = (),
+    blocked_by: Sequence[Task] = (),
+    blocked_reason: str = "",
+) -> Task:
+    """Create a task with the next gap-free key of its project.
+
+    The project's sequence is bumped by a conditional UPDATE in this
+    transaction: concurrent creators queue on the project row (PostgreSQL) or
+    on the write lock (SQLite), and a rollback returns the number.
+    """
+    if project.archived_at is not None:
+        raise ValidationFailed(f"Project {project.slug} is archived.")
+    if status not in INITIAL_STATUSES:
+        raise ValidationFailed(
+            f"A new task starts as open, ready or blocked, not {status!r}.",
+            details={"fields": {"status": [f"must be one of {sorted(INITIAL_STATUSES)}"]}},
+        )
+    if status == TaskStatus.BLOCKED and not blocked_reason.strip():
+        raise ValidationFailed(
+            "A blocked task needs a blocked_reason.", details={"fields": {"blocked_reason": ["required"]}}
+        )
+    if not isinstance(labels, list | tuple) or not all(isinstance(label, str) for label in labels):
+        raise ValidationFailed("labels must be a list of strings.", details={"fields": {"labels": ["list of strings"]}})
+    foreign = [blocker.key for blocker in blocked_by if blocker.project_id != project.pk]
+    if foreign:
+        raise ValidationFailed(f"Blockers must be in project {project.slug}: {', '.join(foreign)}.")
+
+    now = clock.now()
+    task = Task(
+        project=project,
+        title=title,
+        description=description,
+        acceptance_criteria=acceptance_criteria,
+        status=status,
+        priority=priority,
+        task_class=task_class,
+        labels=list(labels),
+        blocked_reason=blocked_reason if status == TaskStatus.BLOCKED else "",
+        ready_since=waiting_since(old_status=None, new_status=status, current=None, at=now),
+        created_at=now,
+        updated_at=now,
+        number=0,
+        key="-",
+    )
+    validate_model(task, exclude=["number", "key"])
+
+    Project.objects.filter(pk=project.pk).update(task_sequence=F("task_sequence") + 1)
+    task.number = Project.objects.filter(pk=project.pk).values_list("task_sequence", flat=True).get()
+    task.key = f"{project.key_prefix}-{task.number}"
+    task.save()
+    TaskDependency.objects.bulk_create(
+        TaskDependency(task=task, blocked_by=blocker, created_at=now)
+        for blocker in {b.pk: b for b in blocked_by}.values()
+    )
+    event_append(
+        type=EventType.TASK_CREATED,
+        actor=actor,
+        at=now,
+        task=task,
+        payload={
+            "key": task.key,
+            "status": status,
+            "priority": priority,
+            "task_class": task_class,
+            "blocked_by": [blocker.key for blocker in blocked_by],
+        },
+    )
+    return task
+
+
+def check_status_transition(old: str, new: str) -> None:
+    if new not in TaskStatus.values:
+        raise ValidationFailed(f"Unknown status {new!r}.", details={"fields": {"status": ["unknown"]}})
+    if new not in ALLOWED_TRANSITIONS[old]:
+        raise InvalidStatusTransition(
+            f"A task cannot go from {old} to {new}.",
+            details={"from": old, "to": new, "allowed": sorted(ALLOWED_TRANSITIONS[old])},
+        )
+
+
+def lock_task(task_id: int) -> Task:
+    """The task row, locked for the rest of the transaction (FOR NO KEY UPDATE: inserts that
+    reference the task still proceed)."""
+    return Task.objects.select_for_update(no_key=True, of=("self",)).select_related("project").get(pk=task_id)
+
+
+def apply_task_update(
+    *,
+    locked: Task,
+    actor: Actor,
+    changes: Mapping[str, Any],
+    expected_version: int | None = None,
+    now: datetime | None = None,
+) -> tuple[Task, frozenset[str]]:
+    """Change a task's own fields and/or stored status; returns it and the changed field names.
+
+    The caller holds the task's row lock (`lock_task`) in its own transaction:
+    the one caller in production is `leases.services.task_update`, which
+    decides holder or contested first, so no door can skip that rule. It
+    passes the `now` it read, so one operation sees one instant.
+
+    Keeps: optimistic concurrency (`expected_version`), the transition table,
+    `blocked` only with a reason, `version` +1 per effective change, and one
+    `task.status_changed` and/or `task.updated` event. A change that changes
+    nothing bumps nothing and records nothing.
+    """
+    unknown = set(changes) - UPDATABLE_TASK_FIELDS
+    if unknown:
+        raise ValidationFailed(
+            f"These fields cannot be updated: {', '.join(sorted(unknown))}.",
+            details={"fields": {name: ["read-only or unknown"] for name in sorted(unknown)}},
+        )
+    if expected_version is not None and locked.version != expected_version:
+        raise VersionConflict(
+            f"{locked.key} is at version {locked.version}, not {expected_version}.",
+            details={"current_version": locked.version, "expected_version": expected_version},
+        )
+    changed = {name: value for name, value in changes.items() if _field_value(locked, name) != _comparable(value)}
+    old_status = locked.status
+    new_status = changed.get("status", old_status)
+    if "status" in changed:
+        check_status_transition(old_status, new_status)
+    if new_status == TaskStatus.BLOCKED:
+        reason = changed.get("blocked_reason", locked.blocked_reason)
+        if not str(reason or "").strip():
+            raise ValidationFailed(
+                "A blocked task needs a blocked_reason.", details={"fields": {"blocked_reason": ["required"]}}
+            )
+    else:
+        # Only a blocked task carries a reason; leaving `blocked` clears it.
+        changed.pop("blocked_reason", None)
+        if locked.blocked_reason:
+            changed["blocked_reason"] = ""
+    if "labels" in changed and (
+        not isinstance(changed["labels"], list) or not all(isinstance(label, str) for label in changed["labels"])
+    ):
+        raise ValidationFailed("labels must be a list of strings.", details={"fields": {"labels": ["list of strings"]}})
+    if not changed:
+        return locked, frozenset()
+
+    now = now or clock.now()
+    for name, value in changed.items():
+        setattr(locked, name, value)
+    locked.ready_since = waiting_since(old_status=old_status, new_status=new_status, current=locked.ready_since, at=now)
+    locked.version += 1
+    locked.updated_at = now
+    validate_model(locked)
+    locked.save(update_fields=[*changed, "version", "updated_at", "ready_since"])
+
+    if new_status != old_status:
+        event_append(
+            type=EventType.TASK_STATUS_CHANGED,
+            actor=actor,
+            at=now,
+            task=locked,
+            payload={"from": old_status, "to": new_status, "version": locked.version},
+        )
+    other_fields = sorted(set(changed) - {"status"})
+    if other_fields:
+        event_append(
+            type=EventType.TASK_UPDATED,
+            actor=actor,
+            at=now,
+            task=locked,
+            payload={"fields": other_fields, "version": locked.version},
+        )
+    return locked, frozenset(changed)
+
+
+def _field_value(task: Task, name: str) -> Any:
+    if name == "reserved_for":
+        return task.reserved_for_id
+    return getattr(task, name)
+
+
+def _comparable(value: Any) -> Any:
+    return value.pk if isinstance(value, Agent) else value
