@@ -5,20 +5,11 @@ from __future__ import annotations
 from leases.services.allocations import allocation_release
 from leases.services.claims import LeaseGrant, lease_claim, lease_claim_next
 from leases.services.expiry import SweepReport, check_queue_wait, expire_lapsed, sweep_expired
-from leases.services.holder import (
-    Finished,
-    HolderProof,
-    NoteWritten,
-    Outcome,
-    TaskUpdated,
-    attempt_finish,
-    attempt_release,
-    attempt_renew,
-    attempt_set_git,
-    note_add,
-    task_update,
-)
+from leases.services.finishing import Finished, Outcome, attempt_finish, attempt_release
+from leases.services.holding import HolderProof, attempt_renew
+from leases.services.notes import NoteWritten, attempt_set_git, note_add
 from leases.services.revoke import Revocation, task_force_release, task_reassign
+from leases.services.task_updates import TaskUpdated, task_update
 
 __all__ = [
     "Finished",

@@ -1,0 +1,180 @@
+"""Ending a lease by its holder: finish with an outcome, or release (SPEC §3)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from config.errors import AcknowledgementRequired, LedgerError, ValidationFailed
+from leases.labels import parse_label
+from leases.models import Attempt, AttemptStatus, FailureReason, InterruptionReason
+from leases.services.allocations import release_allocations
+from leases.services.ending import end_attempt, task_claimable_again
+from leases.services.holding import HolderProof, held_attempt, refusals_after_commit
+from leases.services.notes import validate_next_steps
+from ledger import clock
+from ledger.actors import Actor
+from ledger.models import Event, EventType, Task, TaskStatus
+from ledger.services import ACKNOWLEDGED_FIELDS, apply_task_update, event_append
+
+
+class Outcome:
+    DONE = "done"
+    REVIEW = "review"
+    FAILED = "failed"
+    HANDOFF = "handoff"
+    ALL = (DONE, REVIEW, FAILED, HANDOFF)
+
+
+def _acknowledgement_needed(attempt: Attempt, task: Task) -> list[str]:
+    """Which of description, acceptance criteria, status changed since the claim."""
+    if task.version == attempt.task_version_at_claim:
+        return []
+    changed: set[str] = set()
+    events = Event.objects.filter(
+        task=task, type__in=("task.updated", "task.status_changed"), id__gt=attempt.event_id_at_claim or 0
+    ).values_list("type", "payload")
+    for event_type, payload in events:
+        if event_type == "task.status_changed":
+            changed.add("status")
+        else:
+            changed.update(set(payload.get("fields", ())) & ACKNOWLEDGED_FIELDS)
+    return sorted(changed)
+
+
+def _validate_finish(
+    outcome: str, failure_reason_code: str | None, interruption_reason_code: str | None
+) -> tuple[str, str]:
+    if outcome not in Outcome.ALL:
+        raise ValidationFailed(f"outcome must be one of {', '.join(Outcome.ALL)}.")
+    failure = failure_reason_code or ""
+    interruption = interruption_reason_code or ""
+    if outcome == Outcome.FAILED and failure not in FailureReason.values:
+        raise ValidationFailed(
+            f"A failed outcome needs failure_reason_code, one of {', '.join(FailureReason.values)}.",
+            details={"fields": {"failure_reason_code": ["required for failed"]}},
+        )
+    if outcome != Outcome.FAILED and failure:
+        raise ValidationFailed("failure_reason_code is only for the failed outcome.")
+    if outcome == Outcome.HANDOFF and interruption not in InterruptionReason.values:
+        raise ValidationFailed(
+            f"A handoff needs interruption_reason_code, one of {', '.join(InterruptionReason.values)}.",
+            details={"fields": {"interruption_reason_code": ["required for handoff"]}},
+        )
+    if outcome != Outcome.HANDOFF and interruption:
+        raise ValidationFailed("interruption_reason_code is only for the handoff outcome.")
+    return failure, interruption
+
+
+def _claimed_an_environment(attempt: Attempt) -> bool:
+    """Whether the attempt may hold an allocation to release, known without a query.
+
+    Only the claim allocates, and it names the environment in the label it
+    writes (SPEC §5, §6); later label rewrites keep that field. A label that
+    does not parse (not written by this server) is taken to hold one.
+    """
+    try:
+        return parse_label(attempt.label).env is not None
+    except ValidationFailed:
+        return True
+
+
+@dataclass(frozen=True)
+class Finished:
+    attempt: Attempt
+    task: Task
+
+
+@refusals_after_commit
+def attempt_finish(
+    *,
+    proof: HolderProof,
+    outcome: str,
+    result_summary: str = "",
+    next_steps: Sequence[str] = (),
+    failure_reason_code: str | None = None,
+    interruption_reason_code: str | None = None,
+    acknowledged_version: int | None = None,
+) -> Finished | LedgerError:
+    """End the attempt with an outcome (SPEC §3).
+
+    done → completed, task done; review → completed, task review; failed →
+    failed, task stays ready; handoff → interrupted, task stays ready. If the
+    task's description, acceptance criteria or status changed since the
+    claim, `acknowledged_version` must equal the current version.
+    """
+    failure, interruption = _validate_finish(outcome, failure_reason_code, interruption_reason_code)
+    steps = validate_next_steps(next_steps)
+    if not isinstance(result_summary, str):
+        raise ValidationFailed("result_summary must be a string.")
+    now = clock.now()
+    held = held_attempt(proof, now=now, lock_task=True)
+    if isinstance(held, LedgerError):
+        return held
+    task = held.task
+    changed = _acknowledgement_needed(held, task)
+    if changed and acknowledged_version != task.version:
+        raise AcknowledgementRequired(
+            f"{task.key} changed since your claim ({', '.join(changed)}); re-read it and finish with "
+            f"acknowledged_version={task.version}.",
+            details={"current_version": task.version, "changed": changed},
+        )
+    status = {
+        Outcome.DONE: AttemptStatus.COMPLETED,
+        Outcome.REVIEW: AttemptStatus.COMPLETED,
+        Outcome.FAILED: AttemptStatus.FAILED,
+        Outcome.HANDOFF: AttemptStatus.INTERRUPTED,
+    }[outcome]
+    actor = Actor(agent=held.agent)
+    if _claimed_an_environment(held):
+        release_allocations(held, now=now, actor=actor)
+    end_attempt(
+        held,
+        now=now,
+        status=status,
+        result_summary=result_summary,
+        next_steps=steps,
+        failure_reason_code=failure,
+        interruption_reason_code=interruption,
+    )
+    if outcome in (Outcome.DONE, Outcome.REVIEW):
+        target = TaskStatus.DONE if outcome == Outcome.DONE else TaskStatus.REVIEW
+        task, _ = apply_task_update(locked=task, actor=actor, changes={"status": target}, now=now)
+    else:
+        task = task_claimable_again(task, now=now)
+    event_append(
+        type=EventType.ATTEMPT_FINISHED,
+        actor=actor,
+        at=now,
+        task=task,
+        attempt_id=held.pk,
+        payload={
+            "outcome": outcome,
+            "status": status,
+            "failure_reason_code": failure or None,
+            "interruption_reason_code": interruption or None,
+        },
+    )
+    return Finished(attempt=held, task=task)
+
+
+@refusals_after_commit
+def attempt_release(*, proof: HolderProof, reason: str = "") -> Finished | LedgerError:
+    """Give the task back untouched: the attempt is released, the task stays as it is."""
+    now = clock.now()
+    held = held_attempt(proof, now=now, lock_task=True)
+    if isinstance(held, LedgerError):
+        return held
+    if _claimed_an_environment(held):
+        release_allocations(held, now=now, actor=Actor(agent=held.agent))
+    end_attempt(held, now=now, status=AttemptStatus.RELEASED)
+    task = task_claimable_again(held.task, now=now)
+    event_append(
+        type=EventType.ATTEMPT_RELEASED,
+        actor=Actor(agent=held.agent),
+        at=now,
+        task=task,
+        attempt_id=held.pk,
+        payload={"reason": reason[:500]} if reason else {},
+    )
+    return Finished(attempt=held, task=task)

@@ -1,0 +1,168 @@
+"""Holding a lease: the proof every holder call presents, the fencing, and renewals.
+
+Every holder call presents a `HolderProof` (attempt id, token, epoch) and is
+fenced (SPEC §3) by `held_attempt`: wrong token → `INVALID_LEASE_TOKEN`; an
+epoch older than the task's → `STALE_EPOCH`; an attempt no longer active →
+`LEASE_NOT_HELD` (or `LEASE_EXPIRED` when it expired); a lapsed lease is
+expired in the same transaction, which commits, and the call answers
+`LEASE_EXPIRED`. Holder writes are heartbeats: each extends the lease through
+`extend_lease`, never shortening it.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import ParamSpec, TypeVar
+
+from django.db.models import F
+
+from config.db import write_transaction
+from config.errors import (
+    InvalidLeaseToken,
+    LeaseExpired,
+    LeaseNotHeld,
+    LedgerError,
+    NotFound,
+    StaleEpoch,
+    ValidationFailed,
+)
+from leases.models import Attempt, AttemptStatus
+from leases.selectors import clamp_lease_seconds
+from leases.services.expiry import expire_lapsed
+from leases.tokens import lease_token_matches
+from ledger import clock
+from ledger.models import Agent
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class HolderProof:
+    """What a holder call presents: its attempt, the lease token, the epoch; and who calls."""
+
+    attempt_id: int
+    token: str
+    epoch: int
+    agent: Agent
+
+
+def refusals_after_commit(func: Callable[P, R | LedgerError]) -> Callable[P, R]:
+    """Run a holder transaction; a refusal it *returns* is raised after its writes commit.
+
+    Lets a call that found a lapsed lease expire the attempt (and keep that)
+    while still answering `LEASE_EXPIRED`.
+    """
+    transactional = write_transaction(func)
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        result = transactional(*args, **kwargs)
+        if isinstance(result, LedgerError):
+            raise result
+        return result
+
+    return wrapper
+
+
+# What renew and note read: the fencing, the lease, and the task and project their event names.
+_LEASE_FIELDS = (
+    "id",
+    "task",
+    "agent",
+    "epoch",
+    "status",
+    "token_hash",
+    "lease_seconds",
+    "lease_expires_at",
+    "last_renewed_at",
+    "renew_count",
+    "task__key",
+    "task__epoch",
+    "task__project__id",
+)
+
+
+def held_attempt(proof: HolderProof, *, now: datetime, lock_task: bool, lean: bool = False) -> Attempt | LeaseExpired:
+    """The proof's attempt, locked, if it holds a live lease; else a refusal.
+
+    The agent is not read: the attempt is looked up by the proof's agent, so
+    it is that one. `lean` (renew, note) reads only `_LEASE_FIELDS`; any other
+    field loads on first access. Otherwise the attempt, its task and project
+    come whole, for the calls that end the attempt or write the task.
+    """
+    lock_of = ("self", "task") if lock_task else ("self",)
+    attempts = (
+        Attempt.objects.select_for_update(no_key=True, of=lock_of)
+        .select_related("task__project")
+        .filter(pk=proof.attempt_id, agent=proof.agent)
+    )
+    attempt = (attempts.only(*_LEASE_FIELDS) if lean else attempts).first()
+    if attempt is None:
+        raise NotFound(f"No attempt {proof.attempt_id} of yours.", details={"attempt": proof.attempt_id})
+    attempt.agent = proof.agent
+    if not lease_token_matches(proof.token, attempt.token_hash):
+        raise InvalidLeaseToken(details={"attempt": attempt.pk})
+    if attempt.status == AttemptStatus.REVOKED:
+        # SPEC §3: "The revoked holder's next write fails with LEASE_NOT_HELD",
+        # even when the task was claimed again since: a person stopped it.
+        raise LeaseNotHeld(
+            f"Attempt {attempt.pk} was revoked: stop working on it.",
+            details={"attempt": attempt.pk, "status": attempt.status},
+        )
+    task_epoch = attempt.task.epoch
+    if proof.epoch < task_epoch or (attempt.status != AttemptStatus.ACTIVE and task_epoch > attempt.epoch):
+        raise StaleEpoch(
+            f"{attempt.task.key} is at epoch {task_epoch}; this write carries epoch {proof.epoch}.",
+            details={"attempt": attempt.pk, "presented_epoch": proof.epoch, "current_epoch": task_epoch},
+        )
+    if proof.epoch != attempt.epoch:
+        raise ValidationFailed(
+            f"Attempt {attempt.pk} has epoch {attempt.epoch}, not {proof.epoch}.",
+            details={"attempt": attempt.pk, "epoch": attempt.epoch},
+        )
+    if attempt.status == AttemptStatus.EXPIRED:
+        raise LeaseExpired(details={"attempt": attempt.pk, "status": attempt.status})
+    if attempt.status != AttemptStatus.ACTIVE:
+        raise LeaseNotHeld(
+            f"Attempt {attempt.pk} is {attempt.status}.", details={"attempt": attempt.pk, "status": attempt.status}
+        )
+    if attempt.lease_expires_at <= now:
+        expire_lapsed([attempt.pk], now=now)
+        return LeaseExpired(
+            f"The lease of attempt {attempt.pk} lapsed at {attempt.lease_expires_at.isoformat()}.",
+            details={"attempt": attempt.pk, "status": AttemptStatus.EXPIRED},
+        )
+    return attempt
+
+
+def extend_lease(attempt: Attempt, *, now: datetime, seconds: int, renewal: bool) -> datetime:
+    """Push the lease to at least now + seconds; never shorter (the attempt is locked)."""
+    expires = max(attempt.lease_expires_at, now + timedelta(seconds=seconds))
+    Attempt.objects.filter(pk=attempt.pk).update(
+        lease_expires_at=expires,
+        last_renewed_at=now,
+        renew_count=F("renew_count") + (1 if renewal else 0),
+    )
+    attempt.lease_expires_at = expires
+    attempt.last_renewed_at = now
+    if renewal:
+        attempt.renew_count += 1
+    return expires
+
+
+@refusals_after_commit
+def attempt_renew(*, proof: HolderProof, lease_seconds: int | None = None) -> Attempt | LedgerError:
+    """Heartbeat: extend the lease by `lease_seconds` (clamped) or the attempt's own length."""
+    if lease_seconds is not None and (not isinstance(lease_seconds, int) or lease_seconds <= 0):
+        raise ValidationFailed("lease_seconds must be a positive integer.")
+    now = clock.now()
+    held = held_attempt(proof, now=now, lock_task=False, lean=True)
+    if isinstance(held, LedgerError):
+        return held
+    seconds = clamp_lease_seconds(lease_seconds) if lease_seconds is not None else held.lease_seconds
+    extend_lease(held, now=now, seconds=seconds, renewal=True)
+    return held
