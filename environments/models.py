@@ -64,7 +64,3 @@ class Environment(NoDeleteModel):
 
     def __str__(self) -> str:
         return self.name
-
-    @property
-    def isolation_rank(self) -> int:
-        return Isolation.rank(self.isolation)

@@ -1,4 +1,4 @@
-"""Lease tokens: 32 bytes, url-safe base64, only their SHA-256 stored (SPEC §3).
+"""Lease tokens: 32 bytes, url-safe base64, only their SHA-256 stored (`ledger.tokens.hash_token`, SPEC §3).
 
 A token is HMAC-SHA256(secret key, "lease:<task id>:<epoch>:<salt>") with a
 random per-attempt salt. (task, epoch) names exactly one attempt, so the same
@@ -15,6 +15,8 @@ import secrets
 
 from django.conf import settings
 
+from ledger.tokens import hash_token
+
 
 def derive_lease_token(*, task_id: int, epoch: int, salt: str) -> str:
     message = f"lease:{task_id}:{epoch}:{salt}".encode()
@@ -22,16 +24,12 @@ def derive_lease_token(*, task_id: int, epoch: int, salt: str) -> str:
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
 
 
-def hash_lease_token(token: str) -> str:
-    return hashlib.sha256(token.encode()).hexdigest()
-
-
 def new_lease_token(*, task_id: int, epoch: int) -> tuple[str, str, str]:
     """A fresh token for the attempt (task, epoch): returns (token, salt, token_hash)."""
     salt = secrets.token_hex(16)
     token = derive_lease_token(task_id=task_id, epoch=epoch, salt=salt)
-    return token, salt, hash_lease_token(token)
+    return token, salt, hash_token(token)
 
 
 def lease_token_matches(token: str, token_hash: str) -> bool:
-    return hmac.compare_digest(hash_lease_token(token), token_hash)
+    return hmac.compare_digest(hash_token(token), token_hash)

@@ -30,9 +30,5 @@ class Actor:
             return f"user:{self.user.get_username()}"
         return "system"
 
-    @property
-    def is_system(self) -> bool:
-        return self.agent is None and self.user is None
-
 
 SYSTEM = Actor.system()

@@ -13,4 +13,5 @@ def new_agent_token() -> str:
 
 
 def hash_token(token: str) -> str:
+    """The stored form of every bearer secret (agent API tokens and lease tokens): its SHA-256, hex."""
     return hashlib.sha256(token.encode()).hexdigest()

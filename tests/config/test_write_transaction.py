@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from config import db
+from config import sqlite_writer
 from config.db import write_transaction
 from config.errors import StorageBusy, ValidationFailed
 from ledger.models import Project
@@ -119,7 +119,7 @@ def test_a_writer_waits_for_another_process_lock_only_as_long_as_the_budget(monk
     """The file lock held elsewhere (another open file description, as another process has):
     STORAGE_BUSY after the budget, and writes work again once it is released."""
     ProjectFactory(slug="held")
-    monkeypatch.setattr(db, "SQLITE_WRITER_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(sqlite_writer, "SQLITE_WRITER_WAIT_SECONDS", 0.3)
 
     @write_transaction
     def rename(name: str) -> None:

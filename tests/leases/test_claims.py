@@ -10,10 +10,10 @@ from config.errors import InvalidBranchName, TaskNotClaimable, TaskTaken, Valida
 from leases.models import Attempt, AttemptStatus
 from leases.selectors import with_lease_state
 from leases.services import attempt_finish, lease_claim, lease_claim_next, sweep_expired, task_update
-from leases.tokens import hash_lease_token
 from ledger.actors import SYSTEM
 from ledger.models import Event, Task, TaskStatus
 from ledger.services import dependency_add
+from ledger.tokens import hash_token
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -254,7 +254,7 @@ def test_no_table_holds_a_plaintext_lease_token(project, agent):
     everything = "\n".join(dump)
     for token in tokens:
         assert token not in everything
-        assert hash_lease_token(token) in everything  # what is stored is the hash
+        assert hash_token(token) in everything  # what is stored is the hash
 
 
 def test_task_taken_refusals_are_tallied_per_agent_and_day(project, agent, other):
