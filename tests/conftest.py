@@ -18,27 +18,45 @@ _triggers = importlib.import_module("ledger.migrations.0002_event_append_only")
 START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
+_no_truncate_or_replace = importlib.import_module("ledger.migrations.0006_event_no_truncate_or_replace")
+
+
+def _sqlite_trigger_statements(*, create: bool) -> list[str]:
+    return [
+        *_triggers.statements("sqlite", create=create),
+        *_no_truncate_or_replace.statements("sqlite", create=create),
+    ]
+
+
 def _with_event_triggers_suspended(teardown):
     """Let Django flush the append-only event table between transactional tests.
 
-    PostgreSQL flushes with TRUNCATE, which row triggers do not see. SQLite
-    flushes with DELETE, which the trigger refuses (as it must in production),
-    so the triggers are dropped for the flush and recreated right after.
+    PostgreSQL flushes with TRUNCATE, which the statement trigger of
+    `ledger.0006` refuses: it is disabled for the flush (row triggers do not
+    see TRUNCATE). SQLite flushes with DELETE, which the trigger refuses (as it
+    must in production), so the triggers are dropped for the flush and
+    recreated right after.
     """
 
     def wrapped(self: TransactionTestCase) -> None:
-        sqlite = [c for c in connections.all() if c.vendor == "sqlite" and c.connection is not None]
-        for connection in sqlite:
+        opened = [c for c in connections.all() if c.connection is not None]
+        for connection in opened:
             with connection.cursor() as cursor:
-                for sql in _triggers.statements("sqlite", create=False):
-                    cursor.execute(sql)
+                if connection.vendor == "sqlite":
+                    for sql in _sqlite_trigger_statements(create=False):
+                        cursor.execute(sql)
+                else:
+                    cursor.execute("ALTER TABLE ledger_event DISABLE TRIGGER ledger_event_no_truncate")
         try:
             teardown(self)
         finally:
-            for connection in sqlite:
+            for connection in opened:
                 with connection.cursor() as cursor:
-                    for sql in _triggers.statements("sqlite", create=True):
-                        cursor.execute(sql)
+                    if connection.vendor == "sqlite":
+                        for sql in _sqlite_trigger_statements(create=True):
+                            cursor.execute(sql)
+                    else:
+                        cursor.execute("ALTER TABLE ledger_event ENABLE TRIGGER ledger_event_no_truncate")
 
     return wrapped
 

@@ -24,6 +24,43 @@ def test_raw_sql_delete_on_events_fails():
     assert Event.objects.count() == before > 0
 
 
+def test_raw_sql_truncate_of_events_fails():
+    """PostgreSQL's TRUNCATE bypasses row triggers; a statement trigger refuses it. SQLite has no TRUNCATE:
+    its `DELETE FROM` without WHERE (the truncate optimisation) is refused by the delete trigger above."""
+    TaskFactory()
+    before = list(Event.objects.values_list("id", "type", "payload"))
+    statement = "TRUNCATE ledger_event CASCADE" if connection.vendor == "postgresql" else "DELETE FROM ledger_event"
+    if connection.vendor == "postgresql":
+        # Django's deferred foreign keys would refuse the TRUNCATE first ("pending trigger events").
+        statement = f"SET CONSTRAINTS ALL IMMEDIATE; {statement}"
+    with pytest.raises(DatabaseError, match="append-only"), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement)
+    assert list(Event.objects.values_list("id", "type", "payload")) == before != []
+
+
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "INSERT OR REPLACE INTO ledger_event (id, type, severity, payload, created_at) "
+        "SELECT id, 'forged', severity, '{}', created_at FROM ledger_event",
+        "REPLACE INTO ledger_event (id, type, severity, payload, created_at) "
+        "SELECT id, 'forged', severity, '{}', created_at FROM ledger_event",
+        "INSERT INTO ledger_event (id, type, severity, payload, created_at) "
+        "SELECT id, 'forged', severity, '{}', created_at FROM ledger_event "
+        "ON CONFLICT (id) DO UPDATE SET type = excluded.type",
+    ],
+    ids=["insert-or-replace", "replace-into", "upsert"],
+)
+def test_rewriting_an_event_in_place_by_an_insert_fails(statement):
+    TaskFactory()
+    before = list(Event.objects.values_list("id", "type", "payload"))
+    if connection.vendor == "postgresql" and not statement.startswith("INSERT INTO"):
+        statement = statement.replace("INSERT OR REPLACE", "INSERT").replace("REPLACE INTO", "INSERT INTO")
+    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(statement)
+    assert list(Event.objects.values_list("id", "type", "payload")) == before != []
+
+
 def test_models_and_querysets_refuse_delete():
     task = TaskFactory()
     agent = AgentFactory()
