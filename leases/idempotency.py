@@ -47,9 +47,9 @@ from typing import Any, ParamSpec, TypeVar
 from django.db import IntegrityError
 
 from config.db import write_transaction
-from config.errors import IdempotencyConflict, LedgerError, StorageBusy
+from config.errors import IdempotencyConflict, LeaseNotHeld, LedgerError, StorageBusy
 from leases.models import Attempt, IdempotencyRecord
-from leases.tokens import derive_lease_token
+from leases.tokens import rederive_lease_token
 from ledger import clock
 from ledger.models import Agent
 
@@ -129,11 +129,29 @@ def _replay(record: IdempotencyRecord, *, fingerprint: str) -> StoredOutcome:
         )
     data = json.loads(record.response) if isinstance(record.response, str) else record.response
     if record.attempt_id is not None and isinstance(data, dict) and TOKEN_FIELD in data:
-        attempt = Attempt.objects.filter(pk=record.attempt_id).values("task_id", "epoch", "token_salt").get()
-        data[TOKEN_FIELD] = derive_lease_token(
-            task_id=attempt["task_id"], epoch=attempt["epoch"], salt=attempt["token_salt"]
-        )
+        data[TOKEN_FIELD] = _replayed_token(record.attempt_id)
     return StoredOutcome(status=record.status_code, data=data, attempt_id=record.attempt_id, replayed=True)
+
+
+def _replayed_token(attempt_id: int) -> str:
+    """The claim's lease token, re-derived and checked against its hash; LEASE_NOT_HELD when it cannot be.
+
+    Never a token the server would refuse: after a rotation of the secret key
+    without `LEASEHOLD_SECRET_KEY_FALLBACKS` the token is gone for good, and the
+    caller must treat the claim as lost (its lease lapses on its own).
+    """
+    attempt = Attempt.objects.filter(pk=attempt_id).values("task_id", "epoch", "token_salt", "token_hash").get()
+    token = rederive_lease_token(
+        task_id=attempt["task_id"], epoch=attempt["epoch"], salt=attempt["token_salt"], token_hash=attempt["token_hash"]
+    )
+    if token is None:
+        raise LeaseNotHeld(
+            f"The lease token of attempt {attempt_id} cannot be re-derived: the server's secret key changed "
+            "since the claim (keep the old one in LEASEHOLD_SECRET_KEY_FALLBACKS). Treat the claim as lost; "
+            "its lease lapses on its own.",
+            details={"attempt": attempt_id, "reason": "secret_key_rotated"},
+        )
+    return token
 
 
 def _stored(agent: Agent, key: str) -> IdempotencyRecord | None:

@@ -18,10 +18,24 @@ from django.conf import settings
 from ledger.tokens import hash_token
 
 
-def derive_lease_token(*, task_id: int, epoch: int, salt: str) -> str:
+def derive_lease_token(*, task_id: int, epoch: int, salt: str, key: str | None = None) -> str:
     message = f"lease:{task_id}:{epoch}:{salt}".encode()
-    digest = hmac.new(settings.SECRET_KEY.encode(), message, hashlib.sha256).digest()
+    digest = hmac.new((key or settings.SECRET_KEY).encode(), message, hashlib.sha256).digest()
     return base64.urlsafe_b64encode(digest).rstrip(b"=").decode()
+
+
+def rederive_lease_token(*, task_id: int, epoch: int, salt: str, token_hash: str) -> str | None:
+    """The attempt's token again, if the current secret key or one of `SECRET_KEY_FALLBACKS` made it.
+
+    The candidate is checked against the stored hash, so a replay never hands
+    out a token the server would refuse; None when no key reproduces it (the
+    key was rotated without keeping the old one as a fallback).
+    """
+    for key in (settings.SECRET_KEY, *settings.SECRET_KEY_FALLBACKS):
+        token = derive_lease_token(task_id=task_id, epoch=epoch, salt=salt, key=key)
+        if lease_token_matches(token, token_hash):
+            return token
+    return None
 
 
 def new_lease_token(*, task_id: int, epoch: int) -> tuple[str, str, str]:

@@ -43,6 +43,11 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
+# Earlier keys, still accepted where a value signed under them must be read back
+# (sessions, and the lease token a replayed claim re-derives): rotate by moving
+# the old key here, comma-separated, for as long as the oldest live lease
+# and idempotency record (24 h) may need it.
+SECRET_KEY_FALLBACKS = env_list("LEASEHOLD_SECRET_KEY_FALLBACKS", [])
 ALLOWED_HOSTS = env_list("LEASEHOLD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
 INSTALLED_APPS = [
