@@ -7,6 +7,7 @@ from leases.services.claims import LeaseGrant, lease_claim, lease_claim_next
 from leases.services.expiry import SweepReport, check_queue_wait, expire_lapsed, sweep_expired
 from leases.services.finishing import Finished, Outcome, attempt_finish, attempt_release
 from leases.services.holding import HolderProof, attempt_renew
+from leases.services.membership import agent_set_projects
 from leases.services.notes import NoteWritten, attempt_set_git, note_add
 from leases.services.revoke import Revocation, task_force_release, task_reassign
 from leases.services.task_updates import TaskUpdated, task_update
@@ -20,6 +21,7 @@ __all__ = [
     "Revocation",
     "SweepReport",
     "TaskUpdated",
+    "agent_set_projects",
     "allocation_release",
     "attempt_finish",
     "attempt_release",

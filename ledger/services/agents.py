@@ -63,9 +63,8 @@ class ProjectsChanged:
 def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Actor) -> ProjectsChanged:
     """Make `projects` exactly the projects the agent may see; one `agent.projects_changed` event if any changed.
 
-    Leases the agent holds in a project it loses are not ended: it may still
-    renew, checkpoint and finish them (holder calls go by attempt), but it no
-    longer sees the project or claims in it. Force-release them to end them.
+    The agent's leases in a project it loses are `leases.services.agent_set_projects`'s
+    business (it wraps this one and revokes them); doors call that one.
     """
     now = clock.now()
     agent = Agent.objects.select_for_update(no_key=True).get(pk=agent.pk)
