@@ -176,6 +176,38 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
 }
 
+# --- HTTPS, behind a TLS-terminating proxy (docs/operations.md, "Deploying") --
+
+LEASEHOLD_HTTPS = env_bool("LEASEHOLD_HTTPS", False)
+CSRF_TRUSTED_ORIGINS = env_list("LEASEHOLD_CSRF_TRUSTED_ORIGINS", [])
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not _origin.startswith(("https://", "http://")):
+        raise ImproperlyConfigured(
+            f"LEASEHOLD_CSRF_TRUSTED_ORIGINS entries start with https:// (or http://); got {_origin!r}."
+        )
+_proxy_ssl_header = env_str("LEASEHOLD_PROXY_SSL_HEADER").strip()
+if _proxy_ssl_header:
+    # The header the proxy sets to "https" on requests it received over TLS,
+    # e.g. X-Forwarded-Proto. Only set it behind a proxy that always sets or
+    # strips it: a client could otherwise claim TLS it never used.
+    if not all(part.isalnum() for part in _proxy_ssl_header.split("-")):
+        raise ImproperlyConfigured(
+            f"LEASEHOLD_PROXY_SSL_HEADER must be a header name such as X-Forwarded-Proto; got {_proxy_ssl_header!r}."
+        )
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_ssl_header.upper().replace("-", "_"), "https")
+if LEASEHOLD_HTTPS:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_SSL_REDIRECT = True
+    SECURE_HSTS_SECONDS = env_int("LEASEHOLD_HSTS_SECONDS", 31536000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("LEASEHOLD_HSTS_INCLUDE_SUBDOMAINS", True)
+    SECURE_HSTS_PRELOAD = env_bool("LEASEHOLD_HSTS_PRELOAD", False)
+    if not SECURE_HSTS_PRELOAD:
+        # Preloading submits the domain to the browsers' built-in lists, which
+        # is hard to undo: the operator's decision (LEASEHOLD_HSTS_PRELOAD=1),
+        # not a default. Everything else `check --deploy` asks for is on.
+        SILENCED_SYSTEM_CHECKS = ["security.W021"]
+
 # --- Leasehold --------------------------------------------------------------
 
 LEASEHOLD_MIN_LEASE_SECONDS = env_int("LEASEHOLD_MIN_LEASE_SECONDS", 30, minimum=1)
