@@ -16,6 +16,7 @@ from contextlib import contextmanager
 
 from django.db import transaction
 
+from config.deadline import bounded
 from config.errors import StorageBusy
 
 # How long a thread waits for its process's turn to write to SQLite.
@@ -41,7 +42,8 @@ def sqlite_writer_turn() -> Iterator[None]:
     `flock` on `<database>.writelock`, which the kernel hands to the next
     process the moment it is released (a process that dies releases it with
     its file descriptors). Both waits together are bounded by
-    SQLITE_WRITER_WAIT_SECONDS, then STORAGE_BUSY. Inside a transaction this
+    SQLITE_WRITER_WAIT_SECONDS (or what is left of the request's storage
+    deadline, if less), then STORAGE_BUSY. Inside a transaction this
     is a no-op: the outermost writer took its turn. Writers that do not come
     through here (migrations, Django's own admin log and sessions) still meet
     SQLite's busy handler.
@@ -50,9 +52,10 @@ def sqlite_writer_turn() -> Iterator[None]:
     if connection.vendor != "sqlite" or connection.in_atomic_block:
         yield
         return
-    deadline = time.monotonic() + SQLITE_WRITER_WAIT_SECONDS
-    if not _sqlite_writer.acquire(timeout=SQLITE_WRITER_WAIT_SECONDS):
-        raise StorageBusy(details={"waited_seconds": SQLITE_WRITER_WAIT_SECONDS})
+    wait = bounded(SQLITE_WRITER_WAIT_SECONDS)
+    deadline = time.monotonic() + wait
+    if not _sqlite_writer.acquire(timeout=wait):
+        raise StorageBusy(details={"waited_seconds": round(wait, 3)})
     try:
         descriptor = _open_writer_lock(connection.settings_dict["NAME"])
         if descriptor is None:
@@ -61,7 +64,7 @@ def sqlite_writer_turn() -> Iterator[None]:
         try:
             if not _flock_before(descriptor, deadline):
                 descriptor = None  # the waiter thread owns it now, and closes it
-                raise StorageBusy(details={"waited_seconds": SQLITE_WRITER_WAIT_SECONDS})
+                raise StorageBusy(details={"waited_seconds": round(wait, 3)})
             yield
         finally:
             if descriptor is not None:

@@ -69,6 +69,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "config.deadline.StorageDeadlineMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -128,18 +129,25 @@ def _database() -> dict[str, Any]:
         raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
     config["ENGINE"] = "django.db.backends.postgresql"
     config["CONN_MAX_AGE"] = 0
+    # A lock wait ends within a request's storage deadline (config.deadline);
+    # write_transaction retries SQLSTATE 55P03 while the deadline lasts.
+    deadline = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS", 20, minimum=1, maximum=600)
+    config["OPTIONS"] = {"options": f"-c lock_timeout={deadline}s"}
     if _running_cluster():
         # django-q2 forks its workers after closing connections; a pooled
         # connection is only returned to the pool, and every child would
         # inherit the same open socket. The cluster connects without a pool.
         return config
-    config["OPTIONS"] = {
-        "pool": {
-            "min_size": env_int("LEASEHOLD_DB_POOL_MIN", 1, minimum=0),
-            "max_size": env_int("LEASEHOLD_DB_POOL_MAX", 40, minimum=1),
-            "timeout": 10,
-        },
+    config["OPTIONS"]["pool"] = {
+        "min_size": env_int("LEASEHOLD_DB_POOL_MIN", 1, minimum=0),
+        "max_size": env_int("LEASEHOLD_DB_POOL_MAX", 40, minimum=1),
+        "timeout": 10,
     }
+    # The pool checks a connection before handing it out (psycopg_pool's
+    # check_connection, one empty round trip), so a connection the server
+    # dropped (restart, failover, a terminated backend) is replaced instead of
+    # failing the request that got it.
+    config["CONN_HEALTH_CHECKS"] = True
     return config
 
 
@@ -217,6 +225,8 @@ if LEASEHOLD_MIN_LEASE_SECONDS > LEASEHOLD_MAX_LEASE_SECONDS:
         "LEASEHOLD_MIN_LEASE_SECONDS must not exceed LEASEHOLD_MAX_LEASE_SECONDS "
         f"({LEASEHOLD_MIN_LEASE_SECONDS} > {LEASEHOLD_MAX_LEASE_SECONDS})."
     )
+# Every storage wait of one request ends by then (config.deadline); below the web server's timeout.
+LEASEHOLD_STORAGE_DEADLINE_SECONDS = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS", 20, minimum=1, maximum=600)
 LEASEHOLD_CONTEXT_MAX_BYTES = env_int("LEASEHOLD_CONTEXT_MAX_BYTES", 16384, minimum=2048)
 LEASEHOLD_AGENT_SILENCE_SECONDS = env_int("LEASEHOLD_AGENT_SILENCE_SECONDS", 600, minimum=1)
 LEASEHOLD_REDIS_URL = env_str("LEASEHOLD_REDIS_URL")
