@@ -46,7 +46,7 @@ SECRET_KEY = _secret_key()
 ALLOWED_HOSTS = env_list("LEASEHOLD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
 INSTALLED_APPS = [
-    "ledger.admin_site.LeaseholdAdminConfig",  # django.contrib.admin with the fleet dashboard
+    "console.site.LeaseholdAdminConfig",  # django.contrib.admin with the fleet dashboard
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -61,6 +61,7 @@ INSTALLED_APPS = [
     "ledger",
     "environments",
     "leases",
+    "console",  # the admin control plane: registers every model's admin (console.admin)
 ]
 
 MIDDLEWARE = [

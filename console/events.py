@@ -29,8 +29,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ledger.admin_base import EMPTY, EstimatedCountMixin, ReadOnlyAdmin, badge, moment
-from ledger.admin_timeline import payload_summary
+from console.base import EMPTY, EstimatedCountMixin, ReadOnlyAdmin, badge, moment
+from console.timeline import payload_summary
 from ledger.models import Agent, Event, EventType
 
 CSV_CHUNK = 2000

@@ -23,12 +23,12 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from config.errors import LedgerError
+from console.base import EMPTY, ConfirmationForm, ServiceFormAdmin, actor_of, badge, plural
+from console.confirm import Confirmation, is_confirmed, render_confirmation
 from environments.models import Environment, EnvironmentStatus
 from environments.services import environment_create, environment_set_status, environment_update
 from leases.models import Allocation, AllocationStatus, AttemptStatus
 from leases.services import allocation_release
-from ledger.admin_base import EMPTY, ConfirmationForm, ServiceFormAdmin, actor_of, badge, plural
-from ledger.admin_confirm import Confirmation, is_confirmed, render_confirmation
 
 ALLOCATION_HISTORY_SHOWN = 50
 

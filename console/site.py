@@ -29,7 +29,7 @@ class LeaseholdAdminSite(admin.AdminSite):
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         """The app list, and above it the dashboard for anyone who may view tasks."""
-        from ledger.admin_dashboard import CHART_DAYS, STATUS_COLUMNS, build_dashboard
+        from console.dashboard import CHART_DAYS, STATUS_COLUMNS, build_dashboard
 
         extra = dict(extra_context or {})
         if request.user.has_perm("ledger.view_task"):
@@ -40,12 +40,12 @@ class LeaseholdAdminSite(admin.AdminSite):
 
 
 class LeaseholdAdminConfig(AdminConfig):
-    default_site = "ledger.admin_site.LeaseholdAdminSite"
+    default_site = "console.site.LeaseholdAdminSite"
 
 
 def install(site: admin.AdminSite) -> None:
     """Check the site is Leasehold's (`LeaseholdAdminConfig` in INSTALLED_APPS) and refuse bulk deletion."""
     if not isinstance(site, LeaseholdAdminSite):
-        raise ImproperlyConfigured("Install 'ledger.admin_site.LeaseholdAdminConfig' instead of django.contrib.admin.")
+        raise ImproperlyConfigured("Install 'console.site.LeaseholdAdminConfig' instead of django.contrib.admin.")
     if any(name == "delete_selected" for name, _ in site.actions):
         site.disable_action("delete_selected")

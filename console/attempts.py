@@ -1,7 +1,7 @@
 """Admin for leases: attempts and allocations (read-only audit), findings (acknowledge, resolve), runs.
 
 Attempts are never changed here: an admin revokes one through the task's
-force-release or reassign (`ledger.admin_tasks`). Findings are triaged
+force-release or reassign (`console.tasks`). Findings are triaged
 through `leases.reconciliation.triage`; allocations are released through
 `leases.services.allocation_release`.
 """
@@ -20,13 +20,7 @@ from django.utils.html import format_html, linebreaks
 from django.utils.safestring import SafeString
 
 from config.errors import LedgerError
-from environments.admin import releasable
-from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note
-from leases.reconciliation.models import Finding, FindingStatus, ReconciliationRun, SubjectType
-from leases.reconciliation.triage import finding_acknowledge, finding_resolve
-from leases.services import allocation_release
-from ledger import clock
-from ledger.admin_base import (
+from console.base import (
     EMPTY,
     EstimatedCountMixin,
     LeaseholdModelAdmin,
@@ -38,7 +32,13 @@ from ledger.admin_base import (
     moment,
     plural,
 )
-from ledger.admin_timeline import payload_summary
+from console.environments import releasable
+from console.timeline import payload_summary
+from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note
+from leases.reconciliation.models import Finding, FindingStatus, ReconciliationRun, SubjectType
+from leases.reconciliation.triage import finding_acknowledge, finding_resolve
+from leases.services import allocation_release
+from ledger import clock
 
 
 def _task_link(task_id: int, key: str) -> SafeString:

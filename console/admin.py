@@ -19,11 +19,12 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ledger.admin_agents import AgentAdmin
-from ledger.admin_base import ServiceFormAdmin, actor_of, badge
-from ledger.admin_events import EventAdmin
-from ledger.admin_site import install
-from ledger.admin_tasks import TaskAdmin
+from console import attempts, environments  # noqa: F401 - they register their models
+from console.agents import AgentAdmin
+from console.base import ServiceFormAdmin, actor_of, badge
+from console.events import EventAdmin
+from console.site import install
+from console.tasks import TaskAdmin
 from ledger.models import Agent, Event, Project, Task
 from ledger.services import project_create
 
