@@ -1,92 +1,42 @@
-"""The admin control plane (SPEC §10): dashboard, tasks, agents, the audit log, projects.
+"""The admin control plane (SPEC §10): every model's admin is registered here, on Leasehold's site.
 
-Every write goes through a service with `Actor(user=request.user)`; nothing
-is deletable by anyone (`delete_selected` is disabled site-wide and every
-ModelAdmin refuses delete). `Ledger admins` run the actions; `Managers` view
-everything and export events as CSV. The admins of the other apps live in
-`environments/admin.py` and `leases/admin.py`; shared pieces in
-`ledger/admin_*.py`; templates under `templates/admin/`.
+Django's admin autodiscovery imports this module (`console` is in
+INSTALLED_APPS). Every write goes through a service with
+`Actor(user=request.user)`; nothing is deletable by anyone (`delete_selected`
+is disabled site-wide and every ModelAdmin refuses delete). `Ledger admins`
+run the actions; `Managers` view everything and export events as CSV. One
+module per area (`console/tasks.py`, `console/agents.py`, …); shared pieces
+in `console/base.py`, `console/confirm.py`, `console/timeline.py`;
+templates under `templates/admin/`.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin
-from django.forms import BaseForm
-from django.http import HttpRequest
-from django.urls import reverse
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
 
-from console import attempts, environments  # noqa: F401 - they register their models
 from console.agents import AgentAdmin
-from console.base import ServiceFormAdmin, actor_of, badge
+from console.allocations import AllocationAdmin
+from console.attempts import AttemptAdmin
+from console.environments import EnvironmentAdmin
 from console.events import EventAdmin
+from console.findings import FindingAdmin
+from console.projects import ProjectAdmin
+from console.runs import ReconciliationRunAdmin
 from console.site import install
 from console.tasks import TaskAdmin
+from environments.models import Environment
+from leases.models import Allocation, Attempt
+from leases.reconciliation.models import Finding, ReconciliationRun
 from ledger.models import Agent, Event, Project, Task
-from ledger.services import project_create
 
 install(admin.site)
 
-
-@admin.register(Project)
-class ProjectAdmin(ServiceFormAdmin):
-    list_display = ["slug", "name", "key_prefix", "repository", "required_isolation", "default_lease_seconds", "state"]
-    search_fields = ["slug", "name"]
-    ordering = ["slug"]
-    add_fields = [
-        "slug",
-        "name",
-        "key_prefix",
-        "repository",
-        "default_branch",
-        "default_lease_seconds",
-        "queue_wait_max_seconds",
-        "required_isolation",
-    ]
-    view_fields = [*add_fields, "tasks_link", "created_at", "archived_at"]
-
-    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return self.add_fields if obj is None else self.view_fields
-
-    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
-        return [] if obj is None else self.view_fields
-
-    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
-        form = super().get_form(request, obj, change, **kwargs)
-        if obj is None and "key_prefix" in form.base_fields:
-            form.base_fields["key_prefix"].required = False
-            form.base_fields[
-                "key_prefix"
-            ].help_text = "Prefix of task keys (WEB in WEB-412); derived from the slug if empty."
-        return form
-
-    def create_through_service(self, request: HttpRequest, form: BaseForm) -> Project:
-        data = form.cleaned_data
-        return project_create(
-            slug=data["slug"],
-            name=data["name"],
-            key_prefix=data.get("key_prefix") or "",
-            repository=data.get("repository") or "",
-            default_branch=data.get("default_branch") or "main",
-            default_lease_seconds=data["default_lease_seconds"],
-            queue_wait_max_seconds=data["queue_wait_max_seconds"],
-            required_isolation=data["required_isolation"],
-            actor=actor_of(request),
-        )
-
-    @admin.display(description="state", ordering="archived_at")
-    def state(self, project: Project) -> SafeString:
-        return badge("cancelled", "archived") if project.archived_at else badge("available", "active")
-
-    @admin.display(description="tasks")
-    def tasks_link(self, project: Project) -> SafeString:
-        url = reverse("admin:ledger_task_changelist") + f"?project__id__exact={project.pk}"
-        return format_html('<a href="{}">Tasks of {}</a>', url, project.slug)
-
-
+admin.site.register(Project, ProjectAdmin)
 admin.site.register(Task, TaskAdmin)
 admin.site.register(Agent, AgentAdmin)
 admin.site.register(Event, EventAdmin)
+admin.site.register(Environment, EnvironmentAdmin)
+admin.site.register(Attempt, AttemptAdmin)
+admin.site.register(Allocation, AllocationAdmin)
+admin.site.register(Finding, FindingAdmin)
+admin.site.register(ReconciliationRun, ReconciliationRunAdmin)

@@ -1,0 +1,74 @@
+"""Projects: listed read-only; added through `ledger.services.project_create`.
+
+The key prefix is derived from the slug when left empty (the service does it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.forms import BaseForm
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+
+from console.base import ServiceFormAdmin, actor_of, badge
+from ledger.models import Project
+from ledger.services import project_create
+
+
+class ProjectAdmin(ServiceFormAdmin):
+    list_display = ["slug", "name", "key_prefix", "repository", "required_isolation", "default_lease_seconds", "state"]
+    search_fields = ["slug", "name"]
+    ordering = ["slug"]
+    add_fields = [
+        "slug",
+        "name",
+        "key_prefix",
+        "repository",
+        "default_branch",
+        "default_lease_seconds",
+        "queue_wait_max_seconds",
+        "required_isolation",
+    ]
+    view_fields = [*add_fields, "tasks_link", "created_at", "archived_at"]
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return self.add_fields if obj is None else self.view_fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return [] if obj is None else self.view_fields
+
+    def get_form(self, request: HttpRequest, obj: Any = None, change: bool = False, **kwargs: Any) -> Any:
+        form = super().get_form(request, obj, change, **kwargs)
+        if obj is None and "key_prefix" in form.base_fields:
+            form.base_fields["key_prefix"].required = False
+            form.base_fields[
+                "key_prefix"
+            ].help_text = "Prefix of task keys (WEB in WEB-412); derived from the slug if empty."
+        return form
+
+    def create_through_service(self, request: HttpRequest, form: BaseForm) -> Project:
+        data = form.cleaned_data
+        return project_create(
+            slug=data["slug"],
+            name=data["name"],
+            key_prefix=data.get("key_prefix") or "",
+            repository=data.get("repository") or "",
+            default_branch=data.get("default_branch") or "main",
+            default_lease_seconds=data["default_lease_seconds"],
+            queue_wait_max_seconds=data["queue_wait_max_seconds"],
+            required_isolation=data["required_isolation"],
+            actor=actor_of(request),
+        )
+
+    @admin.display(description="state", ordering="archived_at")
+    def state(self, project: Project) -> SafeString:
+        return badge("cancelled", "archived") if project.archived_at else badge("available", "active")
+
+    @admin.display(description="tasks")
+    def tasks_link(self, project: Project) -> SafeString:
+        url = reverse("admin:ledger_task_changelist") + f"?project__id__exact={project.pk}"
+        return format_html('<a href="{}">Tasks of {}</a>', url, project.slug)
