@@ -31,6 +31,7 @@ from django.utils.safestring import SafeString
 
 from console.base import EMPTY, EstimatedCountMixin, ReadOnlyAdmin, badge, moment
 from console.timeline import payload_summary
+from ledger import clock
 from ledger.models import Agent, Event, EventType
 
 CSV_CHUNK = 2000
@@ -186,7 +187,7 @@ def csv_rows(events: QuerySet[Event]) -> Iterator[str]:
         yield writer.writerow(
             [
                 event.pk,
-                event.created_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+                clock.iso(event.created_at),
                 _csv_cell(event.type),
                 event.severity,
                 _csv_cell(event.project.slug if event.project else ""),
