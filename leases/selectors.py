@@ -12,7 +12,7 @@ from datetime import datetime
 from django.conf import settings
 from django.db.models import Case, CharField, Exists, F, OuterRef, Q, QuerySet, Subquery, Value, When
 
-from leases.models import Attempt, AttemptStatus, Note, NoteKind
+from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note, NoteKind
 from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
 
 IN_PROGRESS = "in_progress"
@@ -150,3 +150,15 @@ def lease_seconds_for(*, task: Task, requested: int | None) -> int:
         return clamp_lease_seconds(requested)
     suggestion = suggested_lease_seconds(project=task.project, task_class=task.task_class)
     return clamp_lease_seconds(suggestion if suggestion is not None else task.project.default_lease_seconds)
+
+
+def releasable(allocation: Allocation) -> bool:
+    """May be released by hand: stale, or still active although its attempt has ended (leaked).
+
+    Never a live attempt's: its holder is working in that environment. The one
+    rule behind `leases.services.allocation_release` and the admin's release
+    actions; it reads `allocation.attempt`, so select it with the allocation.
+    """
+    return allocation.status == AllocationStatus.STALE or (
+        allocation.status == AllocationStatus.ACTIVE and allocation.attempt.status != AttemptStatus.ACTIVE
+    )

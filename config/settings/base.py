@@ -51,7 +51,7 @@ SECRET_KEY_FALLBACKS = env_list("LEASEHOLD_SECRET_KEY_FALLBACKS", [])
 ALLOWED_HOSTS = env_list("LEASEHOLD_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 
 INSTALLED_APPS = [
-    "ledger.admin_site.LeaseholdAdminConfig",  # django.contrib.admin with the fleet dashboard
+    "console.site.LeaseholdAdminConfig",  # django.contrib.admin with the fleet dashboard
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -66,6 +66,7 @@ INSTALLED_APPS = [
     "ledger",
     "environments",
     "leases",
+    "console",  # the admin control plane: registers every model's admin (console.admin)
 ]
 
 MIDDLEWARE = [

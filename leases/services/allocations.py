@@ -18,7 +18,8 @@ from django.db.models import Exists, OuterRef, QuerySet
 from config.db import write_transaction
 from config.errors import EnvironmentUnavailable, NotFound, ValidationFailed
 from environments.models import Environment, EnvironmentStatus
-from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
+from leases.models import Allocation, AllocationStatus, Attempt
+from leases.selectors import releasable
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import EventType, Isolation, Severity, Task
@@ -172,7 +173,11 @@ def mark_allocations_stale(attempt_ids: Sequence[int]) -> int:
 
 @write_transaction
 def allocation_release(*, allocation: Allocation, actor: Actor) -> Allocation:
-    """An admin frees a stale allocation after checking the environment."""
+    """An admin frees a stale (or leaked) allocation after checking the environment.
+
+    Released already: nothing to do. Otherwise `leases.selectors.releasable`
+    decides; a live attempt's allocation is refused.
+    """
     now = clock.now()
     locked = (
         Allocation.objects.select_for_update(no_key=True)
@@ -181,7 +186,7 @@ def allocation_release(*, allocation: Allocation, actor: Actor) -> Allocation:
     )
     if locked.status == AllocationStatus.RELEASED:
         return locked
-    if locked.status == AllocationStatus.ACTIVE and locked.attempt.status == AttemptStatus.ACTIVE:
+    if not releasable(locked):
         raise ValidationFailed("This allocation belongs to a live attempt; revoke the attempt first.")
     Allocation.objects.filter(pk=locked.pk).update(status=AllocationStatus.RELEASED, released_at=now)
     locked.status, locked.released_at = AllocationStatus.RELEASED, now

@@ -20,8 +20,8 @@ from ledger.models import Agent, Event
 from ledger.permissions import MANAGERS
 from ledger.selectors import agent_for_token
 from ledger.services import event_append
-from tests.admin.browser.conftest import login, screenshot
-from tests.admin.conftest import PASSWORD
+from tests.console.browser.conftest import login, screenshot
+from tests.console.conftest import PASSWORD
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -29,8 +29,9 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ledger.admin_base import EMPTY, EstimatedCountMixin, ReadOnlyAdmin, badge, moment
-from ledger.admin_timeline import payload_summary
+from console.base import EMPTY, EstimatedCountMixin, ReadOnlyAdmin, badge, moment
+from console.timeline import payload_summary
+from ledger import clock
 from ledger.models import Agent, Event, EventType
 
 CSV_CHUNK = 2000
@@ -186,7 +187,7 @@ def csv_rows(events: QuerySet[Event]) -> Iterator[str]:
         yield writer.writerow(
             [
                 event.pk,
-                event.created_at.astimezone(UTC).isoformat().replace("+00:00", "Z"),
+                clock.iso(event.created_at),
                 _csv_cell(event.type),
                 event.severity,
                 _csv_cell(event.project.slug if event.project else ""),

@@ -1,9 +1,9 @@
 """Leasehold's admin site: the standard Django admin whose index is the fleet dashboard.
 
-`LeaseholdAdminConfig` can replace `django.contrib.admin` in INSTALLED_APPS
-(it makes this the default site). Until then `ledger.admin` turns the
-default site into this class when the admin modules load, which happens
-before the URLs are built, so both ways serve the same site.
+`LeaseholdAdminConfig` replaces `django.contrib.admin` in INSTALLED_APPS and
+makes this the default site; `console.admin` checks that it did (`install`)
+before it registers every model, so a settings file that lists the plain
+admin fails at start-up instead of serving a site without the dashboard.
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ class LeaseholdAdminSite(admin.AdminSite):
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         """The app list, and above it the dashboard for anyone who may view tasks."""
-        from ledger.admin_dashboard import CHART_DAYS, STATUS_COLUMNS, build_dashboard
+        # Imported here: this module loads with INSTALLED_APPS, before the models the dashboard reads.
+        from console.dashboard import CHART_DAYS, STATUS_COLUMNS, build_dashboard
 
         extra = dict(extra_context or {})
         if request.user.has_perm("ledger.view_task"):
@@ -40,12 +41,12 @@ class LeaseholdAdminSite(admin.AdminSite):
 
 
 class LeaseholdAdminConfig(AdminConfig):
-    default_site = "ledger.admin_site.LeaseholdAdminSite"
+    default_site = "console.site.LeaseholdAdminSite"
 
 
 def install(site: admin.AdminSite) -> None:
     """Check the site is Leasehold's (`LeaseholdAdminConfig` in INSTALLED_APPS) and refuse bulk deletion."""
     if not isinstance(site, LeaseholdAdminSite):
-        raise ImproperlyConfigured("Install 'ledger.admin_site.LeaseholdAdminConfig' instead of django.contrib.admin.")
+        raise ImproperlyConfigured("Install 'console.site.LeaseholdAdminConfig' instead of django.contrib.admin.")
     if any(name == "delete_selected" for name, _ in site.actions):
         site.disable_action("delete_selected")

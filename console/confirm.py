@@ -20,7 +20,7 @@ from django.db.models import Model
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from ledger.admin_base import ConfirmationForm
+from console.base import ConfirmationForm
 from ledger.models import Agent
 
 PROCESS_GONE_LABEL = "I have confirmed the agent process is gone"

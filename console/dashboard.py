@@ -21,13 +21,13 @@ from django.db.models import Count
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
+from console.base import duration
+from console.charts import Stack, bar_chart, rate_chart
+from console.timeline import TimelineItem, timeline_items, with_actors
 from leases.metrics import fleet_metrics
 from leases.models import Attempt
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
 from leases.selectors import IN_PROGRESS, live_attempts, with_lease_state
-from ledger.admin_base import duration
-from ledger.admin_charts import Stack, bar_chart, rate_chart
-from ledger.admin_timeline import TimelineItem, timeline_items, with_actors
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 
 EXPIRING_WINDOW = timedelta(minutes=10)

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db.models import QuerySet
 from django.urls import reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
 from ledger.models import Event, Task
@@ -65,7 +65,3 @@ def timeline_items(events: QuerySet[Event] | list[Event]) -> list[TimelineItem]:
 def timeline_of(task: Task, *, limit: int = TIMELINE_LIMIT) -> list[TimelineItem]:
     """The task's latest events, newest first (served by the `event_task_timeline` index)."""
     return timeline_items(with_actors(Event.objects.filter(task=task)).order_by("-id")[:limit])
-
-
-def event_type_badge(event_type: str) -> SafeString:
-    return format_html('<span class="lh-mono">{}</span>', event_type)

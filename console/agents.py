@@ -22,10 +22,10 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from config.errors import LedgerError
+from console.base import LeaseholdModelAdmin, actor_of, badge, plural
+from console.confirm import Confirmation, is_confirmed, render_confirmation
 from leases.models import AttemptStatus
 from ledger import clock
-from ledger.admin_base import LeaseholdModelAdmin, actor_of, badge, plural
-from ledger.admin_confirm import Confirmation, is_confirmed, render_confirmation
 from ledger.models import HANDLE_PATTERN, Agent, AgentKind, Project
 from ledger.services import agent_create, agent_deactivate, agent_rotate_token, agent_set_projects
 

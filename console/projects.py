@@ -1,11 +1,6 @@
-"""The admin control plane (SPEC §10): dashboard, tasks, agents, the audit log, projects.
+"""Projects: listed read-only; added through `ledger.services.project_create`.
 
-Every write goes through a service with `Actor(user=request.user)`; nothing
-is deletable by anyone (`delete_selected` is disabled site-wide and every
-ModelAdmin refuses delete). `Ledger admins` run the actions; `Managers` view
-everything and export events as CSV. The admins of the other apps live in
-`environments/admin.py` and `leases/admin.py`; shared pieces in
-`ledger/admin_*.py`; templates under `templates/admin/`.
+The key prefix is derived from the slug when left empty (the service does it).
 """
 
 from __future__ import annotations
@@ -19,18 +14,11 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from ledger.admin_agents import AgentAdmin
-from ledger.admin_base import ServiceFormAdmin, actor_of, badge
-from ledger.admin_events import EventAdmin
-from ledger.admin_site import install
-from ledger.admin_tasks import TaskAdmin
-from ledger.models import Agent, Event, Project, Task
+from console.base import ServiceFormAdmin, actor_of, badge
+from ledger.models import Project
 from ledger.services import project_create
 
-install(admin.site)
 
-
-@admin.register(Project)
 class ProjectAdmin(ServiceFormAdmin):
     list_display = ["slug", "name", "key_prefix", "repository", "required_isolation", "default_lease_seconds", "state"]
     search_fields = ["slug", "name"]
@@ -84,8 +72,3 @@ class ProjectAdmin(ServiceFormAdmin):
     def tasks_link(self, project: Project) -> SafeString:
         url = reverse("admin:ledger_task_changelist") + f"?project__id__exact={project.pk}"
         return format_html('<a href="{}">Tasks of {}</a>', url, project.slug)
-
-
-admin.site.register(Task, TaskAdmin)
-admin.site.register(Agent, AgentAdmin)
-admin.site.register(Event, EventAdmin)

@@ -1,4 +1,4 @@
-"""Building blocks every Leasehold ModelAdmin uses.
+"""Building blocks every Leasehold ModelAdmin uses, and the cells the area modules share.
 
 - Nothing is deletable (SPEC §1.6): `has_delete_permission` is always False.
 - Nothing is edited through a bare ModelForm: change pages are read-only and
@@ -23,6 +23,7 @@ from django.core.paginator import Paginator
 from django.db.models import Model, QuerySet
 from django.forms import BaseForm
 from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -65,6 +66,11 @@ def duration(seconds: float) -> str:
 def moment(value: datetime | None) -> str:
     """A timestamp for a table cell: UTC, to the second."""
     return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if value else EMPTY
+
+
+def task_link(task_id: int, key: str) -> SafeString:
+    """The task's key, linking to its page."""
+    return format_html('<a href="{}">{}</a>', reverse("admin:ledger_task_change", args=[task_id]), key)
 
 
 def lease_remaining(expires_at: datetime | None, now: datetime) -> SafeString:

@@ -22,7 +22,7 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
-from tests.admin.conftest import PASSWORD
+from tests.console.conftest import PASSWORD
 
 CHROMIUM = os.environ.get("LEASEHOLD_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
 CHROMIUM_ARGS = [

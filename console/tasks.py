@@ -23,11 +23,7 @@ from django.utils.html import format_html, linebreaks
 from django.utils.safestring import SafeString
 
 from config.errors import LedgerError
-from leases.models import Attempt
-from leases.selectors import with_lease_state
-from leases.services import task_force_release, task_reassign, task_update
-from ledger import clock
-from ledger.admin_base import (
+from console.base import (
     EMPTY,
     ServiceFormAdmin,
     actor_of,
@@ -36,8 +32,8 @@ from ledger.admin_base import (
     moment,
     plural,
 )
-from ledger.admin_confirm import Confirmation, ReassignForm, RevokeForm, is_confirmed, render_confirmation
-from ledger.admin_task_parts import (
+from console.confirm import Confirmation, ReassignForm, RevokeForm, is_confirmed, render_confirmation
+from console.task_parts import (
     EFFECTIVE_LABELS,
     AttemptInline,
     DependencyInline,
@@ -45,7 +41,11 @@ from ledger.admin_task_parts import (
     EffectiveStatusFilter,
     HolderFilter,
 )
-from ledger.admin_timeline import timeline_of
+from console.timeline import timeline_of
+from leases.models import Attempt
+from leases.selectors import with_lease_state
+from leases.services import task_force_release, task_reassign, task_update
+from ledger import clock
 from ledger.models import Agent, Task, TaskDependency, TaskStatus
 from ledger.services import task_create
 

@@ -11,10 +11,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from console.base import EMPTY, ReadOnlyInline, badge, lease_remaining, moment
 from leases.models import Attempt
 from leases.selectors import EFFECTIVE_STATUSES, IN_PROGRESS, live_attempts
 from ledger import clock
-from ledger.admin_base import EMPTY, ReadOnlyInline, badge, lease_remaining, moment
 from ledger.models import TaskDependency, TaskStatus
 
 EFFECTIVE_LABELS = {**dict(TaskStatus.choices), IN_PROGRESS: "In progress"}

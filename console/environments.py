@@ -2,11 +2,11 @@
 
 Adding goes through `environments.services.environment_create`, editing the
 mapping (kind, isolation, resources, credentials reference) through
-`environment_update`; status
-changes (quarantine, retire, make available) through
-`environments.services.environment_set_status`; releasing a stale
-allocation through `leases.services.allocation_release`. Quarantining asks
-for a reason on a confirmation page.
+`environment_update`, status changes (quarantine, retire, make available)
+through `environment_set_status`; releasing a stale allocation goes through
+`leases.services.allocation_release`, for the allocations
+`leases.selectors.releasable` allows. Quarantining asks for a reason on a
+confirmation page.
 """
 
 from __future__ import annotations
@@ -23,12 +23,13 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from config.errors import LedgerError
+from console.base import EMPTY, ConfirmationForm, ServiceFormAdmin, actor_of, badge, plural
+from console.confirm import Confirmation, is_confirmed, render_confirmation
 from environments.models import Environment, EnvironmentStatus
 from environments.services import environment_create, environment_set_status, environment_update
-from leases.models import Allocation, AllocationStatus, AttemptStatus
+from leases.models import Allocation, AllocationStatus
+from leases.selectors import releasable
 from leases.services import allocation_release
-from ledger.admin_base import EMPTY, ConfirmationForm, ServiceFormAdmin, actor_of, badge, plural
-from ledger.admin_confirm import Confirmation, is_confirmed, render_confirmation
 
 ALLOCATION_HISTORY_SHOWN = 50
 
@@ -37,14 +38,6 @@ def _live_allocation() -> QuerySet[Allocation]:
     return Allocation.objects.filter(environment=OuterRef("pk")).exclude(status=AllocationStatus.RELEASED)
 
 
-def releasable(allocation: Allocation) -> bool:
-    """Stale, or still active although its attempt has ended (leaked): never a live attempt's."""
-    return allocation.status == AllocationStatus.STALE or (
-        allocation.status == AllocationStatus.ACTIVE and allocation.attempt.status != AttemptStatus.ACTIVE
-    )
-
-
-@admin.register(Environment)
 class EnvironmentAdmin(ServiceFormAdmin):
     list_display = [
         "name",

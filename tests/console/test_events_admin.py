@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from ledger.admin_base import EstimatedCountPaginator
+from console.base import EstimatedCountPaginator
 from ledger.models import Event, Severity
 from tests.conftest import START
 from tests.factories import AgentFactory, ProjectFactory

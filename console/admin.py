@@ -1,0 +1,42 @@
+"""The admin control plane (SPEC §10): every model's admin is registered here, on Leasehold's site.
+
+Django's admin autodiscovery imports this module (`console` is in
+INSTALLED_APPS). Every write goes through a service with
+`Actor(user=request.user)`; nothing is deletable by anyone (`delete_selected`
+is disabled site-wide and every ModelAdmin refuses delete). `Ledger admins`
+run the actions; `Managers` view everything and export events as CSV. One
+module per area (`console/tasks.py`, `console/agents.py`, …); shared pieces
+in `console/base.py`, `console/confirm.py`, `console/timeline.py`;
+templates under `templates/admin/`.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin
+
+from console.agents import AgentAdmin
+from console.allocations import AllocationAdmin
+from console.attempts import AttemptAdmin
+from console.environments import EnvironmentAdmin
+from console.events import EventAdmin
+from console.findings import FindingAdmin
+from console.projects import ProjectAdmin
+from console.runs import ReconciliationRunAdmin
+from console.site import install
+from console.tasks import TaskAdmin
+from environments.models import Environment
+from leases.models import Allocation, Attempt
+from leases.reconciliation.models import Finding, ReconciliationRun
+from ledger.models import Agent, Event, Project, Task
+
+install(admin.site)
+
+admin.site.register(Project, ProjectAdmin)
+admin.site.register(Task, TaskAdmin)
+admin.site.register(Agent, AgentAdmin)
+admin.site.register(Event, EventAdmin)
+admin.site.register(Environment, EnvironmentAdmin)
+admin.site.register(Attempt, AttemptAdmin)
+admin.site.register(Allocation, AllocationAdmin)
+admin.site.register(Finding, FindingAdmin)
+admin.site.register(ReconciliationRun, ReconciliationRunAdmin)
