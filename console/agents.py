@@ -25,9 +25,10 @@ from config.errors import LedgerError
 from console.base import LeaseholdModelAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
 from leases.models import AttemptStatus
+from leases.services import agent_set_projects
 from ledger import clock
 from ledger.models import HANDLE_PATTERN, Agent, AgentKind, Project
-from ledger.services import agent_create, agent_deactivate, agent_rotate_token, agent_set_projects
+from ledger.services import agent_create, agent_deactivate, agent_rotate_token
 
 HASH_ONLY_NOTE = "Not stored: only its SHA-256 is kept. Rotate it to issue a new one."
 

@@ -22,14 +22,20 @@ from leases.models import Allocation, AllocationStatus
 from leases.reconciliation.models import Finding
 from leases.reconciliation.services import reconcile
 from leases.reconciliation.triage import finding_acknowledge, finding_resolve
-from leases.services import allocation_release, lease_claim, task_force_release, task_reassign, task_update
+from leases.services import (
+    agent_set_projects,
+    allocation_release,
+    lease_claim,
+    task_force_release,
+    task_reassign,
+    task_update,
+)
 from ledger.actors import SYSTEM, Actor
 from ledger.models import Event, Project
 from ledger.services import (
     agent_create,
     agent_deactivate,
     agent_rotate_token,
-    agent_set_projects,
     project_create,
     task_create,
 )

@@ -6,11 +6,11 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.test import Client
 
-from leases.services import attempt_finish, lease_claim
+from config.errors import LeaseNotHeld
+from leases.services import agent_set_projects, attempt_finish, lease_claim
 from ledger import clock
 from ledger.actors import SYSTEM
 from ledger.models import Event, Project
-from ledger.services import agent_set_projects
 from tests.api.conftest import client_for
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
@@ -30,7 +30,7 @@ def test_setting_projects_appends_one_event_naming_what_changed_and_nothing_when
     assert changed.count() == 1
 
 
-def test_an_agent_claims_in_a_project_it_gains_and_finishes_what_it_held_in_one_it_lost():
+def test_an_agent_claims_in_a_project_it_gains_and_loses_what_it_held_in_one_it_lost():
     web, docs = ProjectFactory(slug="web"), ProjectFactory(slug="docs")
     agent = AgentFactory(projects=[web])
     held = lease_claim(task=TaskFactory(project=web), agent=agent)
@@ -41,8 +41,9 @@ def test_an_agent_claims_in_a_project_it_gains_and_finishes_what_it_held_in_one_
     agent_set_projects(agent=agent, projects=[docs], actor=SYSTEM)
     assert client.post(f"/api/v1/tasks/{docs_task.key}/claim/", {}, format="json").status_code == 201
     assert [row["key"] for row in client.get("/api/v1/tasks/").json()["results"]] == [docs_task.key]
-    # The lease it held in `web` is not ended by losing the project.
-    assert attempt_finish(proof=proof_of(held), outcome="done").attempt.status == "completed"
+    # The lease it held in `web` was revoked with the project (issue 14, finding 9).
+    with pytest.raises(LeaseNotHeld):
+        attempt_finish(proof=proof_of(held), outcome="done")
 
 
 def test_the_admin_page_sets_projects_logs_the_change_and_is_for_ledger_admins_only(ops_client, manager):
