@@ -76,7 +76,8 @@ def test_the_graph_sees_the_toolkit_modules_and_their_imports():
     graph = import_graph()
 
     assert {"agent", "agent.cli", "agent.client", "agent.runner", "agent.mcp_server"} <= set(graph)
-    assert "agent.errors" in graph["agent.client"]
+    assert graph["agent.__main__"] == {"agent.cli"}  # `from agent.cli import main`
+    assert "agent.errors" in graph["agent.keeper"]  # `from agent.errors import LEASE_LOSS_CODES, ...`
 
 
 def test_the_toolkit_modules_import_each_other_without_a_cycle():
