@@ -158,37 +158,24 @@ class LeaseLost(LeaseholdError):
     code = "LEASE_LOST"
 
 
-ERRORS_BY_CODE: dict[str, type[LeaseholdError]] = {
-    cls.code: cls
-    for cls in (
-        ValidationFailed,
-        InvalidBranchName,
-        InvalidStatusTransition,
-        AuthenticationFailed,
-        PermissionDenied,
-        NotFound,
-        MethodNotAllowed,
-        NotAcceptable,
-        TaskTaken,
-        TaskNotClaimable,
-        VersionConflict,
-        AcknowledgementRequired,
-        IdempotencyConflict,
-        EnvironmentUnavailable,
-        DependencyCycle,
-        LeaseExpired,
-        LeaseNotHeld,
-        StaleEpoch,
-        InvalidLeaseToken,
-        PayloadTooLarge,
-        UnsupportedMediaType,
-        RateLimited,
-        StorageBusy,
-        InternalError,
-        ConnectionFailed,
-        LeaseLost,
-    )
-}
+def _registry() -> dict[str, type[LeaseholdError]]:
+    """Every subclass by its code, read from the hierarchy itself (a new subclass registers by existing).
+
+    `LeaseholdError` itself is left out: it is what an unknown code becomes,
+    while INTERNAL_ERROR has its own class.
+    """
+    found: dict[str, type[LeaseholdError]] = {}
+    pending: list[type[LeaseholdError]] = list(LeaseholdError.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        if cls.code in found and found[cls.code] is not cls:
+            raise RuntimeError(f"two error classes share the code {cls.code}")
+        found[cls.code] = cls
+        pending.extend(cls.__subclasses__())
+    return found
+
+
+ERRORS_BY_CODE: dict[str, type[LeaseholdError]] = _registry()
 
 # Answers that end a lease for good: the holder must stop and never write with that token again.
 LEASE_LOSS_CODES = frozenset({"LEASE_EXPIRED", "LEASE_NOT_HELD", "STALE_EPOCH", "INVALID_LEASE_TOKEN"})

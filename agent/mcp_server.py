@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agent import __version__
-from agent.cli import make_client
 from agent.client import Claim, LeaseholdClient, NoteKind, Outcome
 from agent.config import load_settings
 from agent.errors import LeaseholdError
 from agent.keeper import Heartbeat, LeaseKeeper
 from agent.output import EXIT_OK, compact_json
+from agent.session import make_client
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

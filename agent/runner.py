@@ -36,7 +36,6 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from agent.cli import UsageError, claim_from_args, claim_text, make_client, refuse_to_replace
 from agent.client import Lease, LeaseholdClient, Outcome
 from agent.config import clear_state, load_settings, load_state, save_state, state_path
 from agent.errors import LeaseholdError
@@ -48,6 +47,7 @@ from agent.output import (
     EXIT_OK,
     Output,
 )
+from agent.session import UsageError, claim_from_args, claim_text, make_client, refuse_to_replace
 
 POLL_SECONDS = 0.05
 SUMMARY_MAX_CHARS = 4000

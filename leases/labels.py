@@ -18,7 +18,6 @@ from leases.branches import validate_branch_name
 FIELDS: tuple[str, ...] = ("owner", "branch", "env", "task", "epoch")
 NONE_VALUE = "-"
 _OPTIONAL_FIELDS = frozenset({"branch", "env"})
-TRAILER_KEY = "Leasehold-Label"
 
 _FORMATS: dict[str, tuple[re.Pattern[str], str]] = {
     "owner": (re.compile(r"[a-z0-9][a-z0-9._-]{0,63}"), "an agent handle"),
@@ -115,8 +114,3 @@ def parse_label(text: str) -> Label:
         task=values["task"],
         epoch=int(values["epoch"]),
     )
-
-
-def git_trailer(label: Label) -> str:
-    """The line an agent can append to a commit message so git history names its attempt."""
-    return f"{TRAILER_KEY}: {render_label(label)}"

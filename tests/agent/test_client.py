@@ -210,6 +210,24 @@ def test_every_server_error_code_has_its_own_client_exception():
         assert error.code == code
 
 
+def test_the_error_registry_holds_every_subclass_by_its_code():
+    classes = [
+        value
+        for value in vars(errors).values()
+        if isinstance(value, type) and issubclass(value, errors.LeaseholdError) and value is not errors.LeaseholdError
+    ]
+    assert {cls.code: cls for cls in classes} == errors.ERRORS_BY_CODE
+    assert errors.ERRORS_BY_CODE["INTERNAL_ERROR"] is errors.InternalError
+
+
+def test_two_error_classes_with_one_code_are_refused():
+    class SecondTaskTaken(errors.TaskTaken):
+        pass
+
+    with pytest.raises(RuntimeError, match="TASK_TAKEN"):
+        errors._registry()
+
+
 def test_an_unknown_code_keeps_its_name():
     error = errors.error_from_envelope(
         {"error": {"code": "NEW_THING", "message": "m", "retryable": True, "details": {}}}, http_status=409

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from config.errors import ValidationFailed
 from leases.branches import AGENT_PREFIXES, BRANCH_TYPES
-from leases.labels import Label, git_trailer, parse_label, render_label
+from leases.labels import Label, parse_label, render_label
 
 SPEC_EXAMPLE = "owner=agent-07;branch=feature/web-412-search-copy;env=preview-b;task=WEB-412;epoch=3"
 VALID = "owner=agent-07;branch=-;env=-;task=WEB-412;epoch=3"
@@ -42,10 +42,6 @@ def test_absent_branch_and_environment_render_and_parse_as_dash() -> None:
 
     assert label == Label(owner="agent-07", branch=None, env=None, task="WEB-412", epoch=3)
     assert render_label(label) == VALID
-
-
-def test_git_trailer_carries_the_rendered_label() -> None:
-    assert git_trailer(parse_label(SPEC_EXAMPLE)) == f"Leasehold-Label: {SPEC_EXAMPLE}"
 
 
 @given(labels)

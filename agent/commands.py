@@ -1,0 +1,222 @@
+"""What each `leasehold` command does (SPEC §13); `agent.cli` reads the command line and calls one.
+
+A handler takes the parsed arguments and the `Output`, prints its result and
+returns the exit code (`agent.output.EXIT_CODES_HELP`). Holder commands act
+on the current attempt of the state file and mark it lost on a lease-ending
+answer, so no later command sends that token again; inside `leasehold run`
+the run owns the attempt's end (`_inside_run`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import getpass
+import os
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from agent.client import LeaseholdClient, NoteKind
+from agent.config import Settings, clear_state, load_settings, load_state, save_settings, save_state
+from agent.errors import LEASE_LOSS_CODES, LeaseholdError
+from agent.mcp_server import print_config, serve
+from agent.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
+from agent.runner import run
+from agent.session import UsageError, claim_from_args, claim_text, make_client, project_from, refuse_to_replace
+
+
+def cmd_login(args: argparse.Namespace, out: Output) -> int:
+    token = args.token or os.environ.get("LEASEHOLD_TOKEN")
+    if not token:
+        token = getpass.getpass("Agent token: ") if sys.stdin.isatty() else sys.stdin.readline()
+    token = token.strip()
+    if not token:
+        raise UsageError("An agent token is needed: --token, LEASEHOLD_TOKEN, or on standard input.")
+    with LeaseholdClient(args.url, token) as client:
+        projects = [project["slug"] for project in client.projects(limit=200)["results"]]
+        url = client.url
+    project = args.project or (projects[0] if len(projects) == 1 else None)
+    path = save_settings(Settings(url=url, token=token, project=project))
+    out.result(
+        {"url": url, "config": str(path), "projects": projects, "project": project},
+        f"Logged in to {url}; projects: {', '.join(projects) or 'none'}"
+        + (f"; default project {project}" if project else "")
+        + f". Saved to {path}.",
+    )
+    return EXIT_OK
+
+
+def cmd_ready(args: argparse.Namespace, out: Output) -> int:
+    settings = load_settings()
+    with make_client(settings) as client:
+        page = client.tasks(
+            project=project_from(args, settings), claimable=True, task_class=args.task_class, limit=args.limit
+        )
+    tasks = page["results"]
+    lines = [
+        f"{task['key']:<12} p{task['priority']:<4} {task['task_class'] or '-':<12} {task['title']}" for task in tasks
+    ]
+    out.result(page, "\n".join(lines) if lines else "Nothing claimable.")
+    return EXIT_OK
+
+
+def cmd_claim(args: argparse.Namespace, out: Output) -> int:
+    settings = load_settings()
+    refuse_to_replace(args)
+    with make_client(settings) as client:
+        claim = claim_from_args(client, args, settings)
+    if claim is None:
+        out.result({"claimed": None}, "Nothing claimable.")
+        return EXIT_NOTHING_CLAIMABLE
+    save_state(claim.lease)
+    out.result({**claim.summary(), "context": claim.context}, claim_text(claim))
+    return EXIT_OK
+
+
+def cmd_context(args: argparse.Namespace, out: Output) -> int:
+    settings = load_settings()
+    key = args.key
+    if not key:
+        current = load_state()
+        if current is None:
+            raise UsageError("Give a task KEY (no current attempt).")
+        key = current.lease.task
+    with make_client(settings) as client:
+        context = client.context(key)
+    out.result(context, _context_text(context))
+    return EXIT_OK
+
+
+def _context_text(context: dict[str, Any]) -> str:
+    task = context.get("task") or {}
+    lines = [f"{task.get('key')}: {task.get('title')} [{task.get('status')}]"]
+    for name in ("description", "acceptance_criteria"):
+        if task.get(name):
+            lines += ["", f"{name.replace('_', ' ').capitalize()}:", str(task[name])]
+    checkpoint = context.get("latest_checkpoint")
+    if checkpoint:
+        lines += ["", "Latest checkpoint:", str(checkpoint.get("content", ""))]
+        lines += [f"  - {step}" for step in checkpoint.get("next_steps") or []]
+    previous = context.get("previous_attempt")
+    if previous:
+        lines += ["", f"Previous attempt ({previous.get('status')}): {previous.get('result_summary') or ''}"]
+        lines += [f"  - {step}" for step in previous.get("next_steps") or []]
+    blockers = context.get("blockers") or []
+    if blockers:
+        lines += ["", "Unresolved blockers: " + ", ".join(str(blocker.get("key")) for blocker in blockers)]
+    lines += [f"Warning: {warning}" for warning in context.get("warnings") or []]
+    if context.get("truncated"):
+        lines.append(f"(truncated: {', '.join(map(str, context['truncated']))})")
+    return "\n".join(lines)
+
+
+def _holder(action: Callable[[LeaseholdClient, Any], Any], *, ends: bool = False) -> Any:
+    """Run a holder call on the current attempt; marks the state lost on a lease-ending answer."""
+    settings = load_settings()
+    current = load_state()
+    if current is None:
+        raise UsageError("No current attempt: claim one first (`leasehold claim KEY` or `--next`).")
+    if current.lost:
+        raise LeaseholdError(
+            f"The lease on {current.lease.task} was lost ({current.lost_reason}); its token is not used again.",
+            code="LEASE_LOST",
+        )
+    with make_client(settings) as client:
+        try:
+            result = action(client, current.lease)
+        except LeaseholdError as error:
+            if error.code in LEASE_LOSS_CODES:
+                save_state(current.lease, lost=True, lost_reason=str(error))
+            raise
+    if ends:
+        clear_state(current.lease)
+    elif isinstance(result, dict) and result.get("lease_expires_at") and not os.environ.get("LEASEHOLD_RUN"):
+        # Remember the new expiry (inside `run`, the run owns the state file and may be marking it lost).
+        save_state(dataclasses.replace(current.lease, lease_expires_at=result["lease_expires_at"]))
+    return result
+
+
+def cmd_note(args: argparse.Namespace, out: Output) -> int:
+    kind: NoteKind = "checkpoint" if args.command == "checkpoint" else args.kind
+    written = _holder(
+        lambda client, lease: client.note(
+            lease, args.content, kind=kind, next_steps=args.next_step, important=getattr(args, "important", False)
+        ),
+    )
+    note_id, until = written["note"]["id"], written["lease_expires_at"]
+    out.result(written, f"{kind.capitalize()} {note_id} added; lease until {until}.")
+    return EXIT_OK
+
+
+def cmd_renew(args: argparse.Namespace, out: Output) -> int:
+    renewed = _holder(lambda client, lease: client.renew(lease, lease_seconds=args.lease_seconds))
+    out.result(renewed, f"Lease until {renewed['lease_expires_at']} (renewal {renewed['renew_count']}).")
+    return EXIT_OK
+
+
+def _inside_run(verb: str) -> None:
+    """Inside `leasehold run`, the run owns the attempt's end: finishing it under the keeper would look like a loss."""
+    if os.environ.get("LEASEHOLD_RUN"):
+        raise UsageError(f"`leasehold run` {verb} this attempt when its command exits; exit instead.")
+
+
+def cmd_finish(args: argparse.Namespace, out: Output) -> int:
+    _inside_run("finishes")
+    fields = {
+        "result_summary": args.summary,
+        "next_steps": args.next_step or None,
+        "failure_reason_code": args.failure_reason,
+        "interruption_reason_code": args.interruption_reason,
+        "acknowledged_version": args.acknowledged_version,
+    }
+    if args.outcome == "failed" and not args.failure_reason:
+        fields["failure_reason_code"] = "implementation_error"
+    if args.outcome == "handoff" and not args.interruption_reason:
+        fields["interruption_reason_code"] = "handoff"
+    finished = _holder(lambda client, lease: client.finish(lease, args.outcome, **fields), ends=True)
+    attempt, task = finished["attempt"], finished["task"]
+    out.result(finished, f"{attempt['task']}: attempt {attempt['id']} {attempt['status']}; task {task['status']}.")
+    return EXIT_OK
+
+
+def cmd_release(args: argparse.Namespace, out: Output) -> int:
+    _inside_run("releases")
+    finished = _holder(lambda client, lease: client.release(lease, reason=args.reason), ends=True)
+    attempt, task = finished["attempt"], finished["task"]
+    out.result(finished, f"{attempt['task']}: attempt {attempt['id']} released; task {task['status']}.")
+    return EXIT_OK
+
+
+def cmd_changes(args: argparse.Namespace, out: Output) -> int:
+    settings = load_settings()
+    with make_client(settings) as client:
+        changes = client.changes(since=args.since, project=args.project or settings.project, limit=args.limit)
+    lines = [
+        f"{event['id']:>8} {event['type']:<26} {event.get('task') or '-':<12} {event['actor']:<16} "
+        f"{event['created_at']}"
+        for event in changes["events"]
+    ]
+    lines.append(f"latest_event_id={changes['latest_event_id']}" + (" (more)" if changes["has_more"] else ""))
+    out.result(changes, "\n".join(lines))
+    return EXIT_OK
+
+
+def cmd_search(args: argparse.Namespace, out: Output) -> int:
+    settings = load_settings()
+    with make_client(settings) as client:
+        page = client.search(args.query, project=args.project or settings.project, limit=args.limit)
+    lines = [f"{hit['task']:<12} {hit['kind']:<5} {hit['snippet']}" for hit in page["results"]]
+    out.result(page, "\n".join(lines) if lines else "No match.")
+    return EXIT_OK
+
+
+def cmd_run(args: argparse.Namespace, out: Output) -> int:
+    return run(args, out)
+
+
+def cmd_mcp(args: argparse.Namespace, out: Output) -> int:
+    if args.print_config:
+        print(print_config(args.print_config, project=args.project))
+        return EXIT_OK
+    return serve(project=args.project, keep_alive=not args.no_keep_alive)
