@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 import sys
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "axes",
     "ledger",
     "environments",
     "leases",
@@ -79,6 +81,13 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Admin login lockout (django-axes); last, as its documentation asks.
+    "axes.middleware.AxesMiddleware",
+]
+
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -216,6 +225,25 @@ if LEASEHOLD_HTTPS:
         # is hard to undo: the operator's decision (LEASEHOLD_HSTS_PRELOAD=1),
         # not a default. Everything else `check --deploy` asks for is on.
         SILENCED_SYSTEM_CHECKS = ["security.W021"]
+
+# --- Rate limits and lockout (docs/operations.md, "Security") --------------
+
+# How many proxies in front of the server append to X-Forwarded-For: the
+# client address (throttles, lockout) is read that many hops from the right.
+# 0 (default): the socket's address, and X-Forwarded-For is ignored.
+LEASEHOLD_TRUSTED_PROXIES = env_int("LEASEHOLD_TRUSTED_PROXIES", 0, minimum=0, maximum=5)
+# Admin login lockout (django-axes): per client address, reset by a success.
+AXES_FAILURE_LIMIT = env_int("LEASEHOLD_ADMIN_LOGIN_FAILURES", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("LEASEHOLD_ADMIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_VERBOSE = False
+if LEASEHOLD_TRUSTED_PROXIES:
+    AXES_IPWARE_PROXY_COUNT = LEASEHOLD_TRUSTED_PROXIES
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+    AXES_IPWARE_PROXY_ORDER = "right-most"
+else:
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
 
 # --- Leasehold --------------------------------------------------------------
 
