@@ -14,9 +14,14 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import Outcome, body_input, caller_of, run_mutation
-from leases.api_holder import holder_proof_from_headers
-from leases.api_projections import (
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import body_input
+from api.mutations import Outcome, run_mutation
+from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
+from leases.api_selectors import attempt_notes, attempt_visible_to, ended_task_row
+from leases.apis.holder import holder_proof_from_headers
+from leases.apis.projections import (
     AttemptDetailSerializer,
     AttemptSummarySerializer,
     CompactTaskSerializer,
@@ -25,7 +30,6 @@ from leases.api_projections import (
     compact_task,
     iso,
 )
-from leases.api_selectors import attempt_notes, attempt_visible_to, ended_task_row
 from leases.models import FailureReason, InterruptionReason, NoteKind
 from leases.services import (
     Finished,
@@ -38,8 +42,6 @@ from leases.services import (
 from leases.services import (
     Outcome as FinishOutcome,
 )
-from ledger.api_base import ApiView
-from ledger.api_schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
 
 INT32_MAX = 2**31 - 1
 

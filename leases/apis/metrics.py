@@ -9,10 +9,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import caller_of, query_input
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import query_input
+from api.schema import READ_ERRORS, error_responses
 from leases.metrics import DEFAULT_DAYS, MAX_DAYS, fleet_metrics
-from ledger.api_base import ApiView
-from ledger.api_schema import READ_ERRORS, error_responses
 from ledger.api_selectors import projects_for
 from ledger.selectors import project_by_slug
 

@@ -9,10 +9,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import caller_of, decode_cursor, encode_cursor, query_input
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import decode_cursor, encode_cursor, query_input
+from api.schema import READ_ERRORS, error_responses
 from leases.search import search
-from ledger.api_base import ApiView
-from ledger.api_schema import READ_ERRORS, error_responses
 from ledger.selectors import project_by_slug
 
 MAX_OFFSET = 1000

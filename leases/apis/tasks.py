@@ -16,33 +16,26 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import (
-    Outcome,
-    PageQuery,
-    body_input,
-    caller_of,
-    decode_cursor,
-    encode_cursor,
-    query_input,
-    run_mutation,
-)
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import PageQuery, body_input, decode_cursor, encode_cursor, query_input
+from api.mutations import Outcome, run_mutation
+from api.schema import IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
 from config.errors import PermissionDenied, ValidationFailed
-from leases.api_holder import holder_proof_from_headers, lease_headers_present
-from leases.api_projections import (
+from leases.api_selectors import COMPACT_TASK_FIELDS, full_task_read, tasks_visible_to, with_compact_state
+from leases.apis.holder import holder_proof_from_headers, lease_headers_present
+from leases.apis.projections import (
     CompactTaskPageSerializer,
     FullTaskSerializer,
     WorkContextSerializer,
     compact_task,
     full_task,
 )
-from leases.api_selectors import COMPACT_TASK_FIELDS, full_task_read, tasks_visible_to, with_compact_state
 from leases.context import work_context
 from leases.filters import TaskFilter
 from leases.selectors import EFFECTIVE_STATUSES
 from leases.services import task_update
 from ledger import clock
-from ledger.api_base import ApiView
-from ledger.api_schema import IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
 from ledger.models import Task, TaskStatus
 from ledger.selectors import project_by_slug, task_by_key
 from ledger.services import INITIAL_STATUSES, task_create

@@ -13,9 +13,13 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import Outcome, body_input, caller_of, run_mutation
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import body_input
+from api.mutations import Outcome, run_mutation
+from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from environments.models import EnvironmentKind
-from leases.api_projections import (
+from leases.apis.projections import (
     AttemptSummarySerializer,
     CompactTaskSerializer,
     WorkContextSerializer,
@@ -26,8 +30,6 @@ from leases.api_projections import (
 from leases.context import work_context
 from leases.services import LeaseGrant, lease_claim, lease_claim_next
 from ledger import clock
-from ledger.api_base import ApiView
-from ledger.api_schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from ledger.selectors import project_by_slug, task_by_key
 
 LEASE_SECONDS_MAX_INPUT = 2**31 - 1
