@@ -19,7 +19,6 @@ from api.base import ApiView
 from api.inputs import body_input
 from api.mutations import Outcome, run_mutation
 from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
-from leases.api_selectors import attempt_notes, attempt_visible_to, ended_task_row
 from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import (
     AttemptDetailSerializer,
@@ -28,9 +27,11 @@ from leases.apis.projections import (
     attempt_detail,
     attempt_summary,
     compact_task,
+    ended_task_row,
     iso,
 )
 from leases.models import FailureReason, InterruptionReason, NoteKind
+from leases.selectors import attempt_by_id, attempt_notes
 from leases.services import (
     Finished,
     attempt_finish,
@@ -60,7 +61,7 @@ class AttemptDetailApi(ApiView):
         responses={200: AttemptDetailSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, attempt_id: int) -> Response:
-        attempt = attempt_visible_to(attempt_id, agent=caller_of(request).agent)
+        attempt = attempt_by_id(attempt_id, agent=caller_of(request).agent)
         notes, total = attempt_notes(attempt)
         return Response(attempt_detail(attempt, notes, total))
 

@@ -14,8 +14,7 @@ from api.base import ApiView
 from api.inputs import query_input
 from api.schema import READ_ERRORS, error_responses
 from leases.metrics import DEFAULT_DAYS, MAX_DAYS, fleet_metrics
-from ledger.api_selectors import projects_for
-from ledger.selectors import project_by_slug
+from ledger.selectors import project_by_slug, projects_visible_to
 
 
 class DayValueSerializer(serializers.Serializer[Any]):
@@ -53,5 +52,5 @@ class MetricsApi(ApiView):
         params = query_input(self.FilterSerializer, request)
         agent = caller_of(request).agent
         project = project_by_slug(params["project"], agent=agent) if "project" in params else None
-        project_ids = None if agent is None else list(projects_for(agent).values_list("pk", flat=True))
+        project_ids = None if agent is None else list(projects_visible_to(agent).values_list("pk", flat=True))
         return Response(fleet_metrics(days=params["days"], project=project, project_ids=project_ids))

@@ -15,10 +15,25 @@ from rest_framework import serializers
 from config.errors import ValidationFailed
 from leases.labels import parse_label
 from leases.models import Allocation, Attempt, AttemptStatus
-from leases.selectors import EFFECTIVE_STATUSES
+from leases.selectors import EFFECTIVE_STATUSES, unresolved_blockers_of
 from ledger.models import Task, TaskStatus
 
 RESULT_SUMMARY_SHOWN_CHARS = 4000
+# The row of a compact task: `with_compact_state(...).values(*COMPACT_TASK_FIELDS)`.
+COMPACT_TASK_FIELDS = (
+    "id",
+    "key",
+    "title",
+    "status",
+    "effective_status",
+    "priority",
+    "task_class",
+    "version",
+    "epoch",
+    "holder_handle",
+    "lease_expires_at",
+    "blocked_by_count",
+)
 
 
 def iso(moment: datetime | None) -> str | None:
@@ -67,6 +82,29 @@ def held_compact_task(task: Task, attempt: Attempt) -> dict[str, Any]:
             "blocked_by_count": 0,
         }
     )
+
+
+def ended_task_row(task: Task) -> dict[str, Any]:
+    """The compact row of `task` as its attempt just ended: the state of that commit.
+
+    No live lease exists then (one active attempt per task, and it just
+    ended), so the lease columns need no subqueries; only the blocker count
+    is read.
+    """
+    return {
+        "id": task.pk,
+        "key": task.key,
+        "title": task.title,
+        "status": task.status,
+        "effective_status": task.status,
+        "priority": task.priority,
+        "task_class": task.task_class,
+        "version": task.version,
+        "epoch": task.epoch,
+        "holder_handle": None,
+        "lease_expires_at": None,
+        "blocked_by_count": unresolved_blockers_of(task).count(),
+    }
 
 
 def full_task(task: Task, blockers: list[dict[str, Any]]) -> dict[str, Any]:

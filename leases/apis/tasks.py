@@ -22,9 +22,9 @@ from api.inputs import PageQuery, body_input, decode_cursor, encode_cursor, quer
 from api.mutations import Outcome, run_mutation
 from api.schema import IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
 from config.errors import PermissionDenied, ValidationFailed
-from leases.api_selectors import COMPACT_TASK_FIELDS, full_task_read, tasks_visible_to, with_compact_state
 from leases.apis.holder import holder_proof_from_headers, lease_headers_present
 from leases.apis.projections import (
+    COMPACT_TASK_FIELDS,
     CompactTaskPageSerializer,
     FullTaskSerializer,
     WorkContextSerializer,
@@ -33,11 +33,11 @@ from leases.apis.projections import (
 )
 from leases.context import work_context
 from leases.filters import TaskFilter
-from leases.selectors import EFFECTIVE_STATUSES
+from leases.selectors import EFFECTIVE_STATUSES, full_task_read, with_compact_state
 from leases.services import task_update
 from ledger import clock
 from ledger.models import Task, TaskStatus
-from ledger.selectors import project_by_slug, task_by_key
+from ledger.selectors import project_by_slug, task_by_key, tasks_visible_to
 from ledger.services import INITIAL_STATUSES, task_create
 
 INT32_MAX = 2**31 - 1

@@ -14,9 +14,8 @@ from api.base import ApiView
 from api.inputs import MAX_PAGE_SIZE, query_input
 from api.schema import READ_ERRORS, error_responses
 from ledger import clock
-from ledger.api_selectors import changes_since
 from ledger.models import Severity
-from ledger.selectors import project_by_slug
+from ledger.selectors import changes_since, project_by_slug
 
 BIGINT_MAX = 2**63 - 1
 

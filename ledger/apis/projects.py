@@ -14,8 +14,8 @@ from api.base import ApiView
 from api.inputs import PageQuery, decode_cursor, encode_cursor, query_input
 from api.schema import READ_ERRORS, error_responses
 from ledger import clock
-from ledger.api_selectors import projects_for
 from ledger.models import Isolation
+from ledger.selectors import projects_visible_to
 
 
 class ProjectSerializer(serializers.Serializer[Any]):
@@ -44,7 +44,7 @@ class ProjectListApi(ApiView):
     )
     def get(self, request: Request) -> Response:
         page = query_input(PageQuery, request)
-        projects = projects_for(caller_of(request).agent).order_by("slug")
+        projects = projects_visible_to(caller_of(request).agent).order_by("slug")
         if "cursor" in page:
             projects = projects.filter(slug__gt=decode_cursor(page["cursor"], expected={"after": str})["after"])
         rows = list(projects[: page["limit"] + 1])
