@@ -28,7 +28,6 @@ from leases.apis.projections import (
     attempt_summary,
     compact_task,
     ended_task_row,
-    iso,
 )
 from leases.models import FailureReason, InterruptionReason, NoteKind
 from leases.selectors import attempt_by_id, attempt_notes
@@ -43,6 +42,7 @@ from leases.services import (
 from leases.services import (
     Outcome as FinishOutcome,
 )
+from ledger import clock
 
 INT32_MAX = 2**31 - 1
 
@@ -90,7 +90,7 @@ class AttemptRenewApi(ApiView):
             attempt = attempt_renew(proof=proof, lease_seconds=data.get("lease_seconds"))
             return Outcome(
                 status=200,
-                data={"lease_expires_at": iso(attempt.lease_expires_at), "renew_count": attempt.renew_count},
+                data={"lease_expires_at": clock.iso(attempt.lease_expires_at), "renew_count": attempt.renew_count},
             )
 
         return run_mutation(request, work)
@@ -142,9 +142,9 @@ class NoteAddApi(ApiView):
                         "content": note.content,
                         "next_steps": note.next_steps,
                         "important": note.important,
-                        "created_at": iso(note.created_at),
+                        "created_at": clock.iso(note.created_at),
                     },
-                    "lease_expires_at": iso(written.lease_expires_at),
+                    "lease_expires_at": clock.iso(written.lease_expires_at),
                 },
             )
 

@@ -25,7 +25,6 @@ from leases.apis.projections import (
     WorkContextSerializer,
     attempt_summary,
     held_compact_task,
-    iso,
 )
 from leases.context import work_context
 from leases.services import LeaseGrant, lease_claim, lease_claim_next
@@ -72,7 +71,7 @@ def claim_outcome(grant: LeaseGrant) -> Outcome:
         data={
             "attempt": attempt_summary(attempt, allocation=grant.allocation),
             "lease_token": grant.token,
-            "lease_expires_at": iso(attempt.lease_expires_at),
+            "lease_expires_at": clock.iso(attempt.lease_expires_at),
             "renew_every_seconds": grant.renew_every_seconds,
             "renew_attempts": grant.renew_attempts,
             "epoch": attempt.epoch,

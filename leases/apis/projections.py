@@ -7,7 +7,6 @@ Full: single-object reads only.
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Any
 
 from rest_framework import serializers
@@ -16,6 +15,7 @@ from config.errors import ValidationFailed
 from leases.labels import parse_label
 from leases.models import Allocation, Attempt, AttemptStatus
 from leases.selectors import EFFECTIVE_STATUSES, unresolved_blockers_of
+from ledger import clock
 from ledger.models import Task, TaskStatus
 
 RESULT_SUMMARY_SHOWN_CHARS = 4000
@@ -36,14 +36,6 @@ COMPACT_TASK_FIELDS = (
 )
 
 
-def iso(moment: datetime | None) -> str | None:
-    """ISO 8601 in UTC with a Z, as DRF renders datetimes."""
-    if moment is None:
-        return None
-    text = moment.isoformat()
-    return text[:-6] + "Z" if text.endswith("+00:00") else text
-
-
 def compact_task(row: dict[str, Any]) -> dict[str, Any]:
     """A `with_compact_state(...).values(*COMPACT_TASK_FIELDS)` row as the compact list item."""
     return {
@@ -56,7 +48,7 @@ def compact_task(row: dict[str, Any]) -> dict[str, Any]:
         "version": row["version"],
         "epoch": row["epoch"],
         "holder": row["holder_handle"],
-        "lease_expires_at": iso(row["lease_expires_at"]),
+        "lease_expires_at": clock.iso(row["lease_expires_at"]),
         "blocked_by": row["blocked_by_count"],
     }
 
@@ -124,13 +116,13 @@ def full_task(task: Task, blockers: list[dict[str, Any]]) -> dict[str, Any]:
         "version": task.version,
         "epoch": task.epoch,
         "holder": task.holder_handle,  # type: ignore[attr-defined]
-        "lease_expires_at": iso(task.lease_expires_at),  # type: ignore[attr-defined]
+        "lease_expires_at": clock.iso(task.lease_expires_at),  # type: ignore[attr-defined]
         "reserved_for": task.reserved_for.handle if task.reserved_for else None,
         "blocked_by": [{"key": row["blocked_by__key"], "status": row["blocked_by__status"]} for row in blockers],
         "unresolved_blockers": task.blocked_by_count,  # type: ignore[attr-defined]
-        "ready_since": iso(task.ready_since),
-        "created_at": iso(task.created_at),
-        "updated_at": iso(task.updated_at),
+        "ready_since": clock.iso(task.ready_since),
+        "created_at": clock.iso(task.created_at),
+        "updated_at": clock.iso(task.updated_at),
     }
 
 
@@ -148,7 +140,7 @@ def attempt_summary(attempt: Attempt, *, allocation: Allocation | None = None) -
         "task": attempt.task.key,
         "epoch": attempt.epoch,
         "status": attempt.status,
-        "lease_expires_at": iso(attempt.lease_expires_at),
+        "lease_expires_at": clock.iso(attempt.lease_expires_at),
         "branch": attempt.branch or None,
         "base_commit": attempt.base_commit or None,
         "environment": allocation.environment.name if allocation is not None else environment_name(attempt),
@@ -162,10 +154,10 @@ def attempt_detail(attempt: Attempt, notes: list[dict[str, Any]], notes_total: i
         **attempt_summary(attempt),
         "agent": attempt.agent.handle,
         "lease_seconds": attempt.lease_seconds,
-        "claimed_at": iso(attempt.claimed_at),
-        "last_renewed_at": iso(attempt.last_renewed_at),
+        "claimed_at": clock.iso(attempt.claimed_at),
+        "last_renewed_at": clock.iso(attempt.last_renewed_at),
         "renew_count": attempt.renew_count,
-        "finished_at": iso(attempt.finished_at),
+        "finished_at": clock.iso(attempt.finished_at),
         "result_summary": summary[:RESULT_SUMMARY_SHOWN_CHARS],
         "result_summary_truncated": len(summary) > RESULT_SUMMARY_SHOWN_CHARS,
         "next_steps": attempt.next_steps,
@@ -178,7 +170,7 @@ def attempt_detail(attempt: Attempt, notes: list[dict[str, Any]], notes_total: i
                 "id": note["id"],
                 "kind": note["kind"],
                 "important": note["important"],
-                "created_at": iso(note["created_at"]),
+                "created_at": clock.iso(note["created_at"]),
                 "excerpt": note["excerpt"],
                 "truncated": note["content_length"] > len(note["excerpt"]),
                 "next_steps": note["next_steps"],
