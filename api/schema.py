@@ -22,11 +22,22 @@ def expand_routes(endpoints: list[tuple[str, str, str, Any]], **kwargs: Any) -> 
 
 
 class ApiAutoSchema(AutoSchema):
-    """Names nested serializers after their view: `TaskClaimApi.InputSerializer` → `TaskClaimInput`."""
+    """Names a view's serializers after the view: `TaskClaimApi.InputSerializer` → `TaskClaimInput`.
+
+    That holds for a serializer declared inside the view and for a shared one
+    the view names as its `InputSerializer`/`OutputSerializer`
+    (`OutputSerializer = ClaimOutputSerializer` is `TaskClaimOutput` in one
+    view and `ClaimNextOutput` in the other): a client generated from the
+    schema gets one type per operation.
+    """
 
     def get_serializer_name(
         self, serializer: serializers.Serializer[Any], direction: Literal["request", "response"]
     ) -> str:
+        view = type(self.view)
+        for role in ("Input", "Output"):
+            if getattr(view, f"{role}Serializer", None) is type(serializer):
+                return view.__name__.removesuffix("Api") + role
         parts = type(serializer).__qualname__.split(".")
         if len(parts) < 2:
             return str(super().get_serializer_name(serializer, direction))

@@ -105,16 +105,17 @@ def with_compact_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task
     )
 
 
-def full_task_read(task: Task, *, now: datetime) -> tuple[Task, list[dict[str, Any]]]:
-    """The task with `with_compact_state`, and its present dependencies (key, status), at most BLOCKERS_SHOWN."""
+def full_task_read(task: Task, *, now: datetime) -> Task:
+    """The task annotated by `with_compact_state`, with `dependencies_shown` attached (as a prefetch's
+    `to_attr` would be): its present dependencies as (`blocked_by__key`, `blocked_by__status`) rows,
+    at most BLOCKERS_SHOWN, by the blocker's number."""
     annotated = with_compact_state(Task.objects.select_related("project", "reserved_for"), now=now).get(pk=task.pk)
-    blockers: list[dict[str, Any]] = [
-        dict(row)
-        for row in TaskDependency.objects.filter(task=task, removed_at__isnull=True)
+    annotated.dependencies_shown = list(  # type: ignore[attr-defined]
+        TaskDependency.objects.filter(task=task, removed_at__isnull=True)
         .order_by("blocked_by__number")
         .values("blocked_by__key", "blocked_by__status")[:BLOCKERS_SHOWN]
-    ]
-    return annotated, blockers
+    )
+    return annotated
 
 
 def claimable_tasks(

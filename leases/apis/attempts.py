@@ -20,15 +20,8 @@ from api.inputs import body_input
 from api.mutations import Outcome, run_mutation
 from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
 from leases.apis.holder import holder_proof_from_headers
-from leases.apis.projections import (
-    AttemptDetailSerializer,
-    AttemptSummarySerializer,
-    CompactTaskSerializer,
-    attempt_detail,
-    attempt_summary,
-    compact_task,
-    ended_task_row,
-)
+from leases.apis.projections import attempt_summary, compact_task, ended_task_row
+from leases.apis.serializers import AttemptDetailSerializer, AttemptSummarySerializer, FinishedSerializer
 from leases.models import FailureReason, InterruptionReason, NoteKind
 from leases.selectors import attempt_by_id, attempt_notes
 from leases.services import (
@@ -62,8 +55,8 @@ class AttemptDetailApi(ApiView):
     )
     def get(self, request: Request, attempt_id: int) -> Response:
         attempt = attempt_by_id(attempt_id, agent=caller_of(request).agent)
-        notes, total = attempt_notes(attempt)
-        return Response(attempt_detail(attempt, notes, total))
+        attempt.latest_notes, attempt.notes_total = attempt_notes(attempt)  # type: ignore[attr-defined]
+        return Response(AttemptDetailSerializer(attempt).data)
 
 
 class AttemptRenewApi(ApiView):
@@ -72,6 +65,7 @@ class AttemptRenewApi(ApiView):
     class InputSerializer(serializers.Serializer[Any]):
         lease_seconds = serializers.IntegerField(required=False, min_value=1, max_value=INT32_MAX)
 
+    # Schema-only: a renewal is a measured hot path, its body is a plain dict.
     class OutputSerializer(serializers.Serializer[Any]):
         lease_expires_at = serializers.DateTimeField()
         renew_count = serializers.IntegerField()
@@ -115,6 +109,7 @@ class NoteAddApi(ApiView):
         next_steps = _text_list()
         important = serializers.BooleanField(required=False, default=False)
 
+    # Schema-only: a note is a measured hot path, its body is a plain dict.
     class OutputSerializer(serializers.Serializer[Any]):
         note = NoteSerializer()
         lease_expires_at = serializers.DateTimeField()
@@ -151,19 +146,11 @@ class NoteAddApi(ApiView):
         return run_mutation(request, work)
 
 
-class FinishedSerializer(serializers.Serializer[Any]):
-    attempt = AttemptSummarySerializer()
-    task = CompactTaskSerializer()
-
-
 def finished_outcome(finished: Finished) -> Outcome:
-    attempt = finished.attempt
+    """Finish's body as a plain dict: finish is a measured hot path (FinishedSerializer is its schema)."""
     return Outcome(
         status=200,
-        data={
-            "attempt": attempt_summary(attempt),
-            "task": compact_task(ended_task_row(finished.task)),
-        },
+        data={"attempt": attempt_summary(finished.attempt), "task": compact_task(ended_task_row(finished.task))},
     )
 
 
@@ -180,8 +167,7 @@ class AttemptFinishApi(ApiView):
             required=False, min_value=1, max_value=INT32_MAX, help_text="Needed when the task changed since the claim."
         )
 
-    class OutputSerializer(FinishedSerializer):
-        pass
+    OutputSerializer = FinishedSerializer
 
     @extend_schema(
         operation_id="attempts_finish",
@@ -205,8 +191,7 @@ class AttemptReleaseApi(ApiView):
     class InputSerializer(serializers.Serializer[Any]):
         reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
 
-    class OutputSerializer(FinishedSerializer):
-        pass
+    OutputSerializer = FinishedSerializer
 
     @extend_schema(
         operation_id="attempts_release",
@@ -219,7 +204,9 @@ class AttemptReleaseApi(ApiView):
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
         def work() -> Outcome:
-            return finished_outcome(attempt_release(proof=proof, reason=data["reason"]))
+            released = attempt_release(proof=proof, reason=data["reason"])
+            shown = {"attempt": released.attempt, "task": ended_task_row(released.task)}
+            return Outcome(status=200, data=self.OutputSerializer(shown).data)
 
         return run_mutation(request, work)
 
@@ -246,6 +233,6 @@ class AttemptGitApi(ApiView):
 
         def work() -> Outcome:
             attempt = attempt_set_git(proof=proof, **data)
-            return Outcome(status=200, data={"attempt": attempt_summary(attempt)})
+            return Outcome(status=200, data=self.OutputSerializer({"attempt": attempt}).data)
 
         return run_mutation(request, work)

@@ -19,13 +19,8 @@ from api.inputs import body_input
 from api.mutations import Outcome, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from environments.models import EnvironmentKind
-from leases.apis.projections import (
-    AttemptSummarySerializer,
-    CompactTaskSerializer,
-    WorkContextSerializer,
-    attempt_summary,
-    held_compact_task,
-)
+from leases.apis.projections import attempt_summary, held_compact_task
+from leases.apis.serializers import AttemptSummarySerializer, CompactTaskSerializer, WorkContextSerializer
 from leases.context import work_context
 from leases.services import LeaseGrant, lease_claim, lease_claim_next
 from ledger import clock
@@ -51,6 +46,7 @@ class ClaimInputSerializer(serializers.Serializer[Any]):
     )
 
 
+# Schema-only: a claim is a measured hot path, its body is the plain dict of `claim_outcome`.
 class ClaimOutputSerializer(serializers.Serializer[Any]):
     attempt = AttemptSummarySerializer()
     lease_token = serializers.CharField(help_text="Shown once (replayed under the same Idempotency-Key).")
@@ -87,11 +83,8 @@ def claim_outcome(grant: LeaseGrant) -> Outcome:
 class TaskClaimApi(ApiView):
     """Claim this task: a new attempt under a fresh lease and epoch."""
 
-    class InputSerializer(ClaimInputSerializer):
-        pass
-
-    class OutputSerializer(ClaimOutputSerializer):
-        pass
+    InputSerializer = ClaimInputSerializer
+    OutputSerializer = ClaimOutputSerializer
 
     @extend_schema(
         operation_id="tasks_claim",
@@ -117,8 +110,7 @@ class ClaimNextApi(ApiView):
         project = serializers.SlugField(max_length=50)
         task_class = serializers.SlugField(required=False, max_length=64)
 
-    class OutputSerializer(ClaimOutputSerializer):
-        pass
+    OutputSerializer = ClaimOutputSerializer
 
     @extend_schema(
         operation_id="claims_next",

@@ -17,9 +17,17 @@ from leases.metrics import DEFAULT_DAYS, MAX_DAYS, fleet_metrics
 from ledger.selectors import project_by_slug, projects_visible_to
 
 
+class NumberField(serializers.FloatField):
+    """A JSON number as the series holds it: a count stays an integer, a ratio a float."""
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+# Reads the series of `leases.metrics` (each day already a "YYYY-MM-DD" string).
 class DayValueSerializer(serializers.Serializer[Any]):
     day = serializers.DateField()
-    value = serializers.FloatField()
+    value = NumberField()
 
 
 class OrphanRateDaySerializer(DayValueSerializer):
@@ -53,4 +61,5 @@ class MetricsApi(ApiView):
         agent = caller_of(request).agent
         project = project_by_slug(params["project"], agent=agent) if "project" in params else None
         project_ids = None if agent is None else list(projects_visible_to(agent).values_list("pk", flat=True))
-        return Response(fleet_metrics(days=params["days"], project=project, project_ids=project_ids))
+        metrics = fleet_metrics(days=params["days"], project=project, project_ids=project_ids)
+        return Response(self.OutputSerializer(metrics).data)

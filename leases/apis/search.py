@@ -53,21 +53,6 @@ class SearchApi(ApiView):
         offset = decode_cursor(params["cursor"], expected={"offset": int})["offset"] if "cursor" in params else 0
         offset = max(0, min(offset, MAX_OFFSET))
         hits, more = search(query=params["q"], agent=agent, project=project, offset=offset, limit=params["limit"])
-        return Response(
-            {
-                "results": [
-                    {
-                        "kind": hit.kind,
-                        "task": hit.task,
-                        "title": hit.title,
-                        "note": hit.note,
-                        "attempt": hit.attempt,
-                        "snippet": hit.snippet,
-                    }
-                    for hit in hits
-                ],
-                "next_cursor": encode_cursor({"offset": offset + len(hits)})
-                if more and offset + len(hits) <= MAX_OFFSET
-                else None,
-            }
-        )
+        next_offset = offset + len(hits)
+        next_cursor = encode_cursor({"offset": next_offset}) if more and next_offset <= MAX_OFFSET else None
+        return Response(self.OutputSerializer({"results": hits, "next_cursor": next_cursor}).data)

@@ -13,7 +13,6 @@ from api.auth import caller_of
 from api.base import ApiView
 from api.mutations import Outcome, run_mutation
 from api.schema import IDEMPOTENCY_KEY, error_responses
-from ledger import clock
 from ledger.services import agent_heartbeat
 
 
@@ -34,6 +33,7 @@ class AgentHeartbeatApi(ApiView):
         agent = caller_of(request).require_agent()
 
         def work() -> Outcome:
-            return Outcome(status=200, data={"agent": agent.handle, "seen_at": clock.iso(agent_heartbeat(agent=agent))})
+            seen_at = agent_heartbeat(agent=agent)
+            return Outcome(status=200, data=self.OutputSerializer({"agent": agent.handle, "seen_at": seen_at}).data)
 
         return run_mutation(request, work)

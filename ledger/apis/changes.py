@@ -13,20 +13,29 @@ from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import MAX_PAGE_SIZE, query_input
 from api.schema import READ_ERRORS, error_responses
-from ledger import clock
 from ledger.models import Severity
 from ledger.selectors import changes_since, project_by_slug
 
 BIGINT_MAX = 2**63 - 1
 
 
+class ActorField(serializers.CharField):
+    """Who wrote the event, from its row: the agent's handle, `user:<name>`, or `system`."""
+
+    def get_attribute(self, instance: Any) -> str:
+        if instance["actor_agent__handle"]:
+            return str(instance["actor_agent__handle"])
+        return f"user:{instance['actor_user__username']}" if instance["actor_user__username"] else "system"
+
+
+# Reads a row of `ledger.selectors.changes_since`.
 class ChangeSerializer(serializers.Serializer[Any]):
     id = serializers.IntegerField()
     type = serializers.CharField()
     severity = serializers.ChoiceField(choices=Severity.values)
-    task = serializers.CharField(allow_null=True, help_text="Task key.")
-    attempt = serializers.IntegerField(allow_null=True)
-    actor = serializers.CharField(help_text="Agent handle, `user:<name>`, or `system`.")
+    task = serializers.CharField(source="task__key", allow_null=True, help_text="Task key.")
+    attempt = serializers.IntegerField(source="attempt_id", allow_null=True)
+    actor = ActorField(help_text="Agent handle, `user:<name>`, or `system`.")
     payload = serializers.DictField()
     created_at = serializers.DateTimeField()
 
@@ -58,24 +67,7 @@ class ChangesApi(ApiView):
         agent = caller_of(request).agent
         project = project_by_slug(params["project"], agent=agent) if "project" in params else None
         rows, more = changes_since(agent=agent, since=params["since"], limit=params["limit"], project=project)
-        events = [
-            {
-                "id": row["id"],
-                "type": row["type"],
-                "severity": row["severity"],
-                "task": row["task__key"],
-                "attempt": row["attempt_id"],
-                "actor": row["actor_agent__handle"]
-                or (f"user:{row['actor_user__username']}" if row["actor_user__username"] else "system"),
-                "payload": row["payload"],
-                "created_at": clock.iso(row["created_at"]),
-            }
-            for row in rows
-        ]
+        latest_event_id = rows[-1]["id"] if rows else params["since"]
         return Response(
-            {
-                "events": events,
-                "latest_event_id": events[-1]["id"] if events else params["since"],
-                "has_more": more,
-            }
+            self.OutputSerializer({"events": rows, "latest_event_id": latest_event_id, "has_more": more}).data
         )

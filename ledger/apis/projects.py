@@ -13,7 +13,6 @@ from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import PageQuery, decode_cursor, encode_cursor, query_input
 from api.schema import READ_ERRORS, error_responses
-from ledger import clock
 from ledger.models import Isolation
 from ledger.selectors import projects_visible_to
 
@@ -50,22 +49,5 @@ class ProjectListApi(ApiView):
         rows = list(projects[: page["limit"] + 1])
         more = len(rows) > page["limit"]
         rows = rows[: page["limit"]]
-        return Response(
-            {
-                "results": [
-                    {
-                        "slug": project.slug,
-                        "name": project.name,
-                        "key_prefix": project.key_prefix,
-                        "repository": project.repository,
-                        "default_branch": project.default_branch,
-                        "default_lease_seconds": project.default_lease_seconds,
-                        "queue_wait_max_seconds": project.queue_wait_max_seconds,
-                        "required_isolation": project.required_isolation,
-                        "archived_at": clock.iso(project.archived_at),
-                    }
-                    for project in rows
-                ],
-                "next_cursor": encode_cursor({"after": rows[-1].slug}) if more else None,
-            }
-        )
+        next_cursor = encode_cursor({"after": rows[-1].slug}) if more else None
+        return Response(self.OutputSerializer({"results": rows, "next_cursor": next_cursor}).data)
