@@ -25,6 +25,7 @@ from leases.selectors import (
     unresolved_blockers_of,
 )
 from leases.services.allocations import active_allocation_of
+from ledger import clock
 from ledger.models import Task
 
 MAX_BLOCKERS = 20
@@ -50,10 +51,6 @@ TROUBLED_STATUSES = (AttemptStatus.FAILED, AttemptStatus.EXPIRED, AttemptStatus.
 def encoded_size(value: Any) -> int:
     """Bytes of `value` as the API renders it (compact separators, UTF-8)."""
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat().replace("+00:00", "Z") if moment else None
 
 
 _UNKNOWN: Any = object()
@@ -105,7 +102,7 @@ def work_context(
         else {
             "attempt": checkpoint.attempt_id,
             "agent": checkpoint.attempt.agent.handle,
-            "created_at": _iso(checkpoint.created_at),
+            "created_at": clock.iso(checkpoint.created_at),
             "content": checkpoint.content,
             "next_steps": checkpoint.next_steps,
         },
@@ -116,7 +113,7 @@ def work_context(
             "status": previous.status,
             "agent": previous.agent.handle,
             "epoch": previous.epoch,
-            "finished_at": _iso(previous.finished_at),
+            "finished_at": clock.iso(previous.finished_at),
             "result_summary": previous.result_summary,
             "next_steps": previous.next_steps,
             "branch": previous.branch or None,

@@ -16,35 +16,22 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import (
-    Outcome,
-    PageQuery,
-    body_input,
-    caller_of,
-    decode_cursor,
-    encode_cursor,
-    query_input,
-    run_mutation,
-)
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import PageQuery, body_input, decode_cursor, encode_cursor, query_input
+from api.mutations import Outcome, run_mutation
+from api.schema import IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
 from config.errors import PermissionDenied, ValidationFailed
-from leases.api_holder import holder_proof_from_headers, lease_headers_present
-from leases.api_projections import (
-    CompactTaskPageSerializer,
-    FullTaskSerializer,
-    WorkContextSerializer,
-    compact_task,
-    full_task,
-)
-from leases.api_selectors import COMPACT_TASK_FIELDS, full_task_read, tasks_visible_to, with_compact_state
+from leases.apis.holder import holder_proof_from_headers, lease_headers_present
+from leases.apis.projections import COMPACT_TASK_FIELDS
+from leases.apis.serializers import CompactTaskPageSerializer, FullTaskSerializer, WorkContextSerializer
 from leases.context import work_context
 from leases.filters import TaskFilter
-from leases.selectors import EFFECTIVE_STATUSES
+from leases.selectors import EFFECTIVE_STATUSES, full_task_read, with_compact_state
 from leases.services import task_update
 from ledger import clock
-from ledger.api_base import ApiView
-from ledger.api_schema import IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
-from ledger.models import Task, TaskStatus
-from ledger.selectors import project_by_slug, task_by_key
+from ledger.models import TaskStatus
+from ledger.selectors import project_by_slug, task_by_key, tasks_visible_to
 from ledger.services import INITIAL_STATUSES, task_create
 
 INT32_MAX = 2**31 - 1
@@ -63,11 +50,6 @@ TASK_LIST_PARAMETERS = [
     OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
     OpenApiParameter("limit", int, description="Page size, 1-200 (default 50)."),
 ]
-
-
-def _full(task: Task) -> dict[str, Any]:
-    annotated, blockers = full_task_read(task, now=clock.now())
-    return full_task(annotated, blockers)
 
 
 class TaskListApi(ApiView):
@@ -92,12 +74,8 @@ class TaskListApi(ApiView):
         rows = list(tasks.order_by("id").values(*COMPACT_TASK_FIELDS)[: page["limit"] + 1])
         more = len(rows) > page["limit"]
         rows = rows[: page["limit"]]
-        return Response(
-            {
-                "results": [compact_task(row) for row in rows],
-                "next_cursor": encode_cursor({"after": rows[-1]["id"]}) if more else None,
-            }
-        )
+        next_cursor = encode_cursor({"after": rows[-1]["id"]}) if more else None
+        return Response(CompactTaskPageSerializer({"results": rows, "next_cursor": next_cursor}).data)
 
 
 class TaskCreateApi(ApiView):
@@ -143,7 +121,7 @@ class TaskCreateApi(ApiView):
                     f"Unknown blockers: {', '.join(missing)}.", details={"fields": {"blocked_by": missing}}
                 )
             task = task_create(project=project, actor=caller.actor, blocked_by=blockers, **data)
-            return Outcome(status=201, data=_full(task))
+            return Outcome(status=201, data=FullTaskSerializer(full_task_read(task, now=clock.now())).data)
 
         return run_mutation(request, work)
 
@@ -156,9 +134,8 @@ class TaskDetailApi(ApiView):
         responses={200: FullTaskSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, key: str) -> Response:
-        task = task_by_key(key, agent=caller_of(request).agent)
-        body = _full(task)
-        return Response(body, headers={"ETag": f'"{body["version"]}"'})
+        task = full_task_read(task_by_key(key, agent=caller_of(request).agent), now=clock.now())
+        return Response(FullTaskSerializer(task).data, headers={"ETag": f'"{task.version}"'})
 
 
 def _expected_version(request: Request, body_version: int | None) -> int:
@@ -238,7 +215,9 @@ class TaskUpdateApi(ApiView):
             result = task_update(
                 task=task, actor=caller.actor, changes=data, expected_version=expected_version, proof=proof
             )
-            return Outcome(status=200, data={**_full(result.task), "changed": sorted(result.changed)})
+            shown = full_task_read(result.task, now=clock.now())
+            shown.changed = sorted(result.changed)  # type: ignore[attr-defined]
+            return Outcome(status=200, data=self.OutputSerializer(shown).data)
 
         return run_mutation(request, work)
 
@@ -268,4 +247,4 @@ class TaskContextApi(ApiView):
     )
     def get(self, request: Request, key: str) -> Response:
         task = task_by_key(key, agent=caller_of(request).agent)
-        return Response(work_context(task=task, now=clock.now()))
+        return Response(WorkContextSerializer(work_context(task=task, now=clock.now())).data)
