@@ -232,6 +232,10 @@ if LEASEHOLD_HTTPS:
 # client address (throttles, lockout) is read that many hops from the right.
 # 0 (default): the socket's address, and X-Forwarded-For is ignored.
 LEASEHOLD_TRUSTED_PROXIES = env_int("LEASEHOLD_TRUSTED_PROXIES", 0, minimum=0, maximum=5)
+# API rate limits (api/throttles.py): per client address for failed bearer
+# authentications, per agent for requests (0 turns the agent limit off).
+LEASEHOLD_AUTH_FAILURES_PER_MINUTE = env_int("LEASEHOLD_AUTH_FAILURES_PER_MINUTE", 20, minimum=1)
+LEASEHOLD_AGENT_REQUESTS_PER_MINUTE = env_int("LEASEHOLD_AGENT_REQUESTS_PER_MINUTE", 6000, minimum=0)
 # Admin login lockout (django-axes): per client address, reset by a success.
 AXES_FAILURE_LIMIT = env_int("LEASEHOLD_ADMIN_LOGIN_FAILURES", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LEASEHOLD_ADMIN_LOCKOUT_MINUTES", 15, minimum=1))
@@ -294,6 +298,9 @@ REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_PARSER_CLASSES": ["api.inputs.JsonBodyParser"],
     "DEFAULT_RENDERER_CLASSES": ["api.inputs.JsonRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.AgentRateThrottle"],
+    # X-Forwarded-For is read only through this many trusted proxies (0: the socket's address).
+    "NUM_PROXIES": LEASEHOLD_TRUSTED_PROXIES,
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 
