@@ -104,24 +104,34 @@ def get(server: Server, path: str) -> tuple[int, float]:
     return status, time.monotonic() - started
 
 
-def read_response(sock: socket.socket, deadline: float) -> tuple[int, bytes]:
-    """One HTTP response (status, body) read off `sock` by `deadline`; the body by Content-Length."""
-    data = b""
-    while b"\r\n\r\n" not in data:
-        sock.settimeout(max(0.1, deadline - time.monotonic()))
-        chunk = sock.recv(65536)
-        assert chunk, f"connection closed before a response head: {data!r}"
-        data += chunk
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    headers = {name.strip().lower(): value.strip() for name, _, value in (line.partition(":") for line in lines[1:])}
-    length = int(headers.get("content-length", "0"))
-    while len(body) < length:
-        sock.settimeout(max(0.1, deadline - time.monotonic()))
-        chunk = sock.recv(65536)
-        assert chunk, "connection closed inside a response body"
-        body += chunk
-    return int(lines[0].split()[1]), body
+class Responses:
+    """Reads HTTP responses off one socket, keeping what arrives past one for the next."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.pending = b""
+
+    def _more(self, deadline: float, what: str) -> None:
+        self.sock.settimeout(max(0.1, deadline - time.monotonic()))
+        chunk = self.sock.recv(65536)
+        assert chunk, f"connection closed {what}: {self.pending!r}"
+        self.pending += chunk
+
+    def next(self, seconds: float = 10) -> tuple[int, bytes]:
+        """The next response (status, body, the body by Content-Length) within `seconds`."""
+        deadline = time.monotonic() + seconds
+        while b"\r\n\r\n" not in self.pending:
+            self._more(deadline, "before a response head")
+        head, _, rest = self.pending.partition(b"\r\n\r\n")
+        lines = head.decode("latin-1").split("\r\n")
+        fields = (line.partition(":") for line in lines[1:])
+        headers = {name.strip().lower(): value.strip() for name, _, value in fields}
+        length = int(headers.get("content-length", "0"))
+        self.pending = rest
+        while len(self.pending) < length:
+            self._more(deadline, "inside a response body")
+        body, self.pending = self.pending[:length], self.pending[length:]
+        return int(lines[0].split()[1]), body
 
 
 def wait_closed(sock: socket.socket, deadline: float) -> tuple[bytes, float]:
@@ -199,14 +209,14 @@ def test_a_half_sent_head_is_closed_after_the_head_timeout_and_nothing_else_is(s
         for piece in pieces:
             trickled_head.sendall(piece)
             time.sleep(HEAD_TIMEOUT / 2 / len(pieces))
-        status, _ = read_response(trickled_head, time.monotonic() + 10)
+        status, _ = Responses(trickled_head).next()
         assert status == 200
 
         for index in range(0, len(body), 10):
             slow_body.sendall(body[index : index + 10])
             time.sleep((HEAD_TIMEOUT + 1) / (len(body) / 10))
         assert time.monotonic() - started > HEAD_TIMEOUT
-        status, _ = read_response(slow_body, time.monotonic() + 10)
+        status, _ = Responses(slow_body).next()
         assert status == 403  # Django answered (no CSRF cookie): the body was read to its end
 
         watcher.join(timeout=HEAD_TIMEOUT + 15)
@@ -246,17 +256,18 @@ def test_a_stalled_body_does_not_hold_a_thread_for_ever(server):
 def test_keep_alive_serves_several_requests_on_one_connection(server):
     request = b"GET /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     with server.connect() as sock:
+        responses = Responses(sock)
         sock.sendall(request)
-        first, first_body = read_response(sock, time.monotonic() + 10)
+        first, first_body = responses.next()
         # The next head arrives in two pieces: it is read in the event loop too.
         sock.sendall(request[:20])
         time.sleep(0.3)
         sock.sendall(request[20:])
-        second, second_body = read_response(sock, time.monotonic() + 10)
+        second, second_body = responses.next()
         # Two pipelined requests at once: the second is already read when the first is answered.
         sock.sendall(request + request.replace(b"/admin/login/", b"/api/v1/projects/"))
-        third, _ = read_response(sock, time.monotonic() + 10)
-        fourth, _ = read_response(sock, time.monotonic() + 10)
+        third, _ = responses.next()
+        fourth, _ = responses.next()
     assert (first, second, third, fourth) == (200, 200, 200, 401)
     assert b"Leasehold" in first_body
     assert b"Leasehold" in second_body
@@ -265,12 +276,12 @@ def test_keep_alive_serves_several_requests_on_one_connection(server):
 def test_a_head_over_the_limits_is_answered_with_gunicorns_4xx(server):
     with server.connect() as sock:
         sock.sendall(b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        status, _ = read_response(sock, time.monotonic() + 10)
+        status, _ = Responses(sock).next()
     assert status == 400  # request line over --limit-request-line 8190
 
     # A head that never ends: past gunicorn's header buffer limit the parser
     # takes over and refuses it instead of anyone waiting for its end.
     with server.connect() as sock:
         sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 830_000)
-        status, body = read_response(sock, time.monotonic() + 10)
+        status, body = Responses(sock).next()
     assert status == 431, body
