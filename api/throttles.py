@@ -12,8 +12,8 @@ each counts on its own (documented: docs/operations.md, "Security").
 - Requests per agent: `LEASEHOLD_AGENT_REQUESTS_PER_MINUTE` (default 6000,
   100 a second; 0 turns it off), the DRF throttle every API view runs.
 
-The client address is the socket's, or read from X-Forwarded-For through
-`LEASEHOLD_TRUSTED_PROXIES` proxies (DRF's NUM_PROXIES).
+The client address is `client_address`: the socket's, or read from
+X-Forwarded-For through `LEASEHOLD_TRUSTED_PROXIES` proxies.
 """
 
 from __future__ import annotations
@@ -27,6 +27,20 @@ from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
 WINDOW_SECONDS = 60
+
+
+def client_address(request: Any) -> str:
+    """The client's address: the socket's, or through `LEASEHOLD_TRUSTED_PROXIES` proxies the entry of
+    `X-Forwarded-For` the nearest trusted proxy appended (entries further left are the client's to forge).
+
+    The API's throttles and the admin's lockout (`AXES_CLIENT_IP_CALLABLE`) both read it.
+    """
+    meta = request.META
+    proxies = settings.LEASEHOLD_TRUSTED_PROXIES
+    forwarded = [part.strip() for part in meta.get("HTTP_X_FORWARDED_FOR", "").split(",") if part.strip()]
+    if proxies and len(forwarded) >= proxies:
+        return forwarded[-proxies]
+    return str(meta.get("REMOTE_ADDR", ""))
 
 
 def _window() -> tuple[int, float]:
@@ -69,7 +83,7 @@ class FailedAuthentications:
 
     def __init__(self, request: Request) -> None:
         window, self.seconds_left = _window()
-        self.key = f"lh-throttle:auth:{BaseThrottle().get_ident(request)}:{window}"
+        self.key = f"lh-throttle:auth:{client_address(request)}:{window}"
 
     def exhausted(self) -> bool:
         return int(cache.get(self.key, 0)) >= settings.LEASEHOLD_AUTH_FAILURES_PER_MINUTE

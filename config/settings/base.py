@@ -242,12 +242,8 @@ AXES_COOLOFF_TIME = timedelta(minutes=env_int("LEASEHOLD_ADMIN_LOCKOUT_MINUTES",
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
-if LEASEHOLD_TRUSTED_PROXIES:
-    AXES_IPWARE_PROXY_COUNT = LEASEHOLD_TRUSTED_PROXIES
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
-    AXES_IPWARE_PROXY_ORDER = "right-most"
-else:
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+# The same client address as the API's throttles (X-Forwarded-For only through trusted proxies).
+AXES_CLIENT_IP_CALLABLE = "api.throttles.client_address"
 
 # --- Leasehold --------------------------------------------------------------
 
@@ -299,8 +295,6 @@ REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_RENDERER_CLASSES": ["api.inputs.JsonRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["api.throttles.AgentRateThrottle"],
-    # X-Forwarded-For is read only through this many trusted proxies (0: the socket's address).
-    "NUM_PROXIES": LEASEHOLD_TRUSTED_PROXIES,
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 

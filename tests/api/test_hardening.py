@@ -245,3 +245,15 @@ def test_connection_loss_mid_storm_gives_no_500_and_keeps_every_acknowledged_wri
     assert 503 in statuses  # the storm did meet the writers
     stored = sorted(Note.objects.values_list("content", flat=True))
     assert stored == sorted(acknowledged)  # every acknowledged write kept, none twice
+
+
+@pytest.mark.django_db
+def test_behind_one_trusted_proxy_the_address_is_the_one_the_proxy_appended(project, settings):
+    settings.LEASEHOLD_TRUSTED_PROXIES = 1
+    settings.LEASEHOLD_AUTH_FAILURES_PER_MINUTE = 2
+    bad = client_for(AgentFactory(projects=[project]))
+    bad.credentials(HTTP_AUTHORIZATION="Bearer lh_wrong")
+    for forged in ("1.1.1.1", "2.2.2.2"):  # the client forges the left part; the proxy appends the real one
+        bad.get("/api/v1/projects/", HTTP_X_FORWARDED_FOR=f"{forged}, 203.0.113.5")
+    assert_error(bad.get("/api/v1/projects/", HTTP_X_FORWARDED_FOR="9.9.9.9, 203.0.113.5"), 429, "RATE_LIMITED")
+    assert_error(bad.get("/api/v1/projects/", HTTP_X_FORWARDED_FOR="203.0.113.6"), 401, "AUTHENTICATION_FAILED")
