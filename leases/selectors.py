@@ -160,6 +160,48 @@ def recent_terminal_attempts(task: Task, *, limit: int) -> list[Attempt]:
     )
 
 
+# SPEC §15.4: a new attempt continues the work of the latest of these that left work on its branch.
+INHERITING_STATUSES = (AttemptStatus.EXPIRED, AttemptStatus.INTERRUPTED, AttemptStatus.RELEASED, AttemptStatus.FAILED)
+# Ended without a chance to say (a crash, a hand-off): with no commit count at
+# all, such an attempt is taken to have left its work on its branch, as its
+# successor always inherited before git facts existed.
+PRESUMED_AT_WORK_STATUSES = (AttemptStatus.EXPIRED, AttemptStatus.INTERRUPTED)
+
+
+def left_work() -> Q:
+    """The inheritance rule as a filter: an ended attempt that left work on its branch.
+
+    Work is commits beyond its base, as the holder reported them
+    (`commits_ahead`) or reconciliation saw them (`seen_commits_ahead`); with
+    neither count known, an attempt that expired or was handed off is
+    presumed to have left some. `left_work_on_branch` is the same rule on
+    values already read; a test holds the two together.
+    """
+    counted = Q(commits_ahead__gt=0) | Q(seen_commits_ahead__gt=0)
+    presumed = Q(commits_ahead__isnull=True, seen_commits_ahead__isnull=True, status__in=PRESUMED_AT_WORK_STATUSES)
+    return Q(status__in=INHERITING_STATUSES) & ~Q(branch="") & (counted | presumed)
+
+
+def left_work_on_branch(*, status: str, branch: str, commits_ahead: int | None, seen_commits_ahead: int | None) -> bool:
+    """`left_work()` for one attempt's values (a claim judges the lapsed attempt it expires without a query)."""
+    if status not in INHERITING_STATUSES or not branch:
+        return False
+    if commits_ahead is None and seen_commits_ahead is None:
+        return status in PRESUMED_AT_WORK_STATUSES
+    return (commits_ahead or 0) > 0 or (seen_commits_ahead or 0) > 0
+
+
+def predecessor_with_work(task: Task, *, before: Attempt | None = None) -> Attempt | None:
+    """The task's latest ended attempt (older than `before`) that left work on its branch, with its agent.
+
+    Without `before`: what a new claim would inherit.
+    """
+    attempts = Attempt.objects.filter(left_work(), task=task)
+    if before is not None:
+        attempts = attempts.filter(pk__lt=before.pk)
+    return attempts.select_related("agent").order_by("-id").first()
+
+
 def previous_attempt(task: Task) -> Attempt | None:
     """The task's latest terminal attempt: what a new holder inherits (SPEC §4)."""
     recent = recent_terminal_attempts(task, limit=1)

@@ -10,12 +10,14 @@ PERMISSION_DENIED, so an agent cannot learn that another project's task exists.
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
 from django.db.models import QuerySet
+from django.db.models.functions import Length, Substr
 
-from config.errors import NotFound
+from config.errors import NotFound, ValidationFailed
 from ledger.models import Agent, Event, Project, Task
 from ledger.tokens import AGENT_TOKEN_PREFIX, hash_token
 
@@ -67,6 +69,49 @@ def task_by_key(key: str, *, agent: Agent | None = None) -> Task:
     if task is None:
         raise NotFound(f"No task {key!r}.", details={"task": key})
     return task
+
+
+# The long texts of a task an agent may read in ranges (the work context cuts them first).
+TASK_TEXT_FIELDS = ("description", "acceptance_criteria")
+
+
+@dataclass(frozen=True)
+class TaskText:
+    """A range of one of a task's long texts; offsets and lengths count characters."""
+
+    key: str
+    field: str
+    offset: int
+    length: int
+    text: str
+
+    @property
+    def more(self) -> bool:
+        return self.offset + len(self.text) < self.length
+
+
+def task_text(key: str, *, field: str, offset: int, limit: int, agent: Agent | None = None) -> TaskText:
+    """`limit` characters of the task's `field` from `offset` (empty beyond the end), or NOT_FOUND.
+
+    The database cuts the range, so a megabyte description is never read whole.
+    """
+    if field not in TASK_TEXT_FIELDS:
+        raise ValidationFailed(
+            f"field must be one of {', '.join(TASK_TEXT_FIELDS)}.", details={"fields": {"field": ["invalid"]}}
+        )
+    if offset < 0 or limit < 1:
+        raise ValidationFailed("offset must be >= 0 and limit >= 1.")
+    row = (
+        tasks_visible_to(agent)
+        .filter(key=key)
+        .annotate(text_length=Length(field), text_range=Substr(field, offset + 1, limit))
+        .values_list("text_length", "text_range")
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"No task {key!r}.", details={"task": key})
+    length, text = row
+    return TaskText(key=key, field=field, offset=offset, length=length or 0, text=text or "")
 
 
 CHANGE_FIELDS = (

@@ -7,6 +7,7 @@ NOT_FOUND, as the services decide.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -22,7 +23,7 @@ from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_response
 from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import attempt_summary, compact_task, ended_task_row
 from leases.apis.serializers import AttemptDetailSerializer, AttemptSummarySerializer, FinishedSerializer
-from leases.models import FailureReason, InterruptionReason, NoteKind
+from leases.models import HOST_MAX_CHARS, WORKTREE_PATH_MAX_CHARS, FailureReason, InterruptionReason, NoteKind
 from leases.selectors import attempt_by_id, attempt_notes
 from leases.services import (
     Finished,
@@ -38,6 +39,42 @@ from leases.services import (
 from ledger import clock
 
 INT32_MAX = 2**31 - 1
+COMMIT_PATTERN = r"^[0-9a-f]{40}$"
+
+
+class GitFactsSerializer(serializers.Serializer[Any]):
+    """Git facts (SPEC §15.4), all optional; unknown names are refused.
+
+    A null for one of the facts §15.4 added means "not reported".
+
+    The door checks shapes; `leases.services.git_facts` keeps the rules.
+    """
+
+    branch = serializers.CharField(required=False, max_length=200, help_text="Conventional Branch name.")
+    base_commit = serializers.CharField(
+        required=False, max_length=64, help_text="40-hex commit the branch started from."
+    )
+    head_commit = serializers.RegexField(
+        COMMIT_PATTERN, required=False, allow_null=True, help_text="40-hex commit at the branch's tip."
+    )
+    commits_ahead = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=INT32_MAX, help_text="Commits beyond base_commit."
+    )
+    dirty = serializers.BooleanField(required=False, allow_null=True, help_text="Uncommitted changes in the worktree.")
+    pushed = serializers.BooleanField(required=False, allow_null=True, help_text="The remote has the head commit.")
+    worktree_path = serializers.CharField(
+        required=False, allow_null=True, max_length=WORKTREE_PATH_MAX_CHARS, help_text="Absolute path of the worktree."
+    )
+    host = serializers.CharField(
+        required=False, allow_null=True, max_length=HOST_MAX_CHARS, help_text="The machine the worktree is on."
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(name) for name in data if name not in self.fields)
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
 
 
 def _text_list() -> serializers.ListField:
@@ -166,6 +203,7 @@ class AttemptFinishApi(ApiView):
         acknowledged_version = serializers.IntegerField(
             required=False, min_value=1, max_value=INT32_MAX, help_text="Needed when the task changed since the claim."
         )
+        git = GitFactsSerializer(required=False, help_text="The final git facts, recorded before the attempt ends.")
 
     OutputSerializer = FinishedSerializer
 
@@ -212,11 +250,9 @@ class AttemptReleaseApi(ApiView):
 
 
 class AttemptGitApi(ApiView):
-    """Record the attempt's branch and/or base commit (rewrites the label); renews the lease."""
+    """Record the attempt's git facts (a new branch rewrites the label); renews the lease."""
 
-    class InputSerializer(serializers.Serializer[Any]):
-        branch = serializers.CharField(required=False, max_length=200)
-        base_commit = serializers.CharField(required=False, max_length=64)
+    InputSerializer = GitFactsSerializer
 
     class OutputSerializer(serializers.Serializer[Any]):
         attempt = AttemptSummarySerializer()

@@ -74,7 +74,12 @@ def claim_outcome(grant: LeaseGrant) -> Outcome:
             "label": attempt.label,
             "task": held_compact_task(grant.task, attempt),
             "context": work_context(
-                task=grant.task, now=clock.now(), attempt=attempt, allocation=grant.allocation, just_claimed=True
+                task=grant.task,
+                now=clock.now(),
+                attempt=attempt,
+                allocation=grant.allocation,
+                just_claimed=True,
+                predecessor_id=grant.predecessor_id,
             ),
         },
     )

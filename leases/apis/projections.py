@@ -117,4 +117,10 @@ def attempt_summary(attempt: Attempt, *, allocation: Allocation | None = None) -
         "base_commit": attempt.base_commit or None,
         "environment": allocation.environment.name if allocation is not None else environment_name(attempt),
         "label": attempt.label,
+        "head_commit": attempt.head_commit,
+        "commits_ahead": attempt.commits_ahead,
+        "dirty": attempt.dirty,
+        "pushed": attempt.pushed,
+        "worktree_path": attempt.worktree_path,
+        "host": attempt.host,
     }

@@ -99,6 +99,13 @@ class AttemptSummarySerializer(serializers.Serializer[Any]):
     base_commit = BlankAsNullField(allow_null=True)
     environment = LabelEnvironmentField(allow_null=True, help_text="Name of the environment allocated with the lease.")
     label = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label
+    # Git facts the holder reported (SPEC §15.4); null until reported.
+    head_commit = serializers.CharField(allow_null=True)
+    commits_ahead = serializers.IntegerField(allow_null=True, help_text="Commits on the branch beyond base_commit.")
+    dirty = serializers.BooleanField(allow_null=True, help_text="The worktree had uncommitted changes.")
+    pushed = serializers.BooleanField(allow_null=True, help_text="The remote had the head commit.")
+    worktree_path = serializers.CharField(allow_null=True)
+    host = serializers.CharField(allow_null=True)
 
 
 class NoteExcerptTruncatedField(serializers.BooleanField):
@@ -161,6 +168,16 @@ class WorkContextSerializer(serializers.Serializer[Any]):
     latest_checkpoint = serializers.DictField(allow_null=True)
     previous_attempt = serializers.DictField(allow_null=True)
     label = serializers.CharField(allow_null=True)  # type: ignore[assignment]
+    git = serializers.DictField(
+        allow_null=True,
+        help_text="The current attempt's git facts: branch, base_commit, head_commit, commits_ahead, dirty, pushed, "
+        "worktree_path, host (null when not reported).",
+    )
+    predecessor_work = serializers.DictField(
+        allow_null=True,
+        help_text="Where the work the current attempt continues is: attempt, status, agent, branch, base_commit, "
+        "head_commit, commits_ahead, pushed, dirty, host, worktree_path. Null when there is none.",
+    )
     environment = serializers.DictField(allow_null=True, help_text="name, kind, isolation, resources, credentials_ref.")
     warnings = serializers.ListField(child=serializers.CharField())
     truncated = serializers.ListField(child=serializers.CharField(), help_text="Parts that were cut to fit.")
