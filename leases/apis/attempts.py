@@ -7,9 +7,9 @@ NOT_FOUND, as the services decide.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -19,6 +19,7 @@ from api.base import ApiView
 from api.inputs import body_input
 from api.mutations import Outcome, run_mutation
 from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
+from leases.apis.fields import BranchNameField, CommitIdField, NextStepsField, NoteContentField
 from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import attempt_summary, compact_task, ended_task_row
 from leases.apis.serializers import AttemptDetailSerializer, AttemptSummarySerializer, FinishedSerializer
@@ -41,7 +42,7 @@ INT32_MAX = 2**31 - 1
 
 
 def _text_list() -> serializers.ListField:
-    return serializers.ListField(
+    return NextStepsField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, default=list
     )
 
@@ -105,7 +106,7 @@ class NoteAddApi(ApiView):
 
     class InputSerializer(serializers.Serializer[Any]):
         kind = serializers.ChoiceField(choices=NoteKind.values)
-        content = serializers.CharField(trim_whitespace=False, help_text="At most 8,000 characters.")
+        content = NoteContentField(trim_whitespace=False, help_text="At most 8,000 characters.")
         next_steps = _text_list()
         important = serializers.BooleanField(required=False, default=False)
 
@@ -167,11 +168,37 @@ class AttemptFinishApi(ApiView):
             required=False, min_value=1, max_value=INT32_MAX, help_text="Needed when the task changed since the claim."
         )
 
+    # Schema-only: the body as one shape per outcome, as `leases.services.finishing` reads it:
+    # failed needs failure_reason_code, handoff needs interruption_reason_code, and neither
+    # code goes with another outcome.
+    @extend_schema_serializer(exclude_fields=["failure_reason_code", "interruption_reason_code"])
+    class CompletedInput(InputSerializer):
+        outcome = serializers.ChoiceField(choices=[FinishOutcome.DONE, FinishOutcome.REVIEW])
+
+    @extend_schema_serializer(exclude_fields=["interruption_reason_code"])
+    class FailedInput(InputSerializer):
+        outcome = serializers.ChoiceField(choices=[FinishOutcome.FAILED])
+        failure_reason_code = serializers.ChoiceField(choices=FailureReason.values)
+
+    @extend_schema_serializer(exclude_fields=["failure_reason_code"])
+    class HandoffInput(InputSerializer):
+        outcome = serializers.ChoiceField(choices=[FinishOutcome.HANDOFF])
+        interruption_reason_code = serializers.ChoiceField(choices=InterruptionReason.values)
+
     OutputSerializer = FinishedSerializer
 
     @extend_schema(
         operation_id="attempts_finish",
-        request=InputSerializer,
+        request=PolymorphicProxySerializer(
+            component_name="AttemptFinishInput",
+            serializers={
+                FinishOutcome.DONE: CompletedInput,
+                FinishOutcome.REVIEW: CompletedInput,
+                FinishOutcome.FAILED: FailedInput,
+                FinishOutcome.HANDOFF: HandoffInput,
+            },
+            resource_type_field_name="outcome",
+        ),
         parameters=HOLDER_HEADERS,
         responses={200: OutputSerializer, **error_responses(*WRITE_ERRORS)},
     )
@@ -215,8 +242,11 @@ class AttemptGitApi(ApiView):
     """Record the attempt's branch and/or base commit (rewrites the label); renews the lease."""
 
     class InputSerializer(serializers.Serializer[Any]):
-        branch = serializers.CharField(required=False, max_length=200)
-        base_commit = serializers.CharField(required=False, max_length=64)
+        branch = BranchNameField(required=False, max_length=200)
+        base_commit = CommitIdField(required=False, max_length=64)
+
+        # `leases.services.notes.attempt_set_git`: a branch, a base commit, or both.
+        schema_rules: ClassVar[dict[str, Any]] = {"minProperties": 1}
 
     class OutputSerializer(serializers.Serializer[Any]):
         attempt = AttemptSummarySerializer()
