@@ -316,6 +316,12 @@ SPECTACULAR_SETTINGS = {
         "SearchHitKindEnum": ["task", "note"],
     },
     "PREPROCESSING_HOOKS": ["api.schema.expand_routes"],
+    # drf-spectacular's own enum hook first: the others read the components it settles.
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "api.schema.close_request_bodies",
+        "api.schema.link_operations",
+    ],
     "PATH_CONVERTER_OVERRIDES": {
         "taskkey": {"type": "string", "pattern": "^[A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}$"},
         "attemptid": {"type": "integer", "minimum": 1, "maximum": 999999999999999999},

@@ -8,9 +8,9 @@ NOT_FOUND, as the services decide.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -20,6 +20,7 @@ from api.base import ApiView
 from api.inputs import body_input
 from api.mutations import Outcome, run_mutation
 from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
+from leases.apis.fields import BranchNameField, CommitIdField, NextStepsField, NoteContentField
 from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import attempt_summary, compact_task, ended_task_row
 from leases.apis.serializers import AttemptDetailSerializer, AttemptSummarySerializer, FinishedSerializer
@@ -50,10 +51,8 @@ class GitFactsSerializer(serializers.Serializer[Any]):
     The door checks shapes; `leases.services.git_facts` keeps the rules.
     """
 
-    branch = serializers.CharField(required=False, max_length=200, help_text="Conventional Branch name.")
-    base_commit = serializers.CharField(
-        required=False, max_length=64, help_text="40-hex commit the branch started from."
-    )
+    branch = BranchNameField(required=False, max_length=200, help_text="Conventional Branch name.")
+    base_commit = CommitIdField(required=False, max_length=64, help_text="40-hex commit the branch started from.")
     head_commit = serializers.RegexField(
         COMMIT_PATTERN, required=False, allow_null=True, help_text="40-hex commit at the branch's tip."
     )
@@ -78,7 +77,7 @@ class GitFactsSerializer(serializers.Serializer[Any]):
 
 
 def _text_list() -> serializers.ListField:
-    return serializers.ListField(
+    return NextStepsField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False, default=list
     )
 
@@ -142,7 +141,7 @@ class NoteAddApi(ApiView):
 
     class InputSerializer(serializers.Serializer[Any]):
         kind = serializers.ChoiceField(choices=NoteKind.values)
-        content = serializers.CharField(trim_whitespace=False, help_text="At most 8,000 characters.")
+        content = NoteContentField(trim_whitespace=False, help_text="At most 8,000 characters.")
         next_steps = _text_list()
         important = serializers.BooleanField(required=False, default=False)
 
@@ -205,11 +204,37 @@ class AttemptFinishApi(ApiView):
         )
         git = GitFactsSerializer(required=False, help_text="The final git facts, recorded before the attempt ends.")
 
+    # Schema-only: the body as one shape per outcome, as `leases.services.finishing` reads it:
+    # failed needs failure_reason_code, handoff needs interruption_reason_code, and neither
+    # code goes with another outcome.
+    @extend_schema_serializer(exclude_fields=["failure_reason_code", "interruption_reason_code"])
+    class CompletedInput(InputSerializer):
+        outcome = serializers.ChoiceField(choices=[FinishOutcome.DONE, FinishOutcome.REVIEW])
+
+    @extend_schema_serializer(exclude_fields=["interruption_reason_code"])
+    class FailedInput(InputSerializer):
+        outcome = serializers.ChoiceField(choices=[FinishOutcome.FAILED])
+        failure_reason_code = serializers.ChoiceField(choices=FailureReason.values)
+
+    @extend_schema_serializer(exclude_fields=["failure_reason_code"])
+    class HandoffInput(InputSerializer):
+        outcome = serializers.ChoiceField(choices=[FinishOutcome.HANDOFF])
+        interruption_reason_code = serializers.ChoiceField(choices=InterruptionReason.values)
+
     OutputSerializer = FinishedSerializer
 
     @extend_schema(
         operation_id="attempts_finish",
-        request=InputSerializer,
+        request=PolymorphicProxySerializer(
+            component_name="AttemptFinishInput",
+            serializers={
+                FinishOutcome.DONE: CompletedInput,
+                FinishOutcome.REVIEW: CompletedInput,
+                FinishOutcome.FAILED: FailedInput,
+                FinishOutcome.HANDOFF: HandoffInput,
+            },
+            resource_type_field_name="outcome",
+        ),
         parameters=HOLDER_HEADERS,
         responses={200: OutputSerializer, **error_responses(*WRITE_ERRORS)},
     )
@@ -252,7 +277,9 @@ class AttemptReleaseApi(ApiView):
 class AttemptGitApi(ApiView):
     """Record the attempt's git facts (a new branch rewrites the label); renews the lease."""
 
-    InputSerializer = GitFactsSerializer
+    class InputSerializer(GitFactsSerializer):
+        # `leases.services.git_facts`: at least one fact.
+        schema_rules: ClassVar[dict[str, Any]] = {"minProperties": 1}
 
     class OutputSerializer(serializers.Serializer[Any]):
         attempt = AttemptSummarySerializer()

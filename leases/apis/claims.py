@@ -6,7 +6,7 @@ it (`leases.idempotency`), it is never stored.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
@@ -19,6 +19,7 @@ from api.inputs import body_input
 from api.mutations import Outcome, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from environments.models import EnvironmentKind
+from leases.apis.fields import BranchNameField, CommitIdField, EnvironmentNameField
 from leases.apis.projections import attempt_summary, held_compact_task
 from leases.apis.serializers import AttemptSummarySerializer, CompactTaskSerializer, WorkContextSerializer
 from leases.context import work_context
@@ -36,14 +37,17 @@ class ClaimInputSerializer(serializers.Serializer[Any]):
         max_value=LEASE_SECONDS_MAX_INPUT,
         help_text="Requested lease length; clamped to the server's bounds (30 s to 24 h by default).",
     )
-    branch = serializers.CharField(required=False, max_length=200, help_text="Conventional Branch 1.1.0 name.")
-    base_commit = serializers.CharField(required=False, max_length=64, help_text="40-hex commit you start from.")
-    environment = serializers.CharField(
+    branch = BranchNameField(required=False, max_length=200, help_text="Conventional Branch 1.1.0 name.")
+    base_commit = CommitIdField(required=False, max_length=64, help_text="40-hex commit you start from.")
+    environment = EnvironmentNameField(
         required=False, max_length=100, help_text="Allocate this environment (by name) with the lease."
     )
     environment_kind = serializers.ChoiceField(
         choices=EnvironmentKind.values, required=False, help_text="Allocate any free environment of this kind."
     )
+
+    # `leases.services.claims`: an environment by name or by kind, not both.
+    schema_rules: ClassVar[dict[str, Any]] = {"not": {"required": ["environment", "environment_kind"]}}
 
 
 # Schema-only: a claim is a measured hot path, its body is the plain dict of `claim_outcome`.

@@ -8,7 +8,7 @@ selector, render. Rules live in `ledger.services`, `leases.services` and
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, ClassVar
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions as drf
@@ -18,10 +18,29 @@ from rest_framework.response import Response
 
 from api.auth import caller_of
 from api.base import ApiView
-from api.inputs import PageQuery, body_input, decode_cursor, encode_cursor, query_input
+from api.inputs import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    PageQuery,
+    body_input,
+    decode_cursor,
+    encode_cursor,
+    query_input,
+)
 from api.mutations import Outcome, run_mutation
-from api.schema import IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
+from api.schema import (
+    ATTEMPT_ID_SCHEMA,
+    IDEMPOTENCY_KEY,
+    LEASE_EPOCH_SCHEMA,
+    LEASE_TOKEN_SCHEMA,
+    NON_BLANK_TEXT_PATTERN,
+    READ_ERRORS,
+    TEXT_PATTERN,
+    WRITE_ERRORS,
+    error_responses,
+)
 from config.errors import PermissionDenied, ValidationFailed
+from leases.apis.fields import TaskKeyField
 from leases.apis.holder import holder_proof_from_headers, lease_headers_present
 from leases.apis.projections import COMPACT_TASK_FIELDS
 from leases.apis.serializers import CompactTaskPageSerializer, FullTaskSerializer, WorkContextSerializer
@@ -39,18 +58,45 @@ INT32_MIN = -(2**31)
 TEXT_LIMIT_DEFAULT = 4000
 TEXT_LIMIT_MAX = 16000
 IF_MATCH = re.compile(r'^\s*(?:W/)?"?([0-9]{1,10})"?\s*$')
+SLUG_PATTERN = "^[-a-zA-Z0-9_]+$"
+
+
+def _comma_separated(values: tuple[str, ...] | list[str]) -> str:
+    one = "(?:" + "|".join(values) + ")"
+    return f"^{one}(?:,{one})*$"
+
 
 TASK_LIST_PARAMETERS = [
-    OpenApiParameter("project", str, description="Project slug."),
-    OpenApiParameter("status", str, description="Stored status; several separated by commas."),
     OpenApiParameter(
-        "effective_status", str, description=f"One or more of {', '.join(EFFECTIVE_STATUSES)}, separated by commas."
+        "project", {"type": "string", "maxLength": 50, "pattern": SLUG_PATTERN}, description="Project slug."
     ),
-    OpenApiParameter("task_class", str),
+    OpenApiParameter(
+        "status",
+        {"type": "string", "pattern": _comma_separated(TaskStatus.values)},
+        description="Stored status; several separated by commas.",
+    ),
+    OpenApiParameter(
+        "effective_status",
+        {"type": "string", "pattern": _comma_separated(EFFECTIVE_STATUSES)},
+        description=f"One or more of {', '.join(EFFECTIVE_STATUSES)}, separated by commas.",
+    ),
+    OpenApiParameter("task_class", {"type": "string", "maxLength": 64, "pattern": TEXT_PATTERN}),
     OpenApiParameter("claimable", str, enum=["true", "false"], description="Only (not) claimable tasks."),
-    OpenApiParameter("q", str, description="Case-insensitive substring of the title."),
-    OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
-    OpenApiParameter("limit", int, description="Page size, 1-200 (default 50)."),
+    OpenApiParameter(
+        "q",
+        {"type": "string", "maxLength": 200, "pattern": TEXT_PATTERN},
+        description="Case-insensitive substring of the title.",
+    ),
+    OpenApiParameter(
+        "cursor",
+        {"type": "string", "minLength": 1, "maxLength": 300, "pattern": NON_BLANK_TEXT_PATTERN},
+        description="`next_cursor` of the previous page.",
+    ),
+    OpenApiParameter(
+        "limit",
+        {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE, "default": DEFAULT_PAGE_SIZE},
+        description=f"Page size, 1-{MAX_PAGE_SIZE} (default {DEFAULT_PAGE_SIZE}).",
+    ),
 ]
 
 
@@ -81,7 +127,12 @@ class TaskListApi(ApiView):
 
 
 class TaskCreateApi(ApiView):
-    """Create a task; the server assigns its key. Answers the full task."""
+    """Create a task; the server assigns its key. Answers the full task.
+
+    A `blocked` task needs a non-blank `blocked_reason` (VALIDATION_ERROR otherwise); the
+    reason is kept only for a blocked task. `blocked_by` names tasks of the same project
+    that you can see.
+    """
 
     user_permission = "ledger.add_task"
 
@@ -98,7 +149,7 @@ class TaskCreateApi(ApiView):
             child=serializers.CharField(max_length=64), required=False, max_length=50, default=list
         )
         blocked_by = serializers.ListField(
-            child=serializers.CharField(max_length=24), required=False, max_length=100, default=list
+            child=TaskKeyField(max_length=24), required=False, max_length=100, default=list
         )
 
     @extend_schema(
@@ -164,7 +215,18 @@ def _expected_version(request: Request, body_version: int | None) -> int:
 
 class TaskUpdateApi(ApiView):
     """Update with optimistic concurrency. With the X-Lease-* headers and the attempt id
-    it is the holder's write and renews the lease; otherwise a plain (or contested) write."""
+    it is the holder's write and renews the lease; otherwise a plain (or contested) write.
+
+    Rules across the headers and the body (VALIDATION_ERROR otherwise):
+
+    - the version you read, as `If-Match` or as `expected_version`; when both are sent they agree;
+    - at least one field to change besides `expected_version` and `attempt_id`;
+    - a holder write sends `X-Lease-Token`, `X-Lease-Epoch` and the attempt, as `X-Attempt-Id`
+      or `attempt_id` (both agree when both are sent); any one of them makes the request a
+      holder write, which only an agent can make (PERMISSION_DENIED);
+    - `status: blocked` needs a non-blank `blocked_reason`, sent or already stored; the status
+      moves only along the transitions of SPEC §2 (INVALID_STATUS_TRANSITION).
+    """
 
     user_permission = "ledger.change_task"
 
@@ -182,6 +244,9 @@ class TaskUpdateApi(ApiView):
             required=False, min_value=1, max_value=2**63 - 1, help_text="Your attempt, for a holder write."
         )
 
+        # At least one field besides expected_version and attempt_id; the description says so.
+        schema_rules: ClassVar[dict[str, Any]] = {"minProperties": 1}
+
     class OutputSerializer(FullTaskSerializer):
         changed = serializers.ListField(child=serializers.CharField(), help_text="Fields that changed.")
 
@@ -190,11 +255,20 @@ class TaskUpdateApi(ApiView):
         request=InputSerializer,
         parameters=[
             OpenApiParameter(
-                "If-Match", str, OpenApiParameter.HEADER, description="The version you read (or expected_version)."
+                "If-Match",
+                {"type": "string", "pattern": '^(?:W/)?"?[0-9]{1,10}"?$'},
+                OpenApiParameter.HEADER,
+                description='The version you read (or expected_version), e.g. `3` or `"3"`.',
             ),
-            OpenApiParameter("X-Lease-Token", str, OpenApiParameter.HEADER, description="Holder write only."),
-            OpenApiParameter("X-Lease-Epoch", int, OpenApiParameter.HEADER, description="Holder write only."),
-            OpenApiParameter("X-Attempt-Id", int, OpenApiParameter.HEADER, description="Holder write only."),
+            OpenApiParameter(
+                "X-Lease-Token", LEASE_TOKEN_SCHEMA, OpenApiParameter.HEADER, description="Holder write only."
+            ),
+            OpenApiParameter(
+                "X-Lease-Epoch", LEASE_EPOCH_SCHEMA, OpenApiParameter.HEADER, description="Holder write only."
+            ),
+            OpenApiParameter(
+                "X-Attempt-Id", ATTEMPT_ID_SCHEMA, OpenApiParameter.HEADER, description="Holder write only."
+            ),
             IDEMPOTENCY_KEY,
         ],
         responses={200: OutputSerializer, **error_responses(*WRITE_ERRORS)},

@@ -1,0 +1,78 @@
+"""Schemathesis hooks of `scripts/api-fuzz`: the rules the schema states in prose, kept by generated requests.
+
+OpenAPI 3.0 cannot state a rule that joins a header and the body, one about values the API
+handed out before, or one about keys used before, so the schema says these in descriptions:
+
+- `PATCH /tasks/{key}/`: the version read, as `If-Match` or `expected_version` (they agree);
+  the holder's proof, `X-Lease-Token`, `X-Lease-Epoch` and `X-Attempt-Id` (or `attempt_id`),
+  whole or not at all; something to change besides those two body fields;
+- `cursor`: only a `next_cursor` the API answered;
+- `Idempotency-Key`: unique per request (the same key with another request is IDEMPOTENCY_CONFLICT).
+
+Requests generated from the schema alone break them at random. These hooks make every
+positive request keep them, as a client that read the descriptions would, so a refusal of
+one means the API and its schema disagree. Negative requests are left as generated: they
+are meant to be refused.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import schemathesis
+from schemathesis import Case, GenerationMode, HookContext
+
+HOLDER_HEADERS = ("X-Lease-Token", "X-Lease-Epoch", "X-Attempt-Id")
+NOT_CHANGES = frozenset({"expected_version", "attempt_id"})
+IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
+
+
+def _positive(case: Case) -> bool:
+    return case.meta is not None and case.meta.generation.mode is GenerationMode.POSITIVE
+
+
+@schemathesis.hook("map_case")
+def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
+    if not _positive(case):
+        return case
+    if case.query and "cursor" in case.query:
+        case.query = {name: value for name, value in case.query.items() if name != "cursor"}
+    if case.operation.definition.raw.get("operationId") == "tasks_partial_update":
+        _keep_the_task_update_rules(case)
+    return case
+
+
+def _keep_the_task_update_rules(case: Case) -> None:
+    headers = case.headers
+    body: dict[str, Any] = dict(case.body) if isinstance(case.body, dict) else {}
+    # One version: the header when both are there, the first version when neither is.
+    if "If-Match" in headers:
+        body.pop("expected_version", None)
+    elif "expected_version" not in body:
+        headers["If-Match"] = "1"
+    # The holder's proof whole, or none of it (a plain write).
+    holder = "X-Lease-Token" in headers or "X-Lease-Epoch" in headers or "attempt_id" in body
+    whole = "X-Lease-Token" in headers and "X-Lease-Epoch" in headers
+    if holder and whole and "X-Attempt-Id" in headers:
+        body.pop("attempt_id", None)
+    elif holder and not (whole and "attempt_id" in body):
+        for name in HOLDER_HEADERS:
+            headers.pop(name, None)
+        body.pop("attempt_id", None)
+    if not set(body) - NOT_CHANGES:
+        body["priority"] = 0
+    case.body = body
+
+
+@schemathesis.hook("before_call")
+def send_each_request_as_a_client_would(context: HookContext, case: Case, kwargs: dict[str, Any]) -> None:
+    # A link puts a response's value into a header as the response held it: schemathesis
+    # 4.32.5 hands `$response.body#/epoch` (an integer) to the transport, which refuses it.
+    for name, value in list(case.headers.items()):
+        if isinstance(value, int) and not isinstance(value, bool):
+            case.headers[name] = str(value)
+    # Generated keys repeat ("0", "00"); a client sends a fresh one per request.
+    key = case.headers.get("Idempotency-Key")
+    if isinstance(key, str) and IDEMPOTENCY_KEY.fullmatch(key):
+        case.headers["Idempotency-Key"] = f"{case.id}.{key}"[:128]
