@@ -15,6 +15,8 @@ with `--json`), diagnostics to stderr. Exit codes:
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -33,9 +35,16 @@ from agent.commands import (
     cmd_run,
     cmd_search,
 )
-from agent.config import NotLoggedIn, config_path
+from agent.config import NotLoggedIn
 from agent.errors import LeaseholdError
-from agent.output import EXIT_AUTH, EXIT_CODES_HELP, EXIT_NOTHING_CLAIMABLE, EXIT_USAGE, Output
+from agent.output import (
+    EXIT_AUTH,
+    EXIT_CODES_HELP,
+    EXIT_NOTHING_CLAIMABLE,
+    EXIT_STDOUT_CLOSED,
+    EXIT_USAGE,
+    Output,
+)
 from agent.session import UsageError
 
 FAILURE_REASONS = (
@@ -187,16 +196,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Callable[[argparse.Namespace, Output], int] = args.handler
     try:
         return handler(args, out)
+    except BrokenPipeError:
+        return _stdout_closed()
     except UsageError as exc:
         out.error("USAGE", str(exc))
         return EXIT_USAGE
     except NotLoggedIn as exc:
-        out.error("NOT_LOGGED_IN", f"{exc} (config file: {config_path()})")
+        out.error("NOT_LOGGED_IN", str(exc))  # the message names the config file
         return EXIT_AUTH
     except LeaseholdError as error:
         return out.failure(error)
     except KeyboardInterrupt:
         return 130
+
+
+def _stdout_closed() -> int:
+    """The reader of stdout went away (`leasehold changes | head`): no traceback, nothing more to say.
+
+    stdout is pointed at /dev/null so that the interpreter's flush at exit
+    does not raise the same error again.
+    """
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_STDOUT_CLOSED
 
 
 __all__ = ["EXIT_NOTHING_CLAIMABLE", "build_parser", "main"]

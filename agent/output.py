@@ -16,6 +16,7 @@ EXIT_TASK_TAKEN = 4
 EXIT_LEASE_LOST = 5
 EXIT_AUTH = 6
 EXIT_COMMAND_FAILED = 7
+EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE, as for any command whose reader quit early
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -30,6 +31,7 @@ exit codes:
   7    run: the command exited non-zero; the attempt was finished `failed`
   128+N  run: interrupted by signal N (130 SIGINT, 143 SIGTERM); the attempt
        was handed off
+  141  stdout was closed early (a pipe's reader quit, e.g. `| head`)
 """
 
 
@@ -73,5 +75,24 @@ class Output:
             print(f"leasehold: error: {code}: {message}", file=sys.stderr, flush=True)
 
     def failure(self, error: LeaseholdError) -> int:
-        self.error(error.code, error.message, details=error.details)
+        self.error(error.code, error_text(error), details=error.details)
         return exit_code_for(error)
+
+
+def error_text(error: LeaseholdError) -> str:
+    """The message to show for `error`; a STALE_EPOCH whose two epochs read the same is said plainly.
+
+    The server names the task's epoch and the one the write presented; when
+    the attempt itself is from an older epoch those two can be equal, which
+    reads as a contradiction, so the toolkit says what it means instead.
+    """
+    details = error.details
+    presented, current = details.get("presented_epoch"), details.get("current_epoch")
+    if error.code == "STALE_EPOCH" and presented is not None and presented == current:
+        task = error.message.split(" is at epoch", 1)[0] if " is at epoch" in error.message else "The task"
+        attempt = details.get("attempt")
+        return (
+            f"{task} is at epoch {current}; attempt {attempt} belongs to an earlier epoch "
+            "(another holder has the task now): stop working on it."
+        )
+    return error.message
