@@ -97,7 +97,8 @@ class LiveServer:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         suite_database = os.environ.get("DATABASE_URL", "")
-        self.postgres_admin_url = suite_database if suite_database.startswith(("postgres://", "postgresql://")) else None
+        on_postgres = suite_database.startswith(("postgres://", "postgresql://"))
+        self.postgres_admin_url = suite_database if on_postgres else None
         self.database_name = f"leasehold_live_{os.getpid()}_{self.port}" if self.postgres_admin_url else None
         database_url = (
             f"{self.postgres_admin_url.rsplit('/', 1)[0]}/{self.database_name}" if self.postgres_admin_url else None
