@@ -13,6 +13,18 @@ from typing import Any, Literal, TypedDict, cast
 
 Outcome = Literal["done", "review", "failed", "handoff"]
 NoteKind = Literal["progress", "finding", "warning", "checkpoint"]
+# The API's choices for finish's reason codes (SPEC §8).
+FAILURE_REASONS = (
+    "implementation_error",
+    "environment_error",
+    "missing_dependency",
+    "invalid_requirements",
+    "tests_failed",
+    "context_lost",
+    "timeout",
+    "other",
+)
+INTERRUPTION_REASONS = ("handoff", "context_limit", "user_request", "client_shutdown", "environment_change", "other")
 TaskTextField = Literal["description", "acceptance_criteria"]
 # What `POST /attempts/{id}/git/` (and finish's `git`) record (SPEC §15.4).
 GIT_FACTS = (
