@@ -229,10 +229,12 @@ def _list(args: argparse.Namespace, out: Output) -> int:
 
 
 def _merged(repo: Repository, branch: str, default_branch: str) -> bool:
-    for ref in (f"refs/remotes/{REMOTE}/{default_branch}", f"refs/heads/{default_branch}"):
-        if git(repo.root, "rev-parse", "--verify", "--quiet", ref, check=False).returncode == 0:
-            done = git(repo.root, "merge-base", "--is-ancestor", f"refs/heads/{branch}", ref, check=False)
-            return done.returncode == 0
+    """Whether the branch's head is in the default branch (here or on the remote)."""
+    for ref in (f"refs/heads/{default_branch}", f"refs/remotes/{REMOTE}/{default_branch}"):
+        if git(repo.root, "rev-parse", "--verify", "--quiet", ref, check=False).returncode != 0:
+            continue
+        if git(repo.root, "merge-base", "--is-ancestor", f"refs/heads/{branch}", ref, check=False).returncode == 0:
+            return True
     return False
 
 

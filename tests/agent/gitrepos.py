@@ -42,6 +42,7 @@ class Repos:
 
 
 def make_repos(root: Path, *, with_remote: bool = True) -> Repos:
+    root.mkdir(parents=True, exist_ok=True)
     remote = root / "remote.git"
     clone = root / "project"
     if with_remote:

@@ -71,10 +71,12 @@ def state_files(env: dict[str, str]) -> list[Path]:
     return sorted((Path(env["LEASEHOLD_CONFIG"]).parent / "attempts").glob("*/*.json"))
 
 
-def leasehold(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def leasehold(
+    *args: str, env: dict[str, str], timeout: float = 60, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
     """Run the `leasehold` console script (as `python -m agent`)."""
     return subprocess.run(
-        [sys.executable, "-m", "agent", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "agent", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
 
 
