@@ -296,6 +296,9 @@ def open_workspace(
         opened.taken_over_from = None if opened.reused else attempt
         return opened
     path = Path(directory or repo.default_worktree(task)).expanduser().absolute()
+    if directory is None and path.exists() and any(path.iterdir()):
+        # The task's default place holds an earlier attempt's worktree of another branch: keep it, use another.
+        path = path.with_name(f"{task}.{own_attempt}")
     if any(tree.path.resolve() == path.resolve() for tree in trees if path.exists()):
         raise WorkspaceError(f"{path} is already a worktree of another branch; give another DIR.")
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
