@@ -103,7 +103,7 @@ class LiveServer:
         on_postgres = suite_database.startswith(("postgres://", "postgresql://"))
         self.postgres_admin_url = suite_database if on_postgres else None
         self.owns_database = same_database_as is None
-        self.database_name = (
+        self.database_name: str | None = (
             same_database_as.database_name
             if same_database_as is not None
             else f"leasehold_live_{os.getpid()}_{self.port}"
