@@ -1,22 +1,21 @@
 """The command dies with its supervisor (SPEC §15.3): two guards, so nothing works on a task without a lease.
 
-1. A watchdog, for every platform and for the command's own children: a tiny
-   Python process, started first, that leads a new process group (in `run`'s
-   session) and ignores the signals meant for the command. COMMAND is then
-   started inside that group, so from its first instruction it and everything
-   it forks belong to a group the watchdog knows. The watchdog blocks reading
-   a pipe whose only writer is `run`: when `run` ends cleanly it writes one
-   byte and the watchdog exits; when `run` disappears (`kill -9`, an OOM
-   kill) the read ends (EOF) and the watchdog sends SIGTERM to the group,
-   then SIGKILL after the grace period.
-2. On Linux, COMMAND's own process also gets `PR_SET_PDEATHSIG` = SIGTERM
-   (set by `prctl` in the child between fork and exec): the kernel signals it
-   the moment `run` dies. If `run` died before the call took effect, the child
-   notices (its parent changed) and stops itself.
+COMMAND runs in a session and process group of its own (`start_new_session`:
+no terminal signal reaches it behind `run`'s back, and `run` passes signals on
+to the whole group).
 
-Signals `run` passes on go to the whole group (the watchdog ignores them).
-Without a watchdog (it could not start) COMMAND gets a session of its own and
-the death signal alone guards it.
+1. A watchdog, for every platform and for the command's own children: a tiny
+   Python process, started before COMMAND, that blocks reading a pipe whose
+   only writer is `run`. COMMAND's process writes its pid (its group) into
+   that pipe between fork and exec, so the watchdog knows the group before
+   COMMAND's first instruction, whenever `run` may die. When `run` ends
+   cleanly it writes one more byte and the watchdog exits; when `run`
+   disappears (`kill -9`, an OOM kill) the read ends (EOF) and the watchdog
+   sends SIGTERM to the group, then SIGKILL after the grace period.
+2. On Linux, COMMAND's own process also gets `PR_SET_PDEATHSIG` = SIGTERM
+   (`prctl` between fork and exec): the kernel signals it the moment `run`
+   dies. If `run` died before the call took effect, the child notices (its
+   parent changed) and stops itself.
 """
 
 from __future__ import annotations
@@ -38,38 +37,45 @@ import os, signal, sys, time
 for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(number, signal.SIG_IGN)
 fd, grace = int(sys.argv[1]), float(sys.argv[2])
-me = os.getpid()
+said = b""
+while True:
+    try:
+        chunk = os.read(fd, 64)
+    except OSError:
+        chunk = b""
+    if not chunk:
+        break
+    said += chunk
+    if b"\n" in said and said.split(b"\n", 1)[1]:
+        sys.exit(0)  # run ended on its own terms
+pgid = said.split(b"\n", 1)[0]
+if not pgid.isdigit():
+    sys.exit(0)  # run died before the command existed
+pgid = int(pgid)
+def alive():
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 try:
-    said = os.read(fd, 1)
-except OSError:
-    said = b""
-if said == b"x":
+    os.killpg(pgid, signal.SIGTERM)
+except ProcessLookupError:
     sys.exit(0)
-def others_alive():
-    if not os.path.isdir("/proc"):
-        return True  # cannot tell here: wait out the grace period
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(fields[2]) == me and fields[0] not in ("Z", "X"):
-            return True
-    return False
-os.killpg(me, signal.SIGTERM)
 deadline = time.monotonic() + grace
-while others_alive() and time.monotonic() < deadline:
+while alive() and time.monotonic() < deadline:
     time.sleep(0.05)
-if others_alive():
-    os.killpg(me, signal.SIGKILL)
+if alive():
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
 """
 
 
-def _death_signal_setter() -> Callable[[], None] | None:
-    """A `preexec_fn` that asks the kernel for SIGTERM when the parent dies (Linux), else None."""
+def _prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
@@ -78,18 +84,30 @@ def _death_signal_setter() -> Callable[[], None] | None:
         return None
     prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
     prctl.restype = ctypes.c_int
+    return prctl
+
+
+def _death_signal_setter(watchdog_fd: int | None = None) -> Callable[[], None] | None:
+    """A `preexec_fn`: the death signal (Linux), and the child's pid told to the watchdog; None if neither applies."""
+    prctl = _prctl()
+    if prctl is None and watchdog_fd is None:
+        return None
     parent = os.getpid()
 
-    def set_death_signal() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
-        if os.getppid() != parent:  # the parent is already gone: the signal would never come
-            os.kill(os.getpid(), signal.SIGTERM)
+    def in_the_child() -> None:
+        if watchdog_fd is not None:
+            with contextlib.suppress(OSError):
+                os.write(watchdog_fd, f"{os.getpid()}\n".encode())
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+            if os.getppid() != parent:  # the parent is already gone: the signal would never come
+                os.kill(os.getpid(), signal.SIGTERM)
 
-    return set_death_signal
+    return in_the_child
 
 
 class Supervised:
-    """COMMAND in the watchdog's process group, with the death signal."""
+    """COMMAND in a process group of its own, guarded by the watchdog and the death signal."""
 
     def __init__(self, command: list[str], *, env: Mapping[str, str], cwd: Path | None, grace_seconds: float) -> None:
         self._watch_write: int | None = None
@@ -99,14 +117,13 @@ class Supervised:
                 command,
                 env=dict(env),
                 cwd=cwd,
-                preexec_fn=_death_signal_setter(),
-                process_group=self.watchdog.pid if self.watchdog is not None else None,
-                start_new_session=self.watchdog is None,
+                start_new_session=True,
+                preexec_fn=_death_signal_setter(self._watch_write),
             )
         except OSError:
             self.release_watchdog()
             raise
-        self.pgid = self.watchdog.pid if self.watchdog is not None else self.process.pid
+        self.pgid = self.process.pid
 
     def _start_watchdog(self, grace_seconds: float) -> subprocess.Popen[bytes] | None:
         read_end, write_end = os.pipe()
@@ -114,7 +131,7 @@ class Supervised:
             watchdog = subprocess.Popen(
                 [sys.executable, "-I", "-S", "-c", WATCHDOG, str(read_end), str(grace_seconds)],
                 pass_fds=(read_end,),
-                process_group=0,
+                start_new_session=True,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,

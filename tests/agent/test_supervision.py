@@ -90,7 +90,7 @@ GUARDED = textwrap.dedent(
     from agent import supervise
     mode, out = sys.argv[1], sys.argv[2]
     if mode == "watchdog-only":
-        supervise._death_signal_setter = lambda: None  # as on a platform without PR_SET_PDEATHSIG
+        supervise._prctl = lambda: None  # as on a platform without PR_SET_PDEATHSIG
         supervise.Supervised(["sleep", "300"], env={"PATH": "/usr/bin:/bin"}, cwd=None, grace_seconds=5)
     else:  # the death signal alone, no watchdog
         subprocess.Popen(["sleep", "300"], start_new_session=True, preexec_fn=supervise._death_signal_setter())
