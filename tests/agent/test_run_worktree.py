@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,13 @@ def test_the_command_runs_in_the_worktree_with_its_context_environment_and_place
         "commits_ahead": 1,
         "pushed": False,
     }
-    assert api.attempt(result["attempt"])["status"] == "completed"
+    # The ledger has the facts of the start and of the end (SPEC §15.4).
+    attempt = api.attempt(result["attempt"])
+    assert attempt["status"] == "completed"
+    assert (attempt["branch"], attempt["base_commit"]) == (branch, env_seen["LEASEHOLD_BASE_COMMIT"])
+    assert (attempt["worktree_path"], attempt["host"]) == (str(worktree), socket.gethostname())
+    assert (attempt["head_commit"], attempt["commits_ahead"]) == (result["git"]["head_commit"], 1)
+    assert (attempt["dirty"], attempt["pushed"]) == (False, False)
     assert state_files(logged_in) == []
     # The worktree stays (a run never removes one) and still names its attempt.
     assert (worktree / "calc.py").exists()
