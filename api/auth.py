@@ -60,10 +60,15 @@ class AgentTokenAuthentication(BaseAuthentication):
         token = token.strip()
         if scheme.lower() != "bearer" or not token or " " in token:
             raise drf.AuthenticationFailed("Use 'Authorization: Bearer <agent token>'.")
-        from ledger.selectors import agent_for_token  # not at the top: see the module's docstring
+        from api.throttles import FailedAuthentications  # not at the top: see the module's docstring
+        from ledger.selectors import agent_for_token
 
+        failures = FailedAuthentications(request)
+        if failures.exhausted():
+            raise drf.Throttled(wait=failures.seconds_left, detail="Too many failed authentications from here.")
         agent = agent_for_token(token)
         if agent is None:
+            failures.record()
             raise drf.AuthenticationFailed("The agent token is not valid, or its agent is deactivated.")
         return AgentPrincipal(agent), agent
 

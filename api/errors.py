@@ -18,7 +18,7 @@ from typing import Any
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
-from django.db import DataError, OperationalError
+from django.db import DataError, InternalError, OperationalError, ProgrammingError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.views import defaults as django_defaults
 from rest_framework import exceptions as drf
@@ -26,7 +26,7 @@ from rest_framework.response import Response
 
 from api.auth import BEARER_REALM
 from api.inputs import MAX_BODY_BYTES
-from config.db import is_transient_lock_error
+from config.db import is_connection_loss, is_transient_lock_error
 from config.errors import (
     AuthenticationFailed,
     LedgerError,
@@ -120,6 +120,19 @@ def as_ledger_error(exc: BaseException) -> tuple[LedgerError, dict[str, str]]:
         return ValidationFailed("The request was refused as malformed."), {}
     if isinstance(exc, OperationalError) and is_transient_lock_error(exc):
         return StorageBusy(), {}
+    if is_connection_loss(exc):
+        # A restart, a failover, a dropped pooled connection: nothing of this
+        # request committed that the caller was told of; retrying is safe.
+        logger.warning("database connection lost: %s", exc)
+        return StorageBusy("The database connection was lost; retry."), {}
+    if isinstance(exc, UnicodeError):
+        return ValidationFailed("The request holds text that is not valid Unicode (a lone surrogate?)."), {}
+    if isinstance(exc, InternalError | ProgrammingError):
+        # What user-shaped input can still provoke past validation (e.g. a
+        # query PostgreSQL's parser gives up on). Logged in full: if it is a
+        # bug instead, the log says so.
+        logger.error("the database refused the request's input", exc_info=exc)
+        return ValidationFailed("The database could not process this input."), {}
     if isinstance(exc, DataError | OverflowError):
         # Input that slipped past validation (a number out of the column's
         # range, a character the database cannot store): still the caller's.

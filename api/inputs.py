@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from django.conf import settings
@@ -61,19 +61,40 @@ class JsonRenderer(JSONRenderer):
             return json.dumps(data, cls=JSONEncoder, ensure_ascii=True, separators=(",", ":")).encode()
 
 
-def query_input(serializer_class: type[serializers.Serializer[Any]], request: Request) -> dict[str, Any]:
-    """Validate query parameters with a plain serializer; VALIDATION_ERROR otherwise."""
+# DRF's format override (`?format=json`), which the browsable API uses.
+ALWAYS_ALLOWED_QUERY = frozenset({"format"})
+
+
+def refuse_unknown(given: Iterable[str], allowed: Iterable[str], *, where: str) -> None:
+    """No input is silently ignored: a field the operation does not take is VALIDATION_ERROR naming it."""
+    unknown = sorted(set(given) - set(allowed))
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown {where} {'field' if len(unknown) == 1 else 'fields'}: {', '.join(unknown[:20])}.",
+            details={"fields": {name: ["unknown field"] for name in unknown[:50]}},
+        )
+
+
+def query_input(
+    serializer_class: type[serializers.Serializer[Any]], request: Request, *, also: Iterable[str] = ()
+) -> dict[str, Any]:
+    """Validate query parameters with a plain serializer; VALIDATION_ERROR otherwise.
+
+    `also` names parameters another reader of the same request takes (a filter set).
+    """
     serializer = serializer_class(data=request.query_params)
+    refuse_unknown(request.query_params, {*serializer.fields, *also, *ALWAYS_ALLOWED_QUERY}, where="query")
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
 
 
 def body_input(serializer_class: type[serializers.Serializer[Any]], request: Request) -> dict[str, Any]:
-    """Validate the JSON body (an object) with a plain serializer."""
+    """Validate the JSON body (an object) with a plain serializer; a field it does not declare is refused."""
     data = request.data
     if not isinstance(data, Mapping):
         raise ValidationFailed("The request body must be a JSON object.")
     serializer = serializer_class(data=data)
+    refuse_unknown(data, serializer.fields, where="body")
     serializer.is_valid(raise_exception=True)
     return dict(serializer.validated_data)
 
@@ -81,6 +102,17 @@ def body_input(serializer_class: type[serializers.Serializer[Any]], request: Req
 class PageQuery(serializers.Serializer[Any]):
     cursor = serializers.CharField(required=False, max_length=300, help_text="`next_cursor` of the previous page.")
     limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE, default=DEFAULT_PAGE_SIZE)
+
+
+def _storable(value: Any) -> bool:
+    """A cursor value the database can compare: text must be valid UTF-8 (no lone surrogate)."""
+    if not isinstance(value, str):
+        return True
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def encode_cursor(position: Mapping[str, Any]) -> str:
@@ -101,6 +133,7 @@ def decode_cursor(cursor: str, *, expected: Mapping[str, type]) -> dict[str, Any
         and all(
             isinstance(position[name], kind) and not isinstance(position[name], bool) for name, kind in expected.items()
         )
+        and all(_storable(value) for value in position.values())
     )
     if not valid:
         raise ValidationFailed(

@@ -84,8 +84,8 @@ def error_responses(*statuses: int) -> dict[int, OpenApiResponse]:
 
 
 # Every request may fail authentication, or find the database busy.
-READ_ERRORS = (400, 401, 403, 404, 503)
-WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 503)
+READ_ERRORS = (400, 401, 403, 404, 429, 503)
+WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 415, 429, 503)
 
 IDEMPOTENCY_KEY = OpenApiParameter(
     "Idempotency-Key",

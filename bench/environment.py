@@ -45,6 +45,8 @@ def create_target(vendor: str, *, workdir: Path, database_name: str | None = Non
         "LEASEHOLD_DATA_DIR": str(workdir),
         "DJANGO_SETTINGS_MODULE": "config.settings.base",
         "LEASEHOLD_DB_POOL_MAX": str(BENCH_POOL_MAX),
+        # The bench measures the ledger, not the per-agent rate limit (api/throttles.py).
+        "LEASEHOLD_AGENT_REQUESTS_PER_MINUTE": "0",
     }
     if vendor == "postgresql":
         import psycopg

@@ -56,6 +56,9 @@ from ledger.models import Agent
 RETENTION = timedelta(hours=24)
 TOKEN_FIELD = "lease_token"  # noqa: S105 - a field name, not a secret
 PENDING_STATUS = 0
+# A record whose agent lost access to a project since: never replayed (it may
+# carry that project's tasks), refused with IDEMPOTENCY_CONFLICT until purged.
+VOIDED_STATUS = 1  # not an HTTP status; the column is positive
 PURGE_BATCH_SIZE = 5000
 
 P = ParamSpec("P")
@@ -122,6 +125,11 @@ def _run_once(
 
 
 def _replay(record: IdempotencyRecord, *, fingerprint: str) -> StoredOutcome:
+    if record.status_code == VOIDED_STATUS:
+        raise IdempotencyConflict(
+            "This Idempotency-Key's answer was voided: your projects changed since it was used. Send a new key.",
+            details={"key": record.key, "reason": "access_changed"},
+        )
     if record.fingerprint != fingerprint:
         raise IdempotencyConflict(
             "This Idempotency-Key was used with a different request (method, path, body or lease headers).",
@@ -177,6 +185,19 @@ def idempotent_call(
         if record is None:  # purged in between: the client may simply retry
             raise StorageBusy("The Idempotency-Key is being recycled; retry.") from None
         return _replay(record, fingerprint=fingerprint)
+
+
+def idempotency_void(agent: Agent) -> int:
+    """Void every stored answer of `agent` (its access shrank): none is replayed again. Returns how many.
+
+    Runs inside the caller's transaction (the change of membership), so no
+    replay sees the old access and the new one at once.
+    """
+    return (
+        IdempotencyRecord.objects.filter(agent=agent)
+        .exclude(status_code=VOIDED_STATUS)
+        .update(status_code=VOIDED_STATUS, response=None)
+    )
 
 
 def idempotency_purge(older_than: datetime | None = None) -> int:

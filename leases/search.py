@@ -32,6 +32,7 @@ from ledger.selectors import tasks_visible_to
 SNIPPET_MAX_CHARS = 300
 SEARCHABLE_CHARS = 100_000
 MAX_TERMS = 10
+MAX_WEBSEARCH_WORDS = 32
 CONTEXT_BEFORE = 80
 ELLIPSIS = "…"
 
@@ -57,12 +58,29 @@ def _clean_snippet(text: str | None, *, cut_before: bool, fallback: str) -> str:
     return prefix + text
 
 
+_DASH_RUNS = re.compile(r"-{2,}")
+_LONE_DASHES = re.compile(r"-(?![\w\"])")
+
+
+def websearch_text(query: str) -> str:
+    """The query as `websearch_to_tsquery` may safely read it.
+
+    A `-` before a word means NOT; a run of them (a Markdown rule, which agents
+    paste) nests NOTs until PostgreSQL answers "tsquery stack too small". So
+    runs of dashes and dashes before no word become spaces, and at most
+    MAX_WEBSEARCH_WORDS words are kept; `-word` and `-"a phrase"` keep their
+    meaning.
+    """
+    text = _LONE_DASHES.sub(" ", _DASH_RUNS.sub(" ", query))
+    return " ".join(text.split()[:MAX_WEBSEARCH_WORDS])
+
+
 def _postgres_hits(
     query: str, tasks: QuerySet[Task], notes: QuerySet[Note], fetch: int
 ) -> tuple[list[SearchHit], list[SearchHit]]:
     from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
 
-    ts_query = SearchQuery(query, search_type="websearch", config="english")
+    ts_query = SearchQuery(websearch_text(query), search_type="websearch", config="english")
     headline: dict[str, Any] = {
         "config": "english",
         "start_sel": "**",

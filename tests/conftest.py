@@ -91,6 +91,14 @@ def _every_written_event_type_is_declared(request: pytest.FixtureRequest) -> Ite
     assert written <= set(EventType.values), f"undeclared event types: {sorted(written - set(EventType.values))}"
 
 
+@pytest.fixture(autouse=True)
+def _fresh_rate_limit_windows() -> None:
+    """The throttles count in the process's cache (api/throttles.py): each test starts with empty windows."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
 @pytest.fixture
 def clock() -> Iterator[ModuleType]:
     """The one clock, frozen at START; move it with `clock.advance(seconds)`."""

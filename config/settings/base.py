@@ -232,18 +232,18 @@ if LEASEHOLD_HTTPS:
 # client address (throttles, lockout) is read that many hops from the right.
 # 0 (default): the socket's address, and X-Forwarded-For is ignored.
 LEASEHOLD_TRUSTED_PROXIES = env_int("LEASEHOLD_TRUSTED_PROXIES", 0, minimum=0, maximum=5)
+# API rate limits (api/throttles.py): per client address for failed bearer
+# authentications, per agent for requests (0 turns the agent limit off).
+LEASEHOLD_AUTH_FAILURES_PER_MINUTE = env_int("LEASEHOLD_AUTH_FAILURES_PER_MINUTE", 20, minimum=1)
+LEASEHOLD_AGENT_REQUESTS_PER_MINUTE = env_int("LEASEHOLD_AGENT_REQUESTS_PER_MINUTE", 6000, minimum=0)
 # Admin login lockout (django-axes): per client address, reset by a success.
 AXES_FAILURE_LIMIT = env_int("LEASEHOLD_ADMIN_LOGIN_FAILURES", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LEASEHOLD_ADMIN_LOCKOUT_MINUTES", 15, minimum=1))
 AXES_LOCKOUT_PARAMETERS = ["ip_address"]
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
-if LEASEHOLD_TRUSTED_PROXIES:
-    AXES_IPWARE_PROXY_COUNT = LEASEHOLD_TRUSTED_PROXIES
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
-    AXES_IPWARE_PROXY_ORDER = "right-most"
-else:
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ["REMOTE_ADDR"]
+# The same client address as the API's throttles (X-Forwarded-For only through trusted proxies).
+AXES_CLIENT_IP_CALLABLE = "api.throttles.client_address"
 
 # --- Leasehold --------------------------------------------------------------
 
@@ -258,6 +258,7 @@ if LEASEHOLD_MIN_LEASE_SECONDS > LEASEHOLD_MAX_LEASE_SECONDS:
 LEASEHOLD_STORAGE_DEADLINE_SECONDS = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS", 20, minimum=1, maximum=600)
 LEASEHOLD_CONTEXT_MAX_BYTES = env_int("LEASEHOLD_CONTEXT_MAX_BYTES", 16384, minimum=2048)
 LEASEHOLD_AGENT_SILENCE_SECONDS = env_int("LEASEHOLD_AGENT_SILENCE_SECONDS", 600, minimum=1)
+LEASEHOLD_STALL_SECONDS = env_int("LEASEHOLD_STALL_SECONDS", 1800, minimum=1)
 LEASEHOLD_REDIS_URL = env_str("LEASEHOLD_REDIS_URL")
 if LEASEHOLD_REDIS_URL and not LEASEHOLD_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"LEASEHOLD_REDIS_URL must be a redis:// URL; got {LEASEHOLD_REDIS_URL!r}.")
@@ -294,6 +295,7 @@ REST_FRAMEWORK: dict[str, Any] = {
     "DEFAULT_PARSER_CLASSES": ["api.inputs.JsonBodyParser"],
     "DEFAULT_RENDERER_CLASSES": ["api.inputs.JsonRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttles.AgentRateThrottle"],
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 

@@ -64,7 +64,7 @@ class TaskListApi(ApiView):
     )
     def get(self, request: Request) -> Response:
         caller = caller_of(request)
-        page = query_input(PageQuery, request)
+        page = query_input(PageQuery, request, also=TaskFilter.base_filters)
         now = clock.now()
         tasks = with_compact_state(tasks_visible_to(caller.agent), now=now)
         filterset = TaskFilter(request.query_params, tasks, agent=caller.agent, now=now)

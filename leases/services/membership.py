@@ -5,7 +5,8 @@ the same transaction and revokes the agent's active attempts in the projects
 it lost (`attempt.revoked`, reason "lost access to project <slug>"), so its
 next holder write answers `LEASE_NOT_HELD` and it can neither renew nor
 finish a task it can no longer see. A lapsed one is expired instead, as
-force-release does. Doors call this one.
+force-release does. Its stored Idempotency-Key answers are voided too, so a
+replay cannot hand it a lost project's task again. Doors call this one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from config.db import write_transaction
+from leases.idempotency import idempotency_void
 from leases.models import Attempt, AttemptStatus
 from leases.services.revoke import task_force_release
 from ledger.actors import Actor
@@ -26,6 +28,7 @@ def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Acto
     """Make `projects` exactly the agent's projects; revoke its leases in the projects it lost."""
     changed = ledger_agent_set_projects(agent=agent, projects=projects, actor=actor)
     if changed.removed:
+        idempotency_void(changed.agent)
         held = Attempt.objects.filter(
             agent=changed.agent, status=AttemptStatus.ACTIVE, task__project__slug__in=changed.removed
         ).select_related("task__project")

@@ -1,4 +1,4 @@
-"""A claim replayed under its Idempotency-Key after LEASEHOLD_SECRET_KEY rotated (issue 14, finding 8).
+"""Replays that must not hand out what they once did: after a key rotation (issue 14, 8), a lost project (9).
 
 The token is re-derived and checked against the stored hash under the current
 key and each fallback; when none reproduces it the replay refuses clearly
@@ -50,3 +50,19 @@ def test_a_replay_after_rotation_without_the_old_key_refuses_instead_of_a_dead_t
     # The lease itself is untouched: the first answer's token still renews it.
     renewed = client.post(attempt_url(first.json(), "renew"), {}, format="json", **holder(first.json()))
     assert renewed.status_code == 200
+
+
+@pytest.mark.django_db
+def test_a_replay_after_the_agent_lost_the_project_is_refused_without_the_task(client, agent, task):
+    from leases.services import agent_set_projects
+    from ledger.actors import SYSTEM
+
+    first = _claim(client, task)
+    assert first.status_code == 201
+    agent_set_projects(agent=agent, projects=[], actor=SYSTEM)
+
+    replay = _claim(client, task)
+
+    error = assert_error(replay, 409, "IDEMPOTENCY_CONFLICT")
+    assert error["details"] == {"key": "claim-rotated", "reason": "access_changed"}
+    assert task.description not in replay.content.decode()

@@ -42,3 +42,14 @@ def test_a_success_before_the_limit_resets_the_count(admin_user):
     for _ in range(9):
         assert _login(Client(), "wrong").status_code == 200
     assert _login(Client(), "pw-for-tests").status_code == 302
+
+
+def test_behind_a_trusted_proxy_the_lockout_follows_the_forwarded_address(admin_user, settings):
+    settings.LEASEHOLD_TRUSTED_PROXIES = 1
+    client = Client()
+    for _ in range(10):
+        client.post(LOGIN, {"username": "root", "password": "wrong"}, HTTP_X_FORWARDED_FOR="203.0.113.7")
+    locked = client.post(LOGIN, {"username": "root", "password": "pw-for-tests"}, HTTP_X_FORWARDED_FOR="203.0.113.7")
+    assert locked.status_code == 429
+    other = Client().post(LOGIN, {"username": "root", "password": "pw-for-tests"}, HTTP_X_FORWARDED_FOR="203.0.113.8")
+    assert other.status_code == 302

@@ -13,6 +13,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pytest
+from django.core.management import CommandError, call_command
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -66,3 +69,12 @@ def test_serve_runs_web_and_cluster_on_fresh_sqlite_and_stops_both(tmp_path):
         server.wait(timeout=60)
         reader.join(timeout=10)
     assert server.returncode == 0, "".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--workers", "0"), ("--threads", "0"), ("--head-timeout", "0"), ("--socket-timeout", "-1")],
+)
+def test_serve_refuses_bad_worker_options_before_touching_anything(option, value):
+    with pytest.raises(CommandError, match=option):
+        call_command("serve", option, value)

@@ -24,13 +24,38 @@ class Command(BaseCommand):
         parser.add_argument("--host", default="127.0.0.1")
         parser.add_argument("--port", type=int, default=8000)
         parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes")
+        parser.add_argument("--threads", type=int, default=8, help="request threads per worker process")
+        parser.add_argument(
+            "--head-timeout",
+            type=float,
+            default=10.0,
+            help="seconds a client has to send its request head before it is disconnected",
+        )
+        parser.add_argument(
+            "--socket-timeout",
+            type=float,
+            default=30.0,
+            help="seconds a request's socket may stall (body upload, response download) before it is closed",
+        )
         parser.add_argument("--no-cluster", action="store_true", help="run the web server only")
 
     def handle(self, *args: Any, **options: Any) -> None:
+        for name in ("workers", "threads"):
+            if options[name] < 1:
+                raise CommandError(f"--{name} must be at least 1.")
+        for name in ("head_timeout", "socket_timeout"):
+            if not 0 < options[name] <= 3600:
+                raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 3600 seconds.")
         call_command("migrate", interactive=False, verbosity=0)
         call_command("collectstatic", interactive=False, verbosity=0)
         settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.base")
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module}
+        # HeadFirstWorker reads its timeouts from these (config/gunicorn.py).
+        web_env = {
+            **env,
+            "LEASEHOLD_HEAD_TIMEOUT_SECONDS": str(options["head_timeout"]),
+            "LEASEHOLD_SOCKET_TIMEOUT_SECONDS": str(options["socket_timeout"]),
+        }
         cwd = str(settings.BASE_DIR)
         bind = f"{options['host']}:{options['port']}"
         children = {
@@ -44,6 +69,16 @@ class Command(BaseCommand):
                     bind,
                     "--workers",
                     str(options["workers"]),
+                    # Slow clients wait in the event loop, not in a thread
+                    # (config/gunicorn.py), so no proxy is needed to survive them.
+                    "--worker-class",
+                    "config.gunicorn.HeadFirstWorker",
+                    "--threads",
+                    str(options["threads"]),
+                    # A request ends by its storage deadline (STORAGE_BUSY);
+                    # the arbiter only kills a worker that is stuck past that.
+                    "--timeout",
+                    str(settings.LEASEHOLD_STORAGE_DEADLINE_SECONDS + 10),
                     "--access-logfile",
                     "-",
                     "--graceful-timeout",
@@ -53,7 +88,7 @@ class Command(BaseCommand):
                     "--limit-request-line",
                     "8190",
                 ],
-                env=env,
+                env=web_env,
                 cwd=cwd,
                 start_new_session=True,
             ),

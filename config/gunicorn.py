@@ -1,0 +1,200 @@
+"""gunicorn's threaded worker, made to survive slow clients without a buffering proxy.
+
+The rule it keeps: no thread waits for a client that has not finished sending
+its request head. gunicorn's gthread worker hands a connection to a thread as
+soon as the socket is readable, and the thread then blocks in `recv` on a
+half-sent head; a handful of such clients (one per thread) freezes the API and
+the admin. `HeadFirstWorker` reads the head in the event loop instead, into a
+buffer per connection, and submits the connection to the thread pool only once
+the head is complete (or too long, so that gunicorn's parser answers its 4xx).
+A head not complete within `LEASEHOLD_HEAD_TIMEOUT_SECONDS` (10) of the
+connection being accepted, or of a kept-alive connection waking up, is closed
+without ever taking a thread. In the thread, every socket operation times out
+after `LEASEHOLD_SOCKET_TIMEOUT_SECONDS` (30), so a stalled body or a client
+that stops reading the response cannot hold a thread for ever.
+
+`manage.py serve` runs it (`--worker-class config.gunicorn.HeadFirstWorker`)
+and sets both variables from its `--head-timeout` / `--socket-timeout`. With
+TLS in gunicorn itself (`cfg.is_ssl`) the head cannot be read before the
+handshake, so the worker behaves exactly as gthread; terminate TLS in a proxy
+instead (docs/operations.md, "Deploying").
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import io
+import os
+import selectors
+import time
+from functools import partial
+from typing import Any
+
+from gunicorn.http.message import DEFAULT_MAX_HEADERFIELD_SIZE, MAX_HEADERS, MAX_REQUEST_LINE
+from gunicorn.workers.gthread import TConn, ThreadWorker
+
+HEAD_END = b"\r\n\r\n"
+# Large enough that a few reads take a whole head, small enough that a
+# thousand connections mid-head do not add up to much more than their heads.
+RECV_SIZE = 65536
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 3600:
+        raise ValueError(f"{name} must be a number of seconds between 0 and 3600; got {raw!r}.")
+    return value
+
+
+def head_limit(cfg: Any) -> int:
+    """Bytes after which gunicorn's parser refuses a head that has no end yet.
+
+    The same arithmetic as `gunicorn.http.message.Request`: a request line
+    within its limit, its CRLF, and then more header bytes than the parser
+    buffers. With this many bytes held and one more byte arriving, the parser
+    raises LimitRequestLine or LimitRequestHeaders without waiting for more.
+    """
+    line = cfg.limit_request_line
+    if line < 0 or line >= MAX_REQUEST_LINE:
+        line = MAX_REQUEST_LINE
+    fields = cfg.limit_request_fields
+    if fields <= 0 or fields > MAX_HEADERS:
+        fields = MAX_HEADERS
+    field_size = cfg.limit_request_field_size
+    if field_size <= 0:
+        field_size = DEFAULT_MAX_HEADERFIELD_SIZE
+    # limit_request_line=0 means "unlimited" to gunicorn; past this many bytes
+    # the thread then waits for the line's end, bounded by the socket timeout.
+    return (line or MAX_REQUEST_LINE) + 2 + fields * (field_size + 2) + 4
+
+
+class HeadFirstWorker(ThreadWorker):
+    """gthread, except that a connection takes a thread only once its request head is here."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.head_timeout = _seconds_from_env("LEASEHOLD_HEAD_TIMEOUT_SECONDS", 10.0)
+        self.socket_timeout = _seconds_from_env("LEASEHOLD_SOCKET_TIMEOUT_SECONDS", 30.0)
+        self.head_limit = head_limit(self.cfg)
+        # Connections whose head is being read, and when each must be complete.
+        # Only the event loop's thread touches it.
+        self._heads: dict[TConn, float] = {}
+
+    def accept(self, server: Any, listener: Any) -> None:
+        if self.cfg.is_ssl:
+            super().accept(server, listener)
+            return
+        try:
+            sock, client = listener.accept()
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        conn = TConn(self.cfg, sock, client, server)
+        conn.head = bytearray()
+        self.nr_conns += 1
+        # The clock starts at accept: a client that connects and sends nothing
+        # holds a connection slot for the head timeout, not for ever.
+        self._heads[conn] = time.monotonic() + self.head_timeout
+        self._wait_for_bytes(conn)
+
+    def _wait_for_bytes(self, conn: TConn) -> None:
+        with self._lock:
+            self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_client_socket_readable, conn))
+
+    def on_client_socket_readable(self, conn: TConn, client: Any) -> None:
+        if self.cfg.is_ssl:
+            super().on_client_socket_readable(conn, client)
+            return
+        with self._lock:
+            self.poller.unregister(client)
+            if conn not in self._heads:
+                # A kept-alive connection woke up: its next head starts now.
+                try:
+                    self._keep.remove(conn)
+                except ValueError:
+                    return  # its keep-alive ran out meanwhile and it was closed (as in gthread)
+                self._heads[conn] = time.monotonic() + self.head_timeout
+        if len(conn.head) >= self.head_limit:
+            # Over the limit and more is waiting: the parser reads it and
+            # answers the error at once.
+            self.enqueue_req(conn)
+            return
+        try:
+            data = conn.sock.recv(min(RECV_SIZE, self.head_limit - len(conn.head)))
+        except (BlockingIOError, InterruptedError):
+            self._wait_for_bytes(conn)
+            return
+        except OSError:
+            self._drop(conn)
+            return
+        if not data:
+            if conn.head:
+                self.enqueue_req(conn)  # let the parser answer what it makes of a cut-off head
+            else:
+                self._drop(conn)
+            return
+        searched = max(0, len(conn.head) - len(HEAD_END) + 1)
+        conn.head += data
+        if conn.head.find(HEAD_END, searched) >= 0:
+            self.enqueue_req(conn)
+        else:
+            self._wait_for_bytes(conn)
+
+    def enqueue_req(self, conn: TConn) -> None:
+        if self.cfg.is_ssl:
+            super().enqueue_req(conn)
+            return
+        del self._heads[conn]
+        conn.init()
+        # The thread reads the body and writes the answer blocking, but no
+        # call waits on a stalled client past the socket timeout.
+        conn.sock.settimeout(self.socket_timeout)
+        # The parser takes the head from its buffer as if off the socket.
+        conn.parser.unreader.unread(bytes(conn.head))
+        conn.head = bytearray()
+        self._wrap_future(self.tpool.submit(self.handle, conn), conn)
+
+    def handle(self, conn: TConn) -> tuple[bool, TConn]:
+        keepalive, conn = super().handle(conn)
+        while keepalive and not self.cfg.is_ssl:
+            # Back in the event loop the next bytes must be the next head:
+            # read what is left of this body here, under the socket timeout.
+            try:
+                while conn.parser.mesg.body.read(8192):
+                    pass
+            except Exception:
+                self.log.debug("Closing a kept-alive connection whose body did not arrive.")
+                return False, conn
+            unreader = conn.parser.unreader
+            buffered = unreader.buf.getvalue()
+            if HEAD_END not in buffered:
+                unreader.buf = io.BytesIO()
+                conn.head = bytearray(buffered)
+                break
+            # A pipelined request is already read: the poller would never wake
+            # for it, so serve it in this thread.
+            keepalive, conn = super().handle(conn)
+        return keepalive, conn
+
+    def murder_keepalived(self) -> None:
+        super().murder_keepalived()
+        now = time.monotonic()
+        for conn in [conn for conn, deadline in self._heads.items() if deadline <= now]:
+            # KeyError and the like: the socket is already gone from the poller.
+            with self._lock, contextlib.suppress(KeyError, ValueError, OSError):
+                self.poller.unregister(conn.sock)
+            self.log.debug("Closing a connection whose request head took over %ss.", self.head_timeout)
+            self._drop(conn)
+
+    def _drop(self, conn: TConn) -> None:
+        self._heads.pop(conn, None)
+        self.nr_conns -= 1
+        conn.close()
