@@ -14,6 +14,7 @@ from typing import Any, cast
 
 from agent.connection import ApiConnection, api_root, drop_none
 from agent.models import (
+    GIT_FACTS,
     AttemptSummary,
     Changes,
     Claim,
@@ -27,10 +28,13 @@ from agent.models import (
     Page,
     Project,
     Renewed,
+    TaskText,
+    TaskTextField,
     lease_fingerprint,
 )
 
 __all__ = [
+    "GIT_FACTS",
     "AttemptSummary",
     "Changes",
     "Claim",
@@ -45,6 +49,8 @@ __all__ = [
     "Page",
     "Project",
     "Renewed",
+    "TaskText",
+    "TaskTextField",
     "api_root",
     "lease_fingerprint",
 ]
@@ -117,6 +123,38 @@ class LeaseholdClient(ApiConnection):
     def context(self, key: str) -> dict[str, Any]:
         """The bounded work context of a task."""
         return cast(dict[str, Any], self.request("GET", f"/tasks/{key}/context/"))
+
+    # --- reading what the context cut, and dependencies ------------------------------
+
+    def task_text(
+        self, key: str, *, field: TaskTextField = "description", offset: int = 0, limit: int | None = None
+    ) -> TaskText:
+        """A range of a task's long text (`GET /tasks/{key}/text/`): what the bounded context cut."""
+        params = {"field": field, "offset": offset, "limit": limit}
+        return cast(TaskText, self.request("GET", f"/tasks/{key}/text/", params=params))
+
+    def add_dependency(self, key: str, *, blocked_by: str, idempotency_key: str | None = None) -> dict[str, Any]:
+        """Task `key` is blocked by `blocked_by` until that one is done."""
+        return cast(
+            dict[str, Any],
+            self.request(
+                "POST",
+                f"/tasks/{key}/dependencies/",
+                body={"blocked_by": blocked_by},
+                idempotency_key=idempotency_key,
+            ),
+        )
+
+    def remove_dependency(self, key: str, *, blocked_by: str, idempotency_key: str | None = None) -> dict[str, Any]:
+        return cast(
+            dict[str, Any],
+            self.request(
+                "POST",
+                f"/tasks/{key}/dependencies/remove/",
+                body={"blocked_by": blocked_by},
+                idempotency_key=idempotency_key,
+            ),
+        )
 
     # --- claims -------------------------------------------------------------------------
 
@@ -207,10 +245,30 @@ class LeaseholdClient(ApiConnection):
         )
 
     def set_git(
-        self, lease: Lease, *, branch: str | None = None, base_commit: str | None = None
+        self,
+        lease: Lease,
+        *,
+        branch: str | None = None,
+        base_commit: str | None = None,
+        head_commit: str | None = None,
+        commits_ahead: int | None = None,
+        dirty: bool | None = None,
+        pushed: bool | None = None,
+        worktree_path: str | None = None,
+        host: str | None = None,
     ) -> dict[str, AttemptSummary]:
-        body = drop_none({"branch": branch, "base_commit": base_commit})
-        answer = self.request("POST", f"/attempts/{lease.attempt_id}/git/", body=body, lease=lease)
+        """Record git facts of the attempt (SPEC §15.4); a fact left None is not sent (and not changed)."""
+        facts = {
+            "branch": branch,
+            "base_commit": base_commit,
+            "head_commit": head_commit,
+            "commits_ahead": commits_ahead,
+            "dirty": dirty,
+            "pushed": pushed,
+            "worktree_path": worktree_path,
+            "host": host,
+        }
+        answer = self.request("POST", f"/attempts/{lease.attempt_id}/git/", body=drop_none(facts), lease=lease)
         return cast(dict[str, AttemptSummary], answer)
 
     def finish(
@@ -223,8 +281,10 @@ class LeaseholdClient(ApiConnection):
         failure_reason_code: str | None = None,
         interruption_reason_code: str | None = None,
         acknowledged_version: int | None = None,
+        git: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Finished:
+        """End the attempt; `git` carries the git facts of the end (SPEC §15.4: head_commit, commits_ahead, …)."""
         body = drop_none(
             {
                 "outcome": outcome,
@@ -233,6 +293,7 @@ class LeaseholdClient(ApiConnection):
                 "failure_reason_code": failure_reason_code,
                 "interruption_reason_code": interruption_reason_code,
                 "acknowledged_version": acknowledged_version,
+                "git": git or None,
             }
         )
         return cast(

@@ -203,8 +203,9 @@ class LeaseKeeper:
     def checkpoint(self, content: str, *, next_steps: list[str] | None = None) -> NoteWritten:
         return self.note(content, kind="checkpoint", next_steps=next_steps)
 
-    def set_git(self, *, branch: str | None = None, base_commit: str | None = None) -> dict[str, Any]:
-        return self._holder_call(lambda: self.client.set_git(self.lease, branch=branch, base_commit=base_commit))
+    def set_git(self, **facts: Any) -> dict[str, Any]:
+        """Record git facts (`LeaseholdClient.set_git`'s keywords)."""
+        return self._holder_call(lambda: self.client.set_git(self.lease, **facts))
 
     def finish(self, outcome: Outcome, **fields: Any) -> Finished:
         """End the attempt (done, review, failed, handoff); renewals stop first."""

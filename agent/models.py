@@ -13,6 +13,30 @@ from typing import Any, Literal, TypedDict, cast
 
 Outcome = Literal["done", "review", "failed", "handoff"]
 NoteKind = Literal["progress", "finding", "warning", "checkpoint"]
+# The API's choices for finish's reason codes (SPEC §8).
+FAILURE_REASONS = (
+    "implementation_error",
+    "environment_error",
+    "missing_dependency",
+    "invalid_requirements",
+    "tests_failed",
+    "context_lost",
+    "timeout",
+    "other",
+)
+INTERRUPTION_REASONS = ("handoff", "context_limit", "user_request", "client_shutdown", "environment_change", "other")
+TaskTextField = Literal["description", "acceptance_criteria"]
+# What `POST /attempts/{id}/git/` (and finish's `git`) record (SPEC §15.4).
+GIT_FACTS = (
+    "branch",
+    "base_commit",
+    "head_commit",
+    "commits_ahead",
+    "dirty",
+    "pushed",
+    "worktree_path",
+    "host",
+)
 
 
 class Project(TypedDict, total=False):
@@ -51,6 +75,17 @@ class AttemptSummary(TypedDict, total=False):
     base_commit: str | None
     environment: str | None
     label: str
+
+
+class TaskText(TypedDict):
+    """A range of a task's long text: `text` starts at `offset`; `more` says whether any follows."""
+
+    key: str
+    field: str
+    offset: int
+    length: int
+    text: str
+    more: bool
 
 
 class Page(TypedDict):

@@ -16,6 +16,8 @@ EXIT_TASK_TAKEN = 4
 EXIT_LEASE_LOST = 5
 EXIT_AUTH = 6
 EXIT_COMMAND_FAILED = 7
+EXIT_WORKSPACE = 8
+EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE, as for any command whose reader quit early
 
 EXIT_CODES_HELP = """\
 exit codes:
@@ -28,8 +30,12 @@ exit codes:
        INVALID_LEASE_TOKEN, or the keeper gave up): stop working on the task
   6    authentication (not logged in, AUTHENTICATION_FAILED, PERMISSION_DENIED)
   7    run: the command exited non-zero; the attempt was finished `failed`
+  8    workspace: not a git repository, the branch is checked out by a live
+       attempt or the main checkout, DIR is not empty, git failed; nothing
+       was changed (a fresh claim is handed back)
   128+N  run: interrupted by signal N (130 SIGINT, 143 SIGTERM); the attempt
        was handed off
+  141  stdout was closed early (a pipe's reader quit, e.g. `| head`)
 """
 
 
@@ -66,6 +72,10 @@ class Output:
         if not self.as_json:
             print(f"leasehold: {text}", file=sys.stderr, flush=True)
 
+    def warn(self, text: str) -> None:
+        """A one-line warning on stderr, also with `--json` (stdout keeps its one JSON document)."""
+        print(f"leasehold: warning: {text}", file=sys.stderr, flush=True)
+
     def error(self, code: str, message: str, *, details: dict[str, Any] | None = None) -> None:
         if self.as_json:
             print(compact_json({"error": {"code": code, "message": message, "details": details or {}}}), flush=True)
@@ -73,5 +83,24 @@ class Output:
             print(f"leasehold: error: {code}: {message}", file=sys.stderr, flush=True)
 
     def failure(self, error: LeaseholdError) -> int:
-        self.error(error.code, error.message, details=error.details)
+        self.error(error.code, error_text(error), details=error.details)
         return exit_code_for(error)
+
+
+def error_text(error: LeaseholdError) -> str:
+    """The message to show for `error`; a STALE_EPOCH whose two epochs read the same is said plainly.
+
+    The server names the task's epoch and the one the write presented; when
+    the attempt itself is from an older epoch those two can be equal, which
+    reads as a contradiction, so the toolkit says what it means instead.
+    """
+    details = error.details
+    presented, current = details.get("presented_epoch"), details.get("current_epoch")
+    if error.code == "STALE_EPOCH" and presented is not None and presented == current:
+        task = error.message.split(" is at epoch", 1)[0] if " is at epoch" in error.message else "The task"
+        attempt = details.get("attempt")
+        return (
+            f"{task} is at epoch {current}; attempt {attempt} belongs to an earlier epoch "
+            "(another holder has the task now): stop working on it."
+        )
+    return error.message
