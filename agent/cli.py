@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="leasehold",
         description="Claim Leasehold tasks under a lease, keep it alive, leave checkpoints, finish.",
-        epilog=EXIT_CODES_HELP + "\nconfiguration: LEASEHOLD_CONFIG (config file), LEASEHOLD_STATE (current attempt), "
+        epilog=EXIT_CODES_HELP + "\nconfiguration: LEASEHOLD_CONFIG (config file; attempts held live beside it), "
         "LEASEHOLD_URL / LEASEHOLD_TOKEN / LEASEHOLD_PROJECT (override the config file).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -17,13 +17,23 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from agent import state
 from agent.client import LeaseholdClient, NoteKind
-from agent.config import Settings, clear_state, load_settings, load_state, save_settings, save_state
+from agent.config import Settings, config_dir, load_settings, save_settings
 from agent.errors import LEASE_LOSS_CODES, LeaseholdError
 from agent.mcp_server import print_config, serve
 from agent.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
 from agent.runner import run
-from agent.session import UsageError, claim_from_args, claim_text, make_client, project_from, refuse_to_replace
+from agent.session import (
+    UsageError,
+    claim_from_args,
+    claim_text,
+    current_attempt,
+    hold_claim,
+    make_client,
+    project_from,
+    refuse_to_replace,
+)
 
 
 def cmd_login(args: argparse.Namespace, out: Output) -> int:
@@ -63,26 +73,26 @@ def cmd_ready(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_claim(args: argparse.Namespace, out: Output) -> int:
     settings = load_settings()
-    refuse_to_replace(args)
     with make_client(settings) as client:
+        refuse_to_replace(args, client, settings)
         claim = claim_from_args(client, args, settings)
-    if claim is None:
-        out.result({"claimed": None}, "Nothing claimable.")
-        return EXIT_NOTHING_CLAIMABLE
-    save_state(claim.lease)
+        if claim is None:
+            out.result({"claimed": None}, "Nothing claimable.")
+            return EXIT_NOTHING_CLAIMABLE
+        hold_claim(claim, client, settings)
     out.result({**claim.summary(), "context": claim.context}, claim_text(claim))
     return EXIT_OK
 
 
 def cmd_context(args: argparse.Namespace, out: Output) -> int:
     settings = load_settings()
-    key = args.key
-    if not key:
-        current = load_state()
-        if current is None:
-            raise UsageError("Give a task KEY (no current attempt).")
-        key = current.lease.task
     with make_client(settings) as client:
+        key = args.key
+        if not key:
+            current = current_attempt(settings, client)
+            if current is None:
+                raise UsageError("Give a task KEY (no current attempt).")
+            key = current.task
         context = client.context(key)
     out.result(context, _context_text(context))
     return EXIT_OK
@@ -112,28 +122,28 @@ def _context_text(context: dict[str, Any]) -> str:
 
 
 def _holder(action: Callable[[LeaseholdClient, Any], Any], *, ends: bool = False) -> Any:
-    """Run a holder call on the current attempt; marks the state lost on a lease-ending answer."""
+    """Run a holder call on the current attempt; marks its state lost on a lease-ending answer."""
     settings = load_settings()
-    current = load_state()
-    if current is None:
-        raise UsageError("No current attempt: claim one first (`leasehold claim KEY` or `--next`).")
-    if current.lost:
-        raise LeaseholdError(
-            f"The lease on {current.lease.task} was lost ({current.lost_reason}); its token is not used again.",
-            code="LEASE_LOST",
-        )
     with make_client(settings) as client:
+        current = current_attempt(settings, client)
+        if current is None:
+            raise UsageError("No current attempt: claim one first (`leasehold claim KEY` or `--next`).")
+        if current.lost:
+            raise LeaseholdError(
+                f"The lease on {current.task} was lost ({current.lost_reason}); its token is not used again.",
+                code="LEASE_LOST",
+            )
         try:
             result = action(client, current.lease)
         except LeaseholdError as error:
             if error.code in LEASE_LOSS_CODES:
-                save_state(current.lease, lost=True, lost_reason=str(error))
+                state.mark_lost(config_dir(), current, str(error))
             raise
     if ends:
-        clear_state(current.lease)
-    elif isinstance(result, dict) and result.get("lease_expires_at") and not os.environ.get("LEASEHOLD_RUN"):
-        # Remember the new expiry (inside `run`, the run owns the state file and may be marking it lost).
-        save_state(dataclasses.replace(current.lease, lease_expires_at=result["lease_expires_at"]))
+        state.remove(config_dir(), current.agent, current.task, attempt_id=current.attempt_id)
+    elif isinstance(result, dict) and result.get("lease_expires_at") and current.owner == "cli":
+        # Remember the new expiry (an attempt kept by `run` or `mcp` is theirs to write: they may be marking it lost).
+        state.save(config_dir(), dataclasses.replace(current, lease_expires_at=result["lease_expires_at"]))
     return result
 
 

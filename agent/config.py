@@ -1,18 +1,10 @@
-"""Where the CLI keeps its secrets: the config file (server URL, agent token) and the state file
-(the current attempt's id, lease token and epoch).
+"""Where the CLI keeps its login: the config file (server URL, agent token, default project).
 
-- Config: `$LEASEHOLD_CONFIG`, default `~/.config/leasehold/config.json`
-  (`$XDG_CONFIG_HOME` honoured). `LEASEHOLD_URL`, `LEASEHOLD_TOKEN` and
-  `LEASEHOLD_PROJECT` override what it says.
-- State: `$LEASEHOLD_STATE`, default `attempt.json` beside the config file.
-  The lease token lives only there (and in the memory of the process holding
-  the lease); it is never printed. `leasehold run` exports `LEASEHOLD_STATE`
-  to its command, so `leasehold note` inside that command acts on the same
-  attempt. A lost lease is marked `"lost": true` there and no command sends
-  that token again.
-
-Both files are written atomically with mode 0600; a directory the toolkit
-creates for them gets 0700.
+`$LEASEHOLD_CONFIG`, default `~/.config/leasehold/config.json`
+(`$XDG_CONFIG_HOME` honoured). `LEASEHOLD_URL`, `LEASEHOLD_TOKEN` and
+`LEASEHOLD_PROJECT` override what it says. It is written atomically with mode
+0600; a directory the toolkit creates for it gets 0700. The attempts held
+live beside it, one state file per agent per attempt (`agent.state`).
 """
 
 from __future__ import annotations
@@ -23,8 +15,6 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from agent.client import Lease
 
 
 @dataclass(frozen=True)
@@ -46,11 +36,9 @@ def config_path() -> Path:
     return Path(base) / "leasehold" / "config.json"
 
 
-def state_path() -> Path:
-    explicit = os.environ.get("LEASEHOLD_STATE")
-    if explicit:
-        return Path(explicit).expanduser()
-    return config_path().with_name("attempt.json")
+def config_dir() -> Path:
+    """The directory of the config file: the attempts' state files live under it (`agent.state`)."""
+    return config_path().absolute().parent
 
 
 def write_private(path: Path, data: dict[str, Any]) -> None:
@@ -102,33 +90,3 @@ def load_settings() -> Settings:
     if not url or not token:
         raise NotLoggedIn(f"Not logged in: run `leasehold login URL` (config file {config_path()}).")
     return Settings(url=str(url), token=str(token), project=str(project) if project else None)
-
-
-@dataclass(frozen=True)
-class AttemptState:
-    lease: Lease
-    lost: bool = False
-    lost_reason: str | None = None
-
-
-def save_state(lease: Lease, *, lost: bool = False, lost_reason: str | None = None) -> Path:
-    path = state_path()
-    write_private(path, {**lease.as_dict(), "lost": lost, "lost_reason": lost_reason})
-    return path
-
-
-def load_state() -> AttemptState | None:
-    data = _read(state_path())
-    if not data or "token" not in data:
-        return None
-    return AttemptState(lease=Lease.from_dict(data), lost=bool(data.get("lost")), lost_reason=data.get("lost_reason"))
-
-
-def clear_state(lease: Lease | None = None) -> None:
-    """Forget the current attempt (only if it is still `lease`'s, when given)."""
-    path = state_path()
-    if lease is not None:
-        current = load_state()
-        if current is None or current.lease.attempt_id != lease.attempt_id:
-            return
-    path.unlink(missing_ok=True)

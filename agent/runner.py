@@ -36,8 +36,9 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from agent.client import Lease, LeaseholdClient, Outcome
-from agent.config import clear_state, load_settings, load_state, save_state, state_path
+from agent import state
+from agent.client import LeaseholdClient, Outcome
+from agent.config import config_dir, load_settings
 from agent.errors import LeaseholdError
 from agent.keeper import Heartbeat, LeaseKeeper
 from agent.output import (
@@ -47,30 +48,41 @@ from agent.output import (
     EXIT_OK,
     Output,
 )
-from agent.session import UsageError, claim_from_args, claim_text, make_client, refuse_to_replace
+from agent.session import (
+    UsageError,
+    claim_from_args,
+    claim_text,
+    current_attempt,
+    hold_claim,
+    make_client,
+    refuse_to_replace,
+)
+from agent.state import HeldAttempt
 
 POLL_SECONDS = 0.05
 SUMMARY_MAX_CHARS = 4000
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def _lease_for_run(client: LeaseholdClient, args: argparse.Namespace, out: Output) -> Lease | None:
+def _lease_for_run(client: LeaseholdClient, args: argparse.Namespace, out: Output) -> HeldAttempt | None:
     settings = load_settings()
     if args.key or args.next:
-        refuse_to_replace(args)
+        refuse_to_replace(args, client, settings)
         claim = claim_from_args(client, args, settings)
         if claim is None:
             return None
-        save_state(claim.lease)
+        held = hold_claim(claim, client, settings, owner="run")
         out.info(claim_text(claim).replace("\n", "\nleasehold: "))
-        return claim.lease
-    current = load_state()
+        return held
+    current = current_attempt(settings, client)
     if current is None:
         raise UsageError("No current attempt: give a task KEY or --next (or `leasehold claim` first).")
     if current.lost:
-        raise LeaseholdError(f"The lease on {current.lease.task} was lost ({current.lost_reason}).", code="LEASE_LOST")
-    out.info(f"reusing attempt {current.lease.attempt_id} on {current.lease.task}")
-    return current.lease
+        raise LeaseholdError(f"The lease on {current.task} was lost ({current.lost_reason}).", code="LEASE_LOST")
+    out.info(f"reusing attempt {current.attempt_id} on {current.task}")
+    current.owner, current.pid = "run", os.getpid()
+    state.save(config_dir(), current)
+    return current
 
 
 def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
@@ -107,16 +119,19 @@ def run(args: argparse.Namespace, out: Output) -> int:
     settings = load_settings()
     client = make_client(settings)
     try:
-        lease = _lease_for_run(client, args, out)
-        if lease is None:
+        held = _lease_for_run(client, args, out)
+        if held is None:
             out.result({"claimed": None}, "Nothing claimable.")
             return EXIT_NOTHING_CLAIMABLE
-        return _supervise(client, lease, command, args, out)
+        return _supervise(client, held, command, args, out)
     finally:
         client.close()
 
 
-def _supervise(client: LeaseholdClient, lease: Lease, command: list[str], args: argparse.Namespace, out: Output) -> int:
+def _supervise(
+    client: LeaseholdClient, held: HeldAttempt, command: list[str], args: argparse.Namespace, out: Output
+) -> int:
+    lease = held.lease
     keeper = LeaseKeeper(client.clone(), lease)
     heartbeat = Heartbeat(client.clone(), every_seconds=args.heartbeat_seconds)
     received: list[int] = []
@@ -133,7 +148,6 @@ def _supervise(client: LeaseholdClient, lease: Lease, command: list[str], args: 
         env = {
             **os.environ,
             "LEASEHOLD_RUN": "1",
-            "LEASEHOLD_STATE": str(state_path().resolve()),
             "LEASEHOLD_TASK": lease.task,
             "LEASEHOLD_ATTEMPT_ID": str(lease.attempt_id),
             "LEASEHOLD_EPOCH": str(lease.epoch),
@@ -149,15 +163,15 @@ def _supervise(client: LeaseholdClient, lease: Lease, command: list[str], args: 
                 # Nothing was done: give the task back rather than sit on it until the lease lapses.
                 with contextlib.suppress(LeaseholdError):
                     keeper.release(reason=f"leasehold run: cannot start {command[0]!r}")
-                    clear_state(lease)
+                    state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
                 raise UsageError(f"Cannot start {command[0]!r}: {exc}") from None
             while child.poll() is None:
                 if keeper.lost.wait(POLL_SECONDS):
                     break
             if keeper.lost.is_set():
-                return _lease_lost(child, keeper, args, out)
+                return _lease_lost(child, keeper, held, args, out)
             returncode = child.returncode
-            return _finish(keeper, command, returncode, received, summary_file, args, out)
+            return _finish(keeper, held, command, returncode, received, summary_file, args, out)
         finally:
             keeper.stop()
             heartbeat.stop()
@@ -165,12 +179,14 @@ def _supervise(client: LeaseholdClient, lease: Lease, command: list[str], args: 
                 signal.signal(signum, handler)
 
 
-def _lease_lost(child: subprocess.Popen[bytes], keeper: LeaseKeeper, args: argparse.Namespace, out: Output) -> int:
+def _lease_lost(
+    child: subprocess.Popen[bytes], keeper: LeaseKeeper, held: HeldAttempt, args: argparse.Namespace, out: Output
+) -> int:
     lost_at = time.monotonic()
     still_running = child.poll() is None
     if still_running:
         _signal_group(child, signal.SIGTERM)  # first: the command must stop working on the task at once
-    save_state(keeper.lease, lost=True, lost_reason=keeper.lost_reason)
+    state.mark_lost(config_dir(), held, keeper.lost_reason or "lost")
     status = stop_child(child, grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.returncode
     out.info(f"lease lost ({keeper.lost_reason}); command stopped (status {status})")
     out.result(
@@ -190,6 +206,7 @@ def _lease_lost(child: subprocess.Popen[bytes], keeper: LeaseKeeper, args: argpa
 
 def _finish(
     keeper: LeaseKeeper,
+    held: HeldAttempt,
     command: list[str],
     returncode: int,
     received: list[int],
@@ -215,9 +232,9 @@ def _finish(
         finished = keeper.finish(outcome, **fields)
     except LeaseholdError as error:
         if keeper.lost.is_set() or error.code == "LEASE_LOST":
-            save_state(keeper.lease, lost=True, lost_reason=keeper.lost_reason or str(error))
+            state.mark_lost(config_dir(), held, keeper.lost_reason or str(error))
         return out.failure(error)
-    clear_state(keeper.lease)
+    state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
     attempt, task = finished["attempt"], finished["task"]
     out.info(f"{attempt['task']}: attempt {attempt['id']} {attempt['status']} ({outcome}); task {task['status']}")
     out.result(

@@ -1,21 +1,27 @@
 """What the CLI's commands and its two launchers (`run`, `mcp`) share.
 
-The client made from the settings, the claim made from a command's
-arguments and its text, and the state file's rule: one current attempt at a
-time (`refuse_to_replace`). Kept apart from `agent.cli` so that the CLI can
-import the launchers and the launchers need nothing of the CLI.
+The client made from the settings, the agent a token is (`agent_handle`),
+the claim made from a command's arguments and its text, and the state files'
+rule (`refuse_to_replace`): outside worktrees an agent has one current
+attempt at a time, and `--replace` hands the old one back rather than
+forgetting a lease nobody would renew. Kept apart from `agent.cli` so that the
+CLI can import the launchers and the launchers need nothing of the CLI.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+from pathlib import Path
 from typing import Any
 
+from agent import state
 from agent.client import Claim, LeaseholdClient
-from agent.config import Settings, load_state
+from agent.config import Settings, config_dir
+from agent.errors import LeaseholdError
 from agent.labels import git_trailer
-from agent.models import is_past
+from agent.state import HeldAttempt
 
 
 class UsageError(Exception):
@@ -35,15 +41,63 @@ def project_from(args: argparse.Namespace, settings: Settings) -> str:
     return str(project)
 
 
-def refuse_to_replace(args: argparse.Namespace) -> None:
-    """One current attempt at a time: a live one in the state file is kept unless `--replace` says otherwise."""
-    current = load_state()
-    if current is None or current.lost or getattr(args, "replace", False) or is_past(current.lease.lease_expires_at):
-        return
-    raise UsageError(
-        f"You hold {current.lease.task} (attempt {current.lease.attempt_id}): finish or release it first, "
-        "or pass --replace to forget it."
-    )
+def agent_handle(settings: Settings, client: LeaseholdClient) -> str:
+    """The handle of the agent the token is: remembered from an earlier claim, else asked once (the heartbeat)."""
+    directory = config_dir()
+    known = state.known_agent(directory, client.url, settings.token)
+    if known:
+        return known
+    handle = str(client.heartbeat()["agent"])
+    state.remember_agent(directory, client.url, settings.token, handle)
+    return handle
+
+
+def hold_claim(
+    claim: Claim, client: LeaseholdClient, settings: Settings, *, owner: str = "cli", worktree: Path | None = None
+) -> HeldAttempt:
+    """Write the state file of a fresh claim (the token stays in it, 0600)."""
+    held = HeldAttempt.from_claim(claim, server=client.url, owner=owner, pid=os.getpid() if owner != "cli" else None)
+    held.worktree = str(worktree) if worktree is not None else None
+    directory = config_dir()
+    state.remember_agent(directory, client.url, settings.token, held.agent)
+    state.save(directory, held)
+    return held
+
+
+def current_attempt(settings: Settings, client: LeaseholdClient, *, task: str | None = None) -> HeldAttempt | None:
+    """The attempt a holder command acts on (`agent.state.current`), or the agent's attempt on `task`."""
+    agent = agent_handle(settings, client)
+    if task:
+        return state.load(config_dir(), agent, task)
+    try:
+        return state.current(config_dir(), agent, Path.cwd())
+    except state.AmbiguousAttempt as exc:
+        raise UsageError(str(exc)) from None
+
+
+def refuse_to_replace(args: argparse.Namespace, client: LeaseholdClient, settings: Settings) -> None:
+    """Outside worktrees, one current attempt per agent: a live one is kept unless `--replace` hands it back.
+
+    Attempts in worktrees (`run --worktree`) are not counted: their pointer
+    says which one a command means. State files of lost or expired attempts
+    outside worktrees are dropped (the new claim becomes the current attempt).
+    """
+    agent = agent_handle(settings, client)
+    directory = config_dir()
+    plain = [held for held in state.held_by(directory, agent) if held.worktree is None]
+    live = [held for held in plain if held.live]
+    if live and not getattr(args, "replace", False):
+        held = live[0]
+        raise UsageError(
+            f"You hold {held.task} (attempt {held.attempt_id}): finish or release it first, "
+            "or pass --replace to hand it back and claim anew."
+        )
+    for held in plain:
+        if held.live:
+            # Already lost or ended when refused: nothing is held any more.
+            with contextlib.suppress(LeaseholdError):
+                client.release(held.lease, reason="replaced by a new claim (leasehold claim --replace)")
+        state.remove(directory, agent, held.task, attempt_id=held.attempt_id)
 
 
 def claim_from_args(client: LeaseholdClient, args: argparse.Namespace, settings: Settings) -> Claim | None:

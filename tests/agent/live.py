@@ -56,11 +56,15 @@ def agent_env(home: Path, *, trace: bool = True) -> dict[str, str]:
     """The environment of a `leasehold` process whose config and state live under `home`."""
     env = {name: value for name, value in os.environ.items() if name not in AGENT_VARIABLES}
     env["LEASEHOLD_CONFIG"] = str(home / "config" / "config.json")
-    env["LEASEHOLD_STATE"] = str(home / "config" / "attempt.json")
     if trace:
         env["LEASEHOLD_TRACE"] = str(home / "trace.jsonl")
     env.pop("DATABASE_URL", None)
     return env
+
+
+def state_files(env: dict[str, str]) -> list[Path]:
+    """The attempts' state files under the config directory of `env` (`<config dir>/attempts/<agent>/<task>.json`)."""
+    return sorted((Path(env["LEASEHOLD_CONFIG"]).parent / "attempts").glob("*/*.json"))
 
 
 def leasehold(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from agent import cli, output
-from tests.agent.live import REPO, agent_env, leasehold
+from tests.agent.live import REPO, agent_env, leasehold, state_files
 
 SUBCOMMANDS = {
     "login",
@@ -124,9 +124,11 @@ def test_claim_note_checkpoint_finish_through_the_state_file(fleet, api, logged_
     assert claimed.returncode == 0, claimed.stderr
     summary = json.loads(claimed.stdout)
     assert summary["task"] == key
-    state_file = Path(logged_in["LEASEHOLD_STATE"])
+    [state_file] = state_files(logged_in)
+    assert state_file.name == f"{key}.json"
     assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
-    token = json.loads(state_file.read_text())["token"]
+    assert stat.S_IMODE(state_file.parent.stat().st_mode) == 0o700
+    token = json.loads(state_file.read_text())["lease_token"]
     assert token not in claimed.stdout + claimed.stderr
 
     assert leasehold("claim", fleet.ready_task(), env=logged_in).returncode == output.EXIT_USAGE  # one at a time

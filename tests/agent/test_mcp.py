@@ -33,7 +33,7 @@ def test_an_mcp_client_lists_tools_claims_checkpoints_reads_the_context_and_fini
     params = StdioServerParameters(
         command=sys.executable,
         args=["-m", "agent", "mcp"],
-        env={"LEASEHOLD_CONFIG": logged_in["LEASEHOLD_CONFIG"], "LEASEHOLD_STATE": logged_in["LEASEHOLD_STATE"]},
+        env={"LEASEHOLD_CONFIG": logged_in["LEASEHOLD_CONFIG"]},
         cwd=str(REPO),
     )
 

@@ -9,11 +9,10 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 from agent.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK
 from agent.runner import stop_child
-from tests.agent.live import REPO, leasehold, read_trace
+from tests.agent.live import REPO, leasehold, read_trace, state_files
 
 LEASE_SECONDS = "3"  # the server renews-every a third of it: one second
 RENEW_EVERY_SECONDS = 1.0
@@ -61,7 +60,7 @@ def test_run_keeps_the_lease_across_renewals_and_finishes_done_on_exit_0(fleet, 
     child_env = json.loads(seen_env.read_text())
     assert child_env["LEASEHOLD_TASK"] == key
     assert child_env["LEASEHOLD_ATTEMPT_ID"] == str(result["attempt"])
-    assert not Path(logged_in["LEASEHOLD_STATE"]).exists()  # finished: the current attempt is forgotten
+    assert state_files(logged_in) == []  # finished: the attempt is forgotten
     renewals = [line for line in read_trace(tmp_path / "trace.jsonl") if line["path"].endswith("/renew/")]
     assert len(renewals) >= 3
     assert any(line["path"] == "/api/v1/agents/me/heartbeat/" for line in read_trace(tmp_path / "trace.jsonl"))
@@ -142,7 +141,8 @@ def test_a_force_release_stops_the_command_within_one_renew_interval_and_the_tok
     assert len({line["lease"] for line in with_token}) == 1
 
     # The state file marks the lease lost: a later holder command refuses without a request.
-    state = json.loads(Path(logged_in["LEASEHOLD_STATE"]).read_text())
+    [state_file] = state_files(logged_in)
+    state = json.loads(state_file.read_text())
     assert state["lost"] is True
     sent_before = len(read_trace(trace))
     late = leasehold("note", "too late", env=logged_in)
