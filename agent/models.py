@@ -9,11 +9,26 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast, get_args
 
 Outcome = Literal["done", "review", "failed", "handoff"]
 NoteKind = Literal["progress", "finding", "warning", "checkpoint"]
 TaskTextField = Literal["description", "acceptance_criteria"]
+FailureReason = Literal[
+    "implementation_error",
+    "environment_error",
+    "missing_dependency",
+    "invalid_requirements",
+    "tests_failed",
+    "context_lost",
+    "timeout",
+    "other",
+]
+InterruptionReason = Literal[
+    "handoff", "context_limit", "user_request", "client_shutdown", "environment_change", "other"
+]
+FAILURE_REASONS: tuple[str, ...] = get_args(FailureReason)
+INTERRUPTION_REASONS: tuple[str, ...] = get_args(InterruptionReason)
 # What `POST /attempts/{id}/git/` (and finish's `git`) record (SPEC §15.4).
 GIT_FACTS = (
     "branch",
