@@ -46,17 +46,22 @@ HOOKS = {"SessionStart": "session-start", "PreCompact": "pre-compact", "SessionE
 HOOK_TIMEOUT_SECONDS = 30
 
 
+def absolute(path: Path) -> Path:
+    """`path` absolute and normalised (`..` resolved textually; symlinks kept, as a venv's script is one)."""
+    return Path(os.path.abspath(path))
+
+
 def leasehold_command() -> list[str]:
     """`leasehold` as an absolute command: this script, the one beside this Python, on PATH, or `python -m agent`."""
     invoked = Path(sys.argv[0]) if sys.argv and sys.argv[0] else None
     if invoked is not None and invoked.name == "leasehold" and invoked.exists():
-        return [str(invoked.absolute())]
+        return [str(absolute(invoked))]
     beside = Path(sys.executable).parent / "leasehold"
     if beside.exists():
         return [str(beside)]
     found = shutil.which("leasehold")
     if found:
-        return [str(Path(found).absolute())]
+        return [str(absolute(Path(found)))]
     return [sys.executable, "-m", "agent"]
 
 
@@ -87,13 +92,13 @@ def mcp_entry(client: str, *, config: Path, project: str | None, keep_on_exit: b
     """The server entry: absolute command, `mcp` with its options, the absolute `LEASEHOLD_CONFIG`."""
     command, *prefix = leasehold_command()
     args = [*prefix, "mcp", *(["--project", project] if project else []), *(["--keep-on-exit"] if keep_on_exit else [])]
-    entry: dict[str, Any] = {"command": command, "args": args, "env": {"LEASEHOLD_CONFIG": str(config.absolute())}}
+    entry: dict[str, Any] = {"command": command, "args": args, "env": {"LEASEHOLD_CONFIG": str(absolute(config))}}
     return {"type": "stdio", **entry} if client in ("claude", "vscode") else entry
 
 
 def print_config(client: str, *, project: str | None = None) -> tuple[str, list[str]]:
     """The configuration snippet that makes `client` start `leasehold mcp`, and warnings about the login."""
-    config = config_path().absolute()
+    config = absolute(config_path())
     entry = mcp_entry(client, config=config, project=project)
     if client == "codex":
         text = _toml_merged("", entry)
@@ -202,7 +207,7 @@ def _checked_login(*, worktree: bool, token: str | None) -> Settings:
     settings = load_settings()
     if token:
         settings = Settings(url=settings.url, token=token, project=settings.project)
-    path = config_path().absolute()
+    path = absolute(config_path())
     stored = _stored_login(path)
     if not worktree and not (stored.get("url") and stored.get("token")):
         raise NotLoggedIn(
@@ -255,14 +260,14 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def cmd_connect(args: argparse.Namespace, out: Output) -> int:
-    worktree = Path(args.worktree).absolute() if args.worktree else None
+    worktree = absolute(Path(args.worktree)) if args.worktree else None
     if worktree is not None and not worktree.is_dir():
         raise UsageError(f"{worktree} is not a directory.")
     if args.token and worktree is None:
         raise UsageError("--token names the agent of one worktree: use it with --worktree DIR.")
     settings = _checked_login(worktree=worktree is not None, token=args.token)
     project_dir = worktree or _project_dir()
-    config = worktree_config_path(worktree) if worktree is not None else config_path().absolute()
+    config = worktree_config_path(worktree) if worktree is not None else absolute(config_path())
     files: list[tuple[Path, str]] = []
     entry = mcp_entry(args.client, config=config, project=args.project, keep_on_exit=args.keep_on_exit)
     if args.client == "codex":

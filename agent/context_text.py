@@ -69,6 +69,16 @@ def _held_of(context: dict[str, Any], held: HeldAttempt | None) -> HeldAttempt |
     return held if held is not None and held.task == task.get("key") else None
 
 
+def _where(context: dict[str, Any], mine: HeldAttempt | None) -> tuple[str | None, str | None, str | None]:
+    """Branch, base commit and worktree of the current attempt: its git facts on the server, else its state file."""
+    facts = context.get("git") or {}
+    return (
+        facts.get("branch") or (mine.branch if mine else None),
+        facts.get("base_commit") or (mine.base_commit if mine else None),
+        facts.get("worktree_path") or (mine.worktree if mine else None),
+    )
+
+
 def _last_failed(context: dict[str, Any]) -> dict[str, Any] | None:
     """The last failed attempt, unless it is the previous attempt already shown."""
     failed = context.get("last_failed_attempt")
@@ -89,11 +99,11 @@ def human(context: dict[str, Any], held: HeldAttempt | None = None) -> str:
         lines.append(f"Attempt {mine.attempt_id} (epoch {mine.epoch}), lease until {mine.lease_expires_at}")
     if label:
         lines.append(f"Label: {label}")
-    if mine is not None and mine.branch:
-        base = f" (base {mine.base_commit[:12]})" if mine.base_commit else ""
-        lines.append(f"Branch: {mine.branch}{base}")
-    if mine is not None and mine.worktree:
-        lines.append(f"Worktree: {mine.worktree}")
+    branch, base, worktree = _where(context, mine)
+    if branch:
+        lines.append(f"Branch: {branch}" + (f" (base {base[:12]})" if base else ""))
+    if worktree:
+        lines.append(f"Worktree: {worktree}")
     if context.get("environment"):
         lines.append(f"Environment: {_environment_line(context['environment'])}")
     for name in ("description", "acceptance_criteria"):
@@ -153,10 +163,11 @@ def _markdown(context: dict[str, Any], held: HeldAttempt | None, description: st
     label = context.get("label") or (mine.label if mine else None)
     if label:
         facts.append(f"- Label: `{label}` (commit trailer `Leasehold-Label: {label}`)")
-    if mine is not None and mine.branch:
-        facts.append(f"- Branch: `{mine.branch}`" + (f" (base `{mine.base_commit}`)" if mine.base_commit else ""))
-    if mine is not None and mine.worktree:
-        facts.append(f"- Worktree: `{mine.worktree}`")
+    branch, base, worktree = _where(context, mine)
+    if branch:
+        facts.append(f"- Branch: `{branch}`" + (f" (base `{base}`)" if base else ""))
+    if worktree:
+        facts.append(f"- Worktree: `{worktree}`")
     if context.get("environment"):
         facts.append(f"- Environment: {_environment_line(context['environment'])}")
     lines += ["", *facts] if facts else []

@@ -30,6 +30,12 @@ SUBCOMMANDS = {
     "search",
     "run",
     "mcp",
+    "task",
+    "git",
+    "block",
+    "unblock",
+    "connect",
+    "hook",
 }
 EXIT_CODES = {
     name: value for name, value in vars(output).items() if name.startswith("EXIT_") and isinstance(value, int)

@@ -12,6 +12,7 @@ from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
 
 from tests.agent.live import REPO, leasehold
+from tests.agent.mcp_client import Session, with_session
 
 EXPECTED_TOOLS = {
     "ready",
@@ -107,3 +108,36 @@ def test_print_config_for_each_client(tmp_path):
     table = tomllib.loads(codex.stdout)["mcp_servers"]["leasehold"]
     assert table["args"] == ["mcp"]
     assert Path(table["command"]).name == "leasehold"
+
+
+# The whole tools/list answer as the SDK client receives it, measured; a change to a tool changes it on purpose.
+TOOLS_LIST_BYTES = 7771
+CHOICES = {
+    ("note", "kind"): {"progress", "finding", "warning"},
+    ("finish", "outcome"): {"done", "review", "failed", "handoff"},
+    ("finish", "failure_reason"): {"implementation_error", "tests_failed", "other"},
+    ("finish", "interruption_reason"): {"handoff", "client_shutdown", "context_limit"},
+    ("task", "field"): {"description", "acceptance_criteria"},
+    ("create_task", "status"): {"open", "ready"},
+}
+
+
+def test_tools_list_stays_under_8_kb_with_every_parameter_described_and_every_choice_an_enum(logged_in):
+    async def work(session: Session):
+        return await session.client.list_tools()
+
+    listed = anyio.run(lambda: with_session(logged_in, work))
+    size = len(listed.model_dump_json(by_alias=True, exclude_none=True).encode())
+    assert size <= 8 * 1024
+    assert size == TOOLS_LIST_BYTES
+    for tool in listed.tools:
+        properties = tool.input_schema["properties"]
+        for name, schema in properties.items():
+            assert schema.get("description"), f"{tool.name}.{name} has no description"
+            assert "title" not in schema
+            assert "anyOf" not in schema, f"{tool.name}.{name}: optional parameters are listed as their plain type"
+    by_tool = {tool.name: tool.input_schema["properties"] for tool in listed.tools}
+    for (tool_name, parameter), expected in CHOICES.items():
+        assert expected <= set(by_tool[tool_name][parameter]["enum"]), (tool_name, parameter)
+    claim_parameters = set(by_tool["claim"]) & set(by_tool["claim_next"])
+    assert {"branch", "base_commit", "environment", "environment_kind", "lease_seconds"} <= claim_parameters

@@ -53,7 +53,7 @@ def test_a_restarted_mcp_server_takes_its_task_back_and_is_never_refused_by_itse
     assert claimed["attempt"] not in (None, 0)
 
     async def resume(session: Session) -> dict:
-        seen = {"again": await session.call("claim", {"key": key})}
+        seen: dict = {"again": await session.call("claim", {"key": key})}
         seen["stored"] = held_state(logged_in)
         await anyio.sleep(3.5)  # longer than the lease: the new server renews it
         seen["note"] = await session.call("note", {"content": "still mine"})
