@@ -1,21 +1,21 @@
-"""Root URLs: the admin at /admin/, the agent API at /api/v1/."""
+"""Root URLs: the admin at /admin/, the agent API under /api/ (its endpoints at /api/v1/).
+
+Every app is named by a dotted string, so the ground floor imports none of them.
+"""
 
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import include, path, re_path
-
-from ledger.api_base import NotFoundApi
+from django.urls import include, path
 
 urlpatterns = [
     path("admin/", admin.site.urls),
-    path("api/v1/", include(("leases.api_urls", "api"), namespace="api")),
-    # Any other path under /api/ answers in the API's error envelope too.
-    re_path(r"^api/", NotFoundApi.as_view()),
+    # /api/v1/ and, for any other path under /api/, the API's error envelope too.
+    path("api/", include(("api.urls", "api"), namespace="api")),
 ]
 
 # Django-level errors (outside DRF views) under /api/ get the envelope as well.
-handler400 = "config.api.handler400"
-handler403 = "config.api.handler403"
-handler404 = "config.api.handler404"
-handler500 = "config.api.handler500"
+handler400 = "api.errors.handler400"
+handler403 = "api.errors.handler403"
+handler404 = "api.errors.handler404"
+handler500 = "api.errors.handler500"

@@ -88,8 +88,33 @@ class AttemptAdmin(EstimatedCountMixin, ReadOnlyAdmin):
     fieldsets = [
         (None, {"fields": ["task_key", "agent", "epoch", "status_badge", "label_text", "branch", "base_commit"]}),
         (
+            "Git",
+            {
+                "fields": [
+                    "head_commit",
+                    "commits_ahead",
+                    "dirty",
+                    "pushed",
+                    "worktree_path",
+                    "host",
+                    "seen_commits_ahead",
+                ],
+                "description": "As the holder reported them; seen commits ahead is what reconciliation saw.",
+            },
+        ),
+        (
             "Lease",
-            {"fields": ["lease_seconds", "claimed_at", "lease", "last_renewed_at", "renew_count", "finished_at"]},
+            {
+                "fields": [
+                    "lease_seconds",
+                    "claimed_at",
+                    "lease",
+                    "last_renewed_at",
+                    "last_worked_at",
+                    "renew_count",
+                    "finished_at",
+                ]
+            },
         ),
         (
             "Outcome",

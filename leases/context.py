@@ -2,7 +2,8 @@
 
 It carries the task (with description and acceptance criteria), up to 20
 unresolved blockers, the latest checkpoint, the previous attempt's summary and
-next steps, the current label and environment, and warnings. Its JSON stays
+next steps, the current label, git facts and environment, where the work
+the current attempt continues is (`predecessor_work`), and warnings. Its JSON stays
 within `LEASEHOLD_CONTEXT_MAX_BYTES`: long texts are cut, longest-lived first
 (description, then previous summary, checkpoint, acceptance criteria), and
 every cut is named in `truncated`.
@@ -21,13 +22,26 @@ from leases.selectors import (
     IN_PROGRESS,
     latest_checkpoint,
     live_attempts,
+    predecessor_with_work,
     recent_terminal_attempts,
     unresolved_blockers_of,
 )
 from leases.services.allocations import active_allocation_of
+from leases.services.git_facts import GIT_FACT_FIELDS
+from ledger import clock
 from ledger.models import Task
 
 MAX_BLOCKERS = 20
+PREDECESSOR_FACTS = (
+    "branch",
+    "base_commit",
+    "head_commit",
+    "commits_ahead",
+    "pushed",
+    "dirty",
+    "host",
+    "worktree_path",
+)
 TRUNCATION_MARK = "\n[…truncated]"
 # Cut in this order: the parts an agent can best re-fetch or least needs whole.
 # ("", field) names a top-level field.
@@ -52,10 +66,6 @@ def encoded_size(value: Any) -> int:
     return len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode())
 
 
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat().replace("+00:00", "Z") if moment else None
-
-
 _UNKNOWN: Any = object()
 
 
@@ -66,6 +76,7 @@ def work_context(
     attempt: Attempt | None = None,
     allocation: Allocation | None = _UNKNOWN,
     just_claimed: bool = False,
+    predecessor_id: int | None = None,
 ) -> dict[str, Any]:
     """The work context of `task`.
 
@@ -73,7 +84,8 @@ def work_context(
     already knows that attempt's allocation (a claim) passes it to save a query.
     A claim passes `just_claimed`: its attempt has no notes yet, and at epoch 1
     the task had no attempt before it, so there is no checkpoint and no
-    previous attempt to look for.
+    previous attempt to look for; and `predecessor_id`, the attempt whose
+    branch it inherited (None: it inherited none).
     """
     current = attempt or live_attempts(now).filter(task=task).select_related("agent").first()
     blockers = list(
@@ -85,6 +97,12 @@ def work_context(
     previous = recent[0] if recent else None
     if allocation is _UNKNOWN:
         allocation = active_allocation_of(current) if current is not None else None
+    if just_claimed:
+        predecessor = _known_attempt(predecessor_id, recent)
+    else:
+        predecessor = predecessor_with_work(task, before=current)
+        if predecessor is not None and current is not None and predecessor.branch != current.branch:
+            predecessor = None  # the current attempt did not continue that work
     context: dict[str, Any] = {
         "task": {
             "key": task.key,
@@ -105,7 +123,7 @@ def work_context(
         else {
             "attempt": checkpoint.attempt_id,
             "agent": checkpoint.attempt.agent.handle,
-            "created_at": _iso(checkpoint.created_at),
+            "created_at": clock.iso(checkpoint.created_at),
             "content": checkpoint.content,
             "next_steps": checkpoint.next_steps,
         },
@@ -116,7 +134,7 @@ def work_context(
             "status": previous.status,
             "agent": previous.agent.handle,
             "epoch": previous.epoch,
-            "finished_at": _iso(previous.finished_at),
+            "finished_at": clock.iso(previous.finished_at),
             "result_summary": previous.result_summary,
             "next_steps": previous.next_steps,
             "branch": previous.branch or None,
@@ -125,11 +143,38 @@ def work_context(
             "interruption_reason_code": previous.interruption_reason_code or None,
         },
         "label": current.label if current is not None else None,
+        "git": None if current is None else {name: _fact(current, name) for name in GIT_FACT_FIELDS},
+        "predecessor_work": _predecessor_work(predecessor),
         "environment": _environment(allocation),
         "warnings": _warnings(task, recent),
         "truncated": [],
     }
     return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
+
+
+def _fact(attempt: Attempt, name: str) -> Any:
+    value = getattr(attempt, name)
+    return None if value == "" else value
+
+
+def _known_attempt(attempt_id: int | None, recent: list[Attempt]) -> Attempt | None:
+    """The attempt `attempt_id`, from the recent attempts already read when it is one of them."""
+    if attempt_id is None:
+        return None
+    known = next((attempt for attempt in recent if attempt.pk == attempt_id), None)
+    return known or Attempt.objects.select_related("agent").filter(pk=attempt_id).first()
+
+
+def _predecessor_work(attempt: Attempt | None) -> dict[str, Any] | None:
+    """Where the work a new attempt continues is (SPEC §15.4): branch, head, pushed, host, worktree."""
+    if attempt is None:
+        return None
+    return {
+        "attempt": attempt.pk,
+        "status": attempt.status,
+        "agent": attempt.agent.handle,
+        **{name: _fact(attempt, name) for name in PREDECESSOR_FACTS},
+    }
 
 
 def _environment(allocation: Allocation | None) -> dict[str, Any] | None:

@@ -9,9 +9,8 @@ import django_filters  # type: ignore[import-untyped]
 from django.db.models import Q, QuerySet
 
 from leases.selectors import EFFECTIVE_STATUSES, claimable_tasks
-from ledger.api_selectors import projects_for
 from ledger.models import Agent, Task, TaskStatus
-from ledger.selectors import project_by_slug
+from ledger.selectors import project_by_slug, projects_visible_to
 
 BOOLEAN_CHOICES = [("true", "true"), ("false", "false")]
 
@@ -51,7 +50,7 @@ class TaskFilter(django_filters.FilterSet):
 
     def filter_claimable(self, queryset: QuerySet[Task], name: str, value: str) -> QuerySet[Task]:
         slug = self.form.cleaned_data.get("project")
-        projects = [project_by_slug(slug, agent=self.agent)] if slug else list(projects_for(self.agent))
+        projects = [project_by_slug(slug, agent=self.agent)] if slug else list(projects_visible_to(self.agent))
         claimable = Q(pk__in=[])
         for project in projects:
             claimable |= Q(pk__in=claimable_tasks(project=project, now=self.now, agent=self.agent).values("pk"))

@@ -48,6 +48,10 @@ class InterruptionReason(models.TextChoices):
     OTHER = "other"
 
 
+WORKTREE_PATH_MAX_CHARS = 500
+HOST_MAX_CHARS = 200
+
+
 class Attempt(NoDeleteModel):
     """One leased execution of a task, valid until `lease_expires_at`."""
 
@@ -72,6 +76,21 @@ class Attempt(NoDeleteModel):
     branch = models.CharField(max_length=100, blank=True)
     base_commit = models.CharField(max_length=40, blank=True)
     label = models.CharField(max_length=400)
+
+    # Git facts the holder reports (SPEC §15.4): null until reported, each
+    # overwritten by the next report. `leases.services.git_facts` validates them.
+    head_commit = models.CharField(max_length=40, null=True, blank=True)
+    commits_ahead = models.PositiveIntegerField(null=True, blank=True, help_text="Commits beyond the base commit.")
+    dirty = models.BooleanField(null=True, blank=True, help_text="The worktree had uncommitted changes.")
+    pushed = models.BooleanField(null=True, blank=True, help_text="The remote had the head commit.")
+    worktree_path = models.CharField(max_length=WORKTREE_PATH_MAX_CHARS, null=True, blank=True)
+    host = models.CharField(max_length=HOST_MAX_CHARS, null=True, blank=True)
+    # The holder's last write that was more than a renewal (a note, git facts,
+    # a task update): what `stalled_attempt` compares renewals with.
+    last_worked_at = models.DateTimeField(null=True, blank=True)
+    # Commits beyond its base that reconciliation last saw on the branch of
+    # this ended attempt: evidence of work when the holder reported none.
+    seen_commits_ahead = models.PositiveIntegerField(null=True, blank=True)
 
     task_version_at_claim = models.PositiveIntegerField()
     event_id_at_claim = models.BigIntegerField(null=True, blank=True)

@@ -24,9 +24,10 @@ from django.db import connection
 from django.db.models import Case, FloatField, Q, QuerySet, Value, When
 from django.db.models.functions import Greatest, Lower, StrIndex, Substr
 
-from leases.api_selectors import tasks_visible_to
 from leases.models import Note
+from leases.selectors import notes_visible_to
 from ledger.models import Agent, Project, Task
+from ledger.selectors import tasks_visible_to
 
 SNIPPET_MAX_CHARS = 300
 SEARCHABLE_CHARS = 100_000
@@ -54,15 +55,6 @@ def _clean_snippet(text: str | None, *, cut_before: bool, fallback: str) -> str:
     if len(text) > room:
         text = text[: room - 1].rstrip() + ELLIPSIS
     return prefix + text
-
-
-def _notes_visible_to(agent: Agent | None, project: Project | None) -> QuerySet[Note]:
-    notes = Note.objects.all()
-    if agent is not None:
-        notes = notes.filter(attempt__task__project__agents=agent)
-    if project is not None:
-        notes = notes.filter(attempt__task__project=project)
-    return notes
 
 
 def _postgres_hits(
@@ -193,9 +185,10 @@ def search(
 ) -> tuple[list[SearchHit], bool]:
     """Hits ranked best first (tasks before notes on a tie), and whether more follow."""
     tasks = tasks_visible_to(agent)
+    notes = notes_visible_to(agent)
     if project is not None:
         tasks = tasks.filter(project=project)
-    notes = _notes_visible_to(agent, project)
+        notes = notes.filter(attempt__task__project=project)
     fetch = offset + limit + 1
     finder = _postgres_hits if connection.vendor == "postgresql" else _portable_hits
     task_hits, note_hits = finder(query, tasks, notes, fetch)

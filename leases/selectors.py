@@ -1,17 +1,36 @@
-"""Reads that know about leases: effective status, claimability, previous attempts, lease sizing.
+"""Reads that know about leases: who may see which attempts and notes, effective status,
+claimability, previous attempts, lease sizing.
 
-`now` is always a parameter: an operation reads the clock once and every
-query of that operation sees the same instant.
+Visibility has the meaning of `ledger.selectors` (`*_visible_to(agent)`): an
+agent sees the attempts and notes of its projects; `agent=None` — staff —
+sees everything. `now` is always a parameter: an operation reads the clock
+once and every query of that operation sees the same instant.
 """
 
 from __future__ import annotations
 
 import math
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
-from django.db.models import Case, CharField, Exists, F, OuterRef, Q, QuerySet, Subquery, Value, When
+from django.db.models import (
+    Case,
+    CharField,
+    Count,
+    Exists,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce, Length, Substr
 
+from config.errors import NotFound
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note, NoteKind
 from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
 
@@ -20,6 +39,21 @@ EFFECTIVE_STATUSES = (*TaskStatus.values, IN_PROGRESS)
 
 LEASE_SIZING_MIN_SAMPLES = 20
 LEASE_SIZING_SAMPLE_LIMIT = 1000
+NOTE_EXCERPT_CHARS = 300
+ATTEMPT_NOTES_SHOWN = 50
+BLOCKERS_SHOWN = 100
+
+
+def attempts_visible_to(agent: Agent | None) -> QuerySet[Attempt]:
+    """The attempts on the tasks of the agent's projects; every attempt for staff (`agent=None`)."""
+    attempts = Attempt.objects.all()
+    return attempts if agent is None else attempts.filter(task__project__agents=agent)
+
+
+def notes_visible_to(agent: Agent | None) -> QuerySet[Note]:
+    """The notes on the tasks of the agent's projects; every note for staff (`agent=None`)."""
+    notes = Note.objects.all()
+    return notes if agent is None else notes.filter(attempt__task__project__agents=agent)
 
 
 def live_attempts(now: datetime) -> QuerySet[Attempt]:
@@ -61,6 +95,27 @@ def with_lease_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
             output_field=CharField(),
         ),
     )
+
+
+def with_compact_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
+    """`with_lease_state` plus `blocked_by_count`, the number of unresolved blockers."""
+    blocker_count = unresolved_blockers().order_by().values("task").annotate(n=Count("pk")).values("n")
+    return with_lease_state(tasks, now=now).annotate(
+        blocked_by_count=Coalesce(Subquery(blocker_count, output_field=IntegerField()), 0)
+    )
+
+
+def full_task_read(task: Task, *, now: datetime) -> Task:
+    """The task annotated by `with_compact_state`, with `dependencies_shown` attached (as a prefetch's
+    `to_attr` would be): its present dependencies as (`blocked_by__key`, `blocked_by__status`) rows,
+    at most BLOCKERS_SHOWN, by the blocker's number."""
+    annotated = with_compact_state(Task.objects.select_related("project", "reserved_for"), now=now).get(pk=task.pk)
+    annotated.dependencies_shown = list(  # type: ignore[attr-defined]
+        TaskDependency.objects.filter(task=task, removed_at__isnull=True)
+        .order_by("blocked_by__number")
+        .values("blocked_by__key", "blocked_by__status")[:BLOCKERS_SHOWN]
+    )
+    return annotated
 
 
 def claimable_tasks(
@@ -105,6 +160,48 @@ def recent_terminal_attempts(task: Task, *, limit: int) -> list[Attempt]:
     )
 
 
+# SPEC §15.4: a new attempt continues the work of the latest of these that left work on its branch.
+INHERITING_STATUSES = (AttemptStatus.EXPIRED, AttemptStatus.INTERRUPTED, AttemptStatus.RELEASED, AttemptStatus.FAILED)
+# Ended without a chance to say (a crash, a hand-off): with no commit count at
+# all, such an attempt is taken to have left its work on its branch, as its
+# successor always inherited before git facts existed.
+PRESUMED_AT_WORK_STATUSES = (AttemptStatus.EXPIRED, AttemptStatus.INTERRUPTED)
+
+
+def left_work() -> Q:
+    """The inheritance rule as a filter: an ended attempt that left work on its branch.
+
+    Work is commits beyond its base, as the holder reported them
+    (`commits_ahead`) or reconciliation saw them (`seen_commits_ahead`); with
+    neither count known, an attempt that expired or was handed off is
+    presumed to have left some. `left_work_on_branch` is the same rule on
+    values already read; a test holds the two together.
+    """
+    counted = Q(commits_ahead__gt=0) | Q(seen_commits_ahead__gt=0)
+    presumed = Q(commits_ahead__isnull=True, seen_commits_ahead__isnull=True, status__in=PRESUMED_AT_WORK_STATUSES)
+    return Q(status__in=INHERITING_STATUSES) & ~Q(branch="") & (counted | presumed)
+
+
+def left_work_on_branch(*, status: str, branch: str, commits_ahead: int | None, seen_commits_ahead: int | None) -> bool:
+    """`left_work()` for one attempt's values (a claim judges the lapsed attempt it expires without a query)."""
+    if status not in INHERITING_STATUSES or not branch:
+        return False
+    if commits_ahead is None and seen_commits_ahead is None:
+        return status in PRESUMED_AT_WORK_STATUSES
+    return (commits_ahead or 0) > 0 or (seen_commits_ahead or 0) > 0
+
+
+def predecessor_with_work(task: Task, *, before: Attempt | None = None) -> Attempt | None:
+    """The task's latest ended attempt (older than `before`) that left work on its branch, with its agent.
+
+    Without `before`: what a new claim would inherit.
+    """
+    attempts = Attempt.objects.filter(left_work(), task=task)
+    if before is not None:
+        attempts = attempts.filter(pk__lt=before.pk)
+    return attempts.select_related("agent").order_by("-id").first()
+
+
 def previous_attempt(task: Task) -> Attempt | None:
     """The task's latest terminal attempt: what a new holder inherits (SPEC §4)."""
     recent = recent_terminal_attempts(task, limit=1)
@@ -118,6 +215,29 @@ def latest_checkpoint(task: Task) -> Note | None:
         .order_by("-id")
         .first()
     )
+
+
+def attempt_by_id(attempt_id: int, *, agent: Agent | None) -> Attempt:
+    """An attempt the caller may see, with its task and agent, or NOT_FOUND (reading only: acting needs the
+    holder's proof)."""
+    attempt = attempts_visible_to(agent).select_related("task", "agent").filter(pk=attempt_id).first()
+    if attempt is None:
+        raise NotFound(f"No attempt {attempt_id}.", details={"attempt": attempt_id})
+    return attempt
+
+
+def attempt_notes(attempt: Attempt) -> tuple[list[dict[str, Any]], int]:
+    """The attempt's latest ATTEMPT_NOTES_SHOWN notes, oldest first, each with an excerpt; and how many there are."""
+    rows = list(
+        Note.objects.filter(attempt=attempt)
+        .order_by("-id")
+        .annotate(excerpt=Substr("content", 1, NOTE_EXCERPT_CHARS), content_length=Length("content"))
+        .values("id", "kind", "important", "created_at", "excerpt", "content_length", "next_steps")[
+            :ATTEMPT_NOTES_SHOWN
+        ]
+    )
+    total = len(rows) if len(rows) < ATTEMPT_NOTES_SHOWN else Note.objects.filter(attempt=attempt).count()
+    return list(reversed(rows)), total
 
 
 def suggested_lease_seconds(*, project: Project, task_class: str) -> int | None:

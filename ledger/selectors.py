@@ -1,13 +1,24 @@
-"""Reads of the ledger's own models that are more than a `get()`."""
+"""Reads of the ledger's own models that are more than a `get()`, and who may see what.
+
+Visibility is one family with one meaning (`*_visible_to(agent)`): an agent
+sees what belongs to the projects it is a member of; `agent=None` — a staff
+user — sees everything. Every door, search and the filters read through it.
+A lookup outside what the caller may see is NOT_FOUND, never
+PERMISSION_DENIED, so an agent cannot learn that another project's task exists.
+"""
 
 from __future__ import annotations
 
 import hmac
+from dataclasses import dataclass
+from typing import Any
 
+from django.db import connection
 from django.db.models import QuerySet
+from django.db.models.functions import Length, Substr
 
-from config.errors import NotFound
-from ledger.models import Agent, Project, Task, TaskDependency
+from config.errors import NotFound, ValidationFailed
+from ledger.models import Agent, Event, Project, Task
 from ledger.tokens import AGENT_TOKEN_PREFIX, hash_token
 
 
@@ -26,14 +37,27 @@ def agent_for_token(token: str) -> Agent | None:
     return agent
 
 
-def projects_visible_to(agent: Agent) -> QuerySet[Project]:
-    return Project.objects.filter(agents=agent).order_by("slug")
+def projects_visible_to(agent: Agent | None) -> QuerySet[Project]:
+    """The agent's projects; every project for staff (`agent=None`)."""
+    projects = Project.objects.all()
+    return projects if agent is None else projects.filter(agents=agent)
+
+
+def tasks_visible_to(agent: Agent | None) -> QuerySet[Task]:
+    """The tasks of the agent's projects; every task for staff (`agent=None`)."""
+    tasks = Task.objects.all()
+    return tasks if agent is None else tasks.filter(project__agents=agent)
+
+
+def events_visible_to(agent: Agent | None) -> QuerySet[Event]:
+    """The events of the agent's projects; every event for staff (`agent=None`)."""
+    events = Event.objects.all()
+    return events if agent is None else events.filter(project_id__in=projects_visible_to(agent).values("pk"))
 
 
 def project_by_slug(slug: str, *, agent: Agent | None = None) -> Project:
     """The project, or NOT_FOUND — also when the agent may not see it."""
-    projects = Project.objects.all() if agent is None else projects_visible_to(agent)
-    project = projects.filter(slug=slug).first()
+    project = projects_visible_to(agent).filter(slug=slug).first()
     if project is None:
         raise NotFound(f"No project {slug!r}.", details={"project": slug})
     return project
@@ -41,14 +65,95 @@ def project_by_slug(slug: str, *, agent: Agent | None = None) -> Project:
 
 def task_by_key(key: str, *, agent: Agent | None = None) -> Task:
     """The task, or NOT_FOUND — also when it belongs to a project the agent may not see."""
-    tasks = Task.objects.select_related("project")
-    if agent is not None:
-        tasks = tasks.filter(project__agents=agent)
-    task = tasks.filter(key=key).first()
+    task = tasks_visible_to(agent).select_related("project").filter(key=key).first()
     if task is None:
         raise NotFound(f"No task {key!r}.", details={"task": key})
     return task
 
 
-def active_dependencies() -> QuerySet[TaskDependency]:
-    return TaskDependency.objects.filter(removed_at__isnull=True)
+# The long texts of a task an agent may read in ranges (the work context cuts them first).
+TASK_TEXT_FIELDS = ("description", "acceptance_criteria")
+
+
+@dataclass(frozen=True)
+class TaskText:
+    """A range of one of a task's long texts; offsets and lengths count characters."""
+
+    key: str
+    field: str
+    offset: int
+    length: int
+    text: str
+
+    @property
+    def more(self) -> bool:
+        return self.offset + len(self.text) < self.length
+
+
+def task_text(key: str, *, field: str, offset: int, limit: int, agent: Agent | None = None) -> TaskText:
+    """`limit` characters of the task's `field` from `offset` (empty beyond the end), or NOT_FOUND.
+
+    The database cuts the range, so a megabyte description is never read whole.
+    """
+    if field not in TASK_TEXT_FIELDS:
+        raise ValidationFailed(
+            f"field must be one of {', '.join(TASK_TEXT_FIELDS)}.", details={"fields": {"field": ["invalid"]}}
+        )
+    if offset < 0 or limit < 1:
+        raise ValidationFailed("offset must be >= 0 and limit >= 1.")
+    row = (
+        tasks_visible_to(agent)
+        .filter(key=key)
+        .annotate(text_length=Length(field), text_range=Substr(field, offset + 1, limit))
+        .values_list("text_length", "text_range")
+        .first()
+    )
+    if row is None:
+        raise NotFound(f"No task {key!r}.", details={"task": key})
+    length, text = row
+    return TaskText(key=key, field=field, offset=offset, length=length or 0, text=text or "")
+
+
+CHANGE_FIELDS = (
+    "id",
+    "type",
+    "severity",
+    "task__key",
+    "attempt_id",
+    "actor_agent__handle",
+    "actor_user__username",
+    "payload",
+    "created_at",
+)
+
+
+def event_horizon() -> int | None:
+    """The largest event id below which no event can still commit (PostgreSQL); None on SQLite."""
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT ledger_event_horizon()")
+        (horizon,) = cursor.fetchone()
+    return int(horizon)
+
+
+def changes_since(
+    *, agent: Agent | None, since: int, limit: int, project: Project | None = None
+) -> tuple[list[dict[str, Any]], bool]:
+    """Events with id > since, ascending, at most `limit` (rows of CHANGE_FIELDS); and whether more follow.
+
+    A reader that moves `since` to the last id it saw never skips an event.
+    On PostgreSQL an event with a lower id can commit after one with a higher
+    id, so the feed serves only ids up to the horizon below which every event
+    has committed (or never will): migration ledger.0005 explains the proof.
+    The horizon is read in a statement of its own *before* the events.
+    SQLite serializes its writers and needs no horizon.
+    """
+    events = events_visible_to(agent).filter(id__gt=since)
+    horizon = event_horizon()
+    if horizon is not None:
+        events = events.filter(id__lte=horizon)
+    if project is not None:
+        events = events.filter(project=project)
+    rows = list(events.order_by("id").values(*CHANGE_FIELDS)[: limit + 1])
+    return rows[:limit], len(rows) > limit

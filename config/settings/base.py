@@ -282,18 +282,18 @@ else:
 # --- Django REST framework ---------------------------------------------------
 
 REST_FRAMEWORK: dict[str, Any] = {
-    "DEFAULT_SCHEMA_CLASS": "ledger.api_base.ApiAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "api.schema.ApiAutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "config.api.AgentTokenAuthentication",
+        "api.auth.AgentTokenAuthentication",
         # The admin's session, for the browsable API (CSRF enforced on writes).
         "rest_framework.authentication.SessionAuthentication",
     ],
-    "DEFAULT_PERMISSION_CLASSES": ["config.api.IsAgentOrStaff"],
-    "DEFAULT_PARSER_CLASSES": ["config.api.JsonBodyParser"],
-    "DEFAULT_RENDERER_CLASSES": ["config.api.JsonRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "DEFAULT_PERMISSION_CLASSES": ["api.auth.IsAgentOrStaff"],
+    "DEFAULT_PARSER_CLASSES": ["api.inputs.JsonBodyParser"],
+    "DEFAULT_RENDERER_CLASSES": ["api.inputs.JsonRenderer", "rest_framework.renderers.BrowsableAPIRenderer"],
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
     "TEST_REQUEST_DEFAULT_FORMAT": "json",
 }
 
@@ -313,7 +313,7 @@ SPECTACULAR_SETTINGS = {
         "NoteKindEnum": ["progress", "finding", "warning", "checkpoint"],
         "SearchHitKindEnum": ["task", "note"],
     },
-    "PREPROCESSING_HOOKS": ["ledger.api_base.expand_routes"],
+    "PREPROCESSING_HOOKS": ["api.schema.expand_routes"],
     "PATH_CONVERTER_OVERRIDES": {
         "taskkey": {"type": "string", "pattern": "^[A-Z][A-Z0-9]{0,9}-[1-9][0-9]{0,8}$"},
         "attemptid": {"type": "integer", "minimum": 1, "maximum": 999999999999999999},

@@ -19,6 +19,7 @@ from leases.models import AttemptStatus
 from leases.reconciliation.git import GitError, LocalRepository, Worktree, is_url, remote_heads, worktree_cleanliness
 from leases.reconciliation.models import Condition, SubjectType
 from leases.reconciliation.snapshot import ActiveAttempt, BranchHistory, HeldAllocation, ProjectRow
+from ledger import clock
 from ledger.models import Isolation
 
 # SPEC §7: a young attempt may not have pushed or created its branch yet.
@@ -41,10 +42,6 @@ class Observation:
     @property
     def key(self) -> tuple[int, str, str, str]:
         return (self.project_id, self.condition, self.subject_type, self.subject_key)
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment is not None else None
 
 
 def _attempt_observation(condition: str, attempt: ActiveAttempt, detail: dict[str, Any]) -> Observation:
@@ -84,9 +81,9 @@ def live_lease_dead_agent(
                 Condition.LIVE_LEASE_DEAD_AGENT,
                 attempt,
                 {
-                    "agent_last_seen_at": _iso(seen),
-                    "last_renewed_at": _iso(attempt.last_renewed_at),
-                    "lease_expires_at": _iso(attempt.lease_expires_at),
+                    "agent_last_seen_at": clock.iso(seen),
+                    "last_renewed_at": clock.iso(attempt.last_renewed_at),
+                    "lease_expires_at": clock.iso(attempt.lease_expires_at),
                 },
             )
 
@@ -99,7 +96,7 @@ def expired_lease_still_active(attempts: Iterable[ActiveAttempt], *, now: dateti
                 Condition.EXPIRED_LEASE_STILL_ACTIVE,
                 attempt,
                 {
-                    "lease_expires_at": _iso(attempt.lease_expires_at),
+                    "lease_expires_at": clock.iso(attempt.lease_expires_at),
                     "overdue_seconds": int((now - attempt.lease_expires_at).total_seconds()),
                 },
             )
@@ -276,7 +273,7 @@ def branch_missing(view: RepositoryView, attempts: Iterable[ActiveAttempt], *, n
             yield _attempt_observation(
                 Condition.BRANCH_MISSING,
                 attempt,
-                {"branch": attempt.branch, "claimed_at": _iso(attempt.claimed_at)},
+                {"branch": attempt.branch, "claimed_at": clock.iso(attempt.claimed_at)},
             )
 
 

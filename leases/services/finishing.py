@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from config.errors import AcknowledgementRequired, LedgerError, ValidationFailed
 from leases.labels import parse_label
 from leases.models import Attempt, AttemptStatus, FailureReason, InterruptionReason
 from leases.services.allocations import release_allocations
 from leases.services.ending import end_attempt, task_claimable_again
+from leases.services.git_facts import git_facts, record_git_facts
 from leases.services.holding import HolderProof, held_attempt, refusals_after_commit
 from leases.services.notes import validate_next_steps
 from ledger import clock
@@ -95,15 +97,18 @@ def attempt_finish(
     failure_reason_code: str | None = None,
     interruption_reason_code: str | None = None,
     acknowledged_version: int | None = None,
+    git: Mapping[str, Any] | None = None,
 ) -> Finished | LedgerError:
     """End the attempt with an outcome (SPEC §3).
 
     done → completed, task done; review → completed, task review; failed →
     failed, task stays ready; handoff → interrupted, task stays ready. If the
     task's description, acceptance criteria or status changed since the
-    claim, `acknowledged_version` must equal the current version.
+    claim, `acknowledged_version` must equal the current version. `git`
+    records the final git facts first (SPEC §15.4), in the same transaction.
     """
     failure, interruption = _validate_finish(outcome, failure_reason_code, interruption_reason_code)
+    facts = git_facts(git)
     steps = validate_next_steps(next_steps)
     if not isinstance(result_summary, str):
         raise ValidationFailed("result_summary must be a string.")
@@ -126,6 +131,8 @@ def attempt_finish(
         Outcome.HANDOFF: AttemptStatus.INTERRUPTED,
     }[outcome]
     actor = Actor(agent=held.agent)
+    if facts.given():
+        record_git_facts(held, facts, now=now, actor=actor)
     if _claimed_an_environment(held):
         release_allocations(held, now=now, actor=actor)
     end_attempt(

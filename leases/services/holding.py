@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from django.db.models import F
 
@@ -140,17 +140,25 @@ def held_attempt(proof: HolderProof, *, now: datetime, lock_task: bool, lean: bo
 
 
 def extend_lease(attempt: Attempt, *, now: datetime, seconds: int, renewal: bool) -> datetime:
-    """Push the lease to at least now + seconds; never shorter (the attempt is locked)."""
+    """Push the lease to at least now + seconds; never shorter (the attempt is locked).
+
+    A holder write that is not a renewal (a note, git facts, a task update)
+    is work: it moves `last_worked_at`, which `stalled_attempt` reads.
+    """
     expires = max(attempt.lease_expires_at, now + timedelta(seconds=seconds))
+    work: dict[str, Any] = {} if renewal else {"last_worked_at": now}
     Attempt.objects.filter(pk=attempt.pk).update(
         lease_expires_at=expires,
         last_renewed_at=now,
         renew_count=F("renew_count") + (1 if renewal else 0),
+        **work,
     )
     attempt.lease_expires_at = expires
     attempt.last_renewed_at = now
     if renewal:
         attempt.renew_count += 1
+    else:
+        attempt.last_worked_at = now
     return expires
 
 

@@ -1,18 +1,15 @@
-"""The holder's notes (progress, findings, checkpoints) and git facts; each write renews the lease."""
+"""The holder's notes (progress, findings, checkpoints) and git facts; each write renews the lease and is work."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from config.errors import LedgerError, ValidationFailed
-from leases.branches import validate_branch_name
-from leases.labels import parse_label, render_label
 from leases.models import NEXT_STEP_MAX_CHARS, NEXT_STEPS_MAX_ITEMS, NOTE_MAX_CHARS, Attempt, Note, NoteKind
-from leases.services.claims import validate_base_commit
+from leases.services.git_facts import GIT_FACT_FIELDS, git_facts, record_git_facts
 from leases.services.holding import HolderProof, extend_lease, held_attempt, refusals_after_commit
 from ledger import clock
 from ledger.actors import Actor
@@ -84,36 +81,39 @@ def note_add(
 
 @refusals_after_commit
 def attempt_set_git(
-    *, proof: HolderProof, branch: str | None = None, base_commit: str | None = None
+    *,
+    proof: HolderProof,
+    branch: str | None = None,
+    base_commit: str | None = None,
+    head_commit: str | None = None,
+    commits_ahead: int | None = None,
+    dirty: bool | None = None,
+    pushed: bool | None = None,
+    worktree_path: str | None = None,
+    host: str | None = None,
 ) -> Attempt | LedgerError:
-    """Record the attempt's branch and/or base commit; rewrites the label; renews the lease."""
-    if branch is None and base_commit is None:
-        raise ValidationFailed("Give a branch, a base_commit, or both.")
-    if branch is not None:
-        validate_branch_name(branch)
-    if base_commit is not None:
-        validate_base_commit(base_commit)
+    """Record the attempt's git facts (`leases.services.git_facts`); renews the lease.
+
+    A new branch rewrites the label; what changed is one `attempt.updated`.
+    """
+    validated = git_facts(
+        {
+            "branch": branch,
+            "base_commit": base_commit,
+            "head_commit": head_commit,
+            "commits_ahead": commits_ahead,
+            "dirty": dirty,
+            "pushed": pushed,
+            "worktree_path": worktree_path,
+            "host": host,
+        }
+    )
+    if not validated.given():
+        raise ValidationFailed(f"Give at least one git fact: {', '.join(GIT_FACT_FIELDS)}.")
     now = clock.now()
     held = held_attempt(proof, now=now, lock_task=False)
     if isinstance(held, LedgerError):
         return held
     extend_lease(held, now=now, seconds=held.lease_seconds, renewal=False)
-    changed: dict[str, str] = {}
-    if branch is not None and branch != held.branch:
-        changed["branch"] = branch
-        changed["label"] = render_label(dataclasses.replace(parse_label(held.label), branch=branch))
-    if base_commit is not None and base_commit != held.base_commit:
-        changed["base_commit"] = base_commit
-    if changed:
-        Attempt.objects.filter(pk=held.pk).update(**changed)
-        for name, value in changed.items():
-            setattr(held, name, value)
-        event_append(
-            type=EventType.ATTEMPT_UPDATED,
-            actor=Actor(agent=held.agent),
-            at=now,
-            task=held.task,
-            attempt_id=held.pk,
-            payload={name: value for name, value in changed.items() if name != "label"},
-        )
+    record_git_facts(held, validated, now=now, actor=Actor(agent=held.agent))
     return held

@@ -9,8 +9,8 @@ from django.db import connection, transaction
 
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.api_selectors import changes_since, event_horizon
 from ledger.models import Event, EventType
+from ledger.selectors import changes_since, event_horizon
 from ledger.services import event_append
 from tests.api.conftest import attempt_url, client_for, holder
 from tests.concurrency import run_in_threads

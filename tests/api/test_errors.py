@@ -10,7 +10,8 @@ from django.http import Http404
 from rest_framework import exceptions as drf
 from rest_framework.test import APIClient
 
-from config.api import MAX_BODY_BYTES, exception_handler
+from api.errors import exception_handler
+from api.inputs import MAX_BODY_BYTES
 from config.errors import ERRORS_BY_CODE, PayloadTooLarge
 from tests.api.conftest import assert_error, attempt_url, holder
 
@@ -118,7 +119,7 @@ def test_body_over_the_limit_is_payload_too_large(client, task):
 
 def test_body_longer_than_its_content_length_claims_is_still_bounded(client, task):
     """A body read by the parser is cut at the limit even if Content-Length lies low."""
-    from config.api import JsonBodyParser
+    from api.inputs import JsonBodyParser
 
     class Stream:
         def read(self, size):
@@ -329,7 +330,7 @@ def test_an_error_echoing_a_lone_surrogate_still_renders(client, task):
 
 
 def test_django_level_errors_under_api_get_the_envelope_and_elsewhere_html(rf):
-    from config.api import handler404, handler500
+    from api.errors import handler404, handler500
 
     api = handler500(rf.get("/api/v1/tasks/"))
     assert api.status_code == 500

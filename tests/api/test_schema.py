@@ -26,6 +26,7 @@ SPEC_OPERATIONS = [
     ("post", "/api/v1/tasks/{key}/claim/"),
     ("post", "/api/v1/claims/next/"),
     ("get", "/api/v1/tasks/{key}/context/"),
+    ("get", "/api/v1/tasks/{key}/text/"),
     ("post", "/api/v1/attempts/{attempt_id}/renew/"),
     ("post", "/api/v1/attempts/{attempt_id}/notes/"),
     ("post", "/api/v1/attempts/{attempt_id}/finish/"),

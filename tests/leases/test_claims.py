@@ -213,7 +213,7 @@ def test_branch_is_validated_suggested_and_inherited_from_an_expired_predecessor
     assert first.attempt.pk != second.attempt.pk
 
 
-def test_a_failed_predecessor_does_not_pass_on_its_branch(project, agent, other):
+def test_a_failed_predecessor_without_work_does_not_pass_on_its_branch(project, agent, other):
     task = TaskFactory(project=project, title="Fix login")
     first = lease_claim(task=task, agent=agent, branch="feature/login-fix")
     attempt_finish(proof=proof_of(first), outcome="failed", failure_reason_code="tests_failed")

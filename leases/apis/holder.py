@@ -11,7 +11,7 @@ import re
 
 from rest_framework.request import Request
 
-from config.api import caller_of
+from api.auth import caller_of
 from config.errors import ValidationFailed
 from leases.services import HolderProof
 

@@ -13,21 +13,17 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import Outcome, body_input, caller_of, run_mutation
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import body_input
+from api.mutations import Outcome, run_mutation
+from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from environments.models import EnvironmentKind
-from leases.api_projections import (
-    AttemptSummarySerializer,
-    CompactTaskSerializer,
-    WorkContextSerializer,
-    attempt_summary,
-    held_compact_task,
-    iso,
-)
+from leases.apis.projections import attempt_summary, held_compact_task
+from leases.apis.serializers import AttemptSummarySerializer, CompactTaskSerializer, WorkContextSerializer
 from leases.context import work_context
 from leases.services import LeaseGrant, lease_claim, lease_claim_next
 from ledger import clock
-from ledger.api_base import ApiView
-from ledger.api_schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from ledger.selectors import project_by_slug, task_by_key
 
 LEASE_SECONDS_MAX_INPUT = 2**31 - 1
@@ -50,6 +46,7 @@ class ClaimInputSerializer(serializers.Serializer[Any]):
     )
 
 
+# Schema-only: a claim is a measured hot path, its body is the plain dict of `claim_outcome`.
 class ClaimOutputSerializer(serializers.Serializer[Any]):
     attempt = AttemptSummarySerializer()
     lease_token = serializers.CharField(help_text="Shown once (replayed under the same Idempotency-Key).")
@@ -70,14 +67,19 @@ def claim_outcome(grant: LeaseGrant) -> Outcome:
         data={
             "attempt": attempt_summary(attempt, allocation=grant.allocation),
             "lease_token": grant.token,
-            "lease_expires_at": iso(attempt.lease_expires_at),
+            "lease_expires_at": clock.iso(attempt.lease_expires_at),
             "renew_every_seconds": grant.renew_every_seconds,
             "renew_attempts": grant.renew_attempts,
             "epoch": attempt.epoch,
             "label": attempt.label,
             "task": held_compact_task(grant.task, attempt),
             "context": work_context(
-                task=grant.task, now=clock.now(), attempt=attempt, allocation=grant.allocation, just_claimed=True
+                task=grant.task,
+                now=clock.now(),
+                attempt=attempt,
+                allocation=grant.allocation,
+                just_claimed=True,
+                predecessor_id=grant.predecessor_id,
             ),
         },
     )
@@ -86,11 +88,8 @@ def claim_outcome(grant: LeaseGrant) -> Outcome:
 class TaskClaimApi(ApiView):
     """Claim this task: a new attempt under a fresh lease and epoch."""
 
-    class InputSerializer(ClaimInputSerializer):
-        pass
-
-    class OutputSerializer(ClaimOutputSerializer):
-        pass
+    InputSerializer = ClaimInputSerializer
+    OutputSerializer = ClaimOutputSerializer
 
     @extend_schema(
         operation_id="tasks_claim",
@@ -116,8 +115,7 @@ class ClaimNextApi(ApiView):
         project = serializers.SlugField(max_length=50)
         task_class = serializers.SlugField(required=False, max_length=64)
 
-    class OutputSerializer(ClaimOutputSerializer):
-        pass
+    OutputSerializer = ClaimOutputSerializer
 
     @extend_schema(
         operation_id="claims_next",

@@ -1,22 +1,19 @@
-"""The base classes of the API's views, and the pieces of the OpenAPI schema that need them.
+"""The base classes of the API's views, the catch-all for unknown paths, and `route`.
 
-Kept apart from `config.api`, which DRF imports from its settings before
-`rest_framework.views` has finished loading.
+Kept apart from the modules DRF imports from its settings (`api.auth`,
+`api.inputs`, `api.errors`), which must not import `rest_framework.views`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from django.http import HttpRequest, HttpResponse
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
-from drf_spectacular.openapi import AutoSchema
-from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from config.api import MAX_BODY_BYTES
+from api.inputs import MAX_BODY_BYTES
 from config.errors import NotFound, PayloadTooLarge
 
 
@@ -86,36 +83,3 @@ def route(**views: type[APIView]) -> Callable[..., HttpResponse]:
     dispatch.routes = {method.upper(): callbacks[method.upper()] for method in views}  # type: ignore[attr-defined]
     dispatch.csrf_exempt = True  # type: ignore[attr-defined]
     return dispatch
-
-
-def expand_routes(endpoints: list[tuple[str, str, str, Any]], **kwargs: Any) -> list[tuple[str, str, str, Any]]:
-    """drf-spectacular preprocessing hook: document each routed method with its own view."""
-    return [
-        (path, regex, method, getattr(callback, "routes", {}).get(method, callback))
-        for path, regex, method, callback in endpoints
-    ]
-
-
-class ApiAutoSchema(AutoSchema):
-    """Names nested serializers after their view: `TaskClaimApi.InputSerializer` → `TaskClaimInput`."""
-
-    def get_serializer_name(
-        self, serializer: serializers.Serializer[Any], direction: Literal["request", "response"]
-    ) -> str:
-        parts = type(serializer).__qualname__.split(".")
-        if len(parts) < 2:
-            return str(super().get_serializer_name(serializer, direction))
-        outer = parts[-2].removesuffix("Api")
-        return outer + parts[-1]
-
-
-class AgentTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "config.api.AgentTokenAuthentication"
-    name = "agentToken"
-
-    def get_security_definition(self, auto_schema: AutoSchema) -> dict[str, Any]:
-        return {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "An agent's API token (`manage.py create_agent` prints it once).",
-        }

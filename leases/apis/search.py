@@ -9,10 +9,11 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import caller_of, decode_cursor, encode_cursor, query_input
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import decode_cursor, encode_cursor, query_input
+from api.schema import READ_ERRORS, error_responses
 from leases.search import search
-from ledger.api_base import ApiView
-from ledger.api_schema import READ_ERRORS, error_responses
 from ledger.selectors import project_by_slug
 
 MAX_OFFSET = 1000
@@ -52,21 +53,6 @@ class SearchApi(ApiView):
         offset = decode_cursor(params["cursor"], expected={"offset": int})["offset"] if "cursor" in params else 0
         offset = max(0, min(offset, MAX_OFFSET))
         hits, more = search(query=params["q"], agent=agent, project=project, offset=offset, limit=params["limit"])
-        return Response(
-            {
-                "results": [
-                    {
-                        "kind": hit.kind,
-                        "task": hit.task,
-                        "title": hit.title,
-                        "note": hit.note,
-                        "attempt": hit.attempt,
-                        "snippet": hit.snippet,
-                    }
-                    for hit in hits
-                ],
-                "next_cursor": encode_cursor({"offset": offset + len(hits)})
-                if more and offset + len(hits) <= MAX_OFFSET
-                else None,
-            }
-        )
+        next_offset = offset + len(hits)
+        next_cursor = encode_cursor({"offset": next_offset}) if more and next_offset <= MAX_OFFSET else None
+        return Response(self.OutputSerializer({"results": hits, "next_cursor": next_cursor}).data)

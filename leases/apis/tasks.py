@@ -1,4 +1,4 @@
-"""Task endpoints: list (compact), create, read (full), update (If-Match), work context.
+"""Task endpoints: list (compact), create, read (full), update (If-Match), work context, long texts in ranges.
 
 Thin doors (STYLE.md): parse the input, call the outermost service or
 selector, render. Rules live in `ledger.services`, `leases.services` and
@@ -16,39 +16,28 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import (
-    Outcome,
-    PageQuery,
-    body_input,
-    caller_of,
-    decode_cursor,
-    encode_cursor,
-    query_input,
-    run_mutation,
-)
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import PageQuery, body_input, decode_cursor, encode_cursor, query_input
+from api.mutations import Outcome, run_mutation
+from api.schema import IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
 from config.errors import PermissionDenied, ValidationFailed
-from leases.api_holder import holder_proof_from_headers, lease_headers_present
-from leases.api_projections import (
-    CompactTaskPageSerializer,
-    FullTaskSerializer,
-    WorkContextSerializer,
-    compact_task,
-    full_task,
-)
-from leases.api_selectors import COMPACT_TASK_FIELDS, full_task_read, tasks_visible_to, with_compact_state
+from leases.apis.holder import holder_proof_from_headers, lease_headers_present
+from leases.apis.projections import COMPACT_TASK_FIELDS
+from leases.apis.serializers import CompactTaskPageSerializer, FullTaskSerializer, WorkContextSerializer
 from leases.context import work_context
 from leases.filters import TaskFilter
-from leases.selectors import EFFECTIVE_STATUSES
+from leases.selectors import EFFECTIVE_STATUSES, full_task_read, with_compact_state
 from leases.services import task_update
 from ledger import clock
-from ledger.api_base import ApiView
-from ledger.api_schema import IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
-from ledger.models import Task, TaskStatus
-from ledger.selectors import project_by_slug, task_by_key
+from ledger.models import TaskStatus
+from ledger.selectors import TASK_TEXT_FIELDS, project_by_slug, task_by_key, task_text, tasks_visible_to
 from ledger.services import INITIAL_STATUSES, task_create
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
+TEXT_LIMIT_DEFAULT = 4000
+TEXT_LIMIT_MAX = 16000
 IF_MATCH = re.compile(r'^\s*(?:W/)?"?([0-9]{1,10})"?\s*$')
 
 TASK_LIST_PARAMETERS = [
@@ -63,11 +52,6 @@ TASK_LIST_PARAMETERS = [
     OpenApiParameter("cursor", str, description="`next_cursor` of the previous page."),
     OpenApiParameter("limit", int, description="Page size, 1-200 (default 50)."),
 ]
-
-
-def _full(task: Task) -> dict[str, Any]:
-    annotated, blockers = full_task_read(task, now=clock.now())
-    return full_task(annotated, blockers)
 
 
 class TaskListApi(ApiView):
@@ -92,12 +76,8 @@ class TaskListApi(ApiView):
         rows = list(tasks.order_by("id").values(*COMPACT_TASK_FIELDS)[: page["limit"] + 1])
         more = len(rows) > page["limit"]
         rows = rows[: page["limit"]]
-        return Response(
-            {
-                "results": [compact_task(row) for row in rows],
-                "next_cursor": encode_cursor({"after": rows[-1]["id"]}) if more else None,
-            }
-        )
+        next_cursor = encode_cursor({"after": rows[-1]["id"]}) if more else None
+        return Response(CompactTaskPageSerializer({"results": rows, "next_cursor": next_cursor}).data)
 
 
 class TaskCreateApi(ApiView):
@@ -143,7 +123,7 @@ class TaskCreateApi(ApiView):
                     f"Unknown blockers: {', '.join(missing)}.", details={"fields": {"blocked_by": missing}}
                 )
             task = task_create(project=project, actor=caller.actor, blocked_by=blockers, **data)
-            return Outcome(status=201, data=_full(task))
+            return Outcome(status=201, data=FullTaskSerializer(full_task_read(task, now=clock.now())).data)
 
         return run_mutation(request, work)
 
@@ -156,9 +136,8 @@ class TaskDetailApi(ApiView):
         responses={200: FullTaskSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, key: str) -> Response:
-        task = task_by_key(key, agent=caller_of(request).agent)
-        body = _full(task)
-        return Response(body, headers={"ETag": f'"{body["version"]}"'})
+        task = full_task_read(task_by_key(key, agent=caller_of(request).agent), now=clock.now())
+        return Response(FullTaskSerializer(task).data, headers={"ETag": f'"{task.version}"'})
 
 
 def _expected_version(request: Request, body_version: int | None) -> int:
@@ -238,7 +217,9 @@ class TaskUpdateApi(ApiView):
             result = task_update(
                 task=task, actor=caller.actor, changes=data, expected_version=expected_version, proof=proof
             )
-            return Outcome(status=200, data={**_full(result.task), "changed": sorted(result.changed)})
+            shown = full_task_read(result.task, now=clock.now())
+            shown.changed = sorted(result.changed)  # type: ignore[attr-defined]
+            return Outcome(status=200, data=self.OutputSerializer(shown).data)
 
         return run_mutation(request, work)
 
@@ -268,4 +249,40 @@ class TaskContextApi(ApiView):
     )
     def get(self, request: Request, key: str) -> Response:
         task = task_by_key(key, agent=caller_of(request).agent)
-        return Response(work_context(task=task, now=clock.now()))
+        return Response(WorkContextSerializer(work_context(task=task, now=clock.now())).data)
+
+
+class TaskTextQuery(serializers.Serializer[Any]):
+    field = serializers.ChoiceField(choices=list(TASK_TEXT_FIELDS), required=False, default="description")
+    offset = serializers.IntegerField(
+        required=False, default=0, min_value=0, max_value=INT32_MAX - 1, help_text="In characters, from 0."
+    )
+    limit = serializers.IntegerField(
+        required=False,
+        default=TEXT_LIMIT_DEFAULT,
+        min_value=1,
+        max_value=TEXT_LIMIT_MAX,
+        help_text=f"Characters to read, 1-{TEXT_LIMIT_MAX} (default {TEXT_LIMIT_DEFAULT}).",
+    )
+
+
+class TaskTextApi(ApiView):
+    """A range of the task's description or acceptance criteria: read what the work context cut."""
+
+    class OutputSerializer(serializers.Serializer[Any]):
+        key = serializers.CharField()
+        field = serializers.ChoiceField(choices=list(TASK_TEXT_FIELDS))
+        offset = serializers.IntegerField()
+        length = serializers.IntegerField(help_text="The whole text's length in characters.")
+        text = serializers.CharField(allow_blank=True, help_text="Empty beyond the end.")
+        more = serializers.BooleanField(help_text="Text remains after this range.")
+
+    @extend_schema(
+        operation_id="tasks_text",
+        parameters=[TaskTextQuery],
+        responses={200: OutputSerializer, **error_responses(*READ_ERRORS)},
+    )
+    def get(self, request: Request, key: str) -> Response:
+        query = query_input(TaskTextQuery, request)
+        text = task_text(key, agent=caller_of(request).agent, **query)
+        return Response(self.OutputSerializer(text).data)

@@ -7,6 +7,7 @@ NOT_FOUND, as the services decide.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -14,19 +15,16 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import Outcome, body_input, caller_of, run_mutation
-from leases.api_holder import holder_proof_from_headers
-from leases.api_projections import (
-    AttemptDetailSerializer,
-    AttemptSummarySerializer,
-    CompactTaskSerializer,
-    attempt_detail,
-    attempt_summary,
-    compact_task,
-    iso,
-)
-from leases.api_selectors import attempt_notes, attempt_visible_to, ended_task_row
-from leases.models import FailureReason, InterruptionReason, NoteKind
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import body_input
+from api.mutations import Outcome, run_mutation
+from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
+from leases.apis.holder import holder_proof_from_headers
+from leases.apis.projections import attempt_summary, compact_task, ended_task_row
+from leases.apis.serializers import AttemptDetailSerializer, AttemptSummarySerializer, FinishedSerializer
+from leases.models import HOST_MAX_CHARS, WORKTREE_PATH_MAX_CHARS, FailureReason, InterruptionReason, NoteKind
+from leases.selectors import attempt_by_id, attempt_notes
 from leases.services import (
     Finished,
     attempt_finish,
@@ -38,10 +36,45 @@ from leases.services import (
 from leases.services import (
     Outcome as FinishOutcome,
 )
-from ledger.api_base import ApiView
-from ledger.api_schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
+from ledger import clock
 
 INT32_MAX = 2**31 - 1
+COMMIT_PATTERN = r"^[0-9a-f]{40}$"
+
+
+class GitFactsSerializer(serializers.Serializer[Any]):
+    """Git facts (SPEC §15.4), all optional; unknown names are refused.
+
+    A null for one of the facts §15.4 added means "not reported".
+
+    The door checks shapes; `leases.services.git_facts` keeps the rules.
+    """
+
+    branch = serializers.CharField(required=False, max_length=200, help_text="Conventional Branch name.")
+    base_commit = serializers.CharField(
+        required=False, max_length=64, help_text="40-hex commit the branch started from."
+    )
+    head_commit = serializers.RegexField(
+        COMMIT_PATTERN, required=False, allow_null=True, help_text="40-hex commit at the branch's tip."
+    )
+    commits_ahead = serializers.IntegerField(
+        required=False, allow_null=True, min_value=0, max_value=INT32_MAX, help_text="Commits beyond base_commit."
+    )
+    dirty = serializers.BooleanField(required=False, allow_null=True, help_text="Uncommitted changes in the worktree.")
+    pushed = serializers.BooleanField(required=False, allow_null=True, help_text="The remote has the head commit.")
+    worktree_path = serializers.CharField(
+        required=False, allow_null=True, max_length=WORKTREE_PATH_MAX_CHARS, help_text="Absolute path of the worktree."
+    )
+    host = serializers.CharField(
+        required=False, allow_null=True, max_length=HOST_MAX_CHARS, help_text="The machine the worktree is on."
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(name) for name in data if name not in self.fields)
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
 
 
 def _text_list() -> serializers.ListField:
@@ -58,9 +91,9 @@ class AttemptDetailApi(ApiView):
         responses={200: AttemptDetailSerializer, **error_responses(*READ_ERRORS)},
     )
     def get(self, request: Request, attempt_id: int) -> Response:
-        attempt = attempt_visible_to(attempt_id, agent=caller_of(request).agent)
-        notes, total = attempt_notes(attempt)
-        return Response(attempt_detail(attempt, notes, total))
+        attempt = attempt_by_id(attempt_id, agent=caller_of(request).agent)
+        attempt.latest_notes, attempt.notes_total = attempt_notes(attempt)  # type: ignore[attr-defined]
+        return Response(AttemptDetailSerializer(attempt).data)
 
 
 class AttemptRenewApi(ApiView):
@@ -69,6 +102,7 @@ class AttemptRenewApi(ApiView):
     class InputSerializer(serializers.Serializer[Any]):
         lease_seconds = serializers.IntegerField(required=False, min_value=1, max_value=INT32_MAX)
 
+    # Schema-only: a renewal is a measured hot path, its body is a plain dict.
     class OutputSerializer(serializers.Serializer[Any]):
         lease_expires_at = serializers.DateTimeField()
         renew_count = serializers.IntegerField()
@@ -87,7 +121,7 @@ class AttemptRenewApi(ApiView):
             attempt = attempt_renew(proof=proof, lease_seconds=data.get("lease_seconds"))
             return Outcome(
                 status=200,
-                data={"lease_expires_at": iso(attempt.lease_expires_at), "renew_count": attempt.renew_count},
+                data={"lease_expires_at": clock.iso(attempt.lease_expires_at), "renew_count": attempt.renew_count},
             )
 
         return run_mutation(request, work)
@@ -112,6 +146,7 @@ class NoteAddApi(ApiView):
         next_steps = _text_list()
         important = serializers.BooleanField(required=False, default=False)
 
+    # Schema-only: a note is a measured hot path, its body is a plain dict.
     class OutputSerializer(serializers.Serializer[Any]):
         note = NoteSerializer()
         lease_expires_at = serializers.DateTimeField()
@@ -139,28 +174,20 @@ class NoteAddApi(ApiView):
                         "content": note.content,
                         "next_steps": note.next_steps,
                         "important": note.important,
-                        "created_at": iso(note.created_at),
+                        "created_at": clock.iso(note.created_at),
                     },
-                    "lease_expires_at": iso(written.lease_expires_at),
+                    "lease_expires_at": clock.iso(written.lease_expires_at),
                 },
             )
 
         return run_mutation(request, work)
 
 
-class FinishedSerializer(serializers.Serializer[Any]):
-    attempt = AttemptSummarySerializer()
-    task = CompactTaskSerializer()
-
-
 def finished_outcome(finished: Finished) -> Outcome:
-    attempt = finished.attempt
+    """Finish's body as a plain dict: finish is a measured hot path (FinishedSerializer is its schema)."""
     return Outcome(
         status=200,
-        data={
-            "attempt": attempt_summary(attempt),
-            "task": compact_task(ended_task_row(finished.task)),
-        },
+        data={"attempt": attempt_summary(finished.attempt), "task": compact_task(ended_task_row(finished.task))},
     )
 
 
@@ -176,9 +203,9 @@ class AttemptFinishApi(ApiView):
         acknowledged_version = serializers.IntegerField(
             required=False, min_value=1, max_value=INT32_MAX, help_text="Needed when the task changed since the claim."
         )
+        git = GitFactsSerializer(required=False, help_text="The final git facts, recorded before the attempt ends.")
 
-    class OutputSerializer(FinishedSerializer):
-        pass
+    OutputSerializer = FinishedSerializer
 
     @extend_schema(
         operation_id="attempts_finish",
@@ -202,8 +229,7 @@ class AttemptReleaseApi(ApiView):
     class InputSerializer(serializers.Serializer[Any]):
         reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
 
-    class OutputSerializer(FinishedSerializer):
-        pass
+    OutputSerializer = FinishedSerializer
 
     @extend_schema(
         operation_id="attempts_release",
@@ -216,17 +242,17 @@ class AttemptReleaseApi(ApiView):
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
         def work() -> Outcome:
-            return finished_outcome(attempt_release(proof=proof, reason=data["reason"]))
+            released = attempt_release(proof=proof, reason=data["reason"])
+            shown = {"attempt": released.attempt, "task": ended_task_row(released.task)}
+            return Outcome(status=200, data=self.OutputSerializer(shown).data)
 
         return run_mutation(request, work)
 
 
 class AttemptGitApi(ApiView):
-    """Record the attempt's branch and/or base commit (rewrites the label); renews the lease."""
+    """Record the attempt's git facts (a new branch rewrites the label); renews the lease."""
 
-    class InputSerializer(serializers.Serializer[Any]):
-        branch = serializers.CharField(required=False, max_length=200)
-        base_commit = serializers.CharField(required=False, max_length=64)
+    InputSerializer = GitFactsSerializer
 
     class OutputSerializer(serializers.Serializer[Any]):
         attempt = AttemptSummarySerializer()
@@ -243,6 +269,6 @@ class AttemptGitApi(ApiView):
 
         def work() -> Outcome:
             attempt = attempt_set_git(proof=proof, **data)
-            return Outcome(status=200, data={"attempt": attempt_summary(attempt)})
+            return Outcome(status=200, data=self.OutputSerializer({"attempt": attempt}).data)
 
         return run_mutation(request, work)

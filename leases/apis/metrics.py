@@ -9,17 +9,25 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from config.api import caller_of, query_input
+from api.auth import caller_of
+from api.base import ApiView
+from api.inputs import query_input
+from api.schema import READ_ERRORS, error_responses
 from leases.metrics import DEFAULT_DAYS, MAX_DAYS, fleet_metrics
-from ledger.api_base import ApiView
-from ledger.api_schema import READ_ERRORS, error_responses
-from ledger.api_selectors import projects_for
-from ledger.selectors import project_by_slug
+from ledger.selectors import project_by_slug, projects_visible_to
 
 
+class NumberField(serializers.FloatField):
+    """A JSON number as the series holds it: a count stays an integer, a ratio a float."""
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+# Reads the series of `leases.metrics` (each day already a "YYYY-MM-DD" string).
 class DayValueSerializer(serializers.Serializer[Any]):
     day = serializers.DateField()
-    value = serializers.FloatField()
+    value = NumberField()
 
 
 class OrphanRateDaySerializer(DayValueSerializer):
@@ -52,5 +60,6 @@ class MetricsApi(ApiView):
         params = query_input(self.FilterSerializer, request)
         agent = caller_of(request).agent
         project = project_by_slug(params["project"], agent=agent) if "project" in params else None
-        project_ids = None if agent is None else list(projects_for(agent).values_list("pk", flat=True))
-        return Response(fleet_metrics(days=params["days"], project=project, project_ids=project_ids))
+        project_ids = None if agent is None else list(projects_visible_to(agent).values_list("pk", flat=True))
+        metrics = fleet_metrics(days=params["days"], project=project, project_ids=project_ids)
+        return Response(self.OutputSerializer(metrics).data)

@@ -1,0 +1,178 @@
+"""One error envelope for every API answer (SPEC §8): `{"error": {code, message, retryable, details}}`.
+
+Any exception — ours (`config.errors.LedgerError`), DRF's or Django's —
+becomes a LedgerError here, so a client parses one shape and a bad input is
+never a 500. DRF loads `exception_handler` from its settings while
+`rest_framework.views` is still loading: this module must not import that
+module, nor anything that does.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import DataError, OperationalError
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults as django_defaults
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+
+from api.auth import BEARER_REALM
+from api.inputs import MAX_BODY_BYTES
+from config.db import is_transient_lock_error
+from config.errors import (
+    AuthenticationFailed,
+    LedgerError,
+    MethodNotAllowed,
+    NotAcceptable,
+    NotFound,
+    PayloadTooLarge,
+    PermissionDenied,
+    RateLimited,
+    StorageBusy,
+    UnsupportedMediaType,
+    ValidationFailed,
+)
+
+logger = logging.getLogger("leasehold.api")
+
+MAX_MESSAGE_CHARS = 1000
+MAX_DETAILS_BYTES = 4096
+
+
+def _plain(value: Any) -> Any:
+    """DRF error details (ErrorDetail, ReturnDict, nested) as plain JSON values."""
+    if isinstance(value, Mapping):
+        return {str(key): _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(item) for item in value]
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    return str(value)
+
+
+def _bounded_details(details: dict[str, Any]) -> dict[str, Any]:
+    """Details stay small: an error must not echo a huge input back."""
+    if len(json.dumps(details, default=str)) <= MAX_DETAILS_BYTES:
+        return details
+    fields = details.get("fields")
+    if isinstance(fields, dict):
+        names = sorted(fields)[:50]
+        return {"fields": {name: ["invalid"] for name in names}, "truncated": True}
+    return {"truncated": True}
+
+
+def _field_errors(detail: Any) -> dict[str, Any]:
+    plain = _plain(detail)
+    if isinstance(plain, dict):
+        return plain
+    return {"non_field_errors": plain if isinstance(plain, list) else [plain]}
+
+
+def _summary(errors: dict[str, Any]) -> str:
+    parts = []
+    for name, messages in list(errors.items())[:5]:
+        first = messages
+        while isinstance(first, list | dict) and first:
+            first = first[0] if isinstance(first, list) else next(iter(first.values()))
+        parts.append(f"{name}: {first}")
+    return "; ".join(parts) or "The request is not valid."
+
+
+def as_ledger_error(exc: BaseException) -> tuple[LedgerError, dict[str, str]]:
+    """Map any exception to a LedgerError and extra response headers."""
+    if isinstance(exc, LedgerError):
+        return exc, {}
+    if isinstance(exc, drf.Throttled):
+        wait = getattr(exc, "wait", None) or 1
+        return RateLimited(details={"retry_after_seconds": math.ceil(wait)}), {"Retry-After": str(math.ceil(wait))}
+    if isinstance(exc, drf.NotAuthenticated | drf.AuthenticationFailed):
+        return AuthenticationFailed(str(exc.detail)), {}
+    if isinstance(exc, drf.PermissionDenied | DjangoPermissionDenied):
+        message = str(exc.detail) if isinstance(exc, drf.APIException) else (str(exc) or None)
+        return PermissionDenied(message), {}
+    if isinstance(exc, drf.NotFound | Http404):
+        return NotFound(), {}
+    if isinstance(exc, drf.MethodNotAllowed):
+        return MethodNotAllowed(str(exc.detail)), {}
+    if isinstance(exc, drf.NotAcceptable):
+        return NotAcceptable(), {}
+    if isinstance(exc, drf.UnsupportedMediaType):
+        return UnsupportedMediaType(str(exc.detail)), {}
+    if isinstance(exc, drf.ParseError):
+        return ValidationFailed(f"The request body is not valid JSON: {exc.detail}"), {}
+    if isinstance(exc, drf.ValidationError):
+        errors = _field_errors(exc.detail)
+        return ValidationFailed(_summary(errors), details={"fields": errors}), {}
+    if isinstance(exc, DjangoValidationError):
+        errors = _field_errors(exc.message_dict if hasattr(exc, "error_dict") else exc.messages)
+        return ValidationFailed(_summary(errors), details={"fields": errors}), {}
+    if isinstance(exc, RequestDataTooBig):
+        return PayloadTooLarge(details={"max_bytes": MAX_BODY_BYTES}), {}
+    if isinstance(exc, SuspiciousOperation):
+        return ValidationFailed("The request was refused as malformed."), {}
+    if isinstance(exc, OperationalError) and is_transient_lock_error(exc):
+        return StorageBusy(), {}
+    if isinstance(exc, DataError | OverflowError):
+        # Input that slipped past validation (a number out of the column's
+        # range, a character the database cannot store): still the caller's.
+        logger.warning("value refused by the database: %s", exc)
+        return ValidationFailed("A value is out of range or cannot be stored."), {}
+    if isinstance(exc, drf.APIException) and exc.status_code < 500:
+        by_status = {401: AuthenticationFailed, 403: PermissionDenied, 404: NotFound}
+        return by_status.get(exc.status_code, ValidationFailed)(str(exc.detail)), {}
+    logger.error("unhandled exception in the API", exc_info=exc)
+    return LedgerError("Internal error; it has been logged."), {}
+
+
+def envelope(error: LedgerError) -> dict[str, Any]:
+    body = error.as_dict()
+    message = str(body["message"])
+    body["message"] = message if len(message) <= MAX_MESSAGE_CHARS else message[:MAX_MESSAGE_CHARS] + "…"
+    body["details"] = _bounded_details(_plain(body["details"]))
+    return {"error": body}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """DRF's EXCEPTION_HANDLER: every error, ours or DRF's or Django's, in one envelope."""
+    error, headers = as_ledger_error(exc)
+    if error.http_status == 401:
+        headers["WWW-Authenticate"] = BEARER_REALM
+    return Response(envelope(error), status=error.http_status, headers=headers)
+
+
+def _django_envelope(request: HttpRequest, error: LedgerError) -> HttpResponse | None:
+    if not request.path.startswith("/api/"):
+        return None
+    return JsonResponse(envelope(error), status=error.http_status)
+
+
+def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """Django-level errors under /api/ (outside any DRF view) still get the envelope."""
+    error = as_ledger_error(exception)[0] if exception is not None else ValidationFailed()
+    if error.http_status >= 500:
+        error = ValidationFailed()
+    return _django_envelope(request, error) or django_defaults.bad_request(request, exception or Exception())
+
+
+def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return _django_envelope(request, PermissionDenied()) or django_defaults.permission_denied(
+        request, exception or Exception()
+    )
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    return _django_envelope(request, NotFound()) or django_defaults.page_not_found(request, exception or Http404())
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    return _django_envelope(
+        request, LedgerError("Internal error; it has been logged.")
+    ) or django_defaults.server_error(request)

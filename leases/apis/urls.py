@@ -1,0 +1,46 @@
+"""The lease-aware endpoints, mounted by `api.urls` under /api/v1/ (names in the `api` namespace).
+
+The `taskkey` and `attemptid` converters are registered by `api.urls` before it includes this list.
+"""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from api.base import route
+from leases.apis.attempts import (
+    AttemptDetailApi,
+    AttemptFinishApi,
+    AttemptGitApi,
+    AttemptReleaseApi,
+    AttemptRenewApi,
+    NoteAddApi,
+)
+from leases.apis.claims import ClaimNextApi, TaskClaimApi
+from leases.apis.metrics import MetricsApi
+from leases.apis.search import SearchApi
+from leases.apis.tasks import (
+    TaskContextApi,
+    TaskCreateApi,
+    TaskDetailApi,
+    TaskListApi,
+    TaskTextApi,
+    TaskUpdateApi,
+)
+
+urlpatterns = [
+    path("tasks/", route(get=TaskListApi, post=TaskCreateApi), name="tasks"),
+    path("tasks/<taskkey:key>/", route(get=TaskDetailApi, patch=TaskUpdateApi), name="task"),
+    path("tasks/<taskkey:key>/claim/", TaskClaimApi.as_view(), name="task-claim"),
+    path("tasks/<taskkey:key>/context/", TaskContextApi.as_view(), name="task-context"),
+    path("tasks/<taskkey:key>/text/", TaskTextApi.as_view(), name="task-text"),
+    path("claims/next/", ClaimNextApi.as_view(), name="claim-next"),
+    path("attempts/<attemptid:attempt_id>/", AttemptDetailApi.as_view(), name="attempt"),
+    path("attempts/<attemptid:attempt_id>/renew/", AttemptRenewApi.as_view(), name="attempt-renew"),
+    path("attempts/<attemptid:attempt_id>/notes/", NoteAddApi.as_view(), name="attempt-notes"),
+    path("attempts/<attemptid:attempt_id>/finish/", AttemptFinishApi.as_view(), name="attempt-finish"),
+    path("attempts/<attemptid:attempt_id>/release/", AttemptReleaseApi.as_view(), name="attempt-release"),
+    path("attempts/<attemptid:attempt_id>/git/", AttemptGitApi.as_view(), name="attempt-git"),
+    path("search/", SearchApi.as_view(), name="search"),
+    path("metrics/", MetricsApi.as_view(), name="metrics"),
+]

@@ -1,0 +1,1 @@
+"""The ledger's API endpoints (SPEC §8), one module per resource; `urls` lists them for `api.urls`."""

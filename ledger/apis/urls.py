@@ -1,0 +1,15 @@
+"""The ledger's endpoints, mounted by `api.urls` under /api/v1/ (names in the `api` namespace)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from ledger.apis.agents import AgentHeartbeatApi
+from ledger.apis.changes import ChangesApi
+from ledger.apis.projects import ProjectListApi
+
+urlpatterns = [
+    path("projects/", ProjectListApi.as_view(), name="projects"),
+    path("changes/", ChangesApi.as_view(), name="changes"),
+    path("agents/me/heartbeat/", AgentHeartbeatApi.as_view(), name="agent-heartbeat"),
+]
