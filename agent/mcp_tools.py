@@ -23,6 +23,7 @@ from agent.keeper import LeaseKeeper
 from agent.mcp_holdings import Holdings, compact
 from agent.models import FailureReason, InterruptionReason, Outcome, TaskTextField
 from agent.output import compact_json, error_text
+from agent.session import block_on
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -239,7 +240,7 @@ def build_server(holdings: Holdings) -> MCPServer:
             if detect:
                 held = holdings.records.get(keeper.lease.attempt_id)
                 where = Path(worktree_path or (held.worktree if held and held.worktree else ".")).absolute()
-                base = base_commit or (held.base_commit if held else None)
+                base = base_commit or client.attempt(keeper.lease.attempt_id).get("base_commit")
                 try:
                     facts = {**gitfacts.detect(where, base_commit=base), **facts}
                 except gitfacts.NotAGitCheckout as exc:
@@ -311,7 +312,7 @@ def build_server(holdings: Holdings) -> MCPServer:
             )
             made = {"key": created["key"], "status": created["status"]}
             if blocked:
-                client.add_dependency(blocked, blocked_by=created["key"])
+                block_on(client, blocked, created["key"])
                 made["blocks"] = blocked
             return made
 

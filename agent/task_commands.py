@@ -23,7 +23,7 @@ from agent.commands import _holder
 from agent.config import load_settings
 from agent.models import GIT_FACTS
 from agent.output import EXIT_OK, Output
-from agent.session import UsageError, current_attempt, make_client, project_from
+from agent.session import UsageError, block_on, current_attempt, make_client, project_from
 
 TEXT_FIELDS = ("description", "acceptance_criteria")
 
@@ -94,7 +94,7 @@ def cmd_task_create(args: argparse.Namespace, out: Output) -> int:
         created = client.create_task(project_from(args, settings), args.title, **fields)
         answer: dict[str, Any] = {"task": created}
         if blocks:
-            answer["dependency"] = client.add_dependency(blocks, blocked_by=created["key"])
+            answer["dependency"] = block_on(client, blocks, created["key"])
     text = f"Created {created['key']} {created['title']!r} [{created['status']}]."
     if blocks:
         text += f" {blocks} now waits for it."
@@ -113,9 +113,11 @@ def cmd_git(args: argparse.Namespace, out: Output) -> int:
         settings = load_settings()
         with make_client(settings) as client:
             held = current_attempt(settings, client)
+            # The server knows the base best (inherited, or recorded since the claim).
+            known = client.attempt(held.attempt_id).get("base_commit") if held is not None else None
         where = Path(args.repo or (held.worktree if held and held.worktree else ".")).absolute()
         try:
-            found = gitfacts.detect(where, base_commit=facts.get("base_commit") or (held.base_commit if held else None))
+            found = gitfacts.detect(where, base_commit=facts.get("base_commit") or known)
         except gitfacts.NotAGitCheckout as exc:
             raise UsageError(str(exc)) from None
         facts = {**found, **facts}  # what the options say wins over what was read

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -141,3 +142,43 @@ def test_tools_list_stays_under_8_kb_with_every_parameter_described_and_every_ch
         assert expected <= set(by_tool[tool_name][parameter]["enum"]), (tool_name, parameter)
     claim_parameters = set(by_tool["claim"]) & set(by_tool["claim_next"])
     assert {"branch", "base_commit", "environment", "environment_kind", "lease_seconds"} <= claim_parameters
+
+
+def test_mcp_tools_read_text_ranges_record_git_facts_and_file_a_blocking_follow_up(fleet, api, logged_in, tmp_path):
+    description = "".join(f"row {number:05d}\n" for number in range(3000))  # 30,000 characters: the context cuts it
+    key = api.create_task(fleet.project, "Wide", description=description, status="ready")["key"]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (["init", "-q", "-b", "feature/wide"], [*identity, "commit", "-q", "--allow-empty", "-m", "w"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True)
+
+    async def work(session: Session) -> dict:
+        seen = {"claim": await session.json("claim", {"key": key})}
+        seen["range"] = await session.json("task", {"offset": 20000, "limit": 30})
+        seen["git"] = await session.json("git", {"detect": True, "worktree_path": str(repo), "pushed": False})
+        seen["follow_up"] = await session.json(
+            "create_task", {"title": "Follow-up of Wide", "status": "ready", "blocks_current": True}
+        )
+        seen["unblock"] = await session.json("block", {"blocked_by": seen["follow_up"]["key"], "remove": True})
+        seen["bad_choice"] = await session.call("finish", {"outcome": "abandoned"})
+        seen["finish"] = await session.json("finish", {"outcome": "failed", "failure_reason": "tests_failed"})
+        return seen
+
+    seen = anyio.run(lambda: with_session(logged_in, work))
+    assert "task.description" in seen["claim"]["context"]["truncated"]
+    assert seen["range"]["text"] == description[20000:20030]
+    attempt = api.attempt(seen["claim"]["attempt"])
+    assert attempt["head_commit"] == head.stdout.strip()
+    assert attempt["branch"] == "feature/wide"
+    assert attempt["pushed"] is False
+    assert attempt["worktree_path"] == str(repo.resolve())
+    assert attempt["host"]
+    assert seen["follow_up"]["blocks"] == key
+    assert api.task(key)["blocked_by"] == []  # blocked by the follow-up, then unblocked
+    failed, text = seen["bad_choice"]
+    assert failed
+    assert "abandoned" in text or "outcome" in text
+    assert seen["finish"]["status"] == "failed"
+    assert attempt["id"] == seen["finish"]["attempt"]
