@@ -93,6 +93,11 @@ class Holdings:
             self._agent = agent_handle(self.settings, self.client)
         return self._agent
 
+    @property
+    def known_agent(self) -> str | None:
+        """The agent handle if already learnt (never asks the server)."""
+        return self._agent
+
     def project_or(self, project: str | None) -> str:
         chosen = project or self.project
         if not chosen:

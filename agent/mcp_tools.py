@@ -94,7 +94,7 @@ def build_server(holdings: Holdings) -> MCPServer:
             raise ToolError(f"{error.code}: {_message(error)}") from None
 
     def _message(error: LeaseholdError) -> str:
-        if error.code == "TASK_TAKEN" and error.details.get("holder") == holdings._agent:
+        if error.code == "TASK_TAKEN" and error.details.get("holder") == holdings.known_agent:
             return error_text(error) + " That is this agent, from elsewhere (another config or machine)."
         return error_text(error)
 
