@@ -17,6 +17,7 @@ from leases.apis.attempts import (
     NoteAddApi,
 )
 from leases.apis.claims import ClaimNextApi, TaskClaimApi
+from leases.apis.dependencies import TaskDependencyAddApi, TaskDependencyRemoveApi
 from leases.apis.metrics import MetricsApi
 from leases.apis.search import SearchApi
 from leases.apis.tasks import (
@@ -34,6 +35,10 @@ urlpatterns = [
     path("tasks/<taskkey:key>/claim/", TaskClaimApi.as_view(), name="task-claim"),
     path("tasks/<taskkey:key>/context/", TaskContextApi.as_view(), name="task-context"),
     path("tasks/<taskkey:key>/text/", TaskTextApi.as_view(), name="task-text"),
+    path("tasks/<taskkey:key>/dependencies/", TaskDependencyAddApi.as_view(), name="task-dependencies"),
+    path(
+        "tasks/<taskkey:key>/dependencies/remove/", TaskDependencyRemoveApi.as_view(), name="task-dependencies-remove"
+    ),
     path("claims/next/", ClaimNextApi.as_view(), name="claim-next"),
     path("attempts/<attemptid:attempt_id>/", AttemptDetailApi.as_view(), name="attempt"),
     path("attempts/<attemptid:attempt_id>/renew/", AttemptRenewApi.as_view(), name="attempt-renew"),

@@ -27,6 +27,8 @@ SPEC_OPERATIONS = [
     ("post", "/api/v1/claims/next/"),
     ("get", "/api/v1/tasks/{key}/context/"),
     ("get", "/api/v1/tasks/{key}/text/"),
+    ("post", "/api/v1/tasks/{key}/dependencies/"),
+    ("post", "/api/v1/tasks/{key}/dependencies/remove/"),
     ("post", "/api/v1/attempts/{attempt_id}/renew/"),
     ("post", "/api/v1/attempts/{attempt_id}/notes/"),
     ("post", "/api/v1/attempts/{attempt_id}/finish/"),
