@@ -48,9 +48,12 @@ from agent.output import (
     EXIT_NOTHING_CLAIMABLE,
     EXIT_STDOUT_CLOSED,
     EXIT_USAGE,
+    EXIT_WORKSPACE,
     Output,
 )
 from agent.session import UsageError
+from agent.workspace import WorkspaceError
+from agent.workspace_cmd import cmd_workspace
 
 
 def _add_claim_options(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +67,44 @@ def _add_claim_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--environment", help="allocate this environment (by name) with the lease")
     parser.add_argument("--environment-kind", help="allocate any free environment of this kind")
     parser.add_argument("--replace", action="store_true", help="forget a current attempt instead of refusing")
+
+
+def _add_workspace_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--worktree",
+        nargs="?",
+        const="",
+        metavar="DIR",
+        help="run in the attempt's git worktree (default DIR: <repo parent>/<repo name>.worktrees/<task key>)",
+    )
+    parser.add_argument("--repo", help="the git repository (default: the one containing the current directory)")
+
+
+def _add_workspace_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """`leasehold workspace open|list|prune` (SPEC §15.1)."""
+    workspace = command("workspace", "Open, list or prune the git worktrees of attempts.", cmd_workspace)
+    actions = workspace.add_subparsers(dest="workspace_command", metavar="ACTION", required=True)
+    opening = actions.add_parser(
+        "open",
+        help="claim (KEY or --next) or take the current attempt, and open its worktree",
+        description="Claim (KEY or --next) or take the current attempt, open its branch in a worktree, install the "
+        "trailer hook and record the git facts; prints the worktree's path.",
+    )
+    _add_claim_options(opening)
+    opening.add_argument("--dir", help="the worktree (default: <repo parent>/<repo name>.worktrees/<task key>)")
+    opening.add_argument("--repo", help="the git repository (default: the one containing the current directory)")
+    listing = actions.add_parser("list", help="the repository's worktrees and the attempts in them")
+    listing.add_argument("--repo", help="the git repository (default: the one containing the current directory)")
+    prune = actions.add_parser(
+        "prune",
+        help="remove worktrees whose attempt completed, whose branch is merged, and which are clean",
+        description="Remove the worktrees whose attempt completed, whose branch is merged into the default branch "
+        "and which have no uncommitted changes; nothing else (never the main checkout).",
+    )
+    prune.add_argument("--repo", help="the git repository (default: the one containing the current directory)")
+    prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    for sub in (opening, listing, prune):
+        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine output")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -147,11 +188,13 @@ def build_parser() -> argparse.ArgumentParser:
     run = command(
         "run",
         "Run COMMAND under a lease: claim (KEY or --next) or reuse the current attempt, renew while it "
-        "runs, finish done on exit 0 and failed otherwise; SIGTERM (then SIGKILL) it if the lease is lost.",
+        "runs, finish done on exit 0 and failed otherwise (or as $LEASEHOLD_OUTCOME_FILE says); with --worktree "
+        "in the attempt's git worktree. SIGTERM (then SIGKILL) it if the lease is lost; it dies with run.",
         cmd_run,
     )
-    run.usage = "leasehold run [KEY | --next] [options] -- COMMAND [ARG ...]"
+    run.usage = "leasehold run [KEY | --next] [--worktree [DIR]] [--repo PATH] [options] -- COMMAND [ARG ...]"
     _add_claim_options(run)
+    _add_workspace_options(run)
     run.add_argument(
         "--failure-reason",
         choices=FAILURE_REASONS,
@@ -159,8 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="failure_reason_code when COMMAND exits non-zero (default implementation_error)",
     )
     run.add_argument("--on-success", choices=("done", "review"), default="done", help="outcome on exit 0")
-    run.add_argument("--grace-seconds", type=float, default=10.0, help="SIGTERM to SIGKILL delay on a lost lease")
+    run.add_argument(
+        "--grace-seconds", type=float, default=10.0, help="SIGTERM to SIGKILL delay when COMMAND must stop"
+    )
     run.add_argument("--heartbeat-seconds", type=float, default=60.0, help="run heartbeat interval")
+
+    _add_workspace_command(command)
 
     mcp = command("mcp", "Serve the agent operations as MCP tools over stdio.", cmd_mcp)
     mcp.add_argument("--project", help="default project for ready, claim_next, changes and search")
@@ -203,6 +250,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UsageError as exc:
         out.error("USAGE", str(exc))
         return EXIT_USAGE
+    except WorkspaceError as exc:
+        out.error("WORKSPACE", str(exc))
+        return EXIT_WORKSPACE
     except NotLoggedIn as exc:
         out.error("NOT_LOGGED_IN", str(exc))  # the message names the config file
         return EXIT_AUTH

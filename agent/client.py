@@ -281,8 +281,10 @@ class LeaseholdClient(ApiConnection):
         failure_reason_code: str | None = None,
         interruption_reason_code: str | None = None,
         acknowledged_version: int | None = None,
+        git: dict[str, Any] | None = None,
         idempotency_key: str | None = None,
     ) -> Finished:
+        """End the attempt; `git` carries the git facts of the end (SPEC §15.4: head_commit, commits_ahead, …)."""
         body = drop_none(
             {
                 "outcome": outcome,
@@ -291,6 +293,7 @@ class LeaseholdClient(ApiConnection):
                 "failure_reason_code": failure_reason_code,
                 "interruption_reason_code": interruption_reason_code,
                 "acknowledged_version": acknowledged_version,
+                "git": git or None,
             }
         )
         return cast(

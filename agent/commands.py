@@ -144,7 +144,10 @@ def cmd_renew(args: argparse.Namespace, out: Output) -> int:
 def _inside_run(verb: str) -> None:
     """Inside `leasehold run`, the run owns the attempt's end: finishing it under the keeper would look like a loss."""
     if os.environ.get("LEASEHOLD_RUN"):
-        raise UsageError(f"`leasehold run` {verb} this attempt when its command exits; exit instead.")
+        raise UsageError(
+            f"`leasehold run` {verb} this attempt when its command exits: write the outcome to "
+            "$LEASEHOLD_OUTCOME_FILE and exit instead."
+        )
 
 
 def cmd_finish(args: argparse.Namespace, out: Output) -> int:

@@ -27,6 +27,7 @@ FailureReason = Literal[
 InterruptionReason = Literal[
     "handoff", "context_limit", "user_request", "client_shutdown", "environment_change", "other"
 ]
+# The API's choices for finish's reason codes (SPEC §8).
 FAILURE_REASONS: tuple[str, ...] = get_args(FailureReason)
 INTERRUPTION_REASONS: tuple[str, ...] = get_args(InterruptionReason)
 # What `POST /attempts/{id}/git/` (and finish's `git`) record (SPEC §15.4).

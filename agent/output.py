@@ -16,6 +16,7 @@ EXIT_TASK_TAKEN = 4
 EXIT_LEASE_LOST = 5
 EXIT_AUTH = 6
 EXIT_COMMAND_FAILED = 7
+EXIT_WORKSPACE = 8
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE, as for any command whose reader quit early
 
 EXIT_CODES_HELP = """\
@@ -29,6 +30,9 @@ exit codes:
        INVALID_LEASE_TOKEN, or the keeper gave up): stop working on the task
   6    authentication (not logged in, AUTHENTICATION_FAILED, PERMISSION_DENIED)
   7    run: the command exited non-zero; the attempt was finished `failed`
+  8    workspace: not a git repository, the branch is checked out by a live
+       attempt or the main checkout, DIR is not empty, git failed; nothing
+       was changed (a fresh claim is handed back)
   128+N  run: interrupted by signal N (130 SIGINT, 143 SIGTERM); the attempt
        was handed off
   141  stdout was closed early (a pipe's reader quit, e.g. `| head`)
@@ -67,6 +71,10 @@ class Output:
         """Progress for humans, on stderr (never mixed into a command's stdout)."""
         if not self.as_json:
             print(f"leasehold: {text}", file=sys.stderr, flush=True)
+
+    def warn(self, text: str) -> None:
+        """A one-line warning on stderr, also with `--json` (stdout keeps its one JSON document)."""
+        print(f"leasehold: warning: {text}", file=sys.stderr, flush=True)
 
     def error(self, code: str, message: str, *, details: dict[str, Any] | None = None) -> None:
         if self.as_json:

@@ -1,25 +1,34 @@
-"""`leasehold run -- COMMAND…`: run a command under a lease (SPEC §13).
+"""`leasehold run [KEY | --next] [--worktree [DIR]] [--repo PATH] -- COMMAND…`: a command under a lease (§13, §15).
 
-1. Get a lease: claim KEY or `--next`, or reuse the current attempt of the
-   state file (one made by `leasehold claim`).
+1. Get a lease: claim KEY or `--next`, or take the current attempt (one made
+   by `leasehold claim` or `workspace open`); its state file says `run` keeps
+   it now.
 2. Start the lease keeper (renewals every `renew_every_seconds`) and the run
-   heartbeat, then start COMMAND in its own process group, with
-   `LEASEHOLD_STATE`, `LEASEHOLD_TASK`, `LEASEHOLD_ATTEMPT_ID`,
-   `LEASEHOLD_EPOCH` and `LEASEHOLD_SUMMARY_FILE` in its environment (never
-   the token: `leasehold note` inside COMMAND reads it from the state file).
-3. COMMAND exits 0: finish `done` (or `--on-success review`), exit 0.
-   COMMAND exits non-zero or dies of a signal: finish `failed` with
-   `--failure-reason` (default `implementation_error`: the run cannot tell a
-   test failure from any other, so it claims no more than "the work failed";
-   pass `--failure-reason tests_failed` when COMMAND is a test run), exit 7.
-   The result summary is what COMMAND wrote to `$LEASEHOLD_SUMMARY_FILE`, else
-   "`COMMAND` exited N".
-4. The lease is lost (the keeper says so): SIGTERM to COMMAND's process
-   group at once, SIGKILL after `--grace-seconds`; nothing more is sent with
-   the token, the state file marks the lease lost, exit 5.
-5. `leasehold run` itself gets SIGINT/SIGTERM/SIGHUP: the signal goes on to
-   COMMAND; once COMMAND exits the attempt is handed off
-   (`user_request` for SIGINT, else `client_shutdown`), exit 128+signal.
+   heartbeat. With `--worktree`, open the attempt's worktree
+   (`agent.workspace_cmd.prepare_worktree`: branch, worktree or takeover,
+   pointer, trailer hook, git facts); COMMAND runs there.
+3. Start COMMAND (`agent.supervise`: its own process group, the death signal,
+   the watchdog) with the environment of §15.2 (`agent.briefing`): the
+   context as Markdown in `$LEASEHOLD_CONTEXT_FILE`, `LEASEHOLD_TASK`,
+   `…_ATTEMPT_ID`, `…_EPOCH`, `…_LABEL`, `…_BRANCH`, `…_BASE_COMMIT`,
+   `…_WORKTREE`, the `LEASEHOLD_ENV_*` of the allocated environment,
+   `$LEASEHOLD_OUTCOME_FILE` and `$LEASEHOLD_SUMMARY_FILE` — never the token
+   (`leasehold note` inside COMMAND finds the attempt in the state files).
+   `{context_file}`, `{task}`, `{branch}`, `{worktree}` in COMMAND's
+   arguments are replaced.
+4. COMMAND exits: the outcome file decides when it holds a valid outcome
+   (`agent.outcome`; an invalid one is reported on one line and ignored),
+   else the exit status: 0 → `done` (or `--on-success review`), non-zero →
+   `failed` with `--failure-reason`. The finish carries the git facts of the
+   end (head, commits ahead, dirty, pushed) with `--worktree`. Exit 0 for
+   done/review/handoff, 7 for failed.
+5. The lease is lost: SIGTERM to COMMAND's group at once, SIGKILL after
+   `--grace-seconds`; nothing more is sent with the token, the state file
+   marks it lost, exit 5.
+6. `run` gets SIGINT/SIGTERM/SIGHUP: the signal goes on to COMMAND; once it
+   exits the attempt is handed off (`user_request` for SIGINT, else
+   `client_shutdown`), exit 128+signal. `run` killed outright: COMMAND dies
+   with it (§15.3), the lease lapses on its own.
 """
 
 from __future__ import annotations
@@ -27,9 +36,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import shlex
 import signal
-import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -37,17 +46,13 @@ from types import FrameType
 from typing import Any
 
 from agent import state
+from agent.briefing import command_environment, context_markdown, expand_placeholders
 from agent.client import LeaseholdClient, Outcome
 from agent.config import config_dir, load_settings
 from agent.errors import LeaseholdError
 from agent.keeper import Heartbeat, LeaseKeeper
-from agent.output import (
-    EXIT_COMMAND_FAILED,
-    EXIT_LEASE_LOST,
-    EXIT_NOTHING_CLAIMABLE,
-    EXIT_OK,
-    Output,
-)
+from agent.outcome import SUMMARY_MAX_CHARS, ChosenOutcome, InvalidOutcome, read_outcome
+from agent.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
 from agent.session import (
     UsageError,
     claim_from_args,
@@ -58,22 +63,31 @@ from agent.session import (
     refuse_to_replace,
 )
 from agent.state import HeldAttempt
+from agent.supervise import Supervised, stop_child
+from agent.workspace import Opened, Repository, WorkspaceError, find_repository, head_facts
+from agent.workspace_cmd import prepare_worktree
+
+__all__ = ["run", "stop_child"]
 
 POLL_SECONDS = 0.05
-SUMMARY_MAX_CHARS = 4000
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_TASK_KEY = re.compile(r"[A-Z][A-Z0-9]{0,9}-[1-9][0-9]*")
 
 
-def _lease_for_run(client: LeaseholdClient, args: argparse.Namespace, out: Output) -> HeldAttempt | None:
+def _lease_for_run(
+    client: LeaseholdClient, args: argparse.Namespace, out: Output
+) -> tuple[HeldAttempt, dict[str, Any], bool] | None:
+    """(the attempt, its context, whether this run claimed it), or None when nothing is claimable."""
     settings = load_settings()
     if args.key or args.next:
-        refuse_to_replace(args, client, settings)
+        if args.worktree is None:
+            refuse_to_replace(args, client, settings)  # in a worktree the pointer says which attempt is meant
         claim = claim_from_args(client, args, settings)
         if claim is None:
             return None
         held = hold_claim(claim, client, settings, owner="run")
         out.info(claim_text(claim).replace("\n", "\nleasehold: "))
-        return held
+        return held, claim.context, True
     current = current_attempt(settings, client)
     if current is None:
         raise UsageError("No current attempt: give a task KEY or --next (or `leasehold claim` first).")
@@ -82,117 +96,162 @@ def _lease_for_run(client: LeaseholdClient, args: argparse.Namespace, out: Outpu
     out.info(f"reusing attempt {current.attempt_id} on {current.task}")
     current.owner, current.pid = "run", os.getpid()
     state.save(config_dir(), current)
-    return current
+    return current, client.context(current.task), False
 
 
-def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(child.pid, signum)
-
-
-def stop_child(child: subprocess.Popen[bytes], *, grace_seconds: float, term_sent: bool = False) -> int:
-    """SIGTERM to the child's process group (unless sent), SIGKILL after the grace period; its exit status."""
-    if not term_sent:
-        _signal_group(child, signal.SIGTERM)
-    try:
-        return child.wait(timeout=grace_seconds)
-    except subprocess.TimeoutExpired:
-        _signal_group(child, signal.SIGKILL)
-        return child.wait()
-
-
-def _summary(command: list[str], returncode: int, summary_file: Path) -> str:
-    try:
-        written = summary_file.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        written = ""
-    if written:
-        return written[:SUMMARY_MAX_CHARS]
-    how = f"exited {returncode}" if returncode >= 0 else f"was killed by signal {-returncode}"
-    return f"`{shlex.join(command)}` {how}."
+def _worktree_arguments(args: argparse.Namespace) -> None:
+    """`run --worktree WEB-4 -- …` means the task WEB-4 in the default worktree, not a directory named WEB-4."""
+    value = args.worktree
+    if value and not args.key and not args.next and _TASK_KEY.fullmatch(value) and not Path(value).exists():
+        args.key, args.worktree = value, ""
 
 
 def run(args: argparse.Namespace, out: Output) -> int:
     command: list[str] = args.run_command
     if not command:
         raise UsageError("Give the command after `--`: leasehold run [KEY | --next] -- COMMAND [ARG ...]")
+    _worktree_arguments(args)
+    # The repository is checked before anything is claimed: a wrong --repo costs no attempt.
+    repo = find_repository(Path(args.repo) if args.repo else None) if args.worktree is not None else None
     settings = load_settings()
     client = make_client(settings)
     try:
-        held = _lease_for_run(client, args, out)
-        if held is None:
+        got = _lease_for_run(client, args, out)
+        if got is None:
             out.result({"claimed": None}, "Nothing claimable.")
             return EXIT_NOTHING_CLAIMABLE
-        return _supervise(client, held, command, args, out)
+        held, context, claimed = got
+        return _supervise(client, held, context, claimed, repo, command, args, out)
     finally:
         client.close()
 
 
 def _supervise(
-    client: LeaseholdClient, held: HeldAttempt, command: list[str], args: argparse.Namespace, out: Output
+    client: LeaseholdClient,
+    held: HeldAttempt,
+    context: dict[str, Any],
+    claimed: bool,
+    repo: Repository | None,
+    command: list[str],
+    args: argparse.Namespace,
+    out: Output,
 ) -> int:
-    lease = held.lease
-    keeper = LeaseKeeper(client.clone(), lease)
+    keeper = LeaseKeeper(client.clone(), held.lease)
     heartbeat = Heartbeat(client.clone(), every_seconds=args.heartbeat_seconds)
     received: list[int] = []
-    child: subprocess.Popen[bytes] | None = None
+    child: Supervised | None = None
 
     def forward(signum: int, frame: FrameType | None) -> None:
         received.append(signum)
         if child is not None:
-            _signal_group(child, signum)
+            child.signal_group(signum)
 
     previous = {signum: signal.signal(signum, forward) for signum in FORWARDED_SIGNALS}
-    with tempfile.TemporaryDirectory(prefix="leasehold-run-") as scratch:
-        summary_file = Path(scratch) / "summary.txt"
-        env = {
-            **os.environ,
-            "LEASEHOLD_RUN": "1",
-            "LEASEHOLD_TASK": lease.task,
-            "LEASEHOLD_ATTEMPT_ID": str(lease.attempt_id),
-            "LEASEHOLD_EPOCH": str(lease.epoch),
-            "LEASEHOLD_SUMMARY_FILE": str(summary_file),
-        }
-        try:
-            keeper.start()
-            heartbeat.start()
-            out.info(f"running {shlex.join(command)} (renewing every {lease.renew_every_seconds} s)")
+    keeper.start()
+    heartbeat.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="leasehold-run-") as scratch:
+            opened = _open(client, keeper, held, context, claimed, repo, args, out) if repo is not None else None
+            files = Path(scratch)
+            env, argv = _command_setup(held, context, opened, command, files)
+            if received:  # interrupted while the worktree was being made: nothing was started
+                return _finish(keeper, held, opened, command, None, received, files, args, out)
+            out.info(f"running {shlex.join(argv)} (renewing every {held.renew_every_seconds} s)")
             try:
-                child = subprocess.Popen(command, env=env, start_new_session=True)
+                child = Supervised(argv, env=env, cwd=opened.path if opened else None, grace_seconds=args.grace_seconds)
             except OSError as exc:
                 # Nothing was done: give the task back rather than sit on it until the lease lapses.
                 with contextlib.suppress(LeaseholdError):
-                    keeper.release(reason=f"leasehold run: cannot start {command[0]!r}")
+                    keeper.release(reason=f"leasehold run: cannot start {argv[0]!r}")
                     state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
-                raise UsageError(f"Cannot start {command[0]!r}: {exc}") from None
-            while child.poll() is None:
-                if keeper.lost.wait(POLL_SECONDS):
-                    break
-            if keeper.lost.is_set():
-                return _lease_lost(child, keeper, held, args, out)
-            returncode = child.returncode
-            return _finish(keeper, held, command, returncode, received, summary_file, args, out)
-        finally:
-            keeper.stop()
-            heartbeat.stop()
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
+                raise UsageError(f"Cannot start {argv[0]!r}: {exc}") from None
+            try:
+                while child.poll() is None:
+                    if keeper.lost.wait(POLL_SECONDS):
+                        break
+                if keeper.lost.is_set():
+                    return _lease_lost(child, keeper, held, args, out)
+                return _finish(keeper, held, opened, command, child.poll(), received, files, args, out)
+            finally:
+                child.release_watchdog()
+    finally:
+        keeper.stop()
+        heartbeat.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _open(
+    client: LeaseholdClient,
+    keeper: LeaseKeeper,
+    held: HeldAttempt,
+    context: dict[str, Any],
+    claimed: bool,
+    repo: Repository,
+    args: argparse.Namespace,
+    out: Output,
+) -> Opened:
+    try:
+        return prepare_worktree(
+            client,
+            held,
+            repo=repo,
+            directory=Path(args.worktree).expanduser() if args.worktree else None,
+            context=context,
+            record_git=keeper.set_git,
+            out=out,
+        )
+    except WorkspaceError:
+        if claimed:  # nothing was done under this claim: hand the task back at once
+            with contextlib.suppress(LeaseholdError):
+                keeper.release(reason="leasehold run: no worktree could be made")
+            state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
+        raise
+
+
+def _command_setup(
+    held: HeldAttempt, context: dict[str, Any], opened: Opened | None, command: list[str], files: Path
+) -> tuple[dict[str, str], list[str]]:
+    """The command's environment and arguments (§15.2); writes the context file."""
+    worktree = str(opened.path) if opened else None
+    context_file = files / "context.md"
+    where = {"label": held.label, "branch": held.branch, "worktree": worktree, "base_commit": held.base_commit}
+    context_file.write_text(context_markdown(context, where=where), encoding="utf-8")
+    env = {
+        **os.environ,
+        "LEASEHOLD_RUN": "1",
+        "LEASEHOLD_CONTEXT_FILE": str(context_file),
+        "LEASEHOLD_OUTCOME_FILE": str(files / "outcome.json"),
+        "LEASEHOLD_SUMMARY_FILE": str(files / "summary.txt"),
+        **command_environment(
+            task=held.task,
+            attempt_id=held.attempt_id,
+            epoch=held.epoch,
+            label=held.label,
+            branch=held.branch,
+            base_commit=held.base_commit,
+            worktree=worktree,
+            environment=context.get("environment"),
+        ),
+    }
+    values = {"context_file": str(context_file), "task": held.task, "branch": held.branch, "worktree": worktree}
+    return env, expand_placeholders(command, values)
 
 
 def _lease_lost(
-    child: subprocess.Popen[bytes], keeper: LeaseKeeper, held: HeldAttempt, args: argparse.Namespace, out: Output
+    child: Supervised, keeper: LeaseKeeper, held: HeldAttempt, args: argparse.Namespace, out: Output
 ) -> int:
     lost_at = time.monotonic()
     still_running = child.poll() is None
     if still_running:
-        _signal_group(child, signal.SIGTERM)  # first: the command must stop working on the task at once
+        child.signal_group(signal.SIGTERM)  # first: the command must stop working on the task at once
     state.mark_lost(config_dir(), held, keeper.lost_reason or "lost")
-    status = stop_child(child, grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.returncode
+    status = child.stop(grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.poll()
     out.info(f"lease lost ({keeper.lost_reason}); command stopped (status {status})")
     out.result(
         {
-            "task": keeper.lease.task,
-            "attempt": keeper.lease.attempt_id,
+            "task": held.task,
+            "attempt": held.attempt_id,
             "outcome": None,
             "lease_lost": True,
             "reason": keeper.lost_reason,
@@ -204,23 +263,53 @@ def _lease_lost(
     return EXIT_LEASE_LOST
 
 
+def _summary(command: list[str], returncode: int | None, summary_file: Path) -> str:
+    try:
+        written = summary_file.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        written = ""
+    if written:
+        return written[:SUMMARY_MAX_CHARS]
+    if returncode is None:
+        return f"`{shlex.join(command)}` was not started: leasehold run was interrupted first."
+    how = f"exited {returncode}" if returncode >= 0 else f"was killed by signal {-returncode}"
+    return f"`{shlex.join(command)}` {how}."
+
+
+def _chosen(files: Path, out: Output) -> ChosenOutcome | None:
+    try:
+        return read_outcome(files / "outcome.json")
+    except InvalidOutcome as problem:
+        out.warn(f"the outcome file $LEASEHOLD_OUTCOME_FILE {problem}; the exit status decides instead.")
+        return None
+
+
 def _finish(
     keeper: LeaseKeeper,
     held: HeldAttempt,
+    opened: Opened | None,
     command: list[str],
-    returncode: int,
+    returncode: int | None,
     received: list[int],
-    summary_file: Path,
+    files: Path,
     args: argparse.Namespace,
     out: Output,
 ) -> int:
-    summary = _summary(command, returncode, summary_file)
-    fields: dict[str, Any] = {"result_summary": summary}
+    chosen = _chosen(files, out)
+    fields: dict[str, Any] = {"result_summary": _summary(command, returncode, files / "summary.txt")}
     outcome: Outcome
     if received:
         outcome = "handoff"
         fields["interruption_reason_code"] = "user_request" if received[0] == signal.SIGINT else "client_shutdown"
         exit_code = 128 + received[0]
+    elif chosen is not None:
+        outcome = chosen.outcome
+        if chosen.result_summary:
+            fields["result_summary"] = chosen.result_summary
+        fields["next_steps"] = chosen.next_steps or None
+        fields["failure_reason_code"] = chosen.failure_reason_code
+        fields["interruption_reason_code"] = chosen.interruption_reason_code
+        exit_code = EXIT_COMMAND_FAILED if outcome == "failed" else EXIT_OK
     elif returncode == 0:
         outcome = args.on_success
         exit_code = EXIT_OK
@@ -228,6 +317,12 @@ def _finish(
         outcome = "failed"
         fields["failure_reason_code"] = args.failure_reason
         exit_code = EXIT_COMMAND_FAILED
+    if opened is not None:
+        # git runs here, before the finish: the keeper is still renewing and holds nothing git could delay.
+        try:
+            fields["git"] = head_facts(opened.path, branch=held.branch, base_commit=held.base_commit)
+        except WorkspaceError as problem:
+            out.warn(f"the git facts of the end could not be read: {problem}")
     try:
         finished = keeper.finish(outcome, **fields)
     except LeaseholdError as error:
@@ -246,6 +341,9 @@ def _finish(
             "task_status": task["status"],
             "command_status": returncode,
             "lease_lost": False,
+            "worktree": str(opened.path) if opened else None,
+            "branch": held.branch,
+            "git": fields.get("git"),
         },
         "",
     )

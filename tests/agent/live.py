@@ -1,9 +1,11 @@
 """A real Leasehold server in a subprocess (`manage.py serve`), for the toolkit's end-to-end tests.
 
-It runs on its own SQLite file under a temporary LEASEHOLD_DATA_DIR whatever
-DATABASE_URL the suite runs with, with LEASEHOLD_MIN_LEASE_SECONDS=1 so that
-a 3-second lease (renewed every second) is allowed. Its output, including
-gunicorn's access log, goes to `log_path`.
+It runs on the database the suite runs on: its own SQLite file under a
+temporary LEASEHOLD_DATA_DIR, or, when the suite runs with a PostgreSQL
+DATABASE_URL, a fresh database of its own on that server (created at start,
+dropped at stop). LEASEHOLD_MIN_LEASE_SECONDS=1 allows a 3-second lease
+(renewed every second). Its output, including gunicorn's access log, goes to
+`log_path`.
 """
 
 from __future__ import annotations
@@ -40,8 +42,10 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def server_env(data_dir: Path) -> dict[str, str]:
+def server_env(data_dir: Path, database_url: str | None = None) -> dict[str, str]:
     env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL" and name not in AGENT_VARIABLES}
+    if database_url:
+        env["DATABASE_URL"] = database_url
     env.update(
         DJANGO_SETTINGS_MODULE="config.settings.base",
         LEASEHOLD_DEBUG="1",
@@ -67,10 +71,12 @@ def state_files(env: dict[str, str]) -> list[Path]:
     return sorted((Path(env["LEASEHOLD_CONFIG"]).parent / "attempts").glob("*/*.json"))
 
 
-def leasehold(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def leasehold(
+    *args: str, env: dict[str, str], timeout: float = 60, cwd: Path = REPO
+) -> subprocess.CompletedProcess[str]:
     """Run the `leasehold` console script (as `python -m agent`)."""
     return subprocess.run(
-        [sys.executable, "-m", "agent", *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "agent", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
     )
 
 
@@ -80,17 +86,37 @@ def read_trace(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def _postgres(admin_url: str, statement: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        connection.execute(statement)
+
+
 class LiveServer:
     def __init__(self, data_dir: Path, *, port: int | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.env = server_env(data_dir)
+        suite_database = os.environ.get("DATABASE_URL", "")
+        on_postgres = suite_database.startswith(("postgres://", "postgresql://"))
+        self.postgres_admin_url = suite_database if on_postgres else None
+        self.database_name = f"leasehold_live_{os.getpid()}_{self.port}" if self.postgres_admin_url else None
+        database_url = (
+            f"{self.postgres_admin_url.rsplit('/', 1)[0]}/{self.database_name}" if self.postgres_admin_url else None
+        )
+        self.env = server_env(data_dir, database_url)
         self.log_path = data_dir / f"server-{self.port}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
+    @property
+    def database(self) -> str:
+        return "postgresql" if self.postgres_admin_url else "sqlite"
+
     def start(self) -> LiveServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self.postgres_admin_url:
+            _postgres(self.postgres_admin_url, f'CREATE DATABASE "{self.database_name}"')
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
                 [sys.executable, "manage.py", "serve", "--no-cluster", "--port", str(self.port), "--workers", "1"],
@@ -103,6 +129,7 @@ class LiveServer:
         deadline = time.monotonic() + START_TIMEOUT_SECONDS
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                self.stop()
                 raise RuntimeError(f"the server exited ({self.process.returncode}):\n{self.log_path.read_text()}")
             try:
                 if httpx.get(f"{self.url}/api/v1/projects/", timeout=2).status_code == 401:
@@ -114,14 +141,15 @@ class LiveServer:
         raise RuntimeError(f"the server did not answer in {START_TIMEOUT_SECONDS} s:\n{self.log_path.read_text()}")
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        os.killpg(self.process.pid, signal.SIGTERM)
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
+        if self.process is not None and self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.process.pid, signal.SIGKILL)
+                self.process.wait()
+        if self.postgres_admin_url:
+            _postgres(self.postgres_admin_url, f'DROP DATABASE IF EXISTS "{self.database_name}" WITH (FORCE)')
 
     def manage(self, *args: str) -> str:
         done = subprocess.run(

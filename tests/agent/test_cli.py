@@ -29,6 +29,7 @@ SUBCOMMANDS = {
     "changes",
     "search",
     "run",
+    "workspace",
     "mcp",
     "task",
     "git",
