@@ -1,7 +1,7 @@
-"""The work context (SPEC §8, §15.2) as text: for a human (`leasehold context`) and as Markdown for a prompt
-(the `SessionStart` hook).
+"""The work context (SPEC §8, §15.2) as text for a human at a terminal (`leasehold context`); the Markdown for a
+prompt is `agent.briefing.context_markdown`.
 
-Both show the effective status (a held task is `in_progress`, whatever its
+It shows the effective status (a held task is `in_progress`, whatever its
 stored status), the attempt this machine holds on it (label, branch, base,
 worktree: from its state file), the environment, the latest checkpoint, the
 previous attempt, the last failed one when it is another, where the
@@ -15,9 +15,6 @@ from __future__ import annotations
 from typing import Any
 
 from agent.state import HeldAttempt
-
-MARKDOWN_MAX_BYTES = 16_000
-CUT_NOTE = "\n\n[…cut to fit; read the rest with `leasehold task show {key} --field description --offset {offset}`]"
 
 
 def _attempt_line(title: str, attempt: dict[str, Any]) -> str:
@@ -130,78 +127,3 @@ def human(context: dict[str, Any], held: HeldAttempt | None = None) -> str:
     if context.get("truncated"):
         lines.append(f"(truncated: {', '.join(map(str, context['truncated']))})")
     return "\n".join(lines)
-
-
-def _section(title: str, body: list[str]) -> list[str]:
-    return ["", f"## {title}", "", *body] if body else []
-
-
-def markdown(context: dict[str, Any], held: HeldAttempt | None = None, *, max_bytes: int = MARKDOWN_MAX_BYTES) -> str:
-    """The context as Markdown for a model's prompt, at most `max_bytes` (UTF-8); the description is cut first."""
-    task = context.get("task") or {}
-    key = str(task.get("key"))
-    description = str(task.get("description") or "")
-    text = _markdown(context, held, description)
-    excess = len(text.encode()) - max_bytes
-    if excess > 0 and description:
-        keep = max(0, len(description.encode()) - excess - len(CUT_NOTE.encode()) - 64)
-        cut = description.encode()[:keep].decode(errors="ignore")
-        text = _markdown(context, held, cut + CUT_NOTE.format(key=key, offset=len(cut)))
-    if len(text.encode()) > max_bytes:
-        text = text.encode()[: max_bytes - 16].decode(errors="ignore") + "\n\n[…cut]"
-    return text
-
-
-def _markdown(context: dict[str, Any], held: HeldAttempt | None, description: str) -> str:
-    task = context.get("task") or {}
-    status = task.get("effective_status") or task.get("status")
-    mine = _held_of(context, held)
-    lines = [f"# {task.get('key')}: {task.get('title')}", "", f"Status: {status}"]
-    facts = []
-    if mine is not None:
-        facts.append(f"- Attempt: {mine.attempt_id} (epoch {mine.epoch})")
-    label = context.get("label") or (mine.label if mine else None)
-    if label:
-        facts.append(f"- Label: `{label}` (commit trailer `Leasehold-Label: {label}`)")
-    branch, base, worktree = _where(context, mine)
-    if branch:
-        facts.append(f"- Branch: `{branch}`" + (f" (base `{base}`)" if base else ""))
-    if worktree:
-        facts.append(f"- Worktree: `{worktree}`")
-    if context.get("environment"):
-        facts.append(f"- Environment: {_environment_line(context['environment'])}")
-    lines += ["", *facts] if facts else []
-    lines += _section("Description", [description] if description else [])
-    criteria = str(task.get("acceptance_criteria") or "")
-    lines += _section("Acceptance criteria", [criteria] if criteria else [])
-    checkpoint = context.get("latest_checkpoint")
-    if checkpoint:
-        steps = [f"- {step}" for step in checkpoint.get("next_steps") or []]
-        by = ", ".join(str(part) for part in (checkpoint.get("agent"), checkpoint.get("created_at")) if part)
-        body = [f"_{by}_", ""] if by else []
-        lines += _section(
-            "Latest checkpoint", [*body, str(checkpoint.get("content", "")), *(["", *steps] if steps else [])]
-        )
-    previous = context.get("previous_attempt")
-    if previous:
-        steps = [f"- {step}" for step in previous.get("next_steps") or []]
-        lines += _section("Previous attempt", [_attempt_line("Attempt", previous), *(["", *steps] if steps else [])])
-    failed = _last_failed(context)
-    if failed:
-        lines += _section("Last failed attempt", [_attempt_line("Attempt", failed)])
-    if context.get("predecessor_work"):
-        lines += _section("Where the predecessor's work is", [_work_line(context["predecessor_work"])])
-    blockers = [f"- {blocker.get('key')}: {blocker.get('title')}" for blocker in context.get("blockers") or []]
-    lines += _section("Unresolved blockers", blockers)
-    lines += _section("Warnings", [f"- {warning}" for warning in context.get("warnings") or []])
-    truncated = context.get("truncated") or []
-    if truncated:
-        lines += _section(
-            "Cut by the server",
-            [
-                ", ".join(map(str, truncated))
-                + f": read the rest with `leasehold task show {task.get('key')} --field description --offset N`"
-                " (or the MCP `task` tool)."
-            ],
-        )
-    return "\n".join(lines) + "\n"

@@ -29,7 +29,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent import context_text, state
+from agent import state
+from agent.briefing import context_markdown
 from agent.client import LeaseholdClient
 from agent.config import config_dir, load_settings
 from agent.errors import LEASE_LOSS_CODES, LeaseholdError
@@ -39,6 +40,7 @@ from agent.session import agent_handle
 from agent.state import HeldAttempt
 
 CONTEXT_MAX_BYTES = 16_000
+CUT_NOTE = "\n\n[…cut to fit; the rest: `leasehold task show {key} --field description --offset {offset}`]"
 HOOK_TIMEOUT_SECONDS = 5.0
 COMPACTED = "context compacted"
 EVENTS = ("session-start", "pre-compact", "session-end")
@@ -107,8 +109,31 @@ def session_start(run: HookRun) -> str:
         "finish when done.\n\n"
     )
     context = run.client.context(held.task)
-    budget = CONTEXT_MAX_BYTES - len(header.encode())
-    return header + context_text.markdown(context, held, max_bytes=budget)
+    return header + bounded_markdown(context, held, max_bytes=CONTEXT_MAX_BYTES - len(header.encode()))
+
+
+def bounded_markdown(context: dict[str, Any], held: HeldAttempt, *, max_bytes: int) -> str:
+    """The context as `leasehold run` gives it (`briefing.context_markdown`), at most `max_bytes`: the
+    description (which `leasehold task show` can read in full) is cut first, then the end."""
+    facts = context.get("git") or {}
+    where = {
+        "label": held.label,
+        "branch": facts.get("branch") or held.branch,
+        "base_commit": facts.get("base_commit") or held.base_commit,
+        "worktree": facts.get("worktree_path") or held.worktree,
+    }
+    text = context_markdown(context, where=where)
+    excess = len(text.encode()) - max_bytes
+    task = context.get("task") or {}
+    description = str(task.get("description") or "")
+    if excess > 0 and description:
+        keep = max(0, len(description.encode()) - excess - len(CUT_NOTE) - 64)
+        cut = description.encode()[:keep].decode(errors="ignore")
+        note = CUT_NOTE.format(key=task.get("key"), offset=len(cut))
+        text = context_markdown({**context, "task": {**task, "description": cut + note}}, where=where)
+    if len(text.encode()) > max_bytes:
+        text = text.encode()[: max_bytes - 16].decode(errors="ignore") + "\n\n[…cut]\n"
+    return text
 
 
 def _latest(notes: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:

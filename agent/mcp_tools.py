@@ -243,7 +243,7 @@ def build_server(holdings: Holdings) -> MCPServer:
                 base = base_commit or client.attempt(keeper.lease.attempt_id).get("base_commit")
                 try:
                     facts = {**gitfacts.detect(where, base_commit=base), **facts}
-                except gitfacts.NotAGitCheckout as exc:
+                except gitfacts.WorkspaceError as exc:
                     raise LeaseholdError(str(exc), code="VALIDATION_ERROR") from None
             facts.setdefault("host", socket.gethostname()[:200])
             recorded = keeper.set_git(**facts)

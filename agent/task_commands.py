@@ -116,10 +116,7 @@ def cmd_git(args: argparse.Namespace, out: Output) -> int:
             # The server knows the base best (inherited, or recorded since the claim).
             known = client.attempt(held.attempt_id).get("base_commit") if held is not None else None
         where = Path(args.repo or (held.worktree if held and held.worktree else ".")).absolute()
-        try:
-            found = gitfacts.detect(where, base_commit=facts.get("base_commit") or known)
-        except gitfacts.NotAGitCheckout as exc:
-            raise UsageError(str(exc)) from None
+        found = gitfacts.detect(where, base_commit=facts.get("base_commit") or known)  # not git: exit 8
         facts = {**found, **facts}  # what the options say wins over what was read
     if not facts:
         raise UsageError("Name a git fact to record (e.g. --head-commit SHA), or --detect to read them from git.")

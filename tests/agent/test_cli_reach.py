@@ -8,7 +8,7 @@ import subprocess
 from pathlib import Path
 
 from agent.errors import StaleEpoch
-from agent.output import EXIT_STDOUT_CLOSED, error_text
+from agent.output import EXIT_STDOUT_CLOSED, EXIT_WORKSPACE, error_text
 from tests.agent.live import REPO, leasehold
 
 
@@ -95,7 +95,7 @@ def test_git_records_the_facts_given_or_detected(fleet, api, logged_in, tmp_path
     nothing = leasehold("git", env=logged_in)
     assert nothing.returncode == 2
     not_git = leasehold("git", "--detect", "--repo", str(tmp_path), env=logged_in)
-    assert not_git.returncode == 2
+    assert not_git.returncode == EXIT_WORKSPACE
     assert len(not_git.stderr.strip().splitlines()) == 1
 
 

@@ -52,7 +52,7 @@ def test_session_start_prints_the_held_attempts_context_as_markdown(fleet, logge
     text = done.stdout
     assert f"you hold {attempt['task']} (attempt {attempt['attempt']}" in text
     assert f"# {attempt['task']}: Hooked task" in text
-    assert "Status: in_progress" in text
+    assert "status in_progress" in text
     for expected in ("## Description", "Make the parser total.", "## Acceptance criteria", "## Latest checkpoint"):
         assert expected in text
     assert "- the parser" in text
