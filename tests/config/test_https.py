@@ -16,7 +16,9 @@ SECRET = "a-production-secret-key-that-is-long-and-random-enough-0123456789"
 
 
 def check_deploy(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_") and k != "DATABASE_URL"}
+    # DJANGO_ALLOW_ASYNC_UNSAFE: set by the browser tests (tests/console/browser/conftest.py), never in deployment.
+    leaked = {"DATABASE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"}
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_") and k not in leaked}
     clean.update(
         {
             "LEASEHOLD_DATA_DIR": str(tmp_path),
