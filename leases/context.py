@@ -21,6 +21,7 @@ from leases.models import Allocation, Attempt, AttemptStatus
 from leases.selectors import (
     IN_PROGRESS,
     latest_checkpoint,
+    left_work_on_branch,
     live_attempts,
     predecessor_with_work,
     recent_terminal_attempts,
@@ -100,7 +101,7 @@ def work_context(
     if just_claimed:
         predecessor = _known_attempt(predecessor_id, recent)
     else:
-        predecessor = predecessor_with_work(task, before=current)
+        predecessor = _latest_with_work(task, recent)
         if predecessor is not None and current is not None and predecessor.branch != current.branch:
             predecessor = None  # the current attempt did not continue that work
     context: dict[str, Any] = {
@@ -163,6 +164,24 @@ def _known_attempt(attempt_id: int | None, recent: list[Attempt]) -> Attempt | N
         return None
     known = next((attempt for attempt in recent if attempt.pk == attempt_id), None)
     return known or Attempt.objects.select_related("agent").filter(pk=attempt_id).first()
+
+
+def _latest_with_work(task: Task, recent: list[Attempt]) -> Attempt | None:
+    """The latest ended attempt that left work on its branch, from the recent ones already read when it is one.
+
+    Only when none of them qualifies and older ones exist is the rule asked of the database.
+    """
+    for attempt in recent:
+        if left_work_on_branch(
+            status=attempt.status,
+            branch=attempt.branch,
+            commits_ahead=attempt.commits_ahead,
+            seen_commits_ahead=attempt.seen_commits_ahead,
+        ):
+            return attempt
+    if len(recent) < RUNS_OF_TROUBLE:
+        return None  # every ended attempt of the task was among them
+    return predecessor_with_work(task, before=recent[-1])
 
 
 def _predecessor_work(attempt: Attempt | None) -> dict[str, Any] | None:

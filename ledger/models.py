@@ -64,6 +64,9 @@ class Project(NoDeleteModel):
         help_text="Prefix of task keys, e.g. WEB in WEB-412.",
     )
     repository = models.CharField(max_length=500, blank=True, help_text="Local path or git URL.")
+    remote = models.CharField(
+        max_length=500, blank=True, help_text="URL agents push to; read with `git ls-remote` for pushed state."
+    )
     default_branch = models.CharField(max_length=200, default="main")
     default_lease_seconds = models.PositiveIntegerField(default=900)
     queue_wait_max_seconds = models.PositiveIntegerField(default=3600)

@@ -1,29 +1,31 @@
-"""Each reconciliation condition of SPEC §7 as a plain function: what was read in, observations out.
+"""Each ledger condition of SPEC §7 and §15.4 as a plain function: what was read in, observations out.
 
-The ledger conditions look only at the snapshot; the git conditions also at
-one project's repository, read through `RepositoryView`. None of them writes:
-`leases.reconciliation.services` turns observations into findings.
+The ledger conditions look at the snapshot; two of them (`live_lease_dead_agent`,
+`stalled_attempt`) also at when each branch was last committed to, as the
+git conditions (`leases.reconciliation.git_conditions`) read it. None of them
+writes: `leases.reconciliation.services` turns observations into findings.
 """
 
 from __future__ import annotations
 
 import os
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
 from leases.models import AttemptStatus
-from leases.reconciliation.git import GitError, LocalRepository, Worktree, is_url, remote_heads, worktree_cleanliness
 from leases.reconciliation.models import Condition, SubjectType
-from leases.reconciliation.snapshot import ActiveAttempt, BranchHistory, HeldAllocation, ProjectRow
+from leases.reconciliation.snapshot import ActiveAttempt, EndedAttempt, HeldAllocation
 from ledger import clock
 from ledger.models import Isolation
 
 # SPEC §7: a young attempt may not have pushed or created its branch yet.
 BRANCH_MISSING_GRACE = timedelta(minutes=10)
+# How far ahead of the server's clock a commit time may be and still count.
+COMMIT_CLOCK_SKEW = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,11 @@ class Observation:
         return (self.project_id, self.condition, self.subject_type, self.subject_key)
 
 
-def _attempt_observation(condition: str, attempt: ActiveAttempt, detail: dict[str, Any]) -> Observation:
+# (project id, branch) → when the branch's tip was committed.
+BranchActivity = Mapping[tuple[int, str], datetime]
+
+
+def attempt_observation(condition: str, attempt: ActiveAttempt | EndedAttempt, detail: dict[str, Any]) -> Observation:
     return Observation(
         condition=condition,
         project_id=attempt.project_id,
@@ -59,14 +65,32 @@ def _attempt_observation(condition: str, attempt: ActiveAttempt, detail: dict[st
 # --- ledger conditions ----------------------------------------------------------
 
 
+def _committed_since_claim(attempt: ActiveAttempt, activity: BranchActivity, *, now: datetime) -> datetime | None:
+    """When the attempt's branch was last committed to, if after its claim (an inherited tip is not its work).
+
+    A commit time is the committer's clock: one from the future is not
+    believed, or a skewed clock would keep a dead holder alive forever.
+    """
+    committed = activity.get((attempt.project_id, attempt.branch)) if attempt.branch else None
+    if committed is None or committed <= attempt.claimed_at or committed > now + COMMIT_CLOCK_SKEW:
+        return None
+    return committed
+
+
 def live_lease_dead_agent(
-    attempts: Iterable[ActiveAttempt], *, now: datetime, silence: timedelta
+    attempts: Iterable[ActiveAttempt],
+    *,
+    now: datetime,
+    silence: timedelta,
+    activity: BranchActivity | None = None,
 ) -> Iterator[Observation]:
     """A live lease renewed within its own length, held by an agent whose run heartbeat fell silent.
 
     A lease keeper may outlive the agent it renews for; this is how that
     shows. An agent that never sent a heartbeat counts as silent only once
-    the attempt itself is older than the silence window.
+    the attempt itself is older than the silence window. A commit on the
+    attempt's branch after its claim and newer than the heartbeat is a sign
+    of life too.
     """
     for attempt in attempts:
         if not attempt.is_live(now):
@@ -75,24 +99,60 @@ def live_lease_dead_agent(
         if last_activity < now - timedelta(seconds=attempt.lease_seconds):
             continue
         seen = attempt.agent_last_seen_at
-        silent = attempt.claimed_at < now - silence if seen is None else seen < now - silence
+        committed = _committed_since_claim(attempt, activity or {}, now=now)
+        alive_at = max(seen, committed) if seen is not None and committed is not None else seen or committed
+        silent = attempt.claimed_at < now - silence if alive_at is None else alive_at < now - silence
         if silent:
-            yield _attempt_observation(
+            yield attempt_observation(
                 Condition.LIVE_LEASE_DEAD_AGENT,
                 attempt,
                 {
                     "agent_last_seen_at": clock.iso(seen),
                     "last_renewed_at": clock.iso(attempt.last_renewed_at),
                     "lease_expires_at": clock.iso(attempt.lease_expires_at),
+                    **({"branch_committed_at": clock.iso(committed)} if committed is not None else {}),
                 },
             )
+
+
+def stalled_attempt(
+    attempts: Iterable[ActiveAttempt],
+    *,
+    now: datetime,
+    stall: timedelta,
+    activity: BranchActivity | None = None,
+) -> Iterator[Observation]:
+    """A live lease kept alive by renewals for longer than `stall` since its holder last worked: alive, not working.
+
+    Work is a note, git facts or a task write by the holder
+    (`last_worked_at`), or a commit on its branch after the claim; the
+    claim itself counts as the start. Only renewals since then make it
+    stalled: a long lease nobody renews is not.
+    """
+    for attempt in attempts:
+        if not attempt.is_live(now) or attempt.last_renewed_at is None:
+            continue
+        committed = _committed_since_claim(attempt, activity or {}, now=now)
+        last_work = max(attempt.last_work, committed) if committed is not None else attempt.last_work
+        if attempt.last_renewed_at <= last_work or last_work >= now - stall:
+            continue
+        yield attempt_observation(
+            Condition.STALLED_ATTEMPT,
+            attempt,
+            {
+                "last_work_at": clock.iso(last_work),
+                "last_worked_at": clock.iso(attempt.last_worked_at),
+                "last_renewed_at": clock.iso(attempt.last_renewed_at),
+                "lease_expires_at": clock.iso(attempt.lease_expires_at),
+            },
+        )
 
 
 def expired_lease_still_active(attempts: Iterable[ActiveAttempt], *, now: datetime) -> Iterator[Observation]:
     """Still `active` past its lease: the sweep has not run since. The sweep is the remedy."""
     for attempt in attempts:
         if not attempt.is_live(now):
-            yield _attempt_observation(
+            yield attempt_observation(
                 Condition.EXPIRED_LEASE_STILL_ACTIVE,
                 attempt,
                 {
@@ -216,158 +276,4 @@ def environment_collision(allocations: Iterable[HeldAllocation]) -> Iterator[Obs
     for environment_id, collisions in sorted(clashes.items()):
         yield _environment_observation(
             Condition.ENVIRONMENT_COLLISION, held[environment_id], {"collisions": collisions}
-        )
-
-
-# --- git conditions -------------------------------------------------------------
-
-
-class RepositoryView:
-    """One project's repository as this run sees it; each git question is asked at most once.
-
-    A URL is read with `ls-remote` only: its branches are known, whether one
-    is merged is not (`merged` answers None), and it has no worktrees.
-    """
-
-    def __init__(self, project: ProjectRow) -> None:
-        self.project = project
-        self.local: LocalRepository | None = None
-        if is_url(project.repository):
-            self.heads = remote_heads(project.repository)
-        else:
-            self.local = LocalRepository(project.repository)
-            self.heads = self.local.heads()
-        if project.default_branch not in self.heads:
-            raise GitError(f"default branch {project.default_branch!r} not found in {project.repository}")
-        self._merged: dict[str, bool | None] = {}
-
-    def merged(self, branch: str) -> bool | None:
-        """Whether the branch is merged into the default branch; None when git cannot say (URL)."""
-        if branch not in self._merged:
-            if self.local is not None:
-                self._merged[branch] = self.local.is_ancestor(branch, self.project.default_branch)
-            else:
-                same_tip = self.heads.get(branch) == self.heads[self.project.default_branch]
-                self._merged[branch] = True if same_tip else None
-        return self._merged[branch]
-
-    def commits_ahead(self, branch: str) -> int | None:
-        if self.local is None:
-            return None
-        return self.local.commits_ahead(branch, self.project.default_branch)
-
-    def worktrees(self) -> list[Worktree]:
-        return self.local.worktrees() if self.local is not None else []
-
-
-def branch_missing(view: RepositoryView, attempts: Iterable[ActiveAttempt], *, now: datetime) -> Iterator[Observation]:
-    """A live attempt, older than the grace period, whose branch the repository does not have."""
-    for attempt in attempts:
-        if (
-            attempt.project_id == view.project.id
-            and attempt.is_live(now)
-            and attempt.branch
-            and attempt.claimed_at < now - BRANCH_MISSING_GRACE
-            and attempt.branch not in view.heads
-        ):
-            yield _attempt_observation(
-                Condition.BRANCH_MISSING,
-                attempt,
-                {"branch": attempt.branch, "claimed_at": clock.iso(attempt.claimed_at)},
-            )
-
-
-def orphan_branch(view: RepositoryView, histories: dict[str, BranchHistory]) -> Iterator[Observation]:
-    """A branch in the repository named by attempts that all ended without completing, and not merged.
-
-    The work of a failed, expired, released or revoked attempt: nobody will
-    finish it on its own. A branch no attempt ever named is not the ledger's
-    business and is never reported.
-    """
-    for branch in sorted(view.heads):
-        history = histories.get(branch)
-        if branch == view.project.default_branch or history is None or not history.all_terminal_none_completed:
-            continue
-        merged = view.merged(branch)
-        if merged:
-            continue
-        yield Observation(
-            condition=Condition.ORPHAN_BRANCH,
-            project_id=view.project.id,
-            subject_type=SubjectType.BRANCH,
-            subject_key=branch,
-            detail={
-                "tip": view.heads[branch],
-                "merged": merged,
-                "commits_ahead": view.commits_ahead(branch),
-                "attempts": history.attempts,
-                "latest_attempt": history.latest_attempt_id,
-            },
-            attempt_id=history.latest_attempt_id,
-        )
-
-
-REMOVABLE = "removable"
-QUARANTINED = "quarantined"
-
-
-def orphan_worktree(
-    view: RepositoryView,
-    worktrees: Iterable[Worktree],
-    histories: dict[str, BranchHistory],
-    *,
-    live_branches: set[str],
-) -> Iterator[Observation]:
-    """A linked worktree on a branch some attempt named, with no live attempt on it now.
-
-    `removable` only when the work is safe without it — its branch is merged
-    into the default branch, or its latest attempt was discarded by an admin
-    — and nothing in it would be lost: no uncommitted change, no untracked
-    file, not locked. Anything else is `quarantined`: kept for a person to
-    look at. The main worktree, bare entries, detached worktrees and
-    worktrees whose directory is gone (git's own `prune` handles those) are
-    not reported.
-    """
-    for worktree in worktrees:
-        branch = worktree.branch
-        if worktree.is_main or worktree.bare or worktree.prunable or branch is None:
-            continue
-        history = histories.get(branch)
-        if history is None or branch in live_branches:
-            continue
-        merged = view.merged(branch) if branch in view.heads else False
-        reasons: list[str] = []
-        modified: int | None
-        untracked: int | None
-        try:
-            cleanliness = worktree_cleanliness(worktree.path)
-            modified, untracked = cleanliness.modified, cleanliness.untracked
-        except GitError:
-            modified = untracked = None
-            reasons.append("status_unreadable")
-        if not merged and not history.latest_attempt_discarded:
-            reasons.append("unmerged")
-        if modified:
-            reasons.append("uncommitted_changes")
-        if untracked:
-            reasons.append("untracked_files")
-        if worktree.locked:
-            reasons.append("locked")
-        yield Observation(
-            condition=Condition.ORPHAN_WORKTREE,
-            project_id=view.project.id,
-            subject_type=SubjectType.WORKTREE,
-            subject_key=worktree.path,
-            detail={
-                "disposition": QUARANTINED if reasons else REMOVABLE,
-                "reasons": reasons,
-                "branch": branch,
-                "head": worktree.head,
-                "merged": merged,
-                "discarded": history.latest_attempt_discarded,
-                "modified": modified,
-                "untracked": untracked,
-                "latest_attempt": history.latest_attempt_id,
-            },
-            attempt_id=history.latest_attempt_id,
         )

@@ -17,12 +17,16 @@ import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 GIT_TIMEOUT_SECONDS = 30
 # Transports a project's repository may use.
 ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
 HEADS_PREFIX = "refs/heads/"
+# The trailer agents' commits carry (SPEC §15.1): `Leasehold-Label: <label>`.
+LABEL_TRAILER = "Leasehold-Label"
+COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:")
 _MESSAGE_MAX_CHARS = 500
 
@@ -169,6 +173,51 @@ class LocalRepository:
         """Branch name → tip sha (`git for-each-ref refs/heads`)."""
         output = self._git("for-each-ref", "--format=%(objectname) %(refname)", HEADS_PREFIX).stdout
         return _parse_heads(output, separator=" ")
+
+    def heads_and_tip_times(self) -> tuple[dict[str, str], dict[str, datetime]]:
+        """Branch name → tip sha, and branch name → its tip's committer time, in one `for-each-ref`."""
+        output = self._git(
+            "for-each-ref", "--format=%(objectname) %(committerdate:unix) %(refname)", HEADS_PREFIX
+        ).stdout
+        heads: dict[str, str] = {}
+        times: dict[str, datetime] = {}
+        for line in output.splitlines():
+            sha, stamp, ref = [*line.split(" ", 2), "", ""][:3]
+            if not ref.startswith(HEADS_PREFIX):
+                continue
+            branch = ref.removeprefix(HEADS_PREFIX)
+            heads[branch] = sha.strip()
+            if stamp.isdigit():
+                times[branch] = datetime.fromtimestamp(int(stamp), tz=UTC)
+        return heads, times
+
+    def commits_since(self, branch: str, *, base_commit: str) -> int | None:
+        """Commits on `branch` that `base_commit` lacks; None when this repository does not have that commit."""
+        if not COMMIT_SHA.match(base_commit):
+            return None
+        completed = self._git("rev-list", "--count", f"{base_commit}..{HEADS_PREFIX}{branch}", ok_returncodes=(0, 128))
+        output = completed.stdout.strip()
+        return int(output) if completed.returncode == 0 and output.isdigit() else None
+
+    def history_of(self, branch: str) -> list[tuple[str, list[str]]]:
+        """Every commit reachable from `branch` (and its remote-tracking copies), with its Leasehold-Label trailers.
+
+        What is merged into the default branch: an ancestor, or a commit
+        (a squash, a cherry-pick) whose trailer names the work.
+        """
+        output = self._git(
+            "log",
+            f"--format=%H%x1f%(trailers:key={LABEL_TRAILER},valueonly,separator=%x1e)",
+            HEADS_PREFIX + branch,
+            f"--glob=refs/remotes/*/{branch}",
+            "--",
+        ).stdout
+        history: list[tuple[str, list[str]]] = []
+        for line in output.splitlines():
+            sha, _, trailers = line.partition("\x1f")
+            if sha:
+                history.append((sha.strip(), [value.strip() for value in trailers.split("\x1e") if value.strip()]))
+        return history
 
     def is_ancestor(self, branch: str, of: str) -> bool:
         """Whether every commit of `branch` is in `of` (`git merge-base --is-ancestor`): merged."""

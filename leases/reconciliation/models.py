@@ -26,14 +26,20 @@ class Condition(models.TextChoices):
     ENVIRONMENT_COLLISION = "environment_collision", "Environment collision"
     INSUFFICIENT_ISOLATION = "insufficient_isolation", "Insufficient isolation"
     ORPHAN_WORKTREE = "orphan_worktree", "Orphan worktree"
+    COMPLETED_BRANCH_MISSING = "completed_branch_missing", "Completed work without a branch"
+    STALLED_ATTEMPT = "stalled_attempt", "Renewed, but not working"
 
 
 # Conditions that need the project's repository. When it cannot be read they
 # are not evaluated for that project, so their findings are neither opened
 # nor resolved on the strength of a failed read.
 GIT_CONDITIONS: frozenset[str] = frozenset(
-    {Condition.BRANCH_MISSING, Condition.ORPHAN_BRANCH, Condition.ORPHAN_WORKTREE}
+    {Condition.BRANCH_MISSING, Condition.ORPHAN_BRANCH, Condition.ORPHAN_WORKTREE, Condition.COMPLETED_BRANCH_MISSING}
 )
+# Conditions judged on the ledger, with the project's branch commits as
+# evidence when it has a repository: when that repository cannot be read they
+# are not evaluated for the project either (a failed read proves nothing).
+GIT_INFORMED_CONDITIONS: frozenset[str] = frozenset({Condition.LIVE_LEASE_DEAD_AGENT, Condition.STALLED_ATTEMPT})
 
 
 class SubjectType(models.TextChoices):

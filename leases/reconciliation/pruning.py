@@ -14,8 +14,9 @@ from datetime import datetime
 from typing import Any
 
 from config.db import write_transaction
-from leases.reconciliation.conditions import REMOVABLE, Observation
+from leases.reconciliation.conditions import Observation
 from leases.reconciliation.git import GitError, LocalRepository, worktree_cleanliness
+from leases.reconciliation.git_conditions import REMOVABLE
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, SubjectType
 from leases.reconciliation.snapshot import LedgerSnapshot
 from leases.reconciliation.triage import RECONCILIATION_ACTOR, resolve_finding_locked

@@ -27,11 +27,14 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 
 from config.db import write_transaction
-from leases.reconciliation import conditions
-from leases.reconciliation.conditions import Observation, RepositoryView
+from leases.models import Attempt
+from leases.reconciliation import conditions, git_conditions
+from leases.reconciliation.conditions import Observation
 from leases.reconciliation.git import GitError
+from leases.reconciliation.git_conditions import RepositoryView
 from leases.reconciliation.models import (
     GIT_CONDITIONS,
+    GIT_INFORMED_CONDITIONS,
     UNRESOLVED_STATUSES,
     Condition,
     Finding,
@@ -39,7 +42,7 @@ from leases.reconciliation.models import (
     RunStatus,
 )
 from leases.reconciliation.pruning import prune_worktrees as prune_removable_worktrees
-from leases.reconciliation.snapshot import LedgerSnapshot, ProjectRow, branch_histories, read_ledger
+from leases.reconciliation.snapshot import LedgerSnapshot, branch_histories, read_ledger
 from leases.reconciliation.triage import (
     RECONCILIATION_ACTOR,
     attempt_discard,
@@ -56,7 +59,7 @@ __all__ = ["attempt_discard", "finding_acknowledge", "finding_resolve", "reconci
 
 logger = logging.getLogger(__name__)
 
-LEDGER_CONDITIONS: frozenset[str] = frozenset(Condition.values) - GIT_CONDITIONS
+LEDGER_CONDITIONS: frozenset[str] = frozenset(Condition.values) - GIT_CONDITIONS - GIT_INFORMED_CONDITIONS
 
 Scope = tuple[str, int]  # (condition, project id) evaluated by a run
 
@@ -67,9 +70,11 @@ def reconcile(*, prune_worktrees: bool = False) -> ReconciliationRun:
     started = time.monotonic()
     run = ReconciliationRun.objects.create(started_at=now, prune_worktrees=prune_worktrees)
     try:
-        snapshot = read_ledger()
-        observations, scopes, errors = _observe(snapshot, now=now)
+        snapshot = read_ledger(now=now)
+        observations, scopes, errors, seen = _observe(snapshot, now=now)
         status = _record(run_id=run.pk, observations=observations, scopes=scopes, errors=errors, now=now)
+        if seen and status != RunStatus.SUPERSEDED:
+            _record_work_seen(seen, now=now)
         pruned: list[str] = []
         if prune_worktrees:
             pruned, prune_errors = prune_removable_worktrees(snapshot=snapshot, observations=observations, now=now)
@@ -91,12 +96,18 @@ def _finished_at(now: datetime, started: float) -> datetime:
     return now + timedelta(seconds=time.monotonic() - started)
 
 
-def _observe(snapshot: LedgerSnapshot, *, now: datetime) -> tuple[list[Observation], set[Scope], list[dict[str, Any]]]:
-    """Evaluate every condition; git is read here, with no transaction open."""
+def _observe(
+    snapshot: LedgerSnapshot, *, now: datetime
+) -> tuple[list[Observation], set[Scope], list[dict[str, Any]], dict[int, int]]:
+    """Evaluate every condition; git is read here, with no transaction open.
+
+    Also returns the commits seen on ended attempts' branches (`work_seen`),
+    for `_record_work_seen`.
+    """
     silence = timedelta(seconds=settings.LEASEHOLD_AGENT_SILENCE_SECONDS)
+    stall = timedelta(seconds=settings.LEASEHOLD_STALL_SECONDS)
     attempts, allocations = snapshot.active_attempts, snapshot.allocations
     observations = [
-        *conditions.live_lease_dead_agent(attempts, now=now, silence=silence),
         *conditions.expired_lease_still_active(attempts, now=now),
         *conditions.duplicate_branch_label(attempts, now=now),
         *conditions.leaked_environment(allocations),
@@ -105,23 +116,37 @@ def _observe(snapshot: LedgerSnapshot, *, now: datetime) -> tuple[list[Observati
     ]
     scopes: set[Scope] = {(condition, project.id) for condition in LEDGER_CONDITIONS for project in snapshot.projects}
     errors: list[dict[str, Any]] = []
+    activity: dict[tuple[int, str], datetime] = {}
+    seen: dict[int, int] = {}
+    unreadable: set[int] = set()
     for project in snapshot.projects:
-        if project.archived:
+        if project.archived or not project.reads_git:
             continue  # an archived project's repository may be long gone; its git findings stay as they are
         try:
-            observations.extend(_observe_git(project, snapshot, now=now))
+            view = RepositoryView(project)
+            observations.extend(_observe_git(view, snapshot, now=now))
+            seen.update(git_conditions.work_seen(view, snapshot.ended_attempts))
         except GitError as exc:
             errors.append({"project": project.slug, "repository": project.repository, "message": str(exc)})
+            unreadable.add(project.id)
             continue
+        activity.update(git_conditions.branch_activity(view))
         scopes.update((condition, project.id) for condition in GIT_CONDITIONS)
-    return observations, scopes, errors
+    informed = [attempt for attempt in attempts if attempt.project_id not in unreadable]
+    observations.extend(conditions.live_lease_dead_agent(informed, now=now, silence=silence, activity=activity))
+    observations.extend(conditions.stalled_attempt(informed, now=now, stall=stall, activity=activity))
+    scopes.update(
+        (condition, project.id)
+        for condition in GIT_INFORMED_CONDITIONS
+        for project in snapshot.projects
+        if project.id not in unreadable
+    )
+    return observations, scopes, errors, seen
 
 
-def _observe_git(project: ProjectRow, snapshot: LedgerSnapshot, *, now: datetime) -> list[Observation]:
-    """The git conditions of one project; none when it names no repository."""
-    if not project.repository:
-        return []
-    view = RepositoryView(project)
+def _observe_git(view: RepositoryView, snapshot: LedgerSnapshot, *, now: datetime) -> list[Observation]:
+    """The git conditions of one project."""
+    project = view.project
     worktrees = view.worktrees()
     named = set(view.heads) | {worktree.branch for worktree in worktrees if worktree.branch}
     histories = branch_histories(project_id=project.id, branches=named)
@@ -129,10 +154,31 @@ def _observe_git(project: ProjectRow, snapshot: LedgerSnapshot, *, now: datetime
         attempt.branch for attempt in snapshot.live_attempts(now) if attempt.project_id == project.id and attempt.branch
     }
     return [
-        *conditions.branch_missing(view, snapshot.active_attempts, now=now),
-        *conditions.orphan_branch(view, histories),
-        *conditions.orphan_worktree(view, worktrees, histories, live_branches=live_branches),
+        *git_conditions.branch_missing(view, snapshot.active_attempts, now=now),
+        *git_conditions.orphan_branch(view, histories),
+        *git_conditions.orphan_worktree(view, worktrees, histories, live_branches=live_branches),
+        *git_conditions.completed_branch_missing(view, snapshot.ended_attempts, now=now),
     ]
+
+
+@write_transaction
+def _record_work_seen(seen: dict[int, int], *, now: datetime) -> None:
+    """Record the commits seen beyond each ended attempt's base: evidence of work a claim inherits.
+
+    Compare-and-set per attempt, one `attempt.updated` each; two runs at
+    once record each change once.
+    """
+    for attempt in Attempt.objects.filter(pk__in=seen).select_related("task__project").order_by("id"):
+        count = seen[attempt.pk]
+        if Attempt.objects.filter(pk=attempt.pk).exclude(seen_commits_ahead=count).update(seen_commits_ahead=count):
+            event_append(
+                type=EventType.ATTEMPT_UPDATED,
+                actor=SYSTEM,
+                at=now,
+                task=attempt.task,
+                attempt_id=attempt.pk,
+                payload={"seen_commits_ahead": count},
+            )
 
 
 def _counts(observations: Iterable[Observation]) -> dict[str, int]:

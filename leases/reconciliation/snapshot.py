@@ -8,9 +8,9 @@ functions of what was read.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass
-from datetime import datetime
-from typing import Any
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, cast
 
 from django.db.models import Count, Max, Q
 
@@ -18,10 +18,13 @@ from config.errors import ValidationFailed
 from leases.labels import parse_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.reconciliation.models import AttemptDiscard
+from leases.selectors import INHERITING_STATUSES
 from ledger.models import Project
 
 # Bounds the IN lists of branch lookups.
 BRANCH_CHUNK = 500
+# How long after an attempt ended reconciliation still checks its branch.
+ENDED_LOOKBACK = timedelta(days=30)
 
 
 def attempt_branch(branch: str, label: str) -> str | None:
@@ -41,6 +44,11 @@ class ProjectRow:
     repository: str
     default_branch: str
     archived: bool
+    remote: str = ""
+
+    @property
+    def reads_git(self) -> bool:
+        return bool(self.repository or self.remote)
 
 
 @dataclass(frozen=True)
@@ -58,9 +66,34 @@ class ActiveAttempt:
     claimed_at: datetime
     last_renewed_at: datetime | None
     branch: str | None
+    last_worked_at: datetime | None = None
 
     def is_live(self, now: datetime) -> bool:
         return self.lease_expires_at > now
+
+    @property
+    def last_work(self) -> datetime:
+        """The holder's last write beyond renewing (or the claim)."""
+        return max(self.claimed_at, self.last_worked_at or self.claimed_at)
+
+
+@dataclass(frozen=True)
+class EndedAttempt:
+    """An attempt that ended within `ENDED_LOOKBACK`: what its branch should still show."""
+
+    id: int
+    task_id: int
+    task_key: str
+    task_status: str
+    project_id: int
+    agent_handle: str
+    status: str
+    branch: str | None
+    base_commit: str
+    head_commit: str | None
+    commits_ahead: int | None
+    seen_commits_ahead: int | None
+    finished_at: datetime
 
 
 @dataclass(frozen=True)
@@ -87,13 +120,14 @@ class LedgerSnapshot:
     projects: list[ProjectRow]
     active_attempts: list[ActiveAttempt]
     allocations: list[HeldAllocation]
+    ended_attempts: list[EndedAttempt] = field(default_factory=list)
 
     def live_attempts(self, now: datetime) -> list[ActiveAttempt]:
         return [attempt for attempt in self.active_attempts if attempt.is_live(now)]
 
 
-def read_ledger() -> LedgerSnapshot:
-    """Read projects, active attempts and held allocations: three short queries."""
+def read_ledger(*, now: datetime) -> LedgerSnapshot:
+    """Read projects, active attempts, held allocations and recently ended attempts: four short queries."""
     projects = [
         ProjectRow(
             id=row["id"],
@@ -101,8 +135,11 @@ def read_ledger() -> LedgerSnapshot:
             repository=row["repository"].strip(),
             default_branch=row["default_branch"],
             archived=row["archived_at"] is not None,
+            remote=row["remote"].strip(),
         )
-        for row in Project.objects.order_by("id").values("id", "slug", "repository", "default_branch", "archived_at")
+        for row in Project.objects.order_by("id").values(
+            "id", "slug", "repository", "remote", "default_branch", "archived_at"
+        )
     ]
     attempts = [
         ActiveAttempt(
@@ -117,6 +154,7 @@ def read_ledger() -> LedgerSnapshot:
             claimed_at=row["claimed_at"],
             last_renewed_at=row["last_renewed_at"],
             branch=attempt_branch(row["branch"], row["label"]),
+            last_worked_at=row["last_worked_at"],
         )
         for row in Attempt.objects.filter(status=AttemptStatus.ACTIVE)
         .order_by("id")
@@ -131,6 +169,7 @@ def read_ledger() -> LedgerSnapshot:
             "lease_expires_at",
             "claimed_at",
             "last_renewed_at",
+            "last_worked_at",
             "branch",
             "label",
         )
@@ -169,7 +208,52 @@ def read_ledger() -> LedgerSnapshot:
             "attempt__task__project__required_isolation",
         )
     ]
-    return LedgerSnapshot(projects=projects, active_attempts=attempts, allocations=allocations)
+    return LedgerSnapshot(
+        projects=projects, active_attempts=attempts, allocations=allocations, ended_attempts=_ended_attempts(now)
+    )
+
+
+def _ended_attempts(now: datetime) -> list[EndedAttempt]:
+    """Completed attempts (is their branch still there?) and ended ones a claim may inherit from
+    (what work did they leave?), finished within ENDED_LOOKBACK: older ones are history."""
+    return [
+        EndedAttempt(
+            id=row["id"],
+            task_id=row["task_id"],
+            task_key=row["task__key"],
+            task_status=row["task__status"],
+            project_id=row["task__project_id"],
+            agent_handle=row["agent__handle"],
+            status=row["status"],
+            branch=attempt_branch(row["branch"], row["label"]),
+            base_commit=row["base_commit"],
+            head_commit=row["head_commit"],
+            commits_ahead=row["commits_ahead"],
+            seen_commits_ahead=row["seen_commits_ahead"],
+            # Never null: a terminal attempt always has it (a CHECK constraint).
+            finished_at=cast(datetime, row["finished_at"]),
+        )
+        for row in Attempt.objects.filter(
+            status__in=(AttemptStatus.COMPLETED, *INHERITING_STATUSES), finished_at__gte=now - ENDED_LOOKBACK
+        )
+        .order_by("id")
+        .values(
+            "id",
+            "task_id",
+            "task__key",
+            "task__status",
+            "task__project_id",
+            "agent__handle",
+            "status",
+            "branch",
+            "label",
+            "base_commit",
+            "head_commit",
+            "commits_ahead",
+            "seen_commits_ahead",
+            "finished_at",
+        )
+    ]
 
 
 @dataclass(frozen=True)

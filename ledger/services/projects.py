@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from urllib.parse import urlsplit
 
 from django.db.models import Q
 
@@ -25,6 +26,28 @@ def key_prefix_from_slug(slug: str) -> str:
     return prefix
 
 
+# `scheme://…` or scp-like `user@host:path`: what `git ls-remote` reads as a URL.
+_REMOTE_URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://\S+|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:\S+)$")
+
+
+def validate_remote(remote: str) -> str:
+    """A project's remote: a git URL without a password (credentials belong to the git client, not the ledger)."""
+    remote = remote.strip()
+    if not remote:
+        return ""
+    if not _REMOTE_URL.match(remote):
+        raise ValidationFailed(
+            "remote must be a git URL (https://…, ssh://…, file://… or user@host:path).",
+            details={"fields": {"remote": ["a git URL"]}},
+        )
+    if "://" in remote and urlsplit(remote).password:
+        raise ValidationFailed(
+            "remote must not contain a password; configure git's credentials instead.",
+            details={"fields": {"remote": ["carries a password"]}},
+        )
+    return remote
+
+
 @write_transaction
 def project_create(
     *,
@@ -33,17 +56,20 @@ def project_create(
     actor: Actor,
     key_prefix: str = "",
     repository: str = "",
+    remote: str = "",
     default_branch: str = "main",
     default_lease_seconds: int = 900,
     queue_wait_max_seconds: int = 3600,
     required_isolation: str = Isolation.NONE,
 ) -> Project:
+    """Create a project; its `remote`, if any, is the git URL reconciliation reads pushed state from."""
     now = clock.now()
     project = Project(
         slug=slug,
         name=name,
         key_prefix=key_prefix or key_prefix_from_slug(slug),
         repository=repository,
+        remote=validate_remote(remote),
         default_branch=default_branch,
         default_lease_seconds=default_lease_seconds,
         queue_wait_max_seconds=queue_wait_max_seconds,

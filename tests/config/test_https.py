@@ -16,9 +16,9 @@ SECRET = "a-production-secret-key-that-is-long-and-random-enough-0123456789"
 
 
 def check_deploy(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    # DJANGO_ALLOW_ASYNC_UNSAFE: set by the browser tests (tests/console/browser/conftest.py), never in deployment.
-    leaked = {"DATABASE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE"}
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_") and k not in leaked}
+    # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' (set at their collection); a deployment never has it.
+    ignored = ("DATABASE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_") and k not in ignored}
     clean.update(
         {
             "LEASEHOLD_DATA_DIR": str(tmp_path),
@@ -62,7 +62,9 @@ def test_https_settings_are_what_the_variables_say(tmp_path):
         "print(s.SESSION_COOKIE_SECURE, s.CSRF_COOKIE_SECURE, s.SECURE_SSL_REDIRECT, s.SECURE_HSTS_SECONDS, "
         "s.SECURE_PROXY_SSL_HEADER, s.CSRF_TRUSTED_ORIGINS)"
     )
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_") and k != "DATABASE_URL"}
+    # DJANGO_ALLOW_ASYNC_UNSAFE is the browser tests' (set at their collection); a deployment never has it.
+    ignored = ("DATABASE_URL", "DJANGO_ALLOW_ASYNC_UNSAFE")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_") and k not in ignored}
     clean.update(
         {
             "LEASEHOLD_DATA_DIR": str(tmp_path),

@@ -210,3 +210,22 @@ def test_before_any_claim_the_context_shows_what_a_claim_would_inherit(clock, ta
     end(first, "released", clock)
     assert work_context(task=task, now=clock.now())["predecessor_work"]["attempt"] == first.attempt.pk
     assert work_context(task=task, now=clock.now())["git"] is None
+
+
+def test_work_older_than_the_recent_attempts_is_still_found(clock, task, agent, other):
+    first = worked(task, agent, **WORK)
+    end(first, "failed", clock)
+    for _ in range(3):  # each continues the branch, reports nothing, and gives the task back
+        again = lease_claim(task=task, agent=other)
+        assert again.predecessor_id == first.attempt.pk
+        end(again, "released", clock)
+    assert work_context(task=task, now=clock.now())["predecessor_work"]["attempt"] == first.attempt.pk
+    assert lease_claim(task=task, agent=agent).predecessor_id == first.attempt.pk
+
+
+def test_reading_the_context_finds_recent_work_without_another_query(clock, task, agent, django_assert_num_queries):
+    end(worked(task, agent, **WORK), "released", clock)
+    work_context(task=task, now=clock.now())  # warm up
+    # live attempt, blockers, checkpoint, recent attempts: the predecessor is one of them
+    with django_assert_num_queries(4):
+        assert work_context(task=task, now=clock.now())["predecessor_work"] is not None

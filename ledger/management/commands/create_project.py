@@ -16,6 +16,9 @@ class Command(BaseCommand):
         parser.add_argument("slug")
         parser.add_argument("--name", required=True)
         parser.add_argument("--repository", default="", help="Local path or git URL used by reconciliation.")
+        parser.add_argument(
+            "--remote", default="", help="Git URL agents push to; reconciliation reads pushed branches from it."
+        )
         parser.add_argument("--default-branch", default="main")
         parser.add_argument("--key-prefix", default="", help="Task key prefix; default: the slug, uppercased.")
         parser.add_argument("--default-lease-seconds", type=int, default=900)
@@ -26,6 +29,7 @@ class Command(BaseCommand):
                 slug=options["slug"],
                 name=options["name"],
                 repository=options["repository"],
+                remote=options["remote"],
                 default_branch=options["default_branch"],
                 key_prefix=options["key_prefix"],
                 default_lease_seconds=options["default_lease_seconds"],

@@ -23,6 +23,7 @@ from leases.services import (
     attempt_release,
     attempt_renew,
     lease_claim,
+    note_add,
     sweep_expired,
 )
 from ledger.actors import SYSTEM
@@ -30,7 +31,7 @@ from ledger.models import Agent, Isolation, Project
 from ledger.services import agent_heartbeat
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
-from tests.leases.reconciliation.gitworld import GitWorld
+from tests.leases.reconciliation.gitworld import GitWorld, git
 
 
 @dataclass(frozen=True)
@@ -149,6 +150,37 @@ def orphan_worktree(root: Path, clock: ModuleType) -> Scenario:
     return Scenario(Condition.ORPHAN_WORKTREE, frozenset({str(path)}), lambda: world.remove_worktree(path))
 
 
+def completed_branch_missing(root: Path, clock: ModuleType) -> Scenario:
+    world = GitWorld(root)
+    world.branch("feature/shipped-work", commits=1)
+    tip = git("rev-parse", "refs/heads/feature/shipped-work", cwd=world.clone)
+    project = ProjectFactory(repository=str(world.clone))
+    grant = lease_claim(task=TaskFactory(project=project), agent=agent_in(project), branch="feature/shipped-work")
+    attempt_finish(proof=proof_of(grant), outcome="review", git={"head_commit": tip, "commits_ahead": 1})
+    git("branch", "-D", "feature/shipped-work", cwd=world.clone)  # deleted, never merged
+    clock.advance(11 * 60)
+
+    def repair() -> None:
+        git("branch", "feature/shipped-work", tip, cwd=world.clone)  # pushed back from the agent's machine
+
+    return Scenario(Condition.COMPLETED_BRANCH_MISSING, frozenset({str(grant.attempt.pk)}), repair)
+
+
+def stalled_attempt(root: Path, clock: ModuleType) -> Scenario:
+    project = ProjectFactory()
+    agent = agent_in(project)
+    grant = lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=3600)
+    note_add(proof=proof_of(grant), kind="progress", content="started")
+    clock.advance(1801)  # beyond the 1800 s stall window
+    agent_heartbeat(agent=agent)  # the agent's process is alive
+    attempt_renew(proof=proof_of(grant))  # and its lease is renewed, but nothing else happens
+
+    def repair() -> None:
+        note_add(proof=proof_of(grant), kind="progress", content="back at it")
+
+    return Scenario(Condition.STALLED_ATTEMPT, frozenset({str(grant.attempt.pk)}), repair)
+
+
 SCENARIOS: dict[str, Callable[[Path, ModuleType], Scenario]] = {
     Condition.LIVE_LEASE_DEAD_AGENT: live_lease_dead_agent,
     Condition.EXPIRED_LEASE_STILL_ACTIVE: expired_lease_still_active,
@@ -159,4 +191,6 @@ SCENARIOS: dict[str, Callable[[Path, ModuleType], Scenario]] = {
     Condition.ENVIRONMENT_COLLISION: environment_collision,
     Condition.INSUFFICIENT_ISOLATION: insufficient_isolation,
     Condition.ORPHAN_WORKTREE: orphan_worktree,
+    Condition.COMPLETED_BRANCH_MISSING: completed_branch_missing,
+    Condition.STALLED_ATTEMPT: stalled_attempt,
 }
