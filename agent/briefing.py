@@ -29,6 +29,7 @@ _KNOWN = {
     "latest_checkpoint",
     "previous_attempt",
     "predecessor_work",
+    "git",
     "label",
     "environment",
     "warnings",
@@ -88,7 +89,13 @@ def _steps(steps: Any) -> list[str]:
 
 def context_markdown(context: Mapping[str, Any], *, where: Mapping[str, Any] | None = None) -> str:
     """The context as a Markdown document; `where` adds what the run knows (branch, worktree, base commit)."""
-    where = where or {}
+    facts = context.get("git") or {}
+    where = {
+        "branch": facts.get("branch"),
+        "worktree": facts.get("worktree_path"),
+        "base_commit": facts.get("base_commit"),
+        **{name: value for name, value in (where or {}).items() if value},
+    }
     task = context.get("task") or {}
     status = task.get("effective_status") or task.get("status")
     lines = [f"# {task.get('key', '?')}: {task.get('title', '')}", ""]

@@ -1,18 +1,22 @@
 """The command dies with its supervisor (SPEC §15.3): two guards, so nothing works on a task without a lease.
 
-1. On Linux the command's process gets `PR_SET_PDEATHSIG` = SIGTERM (set by
-   `prctl` in the child between fork and exec): the kernel signals it the
-   moment `leasehold run` dies, `kill -9` included. If `run` died before the
-   call took effect, the child notices (its parent changed) and stops itself.
-2. A watchdog, for every platform and for the command's own children (the
-   death signal reaches only the direct child): a tiny Python process in a
-   session of its own that blocks reading a pipe whose only writer is `run`.
-   When `run` ends cleanly it writes one byte and the watchdog exits; when
-   `run` disappears the read ends (EOF) and the watchdog sends SIGTERM to
-   the command's whole process group, then SIGKILL after the grace period.
+1. A watchdog, for every platform and for the command's own children: a tiny
+   Python process, started first, that leads a new process group (in `run`'s
+   session) and ignores the signals meant for the command. COMMAND is then
+   started inside that group, so from its first instruction it and everything
+   it forks belong to a group the watchdog knows. The watchdog blocks reading
+   a pipe whose only writer is `run`: when `run` ends cleanly it writes one
+   byte and the watchdog exits; when `run` disappears (`kill -9`, an OOM
+   kill) the read ends (EOF) and the watchdog sends SIGTERM to the group,
+   then SIGKILL after the grace period.
+2. On Linux, COMMAND's own process also gets `PR_SET_PDEATHSIG` = SIGTERM
+   (set by `prctl` in the child between fork and exec): the kernel signals it
+   the moment `run` dies. If `run` died before the call took effect, the child
+   notices (its parent changed) and stops itself.
 
-The command runs in a process group of its own (`start_new_session`), so
-signals meant for it reach its children too.
+Signals `run` passes on go to the whole group (the watchdog ignores them).
+Without a watchdog (it could not start) COMMAND gets a session of its own and
+the death signal alone guards it.
 """
 
 from __future__ import annotations
@@ -31,33 +35,36 @@ _CLEAN_EXIT = b"x"
 
 WATCHDOG = r"""
 import os, signal, sys, time
-fd, pgid, grace = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(number, signal.SIG_IGN)
+fd, grace = int(sys.argv[1]), float(sys.argv[2])
+me = os.getpid()
 try:
     said = os.read(fd, 1)
 except OSError:
     said = b""
 if said == b"x":
     sys.exit(0)
-def alive():
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-try:
-    os.killpg(pgid, signal.SIGTERM)
-except ProcessLookupError:
-    sys.exit(0)
+def others_alive():
+    if not os.path.isdir("/proc"):
+        return True  # cannot tell here: wait out the grace period
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == me and fields[0] not in ("Z", "X"):
+            return True
+    return False
+os.killpg(me, signal.SIGTERM)
 deadline = time.monotonic() + grace
-while alive() and time.monotonic() < deadline:
+while others_alive() and time.monotonic() < deadline:
     time.sleep(0.05)
-if alive():
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+if others_alive():
+    os.killpg(me, signal.SIGKILL)
 """
 
 
@@ -82,29 +89,43 @@ def _death_signal_setter() -> Callable[[], None] | None:
 
 
 class Supervised:
-    """COMMAND in its own process group, with the death signal and the watchdog."""
+    """COMMAND in the watchdog's process group, with the death signal."""
 
     def __init__(self, command: list[str], *, env: Mapping[str, str], cwd: Path | None, grace_seconds: float) -> None:
-        self.process: subprocess.Popen[bytes] = subprocess.Popen(
-            command, env=dict(env), cwd=cwd, start_new_session=True, preexec_fn=_death_signal_setter()
-        )
         self._watch_write: int | None = None
-        self.watchdog: subprocess.Popen[bytes] | None = None
+        self.watchdog = self._start_watchdog(grace_seconds)
+        try:
+            self.process: subprocess.Popen[bytes] = subprocess.Popen(
+                command,
+                env=dict(env),
+                cwd=cwd,
+                preexec_fn=_death_signal_setter(),
+                process_group=self.watchdog.pid if self.watchdog is not None else None,
+                start_new_session=self.watchdog is None,
+            )
+        except OSError:
+            self.release_watchdog()
+            raise
+        self.pgid = self.watchdog.pid if self.watchdog is not None else self.process.pid
+
+    def _start_watchdog(self, grace_seconds: float) -> subprocess.Popen[bytes] | None:
         read_end, write_end = os.pipe()
         try:
-            self.watchdog = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", WATCHDOG, str(read_end), str(self.process.pid), str(grace_seconds)],
+            watchdog = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", WATCHDOG, str(read_end), str(grace_seconds)],
                 pass_fds=(read_end,),
-                start_new_session=True,
+                process_group=0,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
             )
-            self._watch_write = write_end
         except OSError:
-            os.close(write_end)  # no watchdog: the death signal alone guards (said in `run`'s output)
+            os.close(write_end)
+            return None
         finally:
             os.close(read_end)
+        self._watch_write = write_end
+        return watchdog
 
     @property
     def pid(self) -> int:
@@ -115,11 +136,11 @@ class Supervised:
 
     def signal_group(self, signum: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, signum)
+            os.killpg(self.pgid, signum)
 
     def stop(self, *, grace_seconds: float, term_sent: bool = False) -> int:
         """SIGTERM to the group (unless sent), SIGKILL after the grace period; the command's exit status."""
-        return stop_child(self.process, grace_seconds=grace_seconds, term_sent=term_sent)
+        return stop_child(self.process, grace_seconds=grace_seconds, term_sent=term_sent, pgid=self.pgid)
 
     def release_watchdog(self) -> None:
         """`run` is ending on its own terms: the watchdog leaves the group alone."""
@@ -133,14 +154,22 @@ class Supervised:
                 self.watchdog.wait(timeout=5)
 
 
-def stop_child(child: subprocess.Popen[bytes], *, grace_seconds: float, term_sent: bool = False) -> int:
-    """SIGTERM to the child's process group (unless sent), SIGKILL after the grace period; its exit status."""
+def stop_child(
+    child: subprocess.Popen[bytes], *, grace_seconds: float, term_sent: bool = False, pgid: int | None = None
+) -> int:
+    """SIGTERM to the child's process group (unless sent), SIGKILL after the grace period; its exit status.
+
+    `pgid` defaults to the child's pid (a child that leads its own group). The
+    SIGKILL goes to the group too; a watchdog leading it would die with it,
+    which is only right: the command is being stopped for good.
+    """
+    group = pgid if pgid is not None else child.pid
     if not term_sent:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signal.SIGTERM)
+            os.killpg(group, signal.SIGTERM)
     try:
         return child.wait(timeout=grace_seconds)
     except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(child.pid, signal.SIGKILL)
+            os.killpg(group, signal.SIGKILL)
         return child.wait()

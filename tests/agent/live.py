@@ -94,14 +94,22 @@ def _postgres(admin_url: str, statement: str) -> None:
 
 
 class LiveServer:
-    def __init__(self, data_dir: Path, *, port: int | None = None) -> None:
+    def __init__(self, data_dir: Path, *, port: int | None = None, same_database_as: LiveServer | None = None) -> None:
+        """`same_database_as`: serve that server's database (its SQLite file, or its PostgreSQL database)."""
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         suite_database = os.environ.get("DATABASE_URL", "")
         on_postgres = suite_database.startswith(("postgres://", "postgresql://"))
         self.postgres_admin_url = suite_database if on_postgres else None
-        self.database_name = f"leasehold_live_{os.getpid()}_{self.port}" if self.postgres_admin_url else None
+        self.owns_database = same_database_as is None
+        self.database_name: str | None = (
+            same_database_as.database_name
+            if same_database_as is not None
+            else f"leasehold_live_{os.getpid()}_{self.port}"
+            if self.postgres_admin_url
+            else None
+        )
         database_url = (
             f"{self.postgres_admin_url.rsplit('/', 1)[0]}/{self.database_name}" if self.postgres_admin_url else None
         )
@@ -115,7 +123,7 @@ class LiveServer:
 
     def start(self) -> LiveServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if self.postgres_admin_url:
+        if self.postgres_admin_url and self.owns_database:
             _postgres(self.postgres_admin_url, f'CREATE DATABASE "{self.database_name}"')
         with open(self.log_path, "wb") as log:
             self.process = subprocess.Popen(
@@ -148,7 +156,7 @@ class LiveServer:
             except subprocess.TimeoutExpired:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
-        if self.postgres_admin_url:
+        if self.postgres_admin_url and self.owns_database:
             _postgres(self.postgres_admin_url, f'DROP DATABASE IF EXISTS "{self.database_name}" WITH (FORCE)')
 
     def manage(self, *args: str) -> str:

@@ -14,7 +14,7 @@ from tests.agent.live import LiveServer
 @pytest.fixture
 def second_server(fleet):
     """Another server process on the same database, to be stopped by the test."""
-    server = LiveServer(fleet.server.data_dir).start()
+    server = LiveServer(fleet.server.data_dir, same_database_as=fleet.server).start()
     yield server
     server.stop()
 

@@ -76,7 +76,10 @@ def test_kill_9_of_run_takes_the_command_and_its_children_within_2_seconds(fleet
                     os.kill(int((tmp_path / name).read_text()), signal.SIGKILL)
     print(f"command gone {took:.3f} s after kill -9 of leasehold run")
     # Nobody works on the task any more; the lease lapses on its own and a late write is refused.
-    time.sleep(3.5)
+    deadline = time.monotonic() + 20
+    while api.task(key)["holder"] is not None:  # the lease still runs
+        assert time.monotonic() < deadline, "the lease never lapsed"
+        time.sleep(0.2)
     late = leasehold("note", "too late", env=logged_in)
     assert late.returncode == EXIT_LEASE_LOST, late.stderr
 
