@@ -4,7 +4,10 @@
 `agent.config`). `claim` stores the attempt it gets in the state file, so
 `note`, `checkpoint`, `renew`, `finish` and `release` in the same shell act on
 it. `run -- COMMAND…` holds a lease while COMMAND runs (`agent.runner`).
-`mcp` serves the same operations to MCP clients (`agent.mcp_server`).
+`mcp` serves the same operations to MCP clients (`agent.mcp_server`);
+`connect` writes a client's configuration for it and `hook` is what Claude
+Code's hooks run. `task`, `git`, `block` and `unblock` reach the rest of what
+an agent needs (`agent.task_commands`).
 
 This module reads the command line and maps errors to exit codes; what each
 command does is in `agent.commands`. Results go to stdout (one JSON document
@@ -20,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from agent import __version__
+from agent import __version__, connect, hooks, task_commands
 from agent.commands import (
     cmd_changes,
     cmd_claim,
@@ -36,6 +39,7 @@ from agent.commands import (
     cmd_search,
 )
 from agent.config import NotLoggedIn
+from agent.connect import CLIENTS
 from agent.errors import LeaseholdError
 from agent.models import FAILURE_REASONS, INTERRUPTION_REASONS
 from agent.output import (
@@ -207,11 +211,20 @@ def build_parser() -> argparse.ArgumentParser:
 
     mcp = command("mcp", "Serve the agent operations as MCP tools over stdio.", cmd_mcp)
     mcp.add_argument("--project", help="default project for ready, claim_next, changes and search")
-    mcp.add_argument(
-        "--print-config", choices=("claude", "codex", "vscode"), help="print the client configuration and exit"
-    )
+    mcp.add_argument("--print-config", choices=CLIENTS, help="print the client configuration and exit")
     mcp.add_argument("--no-keep-alive", action="store_true", help="do not renew claimed leases in the background")
+    mcp.add_argument(
+        "--keep-on-exit", action="store_true", help="keep the attempts held when the session ends (no hand-off)"
+    )
+    _add_reach_commands(command)
     return parser
+
+
+def _add_reach_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
+    """The commands beyond the lease: task show/create, git, block/unblock, connect, hook (SPEC §15.3, §15.4)."""
+    task_commands.add_parsers(command)
+    connect.add_parser(command)
+    hooks.add_parser(command)
 
 
 def _split_run_command(argv: list[str]) -> tuple[list[str], list[str]]:

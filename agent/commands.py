@@ -17,11 +17,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agent import state
+from agent import context_text, state
 from agent.client import LeaseholdClient, NoteKind
 from agent.config import Settings, config_dir, load_settings, save_settings
+from agent.connect import print_config
 from agent.errors import LEASE_LOSS_CODES, LeaseholdError
-from agent.mcp_server import print_config, serve
+from agent.mcp_server import serve
 from agent.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
 from agent.runner import run
 from agent.session import (
@@ -87,38 +88,13 @@ def cmd_claim(args: argparse.Namespace, out: Output) -> int:
 def cmd_context(args: argparse.Namespace, out: Output) -> int:
     settings = load_settings()
     with make_client(settings) as client:
-        key = args.key
+        held = current_attempt(settings, client, task=args.key)
+        key = args.key or (held.task if held is not None else None)
         if not key:
-            current = current_attempt(settings, client)
-            if current is None:
-                raise UsageError("Give a task KEY (no current attempt).")
-            key = current.task
+            raise UsageError("Give a task KEY (no current attempt).")
         context = client.context(key)
-    out.result(context, _context_text(context))
+    out.result(context, context_text.human(context, held))
     return EXIT_OK
-
-
-def _context_text(context: dict[str, Any]) -> str:
-    task = context.get("task") or {}
-    lines = [f"{task.get('key')}: {task.get('title')} [{task.get('status')}]"]
-    for name in ("description", "acceptance_criteria"):
-        if task.get(name):
-            lines += ["", f"{name.replace('_', ' ').capitalize()}:", str(task[name])]
-    checkpoint = context.get("latest_checkpoint")
-    if checkpoint:
-        lines += ["", "Latest checkpoint:", str(checkpoint.get("content", ""))]
-        lines += [f"  - {step}" for step in checkpoint.get("next_steps") or []]
-    previous = context.get("previous_attempt")
-    if previous:
-        lines += ["", f"Previous attempt ({previous.get('status')}): {previous.get('result_summary') or ''}"]
-        lines += [f"  - {step}" for step in previous.get("next_steps") or []]
-    blockers = context.get("blockers") or []
-    if blockers:
-        lines += ["", "Unresolved blockers: " + ", ".join(str(blocker.get("key")) for blocker in blockers)]
-    lines += [f"Warning: {warning}" for warning in context.get("warnings") or []]
-    if context.get("truncated"):
-        lines.append(f"(truncated: {', '.join(map(str, context['truncated']))})")
-    return "\n".join(lines)
 
 
 def _holder(action: Callable[[LeaseholdClient, Any], Any], *, ends: bool = False) -> Any:
@@ -230,6 +206,9 @@ def cmd_run(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_mcp(args: argparse.Namespace, out: Output) -> int:
     if args.print_config:
-        print(print_config(args.print_config, project=args.project))
+        text, warnings = print_config(args.print_config, project=args.project)
+        print(text)
+        for warning in warnings:
+            print(f"leasehold: warning: {warning}", file=sys.stderr)
         return EXIT_OK
-    return serve(project=args.project, keep_alive=not args.no_keep_alive)
+    return serve(project=args.project, keep_alive=not args.no_keep_alive, keep_on_exit=args.keep_on_exit)

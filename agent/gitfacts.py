@@ -1,66 +1,37 @@
-"""The git facts of a checkout, read with `git` itself (SPEC §15.4): what `leasehold git --detect` and the MCP
-`git` tool record.
+"""The git facts of any checkout (SPEC §15.4): what `leasehold git --detect` and the MCP `git` tool record.
 
-Only local knowledge: nothing is fetched, nothing is changed. `pushed` says
-whether the remote-tracking branch (`origin/<branch>`, as last fetched or
-pushed) contains the head. A directory that is not a git checkout has no facts
-(`NotAGitCheckout`).
+The checkout's top level (`worktree_path`), its branch, the host, and what
+`agent.workspace.head_facts` reads at a run's end (head, commits ahead of
+the base, dirty, pushed). Nothing is changed. A directory that is not in a
+git checkout has no facts (`WorkspaceError`, one line).
 """
 
 from __future__ import annotations
 
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
-GIT_TIMEOUT_SECONDS = 20
+from agent.workspace import WorkspaceError, git, head_facts
 
-
-class NotAGitCheckout(Exception):
-    """The directory is not inside a git checkout (or git is missing)."""
-
-
-def _git(directory: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(
-            ["git", "-C", str(directory), *args],
-            capture_output=True,
-            text=True,
-            timeout=GIT_TIMEOUT_SECONDS,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NotAGitCheckout(f"git cannot run in {directory}: {exc}") from None
+__all__ = ["WorkspaceError", "detect"]
 
 
 def _out(directory: Path, *args: str) -> str | None:
-    done = _git(directory, *args)
-    return done.stdout.strip() if done.returncode == 0 else None
+    done = git(directory, *args, check=False)
+    return done.stdout.strip() if done.returncode == 0 and done.stdout.strip() else None
 
 
-def detect(directory: Path, *, base_commit: str | None = None, remote: str = "origin") -> dict[str, Any]:
-    """branch, head_commit, dirty, worktree_path, host, pushed and (given a base) commits_ahead of `directory`."""
+def detect(directory: Path, *, base_commit: str | None = None) -> dict[str, Any]:
+    """branch, worktree_path, host, head_commit, dirty, pushed and (given a base) commits_ahead of `directory`."""
+    if not directory.is_dir():
+        raise WorkspaceError(f"{directory} is not a directory.")
     top = _out(directory, "rev-parse", "--show-toplevel")
     if top is None:
-        raise NotAGitCheckout(f"{directory} is not inside a git checkout.")
-    facts: dict[str, Any] = {"worktree_path": str(Path(top).resolve()), "host": socket.gethostname()[:200]}
-    head = _out(directory, "rev-parse", "--verify", "--quiet", "HEAD")
-    branch = _out(directory, "symbolic-ref", "--quiet", "--short", "HEAD")
-    status = _git(directory, "status", "--porcelain")
-    if status.returncode == 0:
-        facts["dirty"] = bool(status.stdout.strip())
-    if head:
-        facts["head_commit"] = head
+        raise WorkspaceError(f"{directory.resolve()} is not in a git checkout.")
+    worktree = Path(top).resolve()
+    branch = _out(worktree, "symbolic-ref", "--quiet", "--short", "HEAD")
+    facts: dict[str, Any] = {"worktree_path": str(worktree), "host": socket.gethostname()[:200]}
     if branch:
         facts["branch"] = branch
-    if head and branch:
-        tracked = _out(directory, "rev-parse", "--verify", "--quiet", f"refs/remotes/{remote}/{branch}")
-        facts["pushed"] = bool(tracked) and (
-            tracked == head or _git(directory, "merge-base", "--is-ancestor", head, str(tracked)).returncode == 0
-        )
-    if head and base_commit:
-        ahead = _out(directory, "rev-list", "--count", f"{base_commit}..{head}")
-        if ahead is not None and ahead.isdigit():
-            facts["commits_ahead"] = int(ahead)
-    return facts
+    return {**facts, **head_facts(worktree, branch=branch, base_commit=base_commit)}

@@ -1,8 +1,9 @@
 """The lease keeper: holds an attempt's lease while the work runs (SPEC §3, §13).
 
 A background thread renews the lease every `renew_every_seconds` (from the
-claim). The lease is *lost* — renewing stops, `lost` is set, `on_lost` is
-called, and the token is never sent again (by this keeper or by its client) —
+claim) and tells `on_renewed(lease_expires_at)` after each success. The
+lease is *lost* — renewing stops, `lost` is set, `on_lost` is called, and the
+token is never sent again (by this keeper or by its client) —
 
 - at once, when the server answers a renewal or any holder call with
   LEASE_EXPIRED, LEASE_NOT_HELD, STALE_EPOCH, INVALID_LEASE_TOKEN or
@@ -48,6 +49,7 @@ class LeaseKeeper:
         lease: Lease,
         *,
         on_lost: Callable[[str], None] | None = None,
+        on_renewed: Callable[[str], None] | None = None,
         renew_every_seconds: float | None = None,
         failure_retry_seconds: float | None = None,
         request_timeout: float | None = None,
@@ -55,6 +57,7 @@ class LeaseKeeper:
         self.client = client
         self.lease = lease
         self.on_lost = on_lost
+        self.on_renewed = on_renewed
         self.interval = max(0.1, float(renew_every_seconds or lease.renew_every_seconds))
         self.failure_retry_seconds = failure_retry_seconds or max(0.1, self.interval / 2)
         self.request_timeout = request_timeout or min(10.0, max(1.0, self.interval / 2))
@@ -101,8 +104,14 @@ class LeaseKeeper:
     def _run(self) -> None:
         delay: float | None = self.interval
         while delay is not None and not self._stop.wait(delay):
+            renewals = self.renewals
             delay = self._renew_once()
             self._notify()
+            if self.renewals != renewals and self.on_renewed is not None:
+                try:
+                    self.on_renewed(str(self.lease_expires_at))
+                except Exception as exc:  # the callback's trouble must not stop the renewals
+                    print(f"leasehold: on_renewed callback failed: {exc}", file=sys.stderr)
 
     def _renew_once(self) -> float | None:
         """One renewal; the delay before the next one, or None to stop."""

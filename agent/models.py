@@ -9,12 +9,12 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast, get_args
 
 Outcome = Literal["done", "review", "failed", "handoff"]
 NoteKind = Literal["progress", "finding", "warning", "checkpoint"]
-# The API's choices for finish's reason codes (SPEC §8).
-FAILURE_REASONS = (
+TaskTextField = Literal["description", "acceptance_criteria"]
+FailureReason = Literal[
     "implementation_error",
     "environment_error",
     "missing_dependency",
@@ -23,9 +23,13 @@ FAILURE_REASONS = (
     "context_lost",
     "timeout",
     "other",
-)
-INTERRUPTION_REASONS = ("handoff", "context_limit", "user_request", "client_shutdown", "environment_change", "other")
-TaskTextField = Literal["description", "acceptance_criteria"]
+]
+InterruptionReason = Literal[
+    "handoff", "context_limit", "user_request", "client_shutdown", "environment_change", "other"
+]
+# The API's choices for finish's reason codes (SPEC §8).
+FAILURE_REASONS: tuple[str, ...] = get_args(FailureReason)
+INTERRUPTION_REASONS: tuple[str, ...] = get_args(InterruptionReason)
 # What `POST /attempts/{id}/git/` (and finish's `git`) record (SPEC §15.4).
 GIT_FACTS = (
     "branch",

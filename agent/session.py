@@ -130,3 +130,15 @@ def claim_text(claim: Claim) -> str:
     if claim.label:
         lines.append(git_trailer(claim.label))
     return "\n".join(lines)
+
+
+def block_on(client: LeaseholdClient, waiting: str, created: str) -> dict[str, Any]:
+    """Make `waiting` wait for the task just `created`; a refusal still names the created task."""
+    try:
+        return client.add_dependency(waiting, blocked_by=created)
+    except LeaseholdError as error:
+        raise LeaseholdError(
+            f"Created {created}, but {waiting} could not be made to wait for it: {error.message}",
+            code=error.code,
+            details=error.details,
+        ) from None

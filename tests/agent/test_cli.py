@@ -31,6 +31,12 @@ SUBCOMMANDS = {
     "run",
     "workspace",
     "mcp",
+    "task",
+    "git",
+    "block",
+    "unblock",
+    "connect",
+    "hook",
 }
 EXIT_CODES = {
     name: value for name, value in vars(output).items() if name.startswith("EXIT_") and isinstance(value, int)

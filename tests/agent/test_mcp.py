@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import tomllib
 from pathlib import Path
@@ -12,17 +13,22 @@ from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
 
 from tests.agent.live import REPO, leasehold
+from tests.agent.mcp_client import Session, with_session
 
 EXPECTED_TOOLS = {
     "ready",
     "claim",
     "claim_next",
     "context",
+    "task",
     "note",
     "checkpoint",
     "renew",
+    "git",
     "finish",
     "release",
+    "create_task",
+    "block",
     "changes",
     "search",
 }
@@ -103,3 +109,76 @@ def test_print_config_for_each_client(tmp_path):
     table = tomllib.loads(codex.stdout)["mcp_servers"]["leasehold"]
     assert table["args"] == ["mcp"]
     assert Path(table["command"]).name == "leasehold"
+
+
+# The whole tools/list answer as the SDK client receives it, measured; a change to a tool changes it on purpose.
+TOOLS_LIST_BYTES = 7771
+CHOICES = {
+    ("note", "kind"): {"progress", "finding", "warning"},
+    ("finish", "outcome"): {"done", "review", "failed", "handoff"},
+    ("finish", "failure_reason"): {"implementation_error", "tests_failed", "other"},
+    ("finish", "interruption_reason"): {"handoff", "client_shutdown", "context_limit"},
+    ("task", "field"): {"description", "acceptance_criteria"},
+    ("create_task", "status"): {"open", "ready"},
+}
+
+
+def test_tools_list_stays_under_8_kb_with_every_parameter_described_and_every_choice_an_enum(logged_in):
+    async def work(session: Session):
+        return await session.client.list_tools()
+
+    listed = anyio.run(lambda: with_session(logged_in, work))
+    size = len(listed.model_dump_json(by_alias=True, exclude_none=True).encode())
+    assert size <= 8 * 1024
+    assert size == TOOLS_LIST_BYTES
+    for tool in listed.tools:
+        properties = tool.input_schema["properties"]
+        for name, schema in properties.items():
+            assert schema.get("description"), f"{tool.name}.{name} has no description"
+            assert "title" not in schema
+            assert "anyOf" not in schema, f"{tool.name}.{name}: optional parameters are listed as their plain type"
+    by_tool = {tool.name: tool.input_schema["properties"] for tool in listed.tools}
+    for (tool_name, parameter), expected in CHOICES.items():
+        assert expected <= set(by_tool[tool_name][parameter]["enum"]), (tool_name, parameter)
+    claim_parameters = set(by_tool["claim"]) & set(by_tool["claim_next"])
+    assert {"branch", "base_commit", "environment", "environment_kind", "lease_seconds"} <= claim_parameters
+
+
+def test_mcp_tools_read_text_ranges_record_git_facts_and_file_a_blocking_follow_up(fleet, api, logged_in, tmp_path):
+    description = "".join(f"row {number:05d}\n" for number in range(3000))  # 30,000 characters: the context cuts it
+    key = api.create_task(fleet.project, "Wide", description=description, status="ready")["key"]
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    identity = ["-c", "user.name=t", "-c", "user.email=t@example.com"]
+    for args in (["init", "-q", "-b", "feature/wide"], [*identity, "commit", "-q", "--allow-empty", "-m", "w"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True)
+
+    async def work(session: Session) -> dict:
+        seen = {"claim": await session.json("claim", {"key": key})}
+        seen["range"] = await session.json("task", {"offset": 20000, "limit": 30})
+        seen["git"] = await session.json("git", {"detect": True, "worktree_path": str(repo), "pushed": False})
+        seen["follow_up"] = await session.json(
+            "create_task", {"title": "Follow-up of Wide", "status": "ready", "blocks_current": True}
+        )
+        seen["unblock"] = await session.json("block", {"blocked_by": seen["follow_up"]["key"], "remove": True})
+        seen["bad_choice"] = await session.call("finish", {"outcome": "abandoned"})
+        seen["finish"] = await session.json("finish", {"outcome": "failed", "failure_reason": "tests_failed"})
+        return seen
+
+    seen = anyio.run(lambda: with_session(logged_in, work))
+    assert "task.description" in seen["claim"]["context"]["truncated"]
+    assert seen["range"]["text"] == description[20000:20030]
+    attempt = api.attempt(seen["claim"]["attempt"])
+    assert attempt["head_commit"] == head.stdout.strip()
+    assert attempt["branch"] == "feature/wide"
+    assert attempt["pushed"] is False
+    assert attempt["worktree_path"] == str(repo.resolve())
+    assert attempt["host"]
+    assert seen["follow_up"]["blocks"] == key
+    assert api.task(key)["blocked_by"] == []  # blocked by the follow-up, then unblocked
+    failed, text = seen["bad_choice"]
+    assert failed
+    assert "abandoned" in text or "outcome" in text
+    assert seen["finish"]["status"] == "failed"
+    assert attempt["id"] == seen["finish"]["attempt"]

@@ -1,0 +1,129 @@
+"""The work context (SPEC §8, §15.2) as text for a human at a terminal (`leasehold context`); the Markdown for a
+prompt is `agent.briefing.context_markdown`.
+
+It shows the effective status (a held task is `in_progress`, whatever its
+stored status), the attempt this machine holds on it (label, branch, base,
+worktree: from its state file), the environment, the latest checkpoint, the
+previous attempt, the last failed one when it is another, where the
+predecessor's work is (`predecessor_work`), blockers, warnings, and what the
+server cut. A part the server did not send is left out; a section never ends
+with nothing after its colon.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agent.state import HeldAttempt
+
+
+def _attempt_line(title: str, attempt: dict[str, Any]) -> str:
+    """`Previous attempt 12 (expired, agent-07, tests_failed): summary`, or `… left no summary.`"""
+    facts = [
+        attempt.get("status"),
+        attempt.get("agent"),
+        attempt.get("failure_reason_code") or attempt.get("interruption_reason_code"),
+    ]
+    named = ", ".join(str(fact) for fact in facts if fact)
+    head = f"{title} {attempt.get('id')}" if attempt.get("id") is not None else title
+    head += f" ({named})" if named else ""
+    summary = str(attempt.get("result_summary") or "").strip()
+    return f"{head}: {summary}" if summary else f"{head} left no summary."
+
+
+def _work_line(work: dict[str, Any]) -> str:
+    """Where the predecessor's work is: branch, head, ahead, pushed, dirty, host and worktree."""
+    parts = [f"branch {work.get('branch')}" if work.get("branch") else "no branch"]
+    if work.get("head_commit"):
+        parts.append(f"at {str(work['head_commit'])[:12]}")
+    if work.get("commits_ahead") is not None:
+        parts.append(f"{work['commits_ahead']} commit(s) ahead of {str(work.get('base_commit') or 'the base')[:12]}")
+    if work.get("pushed") is not None:
+        parts.append("pushed" if work["pushed"] else "NOT pushed")
+    if work.get("dirty"):
+        parts.append("with uncommitted changes")
+    where = " ".join(
+        part
+        for part in (
+            f"on {work['host']}" if work.get("host") else "",
+            f"in {work['worktree_path']}" if work.get("worktree_path") else "",
+        )
+        if part
+    )
+    who = f"attempt {work.get('attempt')} ({work.get('status')}, {work.get('agent')})"
+    return f"{who}: {', '.join(parts)}" + (f", {where}" if where else "")
+
+
+def _environment_line(environment: dict[str, Any]) -> str:
+    resources = environment.get("resources") or {}
+    shown = ", ".join(f"{name}={value}" for name, value in resources.items() if value not in (None, "", []))
+    kind = f" ({environment['kind']})" if environment.get("kind") else ""
+    return f"{environment.get('name')}{kind}" + (f": {shown}" if shown else "")
+
+
+def _held_of(context: dict[str, Any], held: HeldAttempt | None) -> HeldAttempt | None:
+    task = context.get("task") or {}
+    return held if held is not None and held.task == task.get("key") else None
+
+
+def _where(context: dict[str, Any], mine: HeldAttempt | None) -> tuple[str | None, str | None, str | None]:
+    """Branch, base commit and worktree of the current attempt: its git facts on the server, else its state file."""
+    facts = context.get("git") or {}
+    return (
+        facts.get("branch") or (mine.branch if mine else None),
+        facts.get("base_commit") or (mine.base_commit if mine else None),
+        facts.get("worktree_path") or (mine.worktree if mine else None),
+    )
+
+
+def _last_failed(context: dict[str, Any]) -> dict[str, Any] | None:
+    """The last failed attempt, unless it is the previous attempt already shown."""
+    failed = context.get("last_failed_attempt")
+    previous = context.get("previous_attempt") or {}
+    if not failed or failed.get("id") == previous.get("id"):
+        return None
+    return dict(failed)
+
+
+def human(context: dict[str, Any], held: HeldAttempt | None = None) -> str:
+    """The context for a person at a terminal."""
+    task = context.get("task") or {}
+    status = task.get("effective_status") or task.get("status")
+    lines = [f"{task.get('key')}: {task.get('title')} [{status}]"]
+    mine = _held_of(context, held)
+    label = context.get("label") or (mine.label if mine else None)
+    if mine is not None:
+        lines.append(f"Attempt {mine.attempt_id} (epoch {mine.epoch}), lease until {mine.lease_expires_at}")
+    if label:
+        lines.append(f"Label: {label}")
+    branch, base, worktree = _where(context, mine)
+    if branch:
+        lines.append(f"Branch: {branch}" + (f" (base {base[:12]})" if base else ""))
+    if worktree:
+        lines.append(f"Worktree: {worktree}")
+    if context.get("environment"):
+        lines.append(f"Environment: {_environment_line(context['environment'])}")
+    for name in ("description", "acceptance_criteria"):
+        if task.get(name):
+            lines += ["", f"{name.replace('_', ' ').capitalize()}:", str(task[name])]
+    checkpoint = context.get("latest_checkpoint")
+    if checkpoint:
+        by = ", ".join(str(part) for part in (checkpoint.get("agent"), checkpoint.get("created_at")) if part)
+        lines += ["", f"Latest checkpoint ({by}):" if by else "Latest checkpoint:", str(checkpoint.get("content", ""))]
+        lines += [f"  - {step}" for step in checkpoint.get("next_steps") or []]
+    previous = context.get("previous_attempt")
+    if previous:
+        lines += ["", _attempt_line("Previous attempt", previous)]
+        lines += [f"  - {step}" for step in previous.get("next_steps") or []]
+    failed = _last_failed(context)
+    if failed:
+        lines += ["", _attempt_line("Last failed attempt", failed)]
+    if context.get("predecessor_work"):
+        lines += ["", "Predecessor's work: " + _work_line(context["predecessor_work"])]
+    blockers = context.get("blockers") or []
+    if blockers:
+        lines += ["", "Unresolved blockers: " + ", ".join(str(blocker.get("key")) for blocker in blockers)]
+    lines += [f"Warning: {warning}" for warning in context.get("warnings") or []]
+    if context.get("truncated"):
+        lines.append(f"(truncated: {', '.join(map(str, context['truncated']))})")
+    return "\n".join(lines)

@@ -1,0 +1,345 @@
+"""The tools of `leasehold mcp` (SPEC §13, §15.4): what a model can do, each with a one-line description,
+a description for every parameter and an enum for every choice.
+
+Answers are compact JSON with nulls dropped; errors are `CODE: message`
+(`LEASE_LOST`: stop working on that task). The input schemas are listed
+without pydantic's titles and with optional parameters as their plain type
+(the arguments are still validated by the full model): the whole `tools/list`
+answer stays under 8 KB (`tests/agent/test_mcp.py` pins its size).
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import Field
+
+from agent import __version__, gitfacts
+from agent.errors import LeaseholdError
+from agent.keeper import LeaseKeeper
+from agent.mcp_holdings import Holdings, compact
+from agent.models import FailureReason, InterruptionReason, Outcome, TaskTextField
+from agent.output import compact_json, error_text
+from agent.session import block_on
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
+
+INSTRUCTIONS = (
+    "Leasehold work ledger. claim or claim_next a task, read its context, leave checkpoints while you work, "
+    "then finish. The lease is renewed for you while this server runs. If a tool answers LEASE_LOST, stop "
+    "working on that task."
+)
+
+Key = Annotated[str, Field(description="task key, e.g. WEB-412")]
+OptKey = Annotated[str | None, Field(description="task key (default: the held task)")]
+Project = Annotated[str | None, Field(description="project slug (default: the server's)")]
+TaskClass = Annotated[str | None, Field(description="only tasks of this class")]
+Limit = Annotated[int, Field(description="at most this many")]
+LeaseSeconds = Annotated[int | None, Field(description="lease length asked for")]
+Branch = Annotated[str | None, Field(description="branch name (default: inherited or suggested)")]
+BaseCommit = Annotated[str | None, Field(description="40-hex commit the work starts from")]
+Environment = Annotated[str | None, Field(description="allocate this environment by name")]
+EnvironmentKind = Annotated[str | None, Field(description="allocate any free environment of this kind")]
+AttemptId = Annotated[int | None, Field(description="attempt id (default: the held one)")]
+Content = Annotated[str, Field(description="the text, at most 8000 chars")]
+Steps = Annotated[list[str] | None, Field(description="next steps, in order")]
+NoteKindChoice = Annotated[Literal["progress", "finding", "warning"], Field(description="note kind")]
+Important = Annotated[bool, Field(description="flag it as important")]
+OutcomeChoice = Annotated[Outcome, Field(description="how the attempt ends")]
+Summary = Annotated[str | None, Field(description="result summary")]
+Failure = Annotated[FailureReason | None, Field(description="for failed (default implementation_error)")]
+Interruption = Annotated[InterruptionReason | None, Field(description="for handoff (default handoff)")]
+AckVersion = Annotated[int | None, Field(description="task version read after ACKNOWLEDGEMENT_REQUIRED")]
+TextField = Annotated[TaskTextField, Field(description="which text")]
+Offset = Annotated[int, Field(description="first character")]
+TextLimit = Annotated[int, Field(description="characters, at most 16000")]
+Since = Annotated[int, Field(description="last latest_event_id seen")]
+
+
+def slim_schema(schema: Any) -> Any:
+    """The schema without titles, and `X | None = None` shown as plain `X` (it may be left out)."""
+    if isinstance(schema, list):
+        return [slim_schema(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    slimmed = {name: slim_schema(value) for name, value in schema.items() if name != "title"}
+    variants = slimmed.get("anyOf")
+    if isinstance(variants, list) and {"type": "null"} in variants and slimmed.get("default", ...) is None:
+        others = [variant for variant in variants if variant != {"type": "null"}]
+        if len(others) == 1:
+            slimmed.pop("anyOf")
+            slimmed.pop("default")
+            slimmed = {**others[0], **slimmed}
+    return slimmed
+
+
+def build_server(holdings: Holdings) -> MCPServer:
+    """The MCP server whose tools act through `holdings` (its client and the leases it holds)."""
+    from mcp.server.mcpserver import MCPServer
+    from mcp.server.mcpserver.exceptions import ToolError
+    from mcp.server.mcpserver.tools import Tool
+
+    client = holdings.client
+    tools: list[Tool] = []
+
+    def answer(produce: Callable[[], Any]) -> str:
+        try:
+            holdings.take_back()
+            return compact_json(produce())
+        except LeaseholdError as error:
+            raise ToolError(f"{error.code}: {_message(error)}") from None
+
+    def _message(error: LeaseholdError) -> str:
+        if error.code == "TASK_TAKEN" and error.details.get("holder") == holdings.known_agent:
+            return error_text(error) + " That is this agent, from elsewhere (another config or machine)."
+        return error_text(error)
+
+    def tool(description: str) -> Callable[[Callable[..., str]], Callable[..., str]]:
+        def register(fn: Callable[..., str]) -> Callable[..., str]:
+            made = Tool.from_function(fn, description=description, structured_output=False)
+            made.parameters = slim_schema(made.parameters)
+            tools.append(made)
+            return fn
+
+        return register
+
+    @tool("List claimable tasks of a project (compact).")
+    def ready(project: Project = None, task_class: TaskClass = None, limit: Limit = 20) -> str:
+        def run() -> Any:
+            page = client.tasks(
+                project=holdings.project_or(project), claimable=True, task_class=task_class, limit=limit
+            )
+            fields = ("key", "title", "priority", "task_class")
+            tasks = [{name: task.get(name) for name in fields} for task in page["results"]]
+            return compact({"tasks": tasks, "next_cursor": page["next_cursor"]})
+
+        return answer(run)
+
+    @tool("Claim a task by key; returns the attempt and the work context.")
+    def claim(
+        key: Key,
+        lease_seconds: LeaseSeconds = None,
+        branch: Branch = None,
+        base_commit: BaseCommit = None,
+        environment: Environment = None,
+        environment_kind: EnvironmentKind = None,
+    ) -> str:
+        def run() -> Any:
+            held = holdings.held_on(key)
+            if held is not None:
+                return holdings.answer_held(held)
+            got = client.claim(
+                key,
+                lease_seconds=lease_seconds,
+                branch=branch,
+                base_commit=base_commit,
+                environment=environment,
+                environment_kind=environment_kind,
+            )
+            return holdings.hold(got)
+
+        return answer(run)
+
+    @tool("Claim the next claimable task of a project; {} when there is none.")
+    def claim_next(
+        project: Project = None,
+        task_class: TaskClass = None,
+        lease_seconds: LeaseSeconds = None,
+        branch: Branch = None,
+        base_commit: BaseCommit = None,
+        environment: Environment = None,
+        environment_kind: EnvironmentKind = None,
+    ) -> str:
+        def run() -> Any:
+            got = client.claim_next(
+                holdings.project_or(project),
+                task_class=task_class,
+                lease_seconds=lease_seconds,
+                branch=branch,
+                base_commit=base_commit,
+                environment=environment,
+                environment_kind=environment_kind,
+            )
+            return {} if got is None else holdings.hold(got)
+
+        return answer(run)
+
+    @tool("Read a task's bounded work context (default: the held task).")
+    def context(key: OptKey = None) -> str:
+        return answer(lambda: compact(client.context(key or holdings.keeper(None).lease.task)))
+
+    @tool("Read a range of a task's description or acceptance criteria (what the context cut).")
+    def task(key: OptKey = None, field: TextField = "description", offset: Offset = 0, limit: TextLimit = 8000) -> str:
+        def run() -> Any:
+            return client.task_text(key or holdings.keeper(None).lease.task, field=field, offset=offset, limit=limit)
+
+        return answer(run)
+
+    def holder(attempt: int | None, call: Callable[[LeaseKeeper], Any]) -> str:
+        def run() -> Any:
+            keeper = holdings.keeper(attempt)
+            try:
+                return call(keeper)
+            finally:
+                holdings.touched(keeper)
+
+        return answer(run)
+
+    def noted(written: Any) -> dict[str, Any]:
+        return {"note": written["note"]["id"], "lease_expires_at": written["lease_expires_at"]}
+
+    @tool("Add a progress, finding or warning note to the held attempt.")
+    def note(
+        content: Content,
+        kind: NoteKindChoice = "progress",
+        next_steps: Steps = None,
+        important: Important = False,
+        attempt: AttemptId = None,
+    ) -> str:
+        return holder(
+            attempt,
+            lambda keeper: noted(keeper.note(content, kind=kind, next_steps=next_steps, important=important)),
+        )
+
+    @tool("Save a checkpoint: where the work stands and the next steps.")
+    def checkpoint(content: Content, next_steps: Steps = None, attempt: AttemptId = None) -> str:
+        return holder(attempt, lambda keeper: noted(keeper.checkpoint(content, next_steps=next_steps)))
+
+    @tool("Renew the held lease now (it is also renewed in the background).")
+    def renew(attempt: AttemptId = None) -> str:
+        return holder(attempt, lambda keeper: keeper.renew())
+
+    @tool("Record git facts of the held attempt; detect reads them from its checkout.")
+    def git(
+        detect: Annotated[bool, Field(description="read unset facts from git")] = False,
+        branch: Annotated[str | None, Field(description="branch")] = None,
+        base_commit: Annotated[str | None, Field(description="40-hex start commit")] = None,
+        head_commit: Annotated[str | None, Field(description="40-hex head commit")] = None,
+        commits_ahead: Annotated[int | None, Field(description="commits beyond the base")] = None,
+        dirty: Annotated[bool | None, Field(description="uncommitted changes")] = None,
+        pushed: Annotated[bool | None, Field(description="the remote has the head")] = None,
+        worktree_path: Annotated[str | None, Field(description="absolute worktree path")] = None,
+        attempt: AttemptId = None,
+    ) -> str:
+        given = {
+            "branch": branch,
+            "base_commit": base_commit,
+            "head_commit": head_commit,
+            "commits_ahead": commits_ahead,
+            "dirty": dirty,
+            "pushed": pushed,
+            "worktree_path": worktree_path,
+        }
+
+        def record(keeper: LeaseKeeper) -> Any:
+            facts = {name: value for name, value in given.items() if value is not None}
+            if detect:
+                held = holdings.records.get(keeper.lease.attempt_id)
+                where = Path(worktree_path or (held.worktree if held and held.worktree else ".")).absolute()
+                base = base_commit or client.attempt(keeper.lease.attempt_id).get("base_commit")
+                try:
+                    facts = {**gitfacts.detect(where, base_commit=base), **facts}
+                except gitfacts.WorkspaceError as exc:
+                    raise LeaseholdError(str(exc), code="VALIDATION_ERROR") from None
+            facts.setdefault("host", socket.gethostname()[:200])
+            recorded = keeper.set_git(**facts)
+            return {"recorded": facts, "attempt": compact(recorded.get("attempt"))}
+
+        return holder(attempt, record)
+
+    @tool("Finish the held attempt: done, review, failed (failure_reason) or handoff.")
+    def finish(
+        outcome: OutcomeChoice = "done",
+        summary: Summary = None,
+        next_steps: Steps = None,
+        failure_reason: Failure = None,
+        interruption_reason: Interruption = None,
+        acknowledged_version: AckVersion = None,
+        attempt: AttemptId = None,
+    ) -> str:
+        def end(keeper: LeaseKeeper) -> Any:
+            finished = keeper.finish(
+                outcome,
+                result_summary=summary,
+                next_steps=next_steps,
+                failure_reason_code=failure_reason or ("implementation_error" if outcome == "failed" else None),
+                interruption_reason_code=interruption_reason or ("handoff" if outcome == "handoff" else None),
+                acknowledged_version=acknowledged_version,
+            )
+            return _ended(keeper, finished)
+
+        return holder(attempt, end)
+
+    @tool("Give the held task back untouched.")
+    def release(
+        reason: Annotated[str, Field(description="why, for the audit log")] = "", attempt: AttemptId = None
+    ) -> str:
+        return holder(attempt, lambda keeper: _ended(keeper, keeper.release(reason=reason)))
+
+    def _ended(keeper: LeaseKeeper, finished: Any) -> Any:
+        holdings.ended(keeper)
+        attempt, task = finished["attempt"], finished["task"]
+        return {
+            "attempt": attempt["id"],
+            "status": attempt["status"],
+            "task": task["key"],
+            "task_status": task["status"],
+        }
+
+    @tool("Create a task (a follow-up); blocks_current makes the held task wait for it.")
+    def create_task(
+        title: Annotated[str, Field(description="the new task's title")],
+        description: Annotated[str | None, Field(description="what it is about")] = None,
+        acceptance_criteria: Annotated[str | None, Field(description="when it is done")] = None,
+        status: Annotated[Literal["open", "ready"], Field(description="ready: claimable at once")] = "open",
+        priority: Annotated[int | None, Field(description="higher is claimed first")] = None,
+        blocks_current: Annotated[bool, Field(description="the held task waits for the new one")] = False,
+        project: Project = None,
+    ) -> str:
+        def run() -> Any:
+            blocked = holdings.keeper(None).lease.task if blocks_current else None
+            created = client.create_task(
+                holdings.project_or(project),
+                title,
+                description=description,
+                acceptance_criteria=acceptance_criteria,
+                status=status,
+                priority=priority,
+            )
+            made = {"key": created["key"], "status": created["status"]}
+            if blocked:
+                block_on(client, blocked, created["key"])
+                made["blocks"] = blocked
+            return made
+
+        return answer(run)
+
+    @tool("Make a task wait for another (remove: stop waiting).")
+    def block(
+        blocked_by: Annotated[str, Field(description="the task to wait for")],
+        key: OptKey = None,
+        remove: Annotated[bool, Field(description="remove the dependency instead")] = False,
+    ) -> str:
+        def run() -> Any:
+            waiting = key or holdings.keeper(None).lease.task
+            change = client.remove_dependency if remove else client.add_dependency
+            change(waiting, blocked_by=blocked_by)
+            return {"task": waiting, "blocked_by": blocked_by, "removed": remove}
+
+        return answer(run)
+
+    @tool("Events after an event id (pass latest_event_id back as since).")
+    def changes(since: Since = 0, project: Project = None, limit: Limit = 50) -> str:
+        return answer(lambda: compact(client.changes(since=since, project=project or holdings.project, limit=limit)))
+
+    @tool("Search tasks and notes; returns short snippets.")
+    def search(
+        q: Annotated[str, Field(description="words to find")], project: Project = None, limit: Limit = 10
+    ) -> str:
+        return answer(lambda: compact(client.search(q, project=project or holdings.project, limit=limit)))
+
+    return MCPServer("leasehold", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING", tools=tools)

@@ -1,0 +1,188 @@
+"""The CLI's reach beyond the lease (SPEC §15.4, last bullet): `task show`, `task create`, `git`, `block`, `unblock`.
+
+- `task show KEY` prints a task whole; with `--field description|acceptance_criteria
+  --offset N --limit N` it reads a range of that text (`GET /tasks/{key}/text/`),
+  which is how an agent reads what the bounded context cut.
+- `task create TITLE` files a follow-up in the project; `--blocks-current`
+  (or `--blocks KEY`) makes the current attempt's task wait for it.
+- `git` records git facts of the current attempt (branch, base_commit,
+  head_commit, commits_ahead, dirty, pushed, worktree_path, host), given as
+  options or read from the checkout with `--detect`.
+- `block [KEY] --by OTHER` / `unblock [KEY] --by OTHER` add or remove a
+  dependency; KEY defaults to the current attempt's task.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from agent import gitfacts
+from agent.commands import _holder
+from agent.config import load_settings
+from agent.models import GIT_FACTS
+from agent.output import EXIT_OK, Output
+from agent.session import UsageError, block_on, current_attempt, make_client, project_from
+
+TEXT_FIELDS = ("description", "acceptance_criteria")
+
+
+def _current_task(settings: Any, client: Any, key: str | None) -> str:
+    if key:
+        return key
+    held = current_attempt(settings, client)
+    if held is None:
+        raise UsageError("Give a task KEY (no current attempt).")
+    return held.task
+
+
+def cmd_task_show(args: argparse.Namespace, out: Output) -> int:
+    settings = load_settings()
+    with make_client(settings) as client:
+        key = _current_task(settings, client, args.key)
+        if args.field or args.offset or args.limit:
+            part = client.task_text(key, field=args.field or "description", offset=args.offset, limit=args.limit)
+            out.result(part, part["text"])
+            if part["more"]:
+                following = part["offset"] + part["length"]
+                out.info(f"more follows: leasehold task show {key} --field {part['field']} --offset {following}")
+            return EXIT_OK
+        task = client.task(key)
+    out.result(task, task_text(task))
+    return EXIT_OK
+
+
+def task_text(task: dict[str, Any]) -> str:
+    """A whole task for a human: the header line, its facts, blockers, then the long texts."""
+    status = task.get("effective_status") or task.get("status")
+    lines = [f"{task.get('key')}: {task.get('title')} [{status}]"]
+    facts = {
+        "priority": task.get("priority"),
+        "class": task.get("task_class") or None,
+        "labels": ", ".join(task.get("labels") or []) or None,
+        "holder": task.get("holder"),
+        "lease until": task.get("lease_expires_at"),
+        "version": task.get("version"),
+        "epoch": task.get("epoch"),
+    }
+    lines.append("  ".join(f"{name}: {value}" for name, value in facts.items() if value not in (None, "")))
+    blockers = task.get("blocked_by") or []
+    if blockers:
+        lines.append("Blocked by: " + ", ".join(str(blocker.get("key", blocker)) for blocker in blockers))
+    for name in TEXT_FIELDS:
+        if task.get(name):
+            lines += ["", f"{name.replace('_', ' ').capitalize()}:", str(task[name])]
+    return "\n".join(lines)
+
+
+def cmd_task_create(args: argparse.Namespace, out: Output) -> int:
+    settings = load_settings()
+    with make_client(settings) as client:
+        blocks = args.blocks
+        if args.blocks_current:
+            blocks = _current_task(settings, client, None)
+        fields = {
+            "description": args.description,
+            "acceptance_criteria": args.acceptance_criteria,
+            "status": args.status,
+            "priority": args.priority,
+            "task_class": args.task_class,
+            "labels": args.label or None,
+            "blocked_by": args.blocked_by or None,
+        }
+        created = client.create_task(project_from(args, settings), args.title, **fields)
+        answer: dict[str, Any] = {"task": created}
+        if blocks:
+            answer["dependency"] = block_on(client, blocks, created["key"])
+    text = f"Created {created['key']} {created['title']!r} [{created['status']}]."
+    if blocks:
+        text += f" {blocks} now waits for it."
+    out.result(answer, text)
+    return EXIT_OK
+
+
+def git_facts_from_args(args: argparse.Namespace) -> dict[str, Any]:
+    """The facts the options name (None for the ones they leave out)."""
+    return {name: getattr(args, name, None) for name in GIT_FACTS}
+
+
+def cmd_git(args: argparse.Namespace, out: Output) -> int:
+    facts = {name: value for name, value in git_facts_from_args(args).items() if value is not None}
+    if args.detect:
+        settings = load_settings()
+        with make_client(settings) as client:
+            held = current_attempt(settings, client)
+            # The server knows the base best (inherited, or recorded since the claim).
+            known = client.attempt(held.attempt_id).get("base_commit") if held is not None else None
+        where = Path(args.repo or (held.worktree if held and held.worktree else ".")).absolute()
+        found = gitfacts.detect(where, base_commit=facts.get("base_commit") or known)  # not git: exit 8
+        facts = {**found, **facts}  # what the options say wins over what was read
+    if not facts:
+        raise UsageError("Name a git fact to record (e.g. --head-commit SHA), or --detect to read them from git.")
+    recorded = _holder(lambda client, lease: client.set_git(lease, **facts))
+    attempt = recorded.get("attempt", {}) if isinstance(recorded, dict) else {}
+    shown = ", ".join(f"{name}={value}" for name, value in facts.items())
+    out.result(recorded, f"{attempt.get('task', '')} attempt {attempt.get('id', '')}: recorded {shown}.".strip())
+    return EXIT_OK
+
+
+def cmd_dependency(args: argparse.Namespace, out: Output) -> int:
+    settings = load_settings()
+    with make_client(settings) as client:
+        key = _current_task(settings, client, args.key)
+        if args.command == "block":
+            answer = client.add_dependency(key, blocked_by=args.by)
+            text = f"{key} is blocked by {args.by}."
+        else:
+            answer = client.remove_dependency(key, blocked_by=args.by)
+            text = f"{key} is no longer blocked by {args.by}."
+    out.result(answer, text)
+    return EXIT_OK
+
+
+def add_parsers(command: Any) -> None:
+    """The subcommands of this module, added through `agent.cli`'s `command(name, text, handler)`."""
+    task = command("task", "Read a task (whole, or a range of its text) or file a follow-up task.", None)
+    actions = task.add_subparsers(dest="task_command", metavar="ACTION", required=True)
+    show = actions.add_parser("show", help="show a task, or a range of its description / acceptance criteria")
+    show.set_defaults(handler=cmd_task_show)
+    show.add_argument("key", nargs="?", help="task key (default: the current attempt's task)")
+    show.add_argument("--field", choices=TEXT_FIELDS, help="read this text in a range instead of the whole task")
+    show.add_argument("--offset", type=int, default=0, help="first character of the range (default 0)")
+    show.add_argument("--limit", type=int, help="characters to read (at most 16,000)")
+    create = actions.add_parser("create", help="create a task (a follow-up) in the project")
+    create.set_defaults(handler=cmd_task_create)
+    create.add_argument("title", help="the new task's title")
+    create.add_argument("--project", help="project slug (default: the one set at login)")
+    create.add_argument("--description", help="what the task is about")
+    create.add_argument("--acceptance-criteria", help="when it is done")
+    create.add_argument("--status", choices=("open", "ready"), help="initial status (server default: open)")
+    create.add_argument("--priority", type=int, help="higher is claimed first")
+    create.add_argument("--task-class", help="the task's class")
+    create.add_argument("--label", action="append", default=[], help="a label; repeatable")
+    create.add_argument("--blocked-by", action="append", default=[], help="a task the new one waits for; repeatable")
+    create.add_argument("--blocks", metavar="KEY", help="make task KEY wait for the new task")
+    create.add_argument("--blocks-current", action="store_true", help="make the current attempt's task wait for it")
+    for sub in (show, create):
+        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine output")
+
+    git = command("git", "Record git facts of the current attempt (options, or --detect to read them).", cmd_git)
+    git.add_argument("--detect", action="store_true", help="read the facts from git in the attempt's checkout")
+    git.add_argument("--repo", help="with --detect: the checkout to read (default: the attempt's worktree, else .)")
+    git.add_argument("--branch", help="the attempt's branch")
+    git.add_argument("--base-commit", help="40-hex commit the work started from")
+    git.add_argument("--head-commit", help="40-hex commit the branch is at")
+    git.add_argument("--commits-ahead", type=int, help="commits on the branch beyond the base")
+    git.add_argument("--dirty", action=argparse.BooleanOptionalAction, help="uncommitted changes in the worktree")
+    git.add_argument("--pushed", action=argparse.BooleanOptionalAction, help="the remote has the head")
+    git.add_argument("--worktree-path", help="absolute path of the worktree")
+    git.add_argument("--host", help="the machine the worktree is on")
+
+    for name, text in (("block", "Make a task wait for another."), ("unblock", "Remove a task's dependency.")):
+        sub = command(name, text, cmd_dependency)
+        sub.add_argument("key", nargs="?", help="the waiting task (default: the current attempt's task)")
+        sub.add_argument("--by", required=True, metavar="KEY", help="the task it waits for")
+
+
+__all__ = ["add_parsers", "cmd_dependency", "cmd_git", "cmd_task_create", "cmd_task_show", "task_text"]
