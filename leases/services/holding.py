@@ -115,9 +115,17 @@ def held_attempt(proof: HolderProof, *, now: datetime, lock_task: bool, lean: bo
         )
     task_epoch = attempt.task.epoch
     if proof.epoch < task_epoch or (attempt.status != AttemptStatus.ACTIVE and task_epoch > attempt.epoch):
+        # The write is stale either because it presents an old epoch or because its
+        # attempt is of one (a later claim took the task): name the stale one.
+        stale = min(proof.epoch, attempt.epoch)
         raise StaleEpoch(
-            f"{attempt.task.key} is at epoch {task_epoch}; this write carries epoch {proof.epoch}.",
-            details={"attempt": attempt.pk, "presented_epoch": proof.epoch, "current_epoch": task_epoch},
+            f"{attempt.task.key} is at epoch {task_epoch}; attempt {attempt.pk} is of epoch {stale}.",
+            details={
+                "attempt": attempt.pk,
+                "presented_epoch": proof.epoch,
+                "attempt_epoch": attempt.epoch,
+                "current_epoch": task_epoch,
+            },
         )
     if proof.epoch != attempt.epoch:
         raise ValidationFailed(

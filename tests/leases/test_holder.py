@@ -94,6 +94,8 @@ def test_an_old_epoch_is_refused_as_stale(clock, project, agent, other, grant):
     with pytest.raises(StaleEpoch) as caught:
         note_add(proof=proof_of(grant), kind="progress", content="late write")
     assert caught.value.details["current_epoch"] == 2
+    # The message names the stale epoch, never "at epoch 2; this write carries epoch 2" (issue 13).
+    assert caught.value.message == f"{grant.task.key} is at epoch 2; attempt {grant.attempt.pk} is of epoch 1."
     with pytest.raises(StaleEpoch):
         attempt_finish(proof=proof_of(grant), outcome="done")
     # The live holder, presenting a stale epoch, is refused too.
