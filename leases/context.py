@@ -48,6 +48,7 @@ TRUNCATION_MARK = "\n[…truncated]"
 # ("", field) names a top-level field.
 CUT_ORDER: tuple[tuple[str, str], ...] = (
     ("task", "description"),
+    ("last_failed_attempt", "result_summary"),
     ("previous_attempt", "result_summary"),
     ("previous_attempt", "next_steps"),
     ("latest_checkpoint", "next_steps"),
@@ -96,6 +97,8 @@ def work_context(
     checkpoint = None if first_ever else latest_checkpoint(task)
     recent = [] if first_ever else recent_terminal_attempts(task, limit=RUNS_OF_TROUBLE)
     previous = recent[0] if recent else None
+    # A failure hidden behind a later release or hand-off is still worth knowing (issue 13).
+    last_failed = next((run for run in recent[1:] if run.status == AttemptStatus.FAILED), None)
     if allocation is _UNKNOWN:
         allocation = active_allocation_of(current) if current is not None else None
     if just_claimed:
@@ -142,6 +145,16 @@ def work_context(
             "base_commit": previous.base_commit or None,
             "failure_reason_code": previous.failure_reason_code or None,
             "interruption_reason_code": previous.interruption_reason_code or None,
+        },
+        "last_failed_attempt": None
+        if last_failed is None
+        else {
+            "id": last_failed.pk,
+            "status": last_failed.status,
+            "agent": last_failed.agent.handle,
+            "finished_at": clock.iso(last_failed.finished_at),
+            "failure_reason_code": last_failed.failure_reason_code or None,
+            "result_summary": last_failed.result_summary,
         },
         "label": current.label if current is not None else None,
         "git": None if current is None else {name: _fact(current, name) for name in GIT_FACT_FIELDS},

@@ -167,6 +167,11 @@ class WorkContextSerializer(serializers.Serializer[Any]):
     blockers_total = serializers.IntegerField()
     latest_checkpoint = serializers.DictField(allow_null=True)
     previous_attempt = serializers.DictField(allow_null=True)
+    last_failed_attempt = serializers.DictField(
+        allow_null=True,
+        help_text="The latest failed attempt before the previous one (id, status, agent, finished_at, "
+        "failure_reason_code, result_summary), when a later attempt hides it.",
+    )
     label = serializers.CharField(allow_null=True)  # type: ignore[assignment]
     git = serializers.DictField(
         allow_null=True,

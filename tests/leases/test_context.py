@@ -89,3 +89,25 @@ def test_bound_context_always_fits_and_names_its_cuts(description, criteria, sum
         assert "task.description" in bounded["truncated"]
     if bounded["task"]["acceptance_criteria"] != original["criteria"]:
         assert "task.acceptance_criteria" in bounded["truncated"]
+
+
+@pytest.mark.django_db
+def test_a_failure_hidden_behind_a_later_release_is_still_in_the_context(clock, project, agent):
+    from leases.services import attempt_release
+    from ledger import clock as clock_module
+
+    task = TaskFactory(project=project, status="ready")
+    failed = lease_claim(task=task, agent=agent)
+    attempt_finish(
+        proof=proof_of(failed), outcome="failed", failure_reason_code="tests_failed", result_summary="3 tests red"
+    )
+    released = lease_claim(task=task, agent=agent)
+    attempt_release(proof=proof_of(released))
+    task.refresh_from_db()
+
+    context = work_context(task=task, now=clock_module.now())
+
+    assert context["previous_attempt"]["status"] == "released"
+    assert context["last_failed_attempt"]["id"] == failed.attempt.pk
+    assert context["last_failed_attempt"]["failure_reason_code"] == "tests_failed"
+    assert context["last_failed_attempt"]["result_summary"] == "3 tests red"
