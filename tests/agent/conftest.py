@@ -42,7 +42,7 @@ class Fleet:
 
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory) -> Iterator[Fleet]:
-    server = LiveServer(tmp_path_factory.mktemp("leasehold-live")).start()
+    server = LiveServer(tmp_path_factory.mktemp("leasehold-live"), on_suite_database=True).start()
     try:
         server.manage("create_project", PROJECT, "--name", "Agent toolkit tests")
         token = server.create_agent("toolkit-1", project=PROJECT)

@@ -1,9 +1,9 @@
 """A real Leasehold server in a subprocess (`manage.py serve`), for the toolkit's end-to-end tests.
 
-It runs on the database the suite runs on: its own SQLite file under a
-temporary LEASEHOLD_DATA_DIR, or, when the suite runs with a PostgreSQL
-DATABASE_URL, a fresh database of its own on that server (created at start,
-dropped at stop). LEASEHOLD_MIN_LEASE_SECONDS=1 allows a 3-second lease
+It runs on its own SQLite file under a temporary LEASEHOLD_DATA_DIR, or,
+with `on_suite_database=True` when the suite runs with a PostgreSQL
+DATABASE_URL, on a fresh database of its own on that server (created at
+start, dropped at stop). LEASEHOLD_MIN_LEASE_SECONDS=1 allows a 3-second lease
 (renewed every second). Its output, including gunicorn's access log, goes to
 `log_path`.
 """
@@ -94,14 +94,22 @@ def _postgres(admin_url: str, statement: str) -> None:
 
 
 class LiveServer:
-    def __init__(self, data_dir: Path, *, port: int | None = None, same_database_as: LiveServer | None = None) -> None:
-        """`same_database_as`: serve that server's database (its SQLite file, or its PostgreSQL database)."""
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        port: int | None = None,
+        on_suite_database: bool = False,
+        same_database_as: LiveServer | None = None,
+    ) -> None:
+        """`on_suite_database`: PostgreSQL when the suite runs on it; `same_database_as`: that server's database."""
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         suite_database = os.environ.get("DATABASE_URL", "")
-        on_postgres = suite_database.startswith(("postgres://", "postgresql://"))
-        self.postgres_admin_url = suite_database if on_postgres else None
+        wanted = on_suite_database or (same_database_as is not None and same_database_as.postgres_admin_url is not None)
+        on_postgres = wanted and suite_database.startswith(("postgres://", "postgresql://"))
+        self.postgres_admin_url: str | None = suite_database if on_postgres else None
         self.owns_database = same_database_as is None
         self.database_name: str | None = (
             same_database_as.database_name

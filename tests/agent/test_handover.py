@@ -8,6 +8,7 @@ suite's database (SQLite, or PostgreSQL when DATABASE_URL names it) with a 3-sec
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -218,3 +219,17 @@ def assert_predecessor_work(context: str, a_call: dict, head: str) -> None:
     assert f"`{head}`" in section[1]
     assert "Pushed: no" in section[1]
     assert f"Worktree: {a_call['cwd']}" in section[1]
+
+
+def test_these_runs_go_through_a_server_on_the_suites_database(fleet):
+    suite = os.environ.get("DATABASE_URL", "")
+    assert fleet.server.database == ("postgresql" if suite.startswith(("postgres://", "postgresql://")) else "sqlite")
+    if fleet.server.database == "postgresql":
+        import psycopg
+
+        url = f"{suite.rsplit('/', 1)[0]}/{fleet.server.database_name}"
+        with psycopg.connect(url) as connection:
+            slugs = [row[0] for row in connection.execute("SELECT slug FROM ledger_project")]
+        assert fleet.project in slugs
+    else:
+        assert (fleet.server.data_dir / "leasehold.sqlite3").exists()
