@@ -1,18 +1,20 @@
 """Schemathesis hooks of `scripts/api-fuzz`: the rules the schema states in prose, kept by generated requests.
 
 OpenAPI 3.0 cannot state a rule that joins a header and the body, one about values the API
-handed out before, or one about keys used before, so the schema says these in descriptions:
+handed out before, or one about what is stored, so the schema says these in descriptions:
 
 - `PATCH /tasks/{key}/`: the version read, as `If-Match` or `expected_version` (they agree);
   the holder's proof, `X-Lease-Token`, `X-Lease-Epoch` and `X-Attempt-Id` (or `attempt_id`),
-  whole or not at all; something to change besides those two body fields;
+  whole or not at all; something to change besides those two body fields; and a `status`
+  (or a blank `blocked_reason`) is accepted or not depending on the task's stored status;
+- `POST /tasks/`: `blocked` needs a `blocked_reason`; `blocked_by` names existing tasks;
 - `cursor`: only a `next_cursor` the API answered;
 - `Idempotency-Key`: unique per request (the same key with another request is IDEMPOTENCY_CONFLICT).
 
 Requests generated from the schema alone break them at random. These hooks make every
-positive request keep them, as a client that read the descriptions would, so a refusal of
-one means the API and its schema disagree. Negative requests are left as generated: they
-are meant to be refused.
+positive request keep them, as a client that read the descriptions (and the task) would,
+so a refusal of one means the API and its schema disagree. Negative requests are left as
+generated: they are meant to be refused.
 """
 
 from __future__ import annotations
@@ -22,14 +24,21 @@ from typing import Any
 
 import schemathesis
 from schemathesis import Case, GenerationMode, HookContext
+from schemathesis.generation.meta import TestPhase
 
 HOLDER_HEADERS = ("X-Lease-Token", "X-Lease-Epoch", "X-Attempt-Id")
 NOT_CHANGES = frozenset({"expected_version", "attempt_id"})
 IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
+# The first task `scripts/api-fuzz` creates in its project `fuzz`.
+SEEDED_TASK = "FUZZ-1"
 
 
 def _positive(case: Case) -> bool:
     return case.meta is not None and case.meta.generation.mode is GenerationMode.POSITIVE
+
+
+def _body(case: Case) -> dict[str, Any]:
+    return dict(case.body) if isinstance(case.body, dict) else {}
 
 
 @schemathesis.hook("map_case")
@@ -38,14 +47,17 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
         return case
     if case.query and "cursor" in case.query:
         case.query = {name: value for name, value in case.query.items() if name != "cursor"}
-    if case.operation.definition.raw.get("operationId") == "tasks_partial_update":
+    operation_id = case.operation.definition.raw.get("operationId")
+    if operation_id == "tasks_partial_update":
         _keep_the_task_update_rules(case)
+    elif operation_id == "tasks_create":
+        _keep_the_task_create_rules(case)
     return case
 
 
 def _keep_the_task_update_rules(case: Case) -> None:
     headers = case.headers
-    body: dict[str, Any] = dict(case.body) if isinstance(case.body, dict) else {}
+    body = _body(case)
     # One version: the header when both are there, the first version when neither is.
     if "If-Match" in headers:
         body.pop("expected_version", None)
@@ -60,8 +72,21 @@ def _keep_the_task_update_rules(case: Case) -> None:
         for name in HOLDER_HEADERS:
             headers.pop(name, None)
         body.pop("attempt_id", None)
+    # Outside a stateful scenario the stored status is unknown, so changing it is a guess.
+    if case.meta is not None and case.meta.phase.name != TestPhase.STATEFUL:
+        body.pop("status", None)
+        body.pop("blocked_reason", None)
     if not set(body) - NOT_CHANGES:
         body["priority"] = 0
+    case.body = body
+
+
+def _keep_the_task_create_rules(case: Case) -> None:
+    body = _body(case)
+    if body.get("status") == "blocked" and not str(body.get("blocked_reason", "")).strip():
+        body["blocked_reason"] = "Waits for the fuzzer."
+    if body.get("blocked_by"):
+        body["blocked_by"] = [SEEDED_TASK]
     case.body = body
 
 
