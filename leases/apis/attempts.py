@@ -20,7 +20,14 @@ from api.base import ApiView
 from api.inputs import body_input
 from api.mutations import Outcome, run_mutation
 from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
-from leases.apis.fields import BranchNameField, CommitIdField, NextStepsField, NoteContentField
+from leases.apis.fields import (
+    AbsolutePathField,
+    BranchNameField,
+    CommitIdField,
+    HostNameField,
+    NextStepsField,
+    NoteContentField,
+)
 from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import attempt_summary, compact_task, ended_task_row
 from leases.apis.serializers import AttemptDetailSerializer, AttemptSummarySerializer, FinishedSerializer
@@ -61,10 +68,10 @@ class GitFactsSerializer(serializers.Serializer[Any]):
     )
     dirty = serializers.BooleanField(required=False, allow_null=True, help_text="Uncommitted changes in the worktree.")
     pushed = serializers.BooleanField(required=False, allow_null=True, help_text="The remote has the head commit.")
-    worktree_path = serializers.CharField(
+    worktree_path = AbsolutePathField(
         required=False, allow_null=True, max_length=WORKTREE_PATH_MAX_CHARS, help_text="Absolute path of the worktree."
     )
-    host = serializers.CharField(
+    host = HostNameField(
         required=False, allow_null=True, max_length=HOST_MAX_CHARS, help_text="The machine the worktree is on."
     )
 

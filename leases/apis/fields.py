@@ -67,3 +67,19 @@ class NoteContentField(serializers.CharField):
 class NextStepsField(serializers.ListField):
     """Next steps, kept as sent: at most NEXT_STEPS_MAX_ITEMS, each at most NEXT_STEP_MAX_CHARS
     (`leases.services.notes.validate_next_steps`)."""
+
+
+# `leases.services.git_facts`: text facts are non-empty and hold no control character.
+_NO_CONTROL = r"[^\u0000-\u001f\u007f]"
+
+
+@extend_schema_field(
+    {"type": "string", "nullable": True, "minLength": 1, "pattern": rf"^(/|[A-Za-z]:[\\/]){_NO_CONTROL}*$"}
+)
+class AbsolutePathField(serializers.CharField):
+    """An absolute path (POSIX, or a Windows drive path) without control characters (`git_facts`)."""
+
+
+@extend_schema_field({"type": "string", "nullable": True, "minLength": 1, "pattern": rf"^\S{_NO_CONTROL}*$|^\S$"})
+class HostNameField(serializers.CharField):
+    """A machine's name: not blank, no control characters (`git_facts`)."""
