@@ -15,7 +15,13 @@ from rest_framework import serializers
 from api.schema import NON_BLANK_TEXT_PATTERN, TEXT_PATTERN
 from environments.models import ENVIRONMENT_NAME_PATTERN
 from leases.branches import AGENT_PREFIXES, BRANCH_TYPES, MAX_BRANCH_LENGTH
-from leases.models import NEXT_STEP_MAX_CHARS, NEXT_STEPS_MAX_ITEMS, NOTE_MAX_CHARS
+from leases.models import (
+    HOST_MAX_CHARS,
+    NEXT_STEP_MAX_CHARS,
+    NEXT_STEPS_MAX_ITEMS,
+    NOTE_MAX_CHARS,
+    WORKTREE_PATH_MAX_CHARS,
+)
 
 # `leases.branches.validate_branch_name` as a pattern: `<type>/<description>`, the description
 # runs of a-z0-9 joined by single '-' or '.', never ending in `.lock` (git's lock files).
@@ -74,12 +80,26 @@ _NO_CONTROL = r"[^\u0000-\u001f\u007f]"
 
 
 @extend_schema_field(
-    {"type": "string", "nullable": True, "minLength": 1, "pattern": rf"^(/|[A-Za-z]:[\\/]){_NO_CONTROL}*$"}
+    {
+        "type": "string",
+        "nullable": True,
+        "minLength": 1,
+        "maxLength": WORKTREE_PATH_MAX_CHARS,
+        "pattern": rf"^(/|[A-Za-z]:[\\/]){_NO_CONTROL}*$",
+    }
 )
 class AbsolutePathField(serializers.CharField):
     """An absolute path (POSIX, or a Windows drive path) without control characters (`git_facts`)."""
 
 
-@extend_schema_field({"type": "string", "nullable": True, "minLength": 1, "pattern": rf"^\S{_NO_CONTROL}*$|^\S$"})
+@extend_schema_field(
+    {
+        "type": "string",
+        "nullable": True,
+        "minLength": 1,
+        "maxLength": HOST_MAX_CHARS,
+        "pattern": rf"^\S{_NO_CONTROL}*$",
+    }
+)
 class HostNameField(serializers.CharField):
     """A machine's name: not blank, no control characters (`git_facts`)."""
