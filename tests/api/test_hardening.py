@@ -242,7 +242,8 @@ def test_connection_loss_mid_storm_gives_no_500_and_keeps_every_acknowledged_wri
     assert killed == [1, 1, 1]
     assert 500 not in statuses
     assert len(acknowledged) >= 40
-    assert 503 in statuses  # the storm did meet the writers
+    # Whether a writer met a dead connection as 503 or had it absorbed by the retry on a fresh
+    # connection depends on timing: either is right, a 500 or a lost write is not.
     stored = sorted(Note.objects.values_list("content", flat=True))
     assert stored == sorted(acknowledged)  # every acknowledged write kept, none twice
 
