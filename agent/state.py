@@ -29,12 +29,12 @@ import hashlib
 import json
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.config import write_private
 from agent.models import Claim, Lease, is_past
 
 POINTER_NAME = "leasehold-attempt.json"
@@ -165,22 +165,6 @@ def _locked(directory: Path) -> Iterator[None]:
         os.close(descriptor)  # closing drops the lock
 
 
-def _write_json(path: Path, data: dict[str, Any]) -> None:
-    """Atomically: a fresh 0600 temporary file in the same directory, fsynced, then renamed over `path`."""
-    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    temporary = Path(name)
-    try:
-        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=2)
-            handle.write("\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temporary, 0o600)
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
-
-
 def _read_json(path: Path) -> dict[str, Any] | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -211,7 +195,7 @@ def save(config_dir: Path, held: HeldAttempt) -> Path:
         existing = _read_held(path)
         if existing is not None and existing.attempt_id != held.attempt_id and existing.epoch > held.epoch:
             return path
-        _write_json(path, held.as_dict())
+        write_private(path, held.as_dict())
     return path
 
 
@@ -250,7 +234,7 @@ def mark_lost(config_dir: Path, held: HeldAttempt, reason: str) -> None:
         if existing is not None and existing.attempt_id != held.attempt_id:
             return
         held.lost, held.lost_reason = True, reason
-        _write_json(path, held.as_dict())
+        write_private(path, held.as_dict())
 
 
 # --- worktree pointers ---------------------------------------------------------------
@@ -283,7 +267,7 @@ def write_worktree_pointer(
     if git_dir is None:
         raise ValueError(f"{worktree} is not inside a git checkout")
     data = {"agent": agent, "task": task, "attempt_id": attempt_id, "server": server}
-    _write_json(git_dir / POINTER_NAME, data)
+    write_private(git_dir / POINTER_NAME, data)
 
 
 def read_worktree_pointer(path: Path) -> dict[str, Any] | None:
@@ -351,4 +335,4 @@ def remember_agent(config_dir: Path, server: str, token: str, agent: str) -> Non
         if identities.get(_identity_key(server, token)) == agent:
             return
         identities[_identity_key(server, token)] = agent
-        _write_json(path, identities)
+        write_private(path, identities)
