@@ -1,4 +1,4 @@
-"""Root URLs: the admin at /admin/, the agent API under /api/ (its endpoints at /api/v1/).
+"""Root URLs: the admin at /admin/, the agent API under /api/ (its endpoints at /api/v1/), the probes.
 
 Every app is named by a dotted string, so the ground floor imports none of them.
 """
@@ -12,6 +12,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # /api/v1/ and, for any other path under /api/, the API's error envelope too.
     path("api/", include(("api.urls", "api"), namespace="api")),
+    # /healthz and /readyz for load balancers and orchestrators (no login).
+    path("", include("console.health_urls")),
 ]
 
 # Django-level errors (outside DRF views) under /api/ get the envelope as well.

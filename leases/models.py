@@ -276,3 +276,4 @@ class ClaimRefusalTally(models.Model):
 
 
 from leases.reconciliation.models import AttemptDiscard, Finding, ReconciliationRun  # noqa: E402,F401
+from leases.jobhealth.models import JobHeartbeat  # noqa: E402,F401

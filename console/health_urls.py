@@ -1,0 +1,12 @@
+"""The probes at the root: `/healthz` and `/readyz` (outside `/api/v1/`, no login)."""
+
+from __future__ import annotations
+
+from django.urls import path
+
+from console.health import healthz, readyz
+
+urlpatterns = [
+    path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
+]
