@@ -275,5 +275,5 @@ class ClaimRefusalTally(models.Model):
         return f"{self.day} {self.agent_id}: {self.count}"
 
 
-from leases.reconciliation.models import AttemptDiscard, Finding, ReconciliationRun  # noqa: E402,F401
 from leases.jobhealth.models import JobHeartbeat  # noqa: E402,F401
+from leases.reconciliation.models import AttemptDiscard, Finding, ReconciliationRun  # noqa: E402,F401

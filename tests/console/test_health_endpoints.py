@@ -21,7 +21,8 @@ def test_readyz_is_503_naming_the_scheduler_when_no_job_ever_ran(client, clock):
     assert response.status_code == 503
     body = response.json()
     assert body["failing"] == ["scheduler"]
-    assert body["checks"]["database"]["ok"] and body["checks"]["migrations"]["ok"]
+    assert body["checks"]["database"]["ok"]
+    assert body["checks"]["migrations"]["ok"]
     assert "qcluster" in body["checks"]["scheduler"]["detail"]
 
 
