@@ -1,4 +1,9 @@
-"""Agents: create (token shown once), change projects, rotate token (shown once), deactivate.
+"""Agents: create (token shown once), change projects, rotate token (shown once), deactivate, reactivate.
+
+The agent health page and its levers (force-release all, deactivate with a
+reason, reactivate) are `console.agent_health`, routed here. A deactivated
+agent's token is not rotated: the new token would only ever get 401 (bug 10);
+reactivate it first.
 
 A token exists in exactly one HTTP response: the page rendered by the POST
 that created or rotated it. It is never stored, never put in a message, a
@@ -11,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.validators import RegexValidator
 from django.db.models import Count, Q, QuerySet
@@ -22,7 +27,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from config.errors import LedgerError
-from console.base import LeaseholdModelAdmin, actor_of, badge, plural
+from console.agent_health import health_page, release_all_view, set_active_view
+from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
 from leases.models import AttemptStatus
 from leases.services import agent_set_projects
@@ -157,15 +163,33 @@ class AgentAdmin(LeaseholdModelAdmin):
 
     # --- rotate -------------------------------------------------------------
 
-    def _rotate_flow(self, request: HttpRequest, agents: list[Agent], *, action_name: str | None) -> HttpResponse:
+    def _rotate_flow(
+        self, request: HttpRequest, agents: list[Agent], *, action_name: str | None
+    ) -> HttpResponse | None:
+        inactive = [agent.handle for agent in agents if not agent.is_active]
+        if inactive:
+            # Refused before anything is rotated: a deactivated agent's new token would only get 401.
+            self.message_user(
+                request,
+                f"Not rotated: {', '.join(inactive)} {'is' if len(inactive) == 1 else 'are'} deactivated, and a "
+                "deactivated agent's token is refused. Reactivate it first (Agent health → Reactivate…).",
+                messages.ERROR,
+            )
+            return HttpResponseRedirect(reverse("admin:ledger_agent_changelist")) if action_name is None else None
         form = forms.Form(request.POST if is_confirmed(request) else None)
         if form.is_bound and form.is_valid():
             actor = actor_of(request)
             issued = []
             for agent in agents:
-                rotated, token = agent_rotate_token(agent=agent, actor=actor)
+                try:
+                    rotated, token = agent_rotate_token(agent=agent, actor=actor)
+                except LedgerError as exc:  # deactivated meanwhile
+                    self.message_user(request, exc.message, messages.ERROR)
+                    continue
                 self.log_change(request, rotated, "Rotated the API token; the new one was shown once.")
                 issued.append((rotated, token))
+            if not issued:
+                return HttpResponseRedirect(reverse("admin:ledger_agent_changelist"))
             return token_page(request, self, title=f"Rotated {plural(len(issued), 'token')}", issued=issued)
         confirmation = Confirmation(
             title=f"Rotate the API token of {plural(len(agents), 'agent')}",
@@ -186,14 +210,16 @@ class AgentAdmin(LeaseholdModelAdmin):
         )
 
     @admin.action(description="Rotate API token…", permissions=["operate"])
-    def rotate_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> HttpResponse:
+    def rotate_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> HttpResponse | None:
         return self._rotate_flow(request, list(queryset), action_name="rotate_token")
 
     def rotate_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         if not self.has_operate_permission(request):
             raise PermissionDenied
         agent = get_object_or_404(self.get_queryset(request), pk=object_id)
-        return self._rotate_flow(request, [agent], action_name=None)
+        return self._rotate_flow(request, [agent], action_name=None) or HttpResponseRedirect(
+            reverse("admin:ledger_agent_changelist")
+        )
 
     # --- projects -----------------------------------------------------------
 
@@ -233,7 +259,30 @@ class AgentAdmin(LeaseholdModelAdmin):
         projects = path(
             "<path:object_id>/projects/", self.admin_site.admin_view(self.projects_view), name="ledger_agent_projects"
         )
-        return [rotate, projects, *super().get_urls()]
+        wrap = self.admin_site.admin_view
+        health = [
+            path("health/", wrap(lambda request: health_page(self, request)), name="ledger_agent_health"),
+            path(
+                "<path:object_id>/release-all/",
+                wrap(lambda request, object_id: release_all_view(self, request, object_id)),
+                name="ledger_agent_release_all",
+            ),
+            path(
+                "<path:object_id>/deactivate/",
+                wrap(lambda request, object_id: set_active_view(self, request, object_id, active=False)),
+                name="ledger_agent_deactivate_one",
+            ),
+            path(
+                "<path:object_id>/reactivate/",
+                wrap(lambda request, object_id: set_active_view(self, request, object_id, active=True)),
+                name="ledger_agent_reactivate",
+            ),
+        ]
+        return [*health, rotate, projects, *super().get_urls()]
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        extra = {"health_url": reverse("admin:ledger_agent_health"), **(extra_context or {})}
+        return super().changelist_view(request, extra)
 
     def change_view(
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
@@ -246,16 +295,17 @@ class AgentAdmin(LeaseholdModelAdmin):
     @admin.action(description="Deactivate (refuse its token from now on)…", permissions=["operate"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet[Agent]) -> HttpResponse | None:
         agents = list(queryset)
-        form = forms.Form(request.POST if is_confirmed(request) else None)
+        form = ConfirmationForm(request.POST if is_confirmed(request) else None)
         if form.is_bound and form.is_valid():
             actor = actor_of(request)
+            reason = form.cleaned_data["reason"]
             deactivated, already = [], []
             for agent in agents:
                 if not agent.is_active:
                     already.append(agent.handle)
                     continue
-                agent_deactivate(agent=agent, actor=actor)
-                self.log_change(request, agent, "Deactivated: its API token is refused from now on.")
+                agent_deactivate(agent=agent, actor=actor, reason=reason)
+                self.log_change(request, agent, f"Deactivated: its API token is refused from now on. {reason}")
                 deactivated.append(agent.handle)
             self.report(
                 request,
@@ -266,7 +316,7 @@ class AgentAdmin(LeaseholdModelAdmin):
         confirmation = Confirmation(
             title=f"Deactivate {plural(len(agents), 'agent')}",
             intro="A deactivated agent's API token is refused from now on. Its live leases are not revoked: "
-            "they run out on their own (force-release the tasks to free them sooner). This cannot be undone here.",
+            "they run out on their own (force-release the tasks to free them sooner). Reactivate it on Agent health.",
             submit_label="Yes, deactivate",
             columns=["Agent", "Kind", "Active", "Live leases"],
             rows=[(a, [a.handle, a.get_kind_display(), self.active_badge(a), self.live_leases(a)]) for a in agents],

@@ -123,29 +123,50 @@ def _percent(value: float) -> str:
 
 def rate_chart(
     days: Sequence[date],
-    rates: Sequence[float],
+    rates: Sequence[float | None],
     *,
     details: Sequence[str],
     label: str,
+    headline: float | None = None,
 ) -> SafeString:
-    """A line of daily rates (0..1) with a point per day; `details` explain each point."""
-    step = nice_step(max(rates, default=0) / GRIDLINES, integer=False) if any(rates) else 0.25
+    """A line of daily rates (0..1) with a point per day; `details` explain each point.
+
+    A day without a rate (`None`: nothing to divide by) is not drawn: no point, and the line
+    breaks there, so an empty day never reads as 0 %. `headline` is the figure the label
+    states (the pooled rate over the window); without it the label gives no average.
+    """
+    known = [rate for rate in rates if rate is not None]
+    step = nice_step(max(known, default=0) / GRIDLINES, integer=False) if any(known) else 0.25
     top_value = step * GRIDLINES
     parts = _axes(top_value, days=days, formatter=_percent)
     plot_h = _plot_height()
     slot = (WIDTH - LEFT - RIGHT) / max(1, len(days))
-    points = []
+    points: list[tuple[float, float] | None] = []
     for index, rate in enumerate(rates):
+        if rate is None:
+            points.append(None)
+            continue
         x = LEFT + slot * (index + 0.5)
         y = TOP + plot_h - plot_h * rate / top_value
         points.append((x, y))
-    if points:
-        path = " ".join(f"{'M' if i == 0 else 'L'}{x:.1f},{y:.1f}" for i, (x, y) in enumerate(points))
-        parts.append(f'<path class="lh-line" d="{path}"/>')
-    for (x, y), day, rate, detail in zip(points, days, rates, details, strict=True):
+    path, pen_down = [], False
+    for point in points:
+        if point is None:
+            pen_down = False
+            continue
+        path.append(f"{'L' if pen_down else 'M'}{point[0]:.1f},{point[1]:.1f}")
+        pen_down = True
+    if path:
+        parts.append(f'<path class="lh-line" d="{" ".join(path)}"/>')
+    for point, day, rate, detail in zip(points, days, rates, details, strict=True):
+        if point is None or rate is None:
+            continue
         title = f"{day.isoformat()}: {_percent(rate)} ({detail})"
-        parts.append(
-            f'<circle class="lh-dot" cx="{x:.1f}" cy="{y:.1f}" r="2.5"><title>{escape(title)}</title></circle>'
-        )
-    average = sum(rates) / len(rates) if rates else 0.0
-    return _svg(parts, label=f"{label}: {_percent(average)} on average over {len(days)} days")
+        x, y = point
+        dot = f'<circle class="lh-dot" cx="{x:.1f}" cy="{y:.1f}" r="2.5">'
+        parts.append(f"{dot}<title>{escape(title)}</title></circle>")
+    empty = len(rates) - len(known)
+    summary = f"{label}: {_percent(headline)} pooled over {len(days)} days" if headline is not None else label
+    if empty:
+        summary += f" ({empty} days without finished attempts not drawn)"
+    return _svg(parts, label=summary)

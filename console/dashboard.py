@@ -21,20 +21,21 @@ from django.db.models import Count
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from console.base import duration
+from console.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration
 from console.charts import Stack, bar_chart, rate_chart
-from console.timeline import TimelineItem, timeline_items, with_actors
-from leases.metrics import fleet_metrics
+from console.jobs_health import JobsView, jobs_view
+from leases.metrics import fleet_metrics, pooled_orphan_rate
 from leases.models import Attempt
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
 from leases.selectors import IN_PROGRESS, live_attempts, with_lease_state
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 
 EXPIRING_WINDOW = timedelta(minutes=10)
-EXPIRING_SHOWN = 15
+# Panels show their top 5 with "all N →", so the page fits a laptop screen.
+EXPIRING_SHOWN = 5
 QUEUE_WAIT_WINDOW = timedelta(hours=24)
 ALERTS_WINDOW = timedelta(days=7)
-ALERTS_SHOWN = 15
+AUTO_REFRESH_SECONDS = 30
 CHART_DAYS = 30
 # Columns of the status table, in the order a reader scans a fleet.
 STATUS_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -94,11 +95,27 @@ class Dashboard:
     projects: list[ProjectRow] = field(default_factory=list)
     status_totals: list[StatusCell] = field(default_factory=list)
     expiring: list[ExpiringLease] = field(default_factory=list)
-    expiring_more: bool = False
+    expiring_count: int = 0
     findings: list[FindingRow] = field(default_factory=list)
-    queue_alerts: list[TimelineItem] = field(default_factory=list)
-    recent_alerts: list[TimelineItem] = field(default_factory=list)
+    finding_panel: AlertPanel = field(default_factory=AlertPanel)
+    queue_alerts: AlertPanel = field(default_factory=AlertPanel)
+    recent_alerts: AlertPanel = field(default_factory=AlertPanel)
     charts: list[Chart] = field(default_factory=list)
+    jobs: JobsView | None = None
+    orphan_rate: float | None = None
+
+    @property
+    def expiring_more(self) -> bool:
+        return self.expiring_count > len(self.expiring)
+
+    @property
+    def orphan_rate_text(self) -> str:
+        return "—" if self.orphan_rate is None else f"{self.orphan_rate * 100:.1f} %"
+
+    @property
+    def queue_alert_count(self) -> int:
+        """Every queue-wait alert of the window: a count, not the length of a cut list (bug 2)."""
+        return self.queue_alerts.total_items
 
     @property
     def live_leases(self) -> int:
@@ -151,25 +168,22 @@ def status_table(now: datetime) -> tuple[list[ProjectRow], list[StatusCell]]:
     return table, total_cells
 
 
-def expiring_leases(now: datetime) -> tuple[list[ExpiringLease], bool]:
-    """Live leases that lapse within 10 minutes, soonest first (the sweep's partial index)."""
-    attempts = list(
-        live_attempts(now)
-        .filter(lease_expires_at__lte=now + EXPIRING_WINDOW)
-        .select_related("task", "agent")
-        .order_by("lease_expires_at")[: EXPIRING_SHOWN + 1]
-    )
+def expiring_leases(now: datetime) -> tuple[list[ExpiringLease], int]:
+    """Live leases that lapse within 10 minutes, soonest first, and how many (the sweep's partial index)."""
+    expiring = live_attempts(now).filter(lease_expires_at__lte=now + EXPIRING_WINDOW)
+    attempts = list(expiring.select_related("task", "agent").order_by("lease_expires_at")[:EXPIRING_SHOWN])
     shown = [
         ExpiringLease(
             attempt=attempt,
-            left=duration((attempt.lease_expires_at - now).total_seconds()),
+            left=human_duration((attempt.lease_expires_at - now).total_seconds()),
             urgent=(attempt.lease_expires_at - now) < timedelta(minutes=1),
             task_url=reverse("admin:ledger_task_change", args=[attempt.task_id]),
             attempt_url=reverse("admin:leases_attempt_change", args=[attempt.pk]),
         )
-        for attempt in attempts[:EXPIRING_SHOWN]
+        for attempt in attempts
     ]
-    return shown, len(attempts) > EXPIRING_SHOWN
+    count = len(shown) if len(shown) < EXPIRING_SHOWN else expiring.count()
+    return shown, count
 
 
 def findings_by_condition() -> list[FindingRow]:
@@ -197,24 +211,38 @@ def findings_by_condition() -> list[FindingRow]:
     ]
 
 
-def queue_wait_alerts(now: datetime) -> list[TimelineItem]:
-    events = Event.objects.filter(type=EventType.TASK_QUEUE_WAIT_EXCEEDED, created_at__gte=now - QUEUE_WAIT_WINDOW)
-    return timeline_items(list(with_actors(events).order_by("-id")[:ALERTS_SHOWN]))
+def queue_wait_alerts(now: datetime) -> AlertPanel:
+    """Queue-wait alerts of the last 24 hours, one row per task (the event type/time index)."""
+    since = now - QUEUE_WAIT_WINDOW
+    events = Event.objects.filter(type=EventType.TASK_QUEUE_WAIT_EXCEEDED, created_at__gte=since)
+    all_url = events_url(type=EventType.TASK_QUEUE_WAIT_EXCEEDED, created_at__gte=since.isoformat())
+    return event_groups(events, since=since, all_url=all_url)
 
 
-def recent_alerts(now: datetime) -> list[TimelineItem]:
-    events = Event.objects.filter(severity__in=(Severity.WARN, Severity.ERROR), created_at__gte=now - ALERTS_WINDOW)
-    return timeline_items(list(with_actors(events).order_by("-id")[:ALERTS_SHOWN]))
+def recent_alerts(now: datetime) -> AlertPanel:
+    """Warnings and errors of the last 7 days but queue-wait alerts (their own panel), one row per type and task."""
+    since = now - ALERTS_WINDOW
+    events = Event.objects.filter(severity__in=(Severity.WARN, Severity.ERROR), created_at__gte=since).exclude(
+        type=EventType.TASK_QUEUE_WAIT_EXCEEDED
+    )
+    return event_groups(
+        events, since=since, all_url=events_url(severity__in="warn,error", created_at__gte=since.isoformat())
+    )
 
 
-def charts(days: int = CHART_DAYS) -> list[Chart]:
-    """Claims, lease conflicts and orphan rate per day, as SVG (from `leases.metrics`)."""
+def charts(days: int = CHART_DAYS) -> tuple[list[Chart], float | None]:
+    """Claims, lease conflicts and orphan rate per day, as SVG (from `leases.metrics`), and the pooled orphan rate.
+
+    The orphan rate's headline is pooled (all orphans ÷ all finished attempts of the window),
+    and a day on which no attempt finished has no rate: it is not drawn (bug 5: it read as 0 %).
+    """
     metrics = fleet_metrics(days=days)
     axis = [date.fromisoformat(point["day"]) for point in metrics["claims"]]
     claims = Stack("claims", "lh-bar-claims", "Claims")
     conflicts = Stack("conflicts", "lh-bar-refused", "Conflicts")
     orphan_rate = metrics["orphan_rate"]
-    return [
+    pooled = pooled_orphan_rate(orphan_rate)
+    chart_list = [
         Chart(
             title="Claims per day",
             description="Attempts claimed each day.",
@@ -232,28 +260,34 @@ def charts(days: int = CHART_DAYS) -> list[Chart]:
         ),
         Chart(
             title="Orphan rate per day",
-            description="Orphan branches found ÷ attempts finished.",
+            description="Orphan branches found ÷ attempts finished; days with none finished are not drawn.",
             svg=rate_chart(
                 axis,
-                [p["value"] for p in orphan_rate],
+                [p["value"] if p["finished"] else None for p in orphan_rate],
                 details=[f"{p['orphans']} orphan branches / {p['finished']} attempts finished" for p in orphan_rate],
                 label="Orphan rate",
+                headline=pooled,
             ),
         ),
     ]
+    return chart_list, pooled
 
 
 def build_dashboard(*, now: datetime) -> Dashboard:
     projects, totals = status_table(now)
-    expiring, more = expiring_leases(now)
+    expiring, expiring_count = expiring_leases(now)
+    chart_list, pooled = charts()
     return Dashboard(
         now=now,
         projects=projects,
         status_totals=totals,
         expiring=expiring,
-        expiring_more=more,
+        expiring_count=expiring_count,
         findings=findings_by_condition(),
+        finding_panel=finding_groups(),
         queue_alerts=queue_wait_alerts(now),
         recent_alerts=recent_alerts(now),
-        charts=charts(),
+        charts=chart_list,
+        jobs=jobs_view(now),
+        orphan_rate=pooled,
     )

@@ -248,7 +248,8 @@ class EventAdmin(EstimatedCountMixin, ReadOnlyAdmin):
 
     def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
         # Links from task and attempt pages filter on these.
-        if lookup in ("task__id__exact", "attempt_id", "attempt_id__exact"):
+        # The dashboard's "all N →" links filter on the window and the severities.
+        if lookup in ("task__id__exact", "attempt_id", "attempt_id__exact", "created_at__gte", "severity__in"):
             return True
         return super().lookup_allowed(lookup, value, request)
 

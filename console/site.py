@@ -15,6 +15,7 @@ from django.contrib.admin.apps import AdminConfig
 from django.core.exceptions import ImproperlyConfigured
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
+from django.urls import URLPattern, URLResolver, path, reverse
 
 from ledger import clock
 
@@ -30,14 +31,32 @@ class LeaseholdAdminSite(admin.AdminSite):
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         """The app list, and above it the dashboard for anyone who may view tasks."""
         # Imported here: this module loads with INSTALLED_APPS, before the models the dashboard reads.
-        from console.dashboard import CHART_DAYS, STATUS_COLUMNS, build_dashboard
+        from console.dashboard import AUTO_REFRESH_SECONDS, CHART_DAYS, STATUS_COLUMNS, build_dashboard
 
         extra = dict(extra_context or {})
         if request.user.has_perm("ledger.view_task"):
+            # `?refresh=30` reloads the page every 30 s (a meta refresh: no script); any other value is off.
+            refresh = AUTO_REFRESH_SECONDS if request.GET.get("refresh") == str(AUTO_REFRESH_SECONDS) else None
             extra.update(
-                dashboard=build_dashboard(now=clock.now()), status_columns=STATUS_COLUMNS, chart_days=CHART_DAYS
+                dashboard=build_dashboard(now=clock.now()),
+                status_columns=STATUS_COLUMNS,
+                chart_days=CHART_DAYS,
+                refresh_seconds=refresh,
+                refresh_every=AUTO_REFRESH_SECONDS,
+                jobs_url=reverse("admin:leasehold_jobs"),
             )
         return super().index(request, extra)
+
+    def get_urls(self) -> list[URLResolver | URLPattern]:
+        """The operations pages that belong to no single model: job health and the managers' report."""
+        from console.jobs_health import jobs_page
+        from console.reports import report_page
+
+        pages = [
+            path("jobs/", self.admin_view(lambda request: jobs_page(request, self)), name="leasehold_jobs"),
+            path("reports/", self.admin_view(lambda request: report_page(request, self)), name="leasehold_report"),
+        ]
+        return [*pages, *super().get_urls()]
 
 
 class LeaseholdAdminConfig(AdminConfig):

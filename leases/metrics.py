@@ -166,3 +166,14 @@ def fleet_metrics(
         "lease_conflicts": lease_conflicts_per_day(**scope),
         "orphan_rate": orphan_rate_per_day(**scope),
     }
+
+
+def pooled_orphan_rate(series: Iterable[OrphanRateDay]) -> float | None:
+    """All orphan branches found ÷ all attempts finished over the series' days (None when none finished).
+
+    Not the mean of the daily ratios: a quiet day with one attempt would weigh as much as a busy
+    one, and a day with none would count as 0 %.
+    """
+    days = list(series)
+    finished = sum(day["finished"] for day in days)
+    return round(sum(day["orphans"] for day in days) / finished, 4) if finished else None

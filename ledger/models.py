@@ -240,6 +240,7 @@ class EventType(models.TextChoices):
     AGENT_CREATED = "agent.created"
     AGENT_DEACTIVATED = "agent.deactivated"
     AGENT_PROJECTS_CHANGED = "agent.projects_changed"
+    AGENT_REACTIVATED = "agent.reactivated"
     AGENT_TOKEN_ROTATED = "agent.token_rotated"  # noqa: S105 - an event name
     ATTEMPT_CLAIMED = "attempt.claimed"
     ATTEMPT_DISCARDED = "attempt.discarded"

@@ -13,6 +13,7 @@ from ledger.services.agents import (
     agent_create,
     agent_deactivate,
     agent_heartbeat,
+    agent_reactivate,
     agent_rotate_token,
     agent_set_projects,
 )
@@ -41,6 +42,7 @@ __all__ = [
     "agent_create",
     "agent_deactivate",
     "agent_heartbeat",
+    "agent_reactivate",
     "agent_rotate_token",
     "agent_set_projects",
     "apply_task_update",

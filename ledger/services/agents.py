@@ -43,11 +43,20 @@ def agent_create(*, handle: str, kind: str, actor: Actor, projects: Iterable[Pro
 
 @write_transaction
 def agent_rotate_token(*, agent: Agent, actor: Actor) -> tuple[Agent, str]:
-    """Replace the agent's token; the old one stops working in the same commit."""
+    """Replace the agent's token; the old one stops working in the same commit.
+
+    A deactivated agent's token is refused anyway, so a new one would be a token that only
+    ever answers 401: refused (compare-and-set on `is_active`). Reactivate the agent first.
+    """
     now = clock.now()
     token = new_agent_token()
-    Agent.objects.filter(pk=agent.pk).update(token_hash=hash_token(token))
+    changed = Agent.objects.filter(pk=agent.pk, is_active=True).update(token_hash=hash_token(token))
     agent.refresh_from_db()
+    if not changed:
+        raise ValidationFailed(
+            f"Agent {agent.handle} is deactivated: its tokens are refused. Reactivate it first, then rotate.",
+            details={"agent": agent.handle, "reason": "agent_deactivated"},
+        )
     event_append(type=EventType.AGENT_TOKEN_ROTATED, actor=actor, at=now, payload={"handle": agent.handle})
     return agent, token
 
@@ -83,14 +92,48 @@ def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Acto
     return ProjectsChanged(agent=agent, added=added, removed=removed)
 
 
+REASON_MAX_CHARS = 2000
+
+
+def _clean_reason(reason: str) -> str:
+    reason = (reason or "").strip()
+    if len(reason) > REASON_MAX_CHARS:
+        raise ValidationFailed(
+            f"The reason is at most {REASON_MAX_CHARS} characters.", details={"fields": {"reason": ["too long"]}}
+        )
+    return reason
+
+
 @write_transaction
-def agent_deactivate(*, agent: Agent, actor: Actor) -> Agent:
-    """Refuse the agent's token from now on. Its attempts run out on their own leases."""
+def agent_deactivate(*, agent: Agent, actor: Actor, reason: str = "") -> Agent:
+    """Refuse the agent's token from now on. Its attempts run out on their own leases.
+
+    The reason, when given, is recorded in the `agent.deactivated` event.
+    """
+    reason = _clean_reason(reason)
     now = clock.now()
     changed = Agent.objects.filter(pk=agent.pk, is_active=True).update(is_active=False, deactivated_at=now)
     agent.refresh_from_db()
     if changed:
-        event_append(type=EventType.AGENT_DEACTIVATED, actor=actor, at=now, payload={"handle": agent.handle})
+        payload: dict[str, str] = {"handle": agent.handle}
+        if reason:
+            payload["reason"] = reason[:500]
+        event_append(type=EventType.AGENT_DEACTIVATED, actor=actor, at=now, payload=payload)
+    return agent
+
+
+@write_transaction
+def agent_reactivate(*, agent: Agent, actor: Actor, reason: str = "") -> Agent:
+    """Accept the agent's token again (the one it had; rotate it for a new one). One `agent.reactivated` event."""
+    reason = _clean_reason(reason)
+    now = clock.now()
+    changed = Agent.objects.filter(pk=agent.pk, is_active=False).update(is_active=True, deactivated_at=None)
+    agent.refresh_from_db()
+    if changed:
+        payload: dict[str, str] = {"handle": agent.handle}
+        if reason:
+            payload["reason"] = reason[:500]
+        event_append(type=EventType.AGENT_REACTIVATED, actor=actor, at=now, payload=payload)
     return agent
 
 

@@ -256,8 +256,8 @@ def scenario_deactivate_agent(web):
     a = AgentFactory(handle="twin-a", projects=[web])
     b = AgentFactory(handle="twin-b", projects=[web])
     return Twins(
-        via_admin=lambda client: confirmed(client, "ledger/agent", "deactivate", [a.pk]),
-        via_service=lambda actor: agent_deactivate(agent=b, actor=actor),
+        via_admin=lambda client: confirmed(client, "ledger/agent", "deactivate", [a.pk], reason="retired"),
+        via_service=lambda actor: agent_deactivate(agent=b, actor=actor, reason="retired"),
         subs={"twin-a": "<agent>", "twin-b": "<agent>"},
     )
 

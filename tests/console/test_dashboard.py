@@ -60,8 +60,8 @@ def test_only_leases_lapsing_within_ten_minutes_are_listed(clock, fleet_state):
 def test_findings_alerts_and_charts(clock, fleet_state):
     dashboard = build_dashboard(now=clock.now())
     assert {row.condition: row.open for row in dashboard.findings} == {"expired_lease_still_active": 1}
-    assert [item.event.type for item in dashboard.queue_alerts] == ["task.queue_wait_exceeded"]
-    assert "task.contested" in [item.event.type for item in dashboard.recent_alerts]
+    assert [group.code for group in dashboard.queue_alerts.groups] == ["task.queue_wait_exceeded"]
+    assert "task.contested" in [group.code for group in dashboard.recent_alerts.groups]
     assert [chart.title for chart in dashboard.charts] == [
         "Claims per day",
         "Lease conflicts per day",
@@ -76,7 +76,13 @@ def test_the_page_renders_every_part_in_bounded_queries(ops_client, fleet_state)
         body = ops_client.get("/admin/").content.decode()
     assert len(captured.captured_queries) <= DASHBOARD_QUERY_BUDGET
     assert body.count('<svg class="lh-chart"') == 3
-    for text in ("Web app", "Short lease", "Expired lease still active", "task.queue_wait_exceeded", "task.contested"):
+    for text in (
+        "Web app",
+        "Short lease",
+        "Expired lease still active",
+        "Queue wait exceeded",
+        "Changed under a live lease",
+    ):
         assert text in body
     assert "Everything else" in body  # the standard app list stays below
 

@@ -1,0 +1,254 @@
+"""Alerts that name their task, grouped Sentry-style: one row per task (or condition) with count, first and last seen.
+
+The dashboard's panels (queue-wait alerts, warnings and errors, open findings)
+are built here, each from a bounded number of queries over a recent window
+(the event type/time and time indexes, the partial index on unresolved
+findings): one GROUP BY for the top groups, one count of groups, one count of
+items, one read of each shown group's latest row. A flood of one task's
+alerts is one row, so it cannot bury the rest.
+
+Every row names its task by key and title (linked), and the environment or
+branch when the event or finding has one; durations read as "12 d 21 h".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from urllib.parse import urlencode
+
+from django.db.models import Count, Max, Min, Q, QuerySet
+from django.urls import reverse
+
+from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus, SubjectType
+from ledger.models import Event, EventType, Task
+
+PANEL_SHOWN = 5
+
+EVENT_LABELS: dict[str, str] = {
+    EventType.TASK_QUEUE_WAIT_EXCEEDED: "Queue wait exceeded",
+    EventType.TASK_CONTESTED: "Changed under a live lease",
+    EventType.ATTEMPT_REVOKED: "Lease revoked",
+    EventType.ATTEMPT_EXPIRED: "Lease expired",
+    EventType.ATTEMPT_DISCARDED: "Attempt's work discarded",
+    EventType.FINDING_OPENED: "Finding opened",
+    EventType.ENVIRONMENT_QUARANTINED: "Environment quarantined",
+    EventType.TASK_REASSIGNED: "Task reassigned",
+}
+
+
+def human_duration(seconds: float | None) -> str:
+    """`42 s`, `4 min 10 s`, `5 h 07 min`, `12 d 21 h`: how long, for a person."""
+    if seconds is None:
+        return "—"
+    total = int(seconds)
+    sign = "-" if total < 0 else ""
+    total = abs(total)
+    if total < 60:
+        return f"{sign}{total} s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{sign}{minutes} min {secs:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{sign}{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{sign}{days} d {hours} h"
+
+
+def moment_utc(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S UTC") if value else "—"
+
+
+def event_label(event_type: str) -> str:
+    return EVENT_LABELS.get(event_type, event_type)
+
+
+def readable_summary(event_type: str, payload: Any) -> str:
+    """One sentence a person reads instead of the payload's JSON (the events CSV carries both)."""
+    data = payload if isinstance(payload, dict) else {}
+
+    def get(key: str) -> str:
+        value = data.get(key)
+        return "" if value is None else str(value)
+
+    if event_type == EventType.TASK_QUEUE_WAIT_EXCEEDED:
+        waited = data.get("waited_seconds")
+        return f"ready and unclaimed for {human_duration(waited if isinstance(waited, int | float) else None)}"
+    if event_type == EventType.TASK_CONTESTED:
+        return f"{get('actor')} moved it {get('from')} → {get('to')} under {get('holder')}'s live lease"
+    if event_type == EventType.ATTEMPT_REVOKED:
+        return f"lease of {get('holder')} revoked: {get('reason')}"
+    if event_type == EventType.TASK_REASSIGNED:
+        return f"reassigned to {get('to') or get('agent') or get('reserved_for')}: {get('reason')}".rstrip(": ")
+    if event_type == EventType.ATTEMPT_EXPIRED:
+        return "lease expired without a finish"
+    if event_type in (EventType.FINDING_OPENED, EventType.FINDING_RESOLVED, EventType.FINDING_ACKNOWLEDGED):
+        condition = get("condition")
+        label = dict(Condition.choices).get(condition, condition)
+        verb = event_type.split(".", 1)[1]
+        return f"{label} {verb}: {get('subject_type')} {get('subject')}".strip()
+    if event_type == EventType.ATTEMPT_FINISHED:
+        return f"finished {get('status') or get('outcome')}".strip()
+    if event_type == EventType.TASK_STATUS_CHANGED:
+        return f"{get('from')} → {get('to')}"
+    pairs = [f"{key} {value}" for key, value in list(data.items())[:4] if value not in (None, "", [], {})]
+    return "; ".join(pairs)[:300]
+
+
+def where_of(payload: Any, fallback: str = "") -> str:
+    """The environment or branch an alert concerns, when its payload names one."""
+    data = payload if isinstance(payload, dict) else {}
+    for key in ("environment", "branch"):
+        value = data.get(key)
+        if value:
+            return f"{key} {value}"
+    if data.get("subject_type") in (SubjectType.BRANCH, SubjectType.ENVIRONMENT, SubjectType.WORKTREE):
+        return f"{data['subject_type']} {data.get('subject', '')}"
+    return fallback
+
+
+@dataclass(frozen=True)
+class AlertGroup:
+    code: str
+    label: str
+    severity: str
+    count: int
+    first_seen: datetime
+    last_seen: datetime
+    detail: str
+    url: str
+    task_key: str = ""
+    task_title: str = ""
+    task_url: str = ""
+    where: str = ""
+    project: str = ""
+
+    @property
+    def first_seen_text(self) -> str:
+        return moment_utc(self.first_seen)
+
+    @property
+    def last_seen_text(self) -> str:
+        return moment_utc(self.last_seen)
+
+
+@dataclass(frozen=True)
+class AlertPanel:
+    groups: list[AlertGroup] = field(default_factory=list)
+    total_groups: int = 0
+    total_items: int = 0
+    all_url: str = ""
+
+    @property
+    def more(self) -> bool:
+        return self.total_groups > len(self.groups)
+
+
+def events_url(**filters: Any) -> str:
+    return reverse("admin:ledger_event_changelist") + ("?" + urlencode(filters) if filters else "")
+
+
+def _task_fields(task: Task | None) -> dict[str, str]:
+    if task is None:
+        return {}
+    return {
+        "task_key": task.key,
+        "task_title": task.title,
+        "task_url": reverse("admin:ledger_task_change", args=[task.pk]),
+    }
+
+
+def event_groups(events: QuerySet[Event], *, since: datetime, all_url: str, shown: int = PANEL_SHOWN) -> AlertPanel:
+    """`events` grouped by (type, task), newest group first; the top `shown` named by their latest event."""
+    grouped = (
+        events.order_by()
+        .values("type", "task_id")
+        .annotate(n=Count("id"), first=Min("created_at"), last=Max("created_at"), latest=Max("id"))
+    )
+    top = list(grouped.order_by("-latest")[:shown])
+    latest = Event.objects.select_related("task", "project").in_bulk([row["latest"] for row in top])
+    groups = []
+    for row in top:
+        event = latest[row["latest"]]
+        task = event.task
+        filters: dict[str, Any] = {"type": row["type"], "created_at__gte": since.isoformat()}
+        if task is not None:
+            filters["task__id__exact"] = task.pk
+        groups.append(
+            AlertGroup(
+                code=row["type"],
+                label=event_label(row["type"]),
+                severity=event.severity,
+                count=row["n"],
+                first_seen=row["first"],
+                last_seen=row["last"],
+                detail=readable_summary(event.type, event.payload),
+                url=events_url(**filters),
+                where=where_of(event.payload),
+                project=event.project.slug if event.project else "",
+                **_task_fields(task),
+            )
+        )
+    return AlertPanel(groups=groups, total_groups=grouped.count(), total_items=events.count(), all_url=all_url)
+
+
+def _finding_where(finding: Finding) -> str:
+    if finding.subject_type in (SubjectType.BRANCH, SubjectType.ENVIRONMENT, SubjectType.WORKTREE):
+        return f"{finding.subject_type} {finding.subject_key}"
+    for key in ("branch", "environment"):
+        value = (finding.detail or {}).get(key) if isinstance(finding.detail, dict) else None
+        if value:
+            return f"{key} {value}"
+    return ""
+
+
+def finding_task(finding: Finding) -> Task | None:
+    if finding.task is not None:
+        return finding.task
+    if finding.attempt is not None:
+        return finding.attempt.task
+    return None
+
+
+def finding_groups(*, shown: int = PANEL_SHOWN) -> AlertPanel:
+    """Unresolved findings, one row per condition (count, first and last seen), named by the latest finding."""
+    unresolved = Finding.objects.filter(status__in=UNRESOLVED_STATUSES)
+    grouped = (
+        unresolved.order_by()
+        .values("condition")
+        .annotate(
+            n=Count("id"),
+            open=Count("id", filter=Q(status=FindingStatus.OPEN)),
+            first=Min("first_seen_at"),
+            last=Max("last_seen_at"),
+            latest=Max("id"),
+        )
+    )
+    rows = sorted(grouped, key=lambda row: row["last"], reverse=True)
+    top = rows[:shown]
+    latest = Finding.objects.select_related("task", "attempt__task", "project").in_bulk([row["latest"] for row in top])
+    base = reverse("admin:leases_finding_changelist")
+    labels = dict(Condition.choices)
+    groups = []
+    for row in top:
+        finding = latest[row["latest"]]
+        acknowledged = row["n"] - row["open"]
+        detail = f"{row['open']} open" + (f", {acknowledged} acknowledged" if acknowledged else "")
+        groups.append(
+            AlertGroup(
+                code=row["condition"],
+                label=str(labels.get(row["condition"], row["condition"])),
+                severity="error" if row["open"] else "warn",
+                count=row["n"],
+                first_seen=row["first"],
+                last_seen=row["last"],
+                detail=detail,
+                url=f"{base}?{urlencode({'condition__exact': row['condition']})}",
+                where=_finding_where(finding),
+                project=finding.project.slug,
+                **_task_fields(finding_task(finding)),
+            )
+        )
+    return AlertPanel(groups=groups, total_groups=len(rows), total_items=sum(row["n"] for row in rows), all_url=base)

@@ -1,0 +1,134 @@
+"""Agent health: is each agent alive, late or silent, what it holds, what it did this week.
+
+Read in a fixed number of queries whatever the history: the agents, their
+live attempts (the partial index on active leases), one aggregate over
+attempts that are active or finished within the last 7 days (the
+status/finished index), and the latest checkpoint note among those attempts.
+
+An agent is **heard from** by its run heartbeat (`last_seen_at`), a renewal
+or a claim of a live lease. It is **alive** when heard from within 2 minutes
+(two run heartbeats at the default 60 s), **late** within
+`LEASEHOLD_AGENT_SILENCE_SECONDS` (the silence that reconciliation's
+`live_lease_dead_agent` acts on), and **silent** after that, since the last
+time it was heard from.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Count, Max, Q, QuerySet
+
+from leases.models import Attempt, AttemptStatus, Note, NoteKind
+from leases.selectors import live_attempts
+from ledger.models import Agent
+
+ALIVE_WITHIN = timedelta(minutes=2)
+WEEK = timedelta(days=7)
+# Ends of an attempt that the agent itself wrote.
+AGENT_ENDED = (AttemptStatus.COMPLETED, AttemptStatus.FAILED, AttemptStatus.RELEASED, AttemptStatus.INTERRUPTED)
+ALIVE, LATE, SILENT, NEVER = "alive", "late", "silent", "never heard from"
+
+
+def silence_limit() -> timedelta:
+    return timedelta(seconds=settings.LEASEHOLD_AGENT_SILENCE_SECONDS)
+
+
+def liveness(last_heard_at: datetime | None, now: datetime) -> str:
+    if last_heard_at is None:
+        return NEVER
+    age = now - last_heard_at
+    if age <= ALIVE_WITHIN:
+        return ALIVE
+    return LATE if age <= silence_limit() else SILENT
+
+
+@dataclass
+class AgentHealth:
+    agent: Agent
+    now: datetime
+    live: list[Attempt] = field(default_factory=list)
+    last_renewed_at: datetime | None = None
+    last_checkpoint: Note | None = None
+    done_7d: int = 0
+    failed_7d: int = 0
+    expired_7d: int = 0
+    last_ended_at: datetime | None = None
+
+    @property
+    def last_heard_at(self) -> datetime | None:
+        moments = [
+            self.agent.last_seen_at,
+            self.last_renewed_at,
+            self.last_ended_at,
+            *(a.claimed_at for a in self.live),
+        ]
+        known = [moment for moment in moments if moment is not None]
+        return max(known, default=None)
+
+    @property
+    def state(self) -> str:
+        return liveness(self.last_heard_at, self.now)
+
+    @property
+    def heartbeat_age(self) -> timedelta | None:
+        seen = self.agent.last_seen_at
+        return None if seen is None else self.now - seen
+
+    @property
+    def heard_age(self) -> timedelta | None:
+        heard = self.last_heard_at
+        return None if heard is None else self.now - heard
+
+
+def agent_health(now: datetime, *, agents: QuerySet[Agent] | None = None) -> list[AgentHealth]:
+    """One `AgentHealth` per agent of `agents` (default: every agent), in the queryset's order."""
+    agent_list = list((agents if agents is not None else Agent.objects.all()).order_by("-is_active", "handle"))
+    rows = {agent.pk: AgentHealth(agent=agent, now=now) for agent in agent_list}
+    if not rows:
+        return []
+    ids = list(rows)
+    for attempt in live_attempts(now).filter(agent_id__in=ids).select_related("task").order_by("lease_expires_at"):
+        rows[attempt.agent_id].live.append(attempt)
+    week_ago = now - WEEK
+    recent = Attempt.objects.filter(agent_id__in=ids).filter(
+        Q(status=AttemptStatus.ACTIVE) | Q(finished_at__gte=week_ago)
+    )
+    counts = (
+        recent.order_by()
+        .values("agent_id")
+        .annotate(
+            last_renewed=Max("last_renewed_at", filter=Q(status=AttemptStatus.ACTIVE)),
+            # Finishing, releasing or handing off is hearing from the agent too (expiry and revocation are not).
+            last_ended=Max("finished_at", filter=Q(status__in=AGENT_ENDED)),
+            done=Count("id", filter=Q(status=AttemptStatus.COMPLETED, finished_at__gte=week_ago)),
+            failed=Count("id", filter=Q(status=AttemptStatus.FAILED, finished_at__gte=week_ago)),
+            expired=Count("id", filter=Q(status=AttemptStatus.EXPIRED, finished_at__gte=week_ago)),
+        )
+    )
+    for row in counts:
+        health = rows[row["agent_id"]]
+        health.last_renewed_at = row["last_renewed"]
+        health.last_ended_at = row["last_ended"]
+        health.done_7d, health.failed_7d, health.expired_7d = row["done"], row["failed"], row["expired"]
+    latest = (
+        Note.objects.filter(kind=NoteKind.CHECKPOINT, attempt__in=recent)
+        .order_by()
+        .values("attempt__agent_id")
+        .annotate(latest=Max("id"))
+    )
+    note_ids = {row["latest"]: row["attempt__agent_id"] for row in latest}
+    for note in Note.objects.filter(pk__in=list(note_ids)).select_related("attempt__task"):
+        rows[note_ids[note.pk]].last_checkpoint = note
+    return list(rows.values())
+
+
+def holders_health(attempts: list[Attempt], now: datetime) -> dict[int, AgentHealth]:
+    """The health of the agents holding `attempts`, by agent id (for the revoke confirmation)."""
+    agent_ids = {attempt.agent_id for attempt in attempts}
+    if not agent_ids:
+        return {}
+    health = agent_health(now, agents=Agent.objects.filter(pk__in=agent_ids))
+    return {item.agent.pk: item for item in health}
