@@ -1,4 +1,4 @@
-"""Agent health: alive / late / silent, live leases, last checkpoint, 7-day counts; force-release all, deactivate, reactivate."""
+"""Agent health: alive, late, silent; live leases, last checkpoint, 7-day counts; release all, (re)activate."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def crew(clock):
 
 
 def test_liveness_moves_from_alive_to_late_to_silent(clock, crew):
-    _, busy, quiet, _, _ = crew
+    _, _busy, _quiet, _, _ = crew
     states = {h.agent.handle: h.state for h in agent_health(clock.now())}
     assert states == {"busy": "alive", "quiet": "alive"}
     clock.advance(5 * 60)
@@ -48,7 +48,7 @@ def test_liveness_moves_from_alive_to_late_to_silent(clock, crew):
 def test_a_row_has_live_leases_checkpoint_and_week_counts_in_bounded_queries(
     clock, crew, django_assert_max_num_queries
 ):
-    _, busy, _, held, _ = crew
+    _, _busy, _, held, _ = crew
     with django_assert_max_num_queries(5):
         rows = {h.agent.handle: h for h in agent_health(clock.now())}
     row = rows["busy"]
@@ -80,7 +80,7 @@ def test_the_page_lists_agents_with_state_and_leases(client, manager, ledger_adm
 
 
 def test_force_release_all_needs_the_tick_and_revokes_every_lease_of_the_agent(ops_client, clock, crew):
-    web, busy, _, held, grant = crew
+    web, busy, _, _held, grant = crew
     other = lease_claim(task=TaskFactory(project=web, title="Second"), agent=busy)
     url = f"/admin/ledger/agent/{busy.pk}/release-all/"
     page = ops_client.get(url).content.decode()
