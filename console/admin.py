@@ -40,3 +40,8 @@ admin.site.register(Attempt, AttemptAdmin)
 admin.site.register(Allocation, AllocationAdmin)
 admin.site.register(Finding, FindingAdmin)
 admin.site.register(ReconciliationRun, ReconciliationRunAdmin)
+
+# Users, the role groups and django-q2's schedules: nobody deletes them either (console.auth_admin).
+from console.auth_admin import install_no_delete_admins  # noqa: E402
+
+install_no_delete_admins(admin.site)
