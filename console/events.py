@@ -12,10 +12,9 @@
 from __future__ import annotations
 
 import calendar
-import csv
 import json
 from collections.abc import Iterator
-from datetime import UTC, date, datetime
+from datetime import UTC, date
 from typing import Any
 
 from django.contrib import admin
@@ -29,15 +28,27 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from console.alerts import readable_summary
 from console.base import EMPTY, EstimatedCountMixin, ReadOnlyAdmin, badge, moment
+from console.exports import CSV_CHUNK, compact_json, csv_download, csv_lines
 from console.timeline import payload_summary
 from ledger import clock
 from ledger.models import Agent, Event, EventType
 
-CSV_CHUNK = 2000
-CSV_COLUMNS = ("id", "created_at", "type", "severity", "project", "task", "attempt_id", "actor", "payload")
-# Cells a spreadsheet would run as a formula.
-FORMULA_PREFIXES = ("=", "+", "-", "@", "\t", "\r")
+# `summary` is the readable sentence (console.alerts.readable_summary); `payload` the compact JSON beside it.
+CSV_COLUMNS = (
+    "id",
+    "created_at",
+    "type",
+    "severity",
+    "project",
+    "task",
+    "task_title",
+    "attempt_id",
+    "actor",
+    "summary",
+    "payload",
+)
 
 
 class EventTypeFilter(admin.SimpleListFilter):
@@ -168,43 +179,32 @@ class EventChangeList(ChangeList):
         }
 
 
-class _Echo:
-    def write(self, value: str) -> str:
-        return value
-
-
-def _csv_cell(value: Any) -> str:
-    text = "" if value is None else str(value)
-    return "'" + text if text.startswith(FORMULA_PREFIXES) else text
-
-
 def csv_rows(events: QuerySet[Event]) -> Iterator[str]:
-    """The CSV, a line at a time, reading the events in chunks."""
-    writer = csv.writer(_Echo())
-    yield writer.writerow(CSV_COLUMNS)
+    """The CSV, a line at a time, reading the events in chunks (formula-like cells defused)."""
     rows = events.select_related("project", "task", "actor_agent", "actor_user").iterator(chunk_size=CSV_CHUNK)
-    for event in rows:
-        yield writer.writerow(
+    return csv_lines(
+        CSV_COLUMNS,
+        (
             [
                 event.pk,
                 clock.iso(event.created_at),
-                _csv_cell(event.type),
+                event.type,
                 event.severity,
-                _csv_cell(event.project.slug if event.project else ""),
-                _csv_cell(event.task.key if event.task else ""),
+                event.project.slug if event.project else "",
+                event.task.key if event.task else "",
+                event.task.title if event.task else "",
                 event.attempt_id or "",
-                _csv_cell(event.actor_label),
-                _csv_cell(json.dumps(event.payload, ensure_ascii=False, separators=(",", ":"), sort_keys=True)),
+                event.actor_label,
+                readable_summary(event.type, event.payload),
+                compact_json(event.payload),
             ]
-        )
+            for event in rows
+        ),
+    )
 
 
 def csv_response(events: QuerySet[Event]) -> StreamingHttpResponse:
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    response = StreamingHttpResponse(csv_rows(events), content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="leasehold-events-{stamp}.csv"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return csv_download(csv_rows(events), name="events")
 
 
 class EventAdmin(EstimatedCountMixin, ReadOnlyAdmin):
@@ -313,7 +313,9 @@ class EventAdmin(EstimatedCountMixin, ReadOnlyAdmin):
 
     @admin.display(description="details")
     def payload_text(self, event: Event) -> SafeString:
-        return payload_summary(event.payload)
+        """Clamped to three lines so the table fits (bug 12); the whole payload is the cell's tooltip."""
+        full = compact_json(event.payload)
+        return format_html('<span class="lh-payload" title="{}">{}</span>', full[:2000], payload_summary(event.payload))
 
     @admin.display(description="payload")
     def payload_json(self, event: Event) -> SafeString:

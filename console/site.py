@@ -50,11 +50,13 @@ class LeaseholdAdminSite(admin.AdminSite):
     def get_urls(self) -> list[URLResolver | URLPattern]:
         """The operations pages that belong to no single model: job health and the managers' report."""
         from console.jobs_health import jobs_page
-        from console.reports import report_page
+        from console.reports import attempts_csv, report_page, tasks_csv
 
         pages = [
             path("jobs/", self.admin_view(lambda request: jobs_page(request, self)), name="leasehold_jobs"),
             path("reports/", self.admin_view(lambda request: report_page(request, self)), name="leasehold_report"),
+            path("reports/tasks.csv", self.admin_view(tasks_csv), name="leasehold_report_tasks"),
+            path("reports/attempts.csv", self.admin_view(attempts_csv), name="leasehold_report_attempts"),
         ]
         return [*pages, *super().get_urls()]
 

@@ -1,0 +1,173 @@
+"""The managers' report over a chosen range of UTC days: throughput, lead time, failure reasons, orphan rate.
+
+- **throughput**: attempts completed in the range (the task moved to done or
+  review), by agent and by task class;
+- **lead time**: from the task's first becoming ready (created ready, or its
+  first `task.status_changed` to ready) to the completed attempt's finish;
+  median and 90th percentile (nearest rank), by agent and by task class;
+- **failure reasons**: failed attempts by reason code, by agent and by task
+  class; expired and revoked attempts counted beside them;
+- **orphan rate**, pooled: orphan branches first seen in the range ÷ attempts
+  finished in the range.
+
+Bounded by the range, never by all-time history: every query filters on
+`finished_at` (the status/finished index) or `first_seen_at`, and the lead
+time reads the ready events of the tasks completed in the range only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+
+from django.db.models import Count, Min, Q
+
+from config.errors import ValidationFailed
+from leases.models import Attempt, AttemptStatus
+from leases.reconciliation.models import Condition, Finding
+from ledger.models import Event, EventType, TaskStatus
+
+MAX_RANGE_DAYS = 366
+NO_CLASS = "(no class)"
+
+
+@dataclass
+class Breakdown:
+    """One row of a by-agent or by-class table."""
+
+    name: str
+    completed: int = 0
+    failed: int = 0
+    expired: int = 0
+    revoked: int = 0
+    lead_times: list[float] = field(default_factory=list)
+    reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    @property
+    def lead_median(self) -> float | None:
+        return percentile(self.lead_times, 50)
+
+    @property
+    def lead_p90(self) -> float | None:
+        return percentile(self.lead_times, 90)
+
+    @property
+    def reason_list(self) -> list[tuple[str, int]]:
+        return sorted(self.reasons.items(), key=lambda item: (-item[1], item[0]))
+
+
+@dataclass
+class Report:
+    first: date
+    last: date
+    by_agent: list[Breakdown]
+    by_class: list[Breakdown]
+    total: Breakdown
+    orphans: int
+    finished: int
+
+    @property
+    def orphan_rate(self) -> float | None:
+        return self.orphans / self.finished if self.finished else None
+
+    @property
+    def days(self) -> int:
+        return (self.last - self.first).days + 1
+
+
+def percentile(values: list[float], rank: int) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(rank / 100 * len(ordered)) - 1)]
+
+
+def report_range(first: date | None, last: date | None, *, today: date) -> tuple[date, date]:
+    last = last or today
+    first = first or last - timedelta(days=29)
+    if first > last:
+        raise ValidationFailed("The range starts after it ends.", details={"fields": {"since": ["after until"]}})
+    if (last - first).days + 1 > MAX_RANGE_DAYS:
+        raise ValidationFailed(
+            f"The range is at most {MAX_RANGE_DAYS} days.", details={"fields": {"since": ["too long"]}}
+        )
+    return first, last
+
+
+def _bounds(first: date, last: date) -> tuple[datetime, datetime]:
+    return datetime.combine(first, time.min, tzinfo=UTC), datetime.combine(
+        last + timedelta(days=1), time.min, tzinfo=UTC
+    )
+
+
+def ready_times(task_ids: list[int]) -> dict[int, datetime]:
+    """When each task first became ready: created ready, or its first status change to ready."""
+    became_ready = Q(type=EventType.TASK_CREATED, payload__status=TaskStatus.READY) | Q(
+        type=EventType.TASK_STATUS_CHANGED, payload__to=TaskStatus.READY
+    )
+    rows = (
+        Event.objects.filter(became_ready, task_id__in=task_ids)
+        .order_by()
+        .values("task_id")
+        .annotate(first=Min("created_at"))
+    )
+    return {row["task_id"]: row["first"] for row in rows}
+
+
+def fleet_report(*, first: date, last: date, project_ids: list[int] | None = None) -> Report:
+    start, end = _bounds(first, last)
+    ended = Attempt.objects.filter(finished_at__gte=start, finished_at__lt=end).exclude(status=AttemptStatus.ACTIVE)
+    if project_ids is not None:
+        ended = ended.filter(task__project_id__in=project_ids)
+    rows = list(
+        ended.values_list(
+            "task_id", "agent__handle", "task__task_class", "status", "failure_reason_code", "finished_at"
+        ).iterator(chunk_size=5000)
+    )
+    completed_tasks = sorted({row[0] for row in rows if row[3] == AttemptStatus.COMPLETED})
+    ready: dict[int, datetime] = {}
+    for offset in range(0, len(completed_tasks), 5000):  # IN lists stay within SQLite's variable limit
+        ready.update(ready_times(completed_tasks[offset : offset + 5000]))
+    by_agent: dict[str, Breakdown] = {}
+    by_class: dict[str, Breakdown] = {}
+    total = Breakdown(name="All")
+    for task_id, handle, task_class, status, reason, finished_at in rows:
+        targets = (
+            by_agent.setdefault(handle, Breakdown(name=handle)),
+            by_class.setdefault(task_class or NO_CLASS, Breakdown(name=task_class or NO_CLASS)),
+            total,
+        )
+        for target in targets:
+            if status == AttemptStatus.COMPLETED:
+                target.completed += 1
+                ready_at = ready.get(task_id)
+                if ready_at is not None and finished_at >= ready_at:
+                    target.lead_times.append((finished_at - ready_at).total_seconds())
+            elif status == AttemptStatus.FAILED:
+                target.failed += 1
+                target.reasons[reason or "other"] += 1
+            elif status == AttemptStatus.EXPIRED:
+                target.expired += 1
+            elif status == AttemptStatus.REVOKED:
+                target.revoked += 1
+    findings = Finding.objects.filter(
+        condition=Condition.ORPHAN_BRANCH, first_seen_at__gte=start, first_seen_at__lt=end
+    )
+    if project_ids is not None:
+        findings = findings.filter(project_id__in=project_ids)
+    orphans = findings.aggregate(n=Count("id"))["n"]
+
+    def ordered(table: dict[str, Breakdown]) -> list[Breakdown]:
+        return sorted(table.values(), key=lambda row: (-row.completed, -row.failed, row.name))
+
+    return Report(
+        first=first,
+        last=last,
+        by_agent=ordered(by_agent),
+        by_class=ordered(by_class),
+        total=total,
+        orphans=orphans,
+        finished=len(rows),
+    )
