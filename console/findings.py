@@ -1,46 +1,214 @@
-"""Findings of reconciliation: listed with their subject, acknowledged or resolved by hand.
+"""Findings of reconciliation: triage you can act on.
 
-Triage goes through `leases.reconciliation.triage` (`finding_acknowledge`,
-`finding_resolve`). A finding resolved while its condition still holds is
-opened again, as a new finding, by the next run.
+- The list shows **open** findings by default (a status filter with
+  acknowledged, unresolved, resolved and all besides), naming each one's task
+  by key and title and its environment or branch.
+- A finding's page shows the **remedy** of its condition
+  (`leases.reconciliation.remedies`, the remedy column of docs/operations.md)
+  and buttons for the fitting action, each through the existing service and
+  confirmation page: force-release the attempt (the task's revoke
+  confirmation), release stale allocations or quarantine the environment
+  (the environment actions), discard the attempt's work
+  (`leases.reconciliation.triage.attempt_discard`, with a reason), open the task.
+- **Acknowledge** with an owner and a note, **resolve** with a note
+  (`finding_acknowledge`, `finding_resolve`); the list actions do the same
+  without them. A finding resolved while its condition still holds is opened
+  again, as a new finding, by the next run.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from typing import Any
 
-from django.contrib import admin
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from config.errors import LedgerError
-from console.base import LeaseholdModelAdmin, actor_of, badge, plural, task_link
+from console.alerts import finding_task
+from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
+from console.confirm import Confirmation, is_confirmed, render_confirmation
 from console.timeline import payload_summary
-from leases.reconciliation.models import Finding, FindingStatus, SubjectType
-from leases.reconciliation.triage import finding_acknowledge, finding_resolve
+from leases.models import Attempt, AttemptStatus
+from leases.reconciliation.models import UNRESOLVED_STATUSES, Finding, FindingStatus, SubjectType
+from leases.reconciliation.remedies import REMEDIES
+from leases.reconciliation.triage import attempt_discard, finding_acknowledge, finding_resolve
+from ledger import clock
+
+# Conditions whose remedy, once the attempt has ended, may be to give up its work.
+DISCARD_CONDITIONS = frozenset({"orphan_branch", "orphan_worktree", "completed_branch_missing"})
+
+
+class FindingStatusFilter(admin.SimpleListFilter):
+    """Open findings by default; acknowledged, unresolved (both), resolved or all on request."""
+
+    title = "status"
+    parameter_name = "status__exact"
+    ALL = "all"
+    UNRESOLVED = "unresolved"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            (FindingStatus.OPEN, "Open"),
+            (FindingStatus.ACKNOWLEDGED, "Acknowledged"),
+            (self.UNRESOLVED, "Open or acknowledged"),
+            (FindingStatus.RESOLVED, "Resolved"),
+            (self.ALL, "All"),
+        ]
+
+    def value(self) -> str:
+        return super().value() or FindingStatus.OPEN
+
+    def choices(self, changelist: Any) -> Any:
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == str(lookup),
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value == self.ALL:
+            return queryset
+        if value == self.UNRESOLVED:
+            return queryset.filter(status__in=UNRESOLVED_STATUSES)
+        return queryset.filter(status=value)
+
+
+class AcknowledgeForm(forms.Form):
+    owner = forms.CharField(max_length=200, required=False, help_text="Who is on it (default: you).")
+    note = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 50}))
+
+
+class ResolveForm(forms.Form):
+    note = forms.CharField(max_length=2000, required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 50}))
+
+
+@dataclass(frozen=True)
+class TriageAction:
+    label: str
+    url: str
+    method: str = "get"  # "post": a form posting `fields` (an environment list action)
+    fields: tuple[tuple[str, str], ...] = ()
+    danger: bool = False
+    element_id: str = ""
+
+
+def _live(attempt: Attempt | None) -> bool:
+    return attempt is not None and attempt.status == AttemptStatus.ACTIVE and attempt.lease_expires_at > clock.now()
+
+
+def discardable_attempt(finding: Finding) -> Attempt | None:
+    """The ended attempt whose work the finding is about: its own, or the latest one that named its branch."""
+    if finding.condition not in DISCARD_CONDITIONS:
+        return None
+    attempt = finding.attempt
+    if attempt is None:
+        detail = finding.detail if isinstance(finding.detail, dict) else {}
+        branch = finding.subject_key if finding.subject_type == SubjectType.BRANCH else detail.get("branch")
+        if branch:
+            attempt = Attempt.objects.filter(task__project=finding.project, branch=branch).order_by("-id").first()
+    if attempt is None or attempt.status == AttemptStatus.ACTIVE:
+        return None
+    return attempt
+
+
+def triage_actions(finding: Finding) -> list[TriageAction]:
+    actions: list[TriageAction] = []
+    task = finding_task(finding)
+    if finding.attempt is not None and _live(finding.attempt):
+        actions.append(
+            TriageAction(
+                label="Force-release the attempt…",
+                url=reverse("admin:ledger_task_force_release", args=[finding.attempt.task_id]),
+                danger=True,
+                element_id="lh-triage-force-release",
+            )
+        )
+    if finding.environment_id:
+        changelist = reverse("admin:environments_environment_changelist")
+        selected = (("_selected_action", str(finding.environment_id)),)
+        actions.append(
+            TriageAction(
+                label="Release stale allocations",
+                url=changelist,
+                method="post",
+                fields=(("action", "release_stale_allocations"), *selected),
+                element_id="lh-triage-release-environment",
+            )
+        )
+        actions.append(
+            TriageAction(
+                label="Quarantine the environment…",
+                url=changelist,
+                method="post",
+                fields=(("action", "quarantine"), *selected),
+                danger=True,
+                element_id="lh-triage-quarantine",
+            )
+        )
+    discard = discardable_attempt(finding)
+    if discard is not None:
+        actions.append(
+            TriageAction(
+                label=f"Discard the work of attempt {discard.task.key} #{discard.epoch}…",
+                url=reverse("admin:leases_finding_discard", args=[finding.pk]),
+                danger=True,
+                element_id="lh-triage-discard",
+            )
+        )
+    if task is not None:
+        actions.append(
+            TriageAction(
+                label=f"Open the task {task.key}",
+                url=reverse("admin:ledger_task_change", args=[task.pk]),
+                element_id="lh-triage-open-task",
+            )
+        )
+    return actions
 
 
 class FindingAdmin(LeaseholdModelAdmin):
-    list_display = ["id", "condition_label", "status_badge", "project", "subject", "last_seen_at", "first_seen_at"]
+    list_display = [
+        "id",
+        "condition_label",
+        "status_badge",
+        "project",
+        "task_named",
+        "subject",
+        "owner",
+        "last_seen_at",
+        "first_seen_at",
+    ]
     list_display_links = ["id", "condition_label"]
-    list_filter = ["status", "condition", "project", "subject_type"]
+    list_filter = [FindingStatusFilter, "condition", "project", "subject_type"]
     search_fields = ["subject_key"]
-    list_select_related = ["project", "task", "attempt", "environment"]
+    list_select_related = ["project", "task", "attempt__task", "environment"]
     ordering = ["-last_seen_at", "-id"]
     actions = ["acknowledge", "resolve"]
+    change_form_template = "admin/leases/finding/change_form.html"
     readonly_fields = (
         "condition_label",
         "status_badge",
         "project",
+        "task_named",
         "subject",
+        "remedy",
         "detail_json",
         "first_seen_at",
         "last_seen_at",
         "acknowledged_at",
         "acknowledged_by",
+        "owner",
         "resolved_at",
         "resolved_by",
         "resolution_note",
@@ -60,17 +228,44 @@ class FindingAdmin(LeaseholdModelAdmin):
     def status_badge(self, finding: Finding) -> SafeString:
         return badge("error" if finding.status == FindingStatus.OPEN else finding.status, finding.status)
 
+    @admin.display(description="task")
+    def task_named(self, finding: Finding) -> SafeString | str:
+        task = finding_task(finding)
+        if task is None:
+            return "—"
+        url = reverse("admin:ledger_task_change", args=[task.pk])
+        return format_html(
+            '<a href="{}" class="lh-mono">{}</a> <span class="lh-clip" title="{}">{}</span>',
+            url,
+            task.key,
+            task.title,
+            task.title,
+        )
+
     @admin.display(description="subject")
     def subject(self, finding: Finding) -> SafeString:
-        if finding.subject_type == SubjectType.TASK and finding.task_id and finding.task:
-            return task_link(finding.task_id, finding.task.key)
-        if finding.subject_type == SubjectType.ATTEMPT and finding.attempt_id:
+        if finding.subject_type == SubjectType.ATTEMPT and finding.attempt_id and finding.attempt:
             url = reverse("admin:leases_attempt_change", args=[finding.attempt_id])
-            return format_html('attempt <a href="{}">#{}</a>', url, finding.attempt_id)
+            attempt = finding.attempt
+            branch = f" · branch {attempt.branch}" if attempt.branch else ""
+            return format_html(
+                'attempt <a href="{}">{} #{}</a> of {}{}', url, attempt.task.key, attempt.epoch, attempt.agent, branch
+            )
         if finding.subject_type == SubjectType.ENVIRONMENT and finding.environment_id:
             url = reverse("admin:environments_environment_change", args=[finding.environment_id])
             return format_html('environment <a href="{}">{}</a>', url, finding.subject_key)
-        return format_html('{} <span class="lh-mono">{}</span>', finding.subject_type, finding.subject_key)
+        if finding.subject_type == SubjectType.TASK and finding.task_id and finding.task:
+            return format_html("task {}", finding.task.key)
+        return format_html(
+            '{} <span class="lh-mono lh-clip" title="{}">{}</span>',
+            finding.subject_type,
+            finding.subject_key,
+            finding.subject_key,
+        )
+
+    @admin.display(description="remedy")
+    def remedy(self, finding: Finding) -> str:
+        return REMEDIES.get(finding.condition, "")
 
     @admin.display(description="detail")
     def detail_json(self, finding: Finding) -> SafeString:
@@ -79,6 +274,124 @@ class FindingAdmin(LeaseholdModelAdmin):
             payload_summary(finding.detail),
             json.dumps(finding.detail, indent=2, sort_keys=True, ensure_ascii=False),
         )
+
+    # --- the finding's page: remedy, actions, acknowledge, resolve ---------------
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        finding = self.get_object(request, object_id)
+        extra: dict[str, Any] = dict(extra_context or {})
+        if finding is not None:
+            operate = self.has_operate_permission(request)
+            extra.update(
+                remedy_text=REMEDIES.get(finding.condition, ""),
+                triage=triage_actions(finding) if operate else [],
+                can_operate=operate,
+                unresolved=finding.status in UNRESOLVED_STATUSES,
+                is_open=finding.status == FindingStatus.OPEN,
+                acknowledge_form=AcknowledgeForm(),
+                resolve_form=ResolveForm(),
+                acknowledge_url=reverse("admin:leases_finding_acknowledge", args=[finding.pk]),
+                resolve_url=reverse("admin:leases_finding_resolve", args=[finding.pk]),
+            )
+        return super().change_view(request, object_id, form_url, extra)
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        return [
+            path("<path:object_id>/acknowledge/", wrap(self.acknowledge_view), name="leases_finding_acknowledge"),
+            path("<path:object_id>/resolve/", wrap(self.resolve_view), name="leases_finding_resolve"),
+            path("<path:object_id>/discard/", wrap(self.discard_view), name="leases_finding_discard"),
+            *super().get_urls(),
+        ]
+
+    def _finding_for_operation(self, request: HttpRequest, object_id: str) -> Finding:
+        if not self.has_operate_permission(request) or request.method not in ("POST", "GET"):
+            raise PermissionDenied
+        return get_object_or_404(Finding, pk=object_id)
+
+    def _back(self, finding: Finding) -> HttpResponseRedirect:
+        return HttpResponseRedirect(reverse("admin:leases_finding_change", args=[finding.pk]))
+
+    def acknowledge_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        finding = self._finding_for_operation(request, object_id)
+        form = AcknowledgeForm(request.POST if request.method == "POST" else None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                finding_acknowledge(
+                    finding=finding,
+                    actor=actor_of(request),
+                    owner=form.cleaned_data["owner"],
+                    note=form.cleaned_data["note"],
+                )
+            except LedgerError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+            else:
+                self.log_change(request, finding, f"Acknowledged; owner {finding.owner}.")
+                self.message_user(request, f"Finding {finding.pk} acknowledged; owner {finding.owner}.")
+        return self._back(finding)
+
+    def resolve_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        finding = self._finding_for_operation(request, object_id)
+        form = ResolveForm(request.POST if request.method == "POST" else None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                finding_resolve(finding=finding, actor=actor_of(request), note=form.cleaned_data["note"])
+            except LedgerError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+            else:
+                self.log_change(request, finding, "Resolved by hand.")
+                self.message_user(
+                    request,
+                    f"Finding {finding.pk} resolved. A condition that still holds opens a new finding at the next run.",
+                )
+        return self._back(finding)
+
+    def discard_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        finding = self._finding_for_operation(request, object_id)
+        attempt = discardable_attempt(finding)
+        if attempt is None:
+            self.message_user(
+                request, "This finding has no ended attempt whose work could be discarded.", messages.ERROR
+            )
+            return self._back(finding)
+        form = ConfirmationForm(request.POST if is_confirmed(request) else None)
+        if form.is_bound and form.is_valid():
+            try:
+                attempt_discard(attempt=attempt, actor=actor_of(request), reason=form.cleaned_data["reason"])
+            except LedgerError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+            else:
+                self.log_change(request, finding, f"Discarded the work of attempt {attempt.pk}.")
+                self.message_user(
+                    request,
+                    f"The work of attempt {attempt.pk} ({attempt.task.key}) is discarded: the next run may call its "
+                    "clean worktree removable. Nothing was deleted.",
+                )
+            return self._back(finding)
+        confirmation = Confirmation(
+            title=f"Discard the work of {attempt.task.key}'s attempt #{attempt.epoch}",
+            intro="Record that this ended attempt's work is not wanted, so reconciliation may call its clean "
+            "worktree removable (only `manage.py reconcile --prune-worktrees` removes one). The branch stays; "
+            "nothing is deleted now.",
+            submit_label="Yes, discard its work",
+            columns=["Task", "Title", "Agent", "Status", "Branch"],
+            rows=[
+                (attempt, [attempt.task.key, attempt.task.title, attempt.agent.handle, attempt.status, attempt.branch])
+            ],
+        )
+        return render_confirmation(
+            request,
+            self,
+            confirmation=confirmation,
+            form=form,
+            action_name=None,
+            objects=[attempt],
+            cancel_url=reverse("admin:leases_finding_change", args=[finding.pk]),
+        )
+
+    # --- list actions ---------------------------------------------------------
 
     def _triage(self, request: HttpRequest, queryset: QuerySet[Finding], *, resolve: bool) -> None:
         actor = actor_of(request)

@@ -83,6 +83,8 @@ class Finding(NoDeleteModel):
     last_seen_at = models.DateTimeField()
     acknowledged_at = models.DateTimeField(null=True, blank=True)
     acknowledged_by = models.CharField(max_length=200, blank=True, help_text="Actor label.")
+    # Who is on it, named when acknowledging (defaults to whoever acknowledged).
+    owner = models.CharField(max_length=200, blank=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
     resolved_by = models.CharField(
         max_length=200, blank=True, help_text="Actor label; 'reconciliation' when the condition stopped holding."

@@ -66,13 +66,28 @@ def resolve_finding_locked(finding: Finding, *, actor: Actor, by: str, now: date
     return changed
 
 
+OWNER_MAX_CHARS = 200
+
+
 @write_transaction
-def finding_acknowledge(*, finding: Finding, actor: Actor, note: str = "") -> Finding:
-    """Someone is on it: the finding stays until its condition stops holding, then resolves on its own."""
+def finding_acknowledge(*, finding: Finding, actor: Actor, note: str = "", owner: str = "") -> Finding:
+    """Someone is on it: the finding stays until its condition stops holding, then resolves on its own.
+
+    `owner` names who is on it (default: the acknowledging actor); `note` says what they do.
+    """
     note = _clean_text(note, name="note", required=False)
+    owner = (owner or "").strip() or actor.label
+    if len(owner) > OWNER_MAX_CHARS:
+        raise ValidationFailed(
+            f"The owner is at most {OWNER_MAX_CHARS} characters.", details={"fields": {"owner": ["too long"]}}
+        )
     now = clock.now()
     changed = Finding.objects.filter(pk=finding.pk, status=FindingStatus.OPEN).update(
-        status=FindingStatus.ACKNOWLEDGED, acknowledged_at=now, acknowledged_by=actor.label, resolution_note=note
+        status=FindingStatus.ACKNOWLEDGED,
+        acknowledged_at=now,
+        acknowledged_by=actor.label,
+        owner=owner,
+        resolution_note=note,
     )
     finding.refresh_from_db()
     if changed:
@@ -83,7 +98,7 @@ def finding_acknowledge(*, finding: Finding, actor: Actor, note: str = "") -> Fi
             project=finding.project,
             task=finding.task,
             attempt_id=finding.attempt_id,
-            payload=_finding_payload(finding, note=note[:200]),
+            payload=_finding_payload(finding, note=note[:200], owner=owner),
         )
     elif finding.status == FindingStatus.RESOLVED:
         raise ValidationFailed("This finding is already resolved.", details={"finding": finding.pk})

@@ -1,4 +1,4 @@
-"""Managers' reporting: streamed CSV of tasks, attempts and events (titles, statuses, reasons, summaries); the report."""
+"""Managers' reporting: streamed CSV of tasks, attempts, events (titles, statuses, reasons, summaries); the report."""
 
 from __future__ import annotations
 
