@@ -29,7 +29,7 @@ from config.errors import LedgerError
 from console.alerts import human_duration, moment_utc
 from console.base import ConfirmationForm, actor_of, plural
 from console.confirm import Confirmation, RevokeForm, is_confirmed, render_confirmation
-from leases.agent_health import ALIVE, LATE, NEVER, AgentHealth, agent_health, silence_limit
+from leases.agent_health import ALIVE, LATE, NEVER, AgentHealth, agent_health, holders_health, silence_limit
 from leases.models import Attempt
 from leases.services import task_force_release
 from ledger import clock
@@ -156,6 +156,26 @@ def holder_liveness(health: AgentHealth | None) -> tuple[str, bool]:
     return " · ".join(parts), heard is not None and heard.total_seconds() <= RECENTLY_HEARD_SECONDS
 
 
+def revoke_liveness(attempt_ids: list[int], now: datetime) -> tuple[list[str], str]:
+    """For a revoke confirmation: one line per holder (heartbeat age, last renewal), and a warning if one was
+    heard from within the last minute (its process is probably still running)."""
+    attempts = list(Attempt.objects.filter(pk__in=[pk for pk in attempt_ids if pk]))
+    by_agent = holders_health(attempts, now)
+    lines, recent = [], []
+    for health in by_agent.values():
+        line, heard_recently = holder_liveness(health)
+        lines.append(line)
+        if heard_recently:
+            recent.append(health.agent.handle)
+    warning = (
+        f"Heard from within the last minute: {', '.join(sorted(recent))}. Its process is probably still running "
+        "and would keep working without a lease; make sure it is gone before you tick the box."
+        if recent
+        else ""
+    )
+    return sorted(lines), warning
+
+
 def _back(request: HttpRequest) -> str:
     return reverse("admin:ledger_agent_health")
 
@@ -215,7 +235,12 @@ def release_all_view(model_admin: Any, request: HttpRequest, object_id: str) -> 
             )
             for attempt in health.live
         ],
-        notes=[liveness],
+        liveness=[liveness],
+        liveness_warning=(
+            f"{agent.handle} was heard from within the last minute: its process is probably still running."
+            if recent
+            else ""
+        ),
     )
     return render_confirmation(
         request,

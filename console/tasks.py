@@ -23,6 +23,7 @@ from django.utils.html import format_html, linebreaks
 from django.utils.safestring import SafeString
 
 from config.errors import LedgerError
+from console.agent_health import revoke_liveness
 from console.base import (
     EMPTY,
     ServiceFormAdmin,
@@ -269,7 +270,10 @@ class TaskAdmin(ServiceFormAdmin):
         now = clock.now()
         live = sum(1 for task in tasks if getattr(task, "holder_attempt_id", None))
         verb = "Reassign" if reassign else "Force-release"
+        liveness, liveness_warning = revoke_liveness([getattr(t, "holder_attempt_id", None) for t in tasks], now)
         confirmation = Confirmation(
+            liveness=liveness,
+            liveness_warning=liveness_warning,
             title=f"{verb} {plural(len(tasks), 'task')}",
             intro=(
                 "Revoke the live lease of each selected task and reserve the task for the agent you choose: "

@@ -136,3 +136,20 @@ def test_rotating_a_deactivated_agents_token_in_the_admin_shows_why_and_issues_n
     assert not Event.objects.filter(type="agent.token_rotated").exists()
     page = ops_client.get(f"/admin/ledger/agent/{quiet.pk}/rotate-token/", follow=True).content.decode()
     assert "Reactivate it first" in page
+
+
+def test_the_revoke_confirmation_shows_heartbeat_and_renewal_beside_the_tick_and_warns_when_just_heard(
+    ops_client, clock, crew
+):
+    _, busy, _, held, _ = crew
+    agent_heartbeat(agent=busy)
+    page = ops_client.get(f"/admin/ledger/task/{held.pk}/force-release/").content.decode()
+    liveness = page[page.index('id="lh-liveness"') : page.index("I have confirmed the agent process is gone")]
+    assert "busy: alive" in liveness
+    assert "run heartbeat 0 s ago" in liveness
+    assert "last renewal" in liveness
+    assert 'id="lh-liveness-warning"' in liveness
+    clock.advance(5 * 60)
+    page = ops_client.get(f"/admin/ledger/task/{held.pk}/force-release/").content.decode()
+    assert "run heartbeat 5 min 00 s ago" in page
+    assert 'id="lh-liveness-warning"' not in page
