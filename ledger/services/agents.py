@@ -14,6 +14,7 @@ from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, EventType, Project
 from ledger.services.events import event_append
+from ledger.services.reservations import reservations_clear_for
 from ledger.services.validation import validate_model
 from ledger.tokens import hash_token, new_agent_token
 
@@ -80,17 +81,22 @@ def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Acto
             at=now,
             payload={"handle": agent.handle, "added": added, "removed": removed},
         )
+    if removed:
+        # A reservation the agent can no longer claim would leave its task waiting for nobody.
+        reason = f"{agent.handle} lost access to project {', '.join(removed)}"
+        reservations_clear_for(agent=agent, actor=actor, reason=reason, now=now, project_slugs=removed)
     return ProjectsChanged(agent=agent, added=added, removed=removed)
 
 
 @write_transaction
 def agent_deactivate(*, agent: Agent, actor: Actor) -> Agent:
-    """Refuse the agent's token from now on. Its attempts run out on their own leases."""
+    """Refuse the agent's token from now on; clear its reservations. Its attempts run out on their own leases."""
     now = clock.now()
     changed = Agent.objects.filter(pk=agent.pk, is_active=True).update(is_active=False, deactivated_at=now)
     agent.refresh_from_db()
     if changed:
         event_append(type=EventType.AGENT_DEACTIVATED, actor=actor, at=now, payload={"handle": agent.handle})
+        reservations_clear_for(agent=agent, actor=actor, reason=f"{agent.handle} was deactivated", now=now)
     return agent
 
 
