@@ -27,14 +27,14 @@ def status_cell(task: Task) -> SafeString:
 
     A cancelled task whose lease is still live is "cancelled (lease still
     live)", not "in progress"; a stored-ready task with unresolved blockers is
-    "ready, blocked by N" (amber), not a green Ready.
+    "ready (blocked)" (amber), not a green Ready; the claimable column says by how many.
     """
     value = getattr(task, "effective_status", task.status)
     if value == IN_PROGRESS and task.status == TaskStatus.CANCELLED:
         return badge("cancelled-live", "Cancelled (lease still live)")
     blockers = getattr(task, "blocked_by_count", 0) or 0
     if value == TaskStatus.READY and blockers:
-        return badge(TaskStatus.BLOCKED, f"Ready, blocked by {blockers}")
+        return badge(TaskStatus.BLOCKED, "Ready (blocked)")
     return badge(value, EFFECTIVE_LABELS.get(value, value))
 
 

@@ -44,8 +44,12 @@ class TaskPlanningForm(forms.Form):
 
     edited_version = forms.IntegerField(widget=forms.HiddenInput, min_value=1)
     title = forms.CharField(max_length=300, widget=forms.TextInput(attrs={"class": "vTextField"}))
-    description = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 8}))
-    acceptance_criteria = forms.CharField(required=False, strip=False, widget=forms.Textarea(attrs={"rows": 5}))
+    description = forms.CharField(
+        required=False, strip=False, widget=forms.Textarea(attrs={"rows": 8, "class": "vLargeTextField"})
+    )
+    acceptance_criteria = forms.CharField(
+        required=False, strip=False, widget=forms.Textarea(attrs={"rows": 5, "class": "vLargeTextField"})
+    )
     priority = forms.IntegerField(min_value=-(2**31), max_value=INT32_MAX, help_text="Higher is claimed first.")
     task_class = forms.SlugField(max_length=64, required=False, help_text="Drives lease sizing, e.g. migration.")
     labels = forms.CharField(required=False, max_length=4000, help_text="Comma-separated tags.")

@@ -173,7 +173,7 @@ def test_the_list_says_blocked_by_n_and_filters_on_claimability(ops_client, flee
     body = page(ops_client, TASKS)
     row = body[body.index(blocked.key) :]
     row = row[: row.index("</tr>")]
-    assert "Ready, blocked by 2" in row
+    assert "Ready (blocked)" in row
     assert "blocked by 2" in row
     claimable = page(ops_client, TASKS + "?claimable=yes")
     assert fleet.idle.title in claimable
