@@ -137,6 +137,13 @@ def cmd_note(args: argparse.Namespace, out: Output) -> int:
 
 def cmd_renew(args: argparse.Namespace, out: Output) -> int:
     renewed = _holder(lambda client, lease: client.renew(lease, lease_seconds=args.lease_seconds))
+    if renewed.get("task_status") == "cancelled":
+        out.result(
+            renewed,
+            f"The task was cancelled while you held it: stop, and run `leasehold release` "
+            f"(the lease runs until {renewed['lease_expires_at']}).",
+        )
+        return EXIT_OK
     out.result(renewed, f"Lease until {renewed['lease_expires_at']} (renewal {renewed['renew_count']}).")
     return EXIT_OK
 

@@ -14,7 +14,11 @@ token is never sent again (by this keeper or by its client) —
   lease interval the work learns of the loss at about two thirds of the lease,
   before the server could hand the task to anyone else;
 - when a renewal fails and the last known `lease_expires_at` is already past
-  on this machine's clock.
+  on this machine's clock;
+- when a renewal answers `task_status: "cancelled"`: an admin cancelled the
+  task while this attempt held it. The keeper releases the attempt first
+  (reason "the task was cancelled"), so the lease ends at once instead of
+  running on for nobody, and `cancelled` is set.
 
 The keeper's `note`/`checkpoint`/`set_git`/`renew`/`finish`/`release` are the
 holder calls to use while it runs: they raise `LeaseLost` once the lease is
@@ -36,6 +40,7 @@ from agent.models import is_past
 
 T = TypeVar("T")
 
+CANCELLED = "cancelled"
 # Answers that mean this attempt is not ours to hold any more.
 ENDING_CODES = LEASE_LOSS_CODES | {"NOT_FOUND", "LEASE_LOST"}
 
@@ -65,6 +70,7 @@ class LeaseKeeper:
         self.lost_reason: str | None = None
         self.lost_error: LeaseholdError | None = None
         self.ended = False
+        self.cancelled = False
         self.renewals = 0
         self.failures = 0
         self.lease_expires_at = lease.lease_expires_at
@@ -127,7 +133,23 @@ class LeaseKeeper:
             self.failures = 0
             self.renewals += 1
             self.lease_expires_at = renewed.get("lease_expires_at", self.lease_expires_at)
+            if renewed.get("task_status") == CANCELLED:
+                self._release_cancelled()
+                return None
             return self.interval
+
+    def _release_cancelled(self) -> None:
+        """The task was cancelled under this lease: give the attempt back, then count the lease as lost."""
+        with self._lock:
+            self.cancelled = True
+            try:
+                self.client.release(self.lease, reason="the task was cancelled")
+                reason = "the task was cancelled; the attempt was released"
+            except LeaseholdError as error:
+                reason = f"the task was cancelled; releasing the attempt failed ({error.code})"
+            except Exception as error:  # still stop: the task is cancelled whatever the release did
+                reason = f"the task was cancelled; releasing the attempt failed ({error.__class__.__name__})"
+            self._lose(reason, None)
 
     def _renewal_failed(self, error: LeaseholdError | None, text: str) -> float | None:
         if error is not None and error.code in ENDING_CODES:
@@ -198,6 +220,10 @@ class LeaseKeeper:
     def renew(self, *, lease_seconds: int | None = None) -> Renewed:
         renewed = self._holder_call(lambda: self.client.renew(self.lease, lease_seconds=lease_seconds))
         self.lease_expires_at = renewed.get("lease_expires_at", self.lease_expires_at)
+        if renewed.get("task_status") == CANCELLED:
+            self.stop()
+            self._release_cancelled()
+            self._notify()
         return renewed
 
     def note(

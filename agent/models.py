@@ -97,9 +97,10 @@ class Page(TypedDict):
     next_cursor: str | None
 
 
-class Renewed(TypedDict):
+class Renewed(TypedDict, total=False):
     lease_expires_at: str
     renew_count: int
+    task_status: str  # the task's stored status; "cancelled" means stop and release
 
 
 class NoteWritten(TypedDict):

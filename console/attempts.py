@@ -75,6 +75,12 @@ class AllocationInline(ReadOnlyInline):
         return badge(allocation.status)
 
 
+def attempt_title(attempt: Attempt) -> str:
+    """`WEB-412 · attempt 3 (epoch 4)`: the task's key and the attempt's number among that task's attempts."""
+    number = Attempt.objects.filter(task_id=attempt.task_id, pk__lte=attempt.pk).count()
+    return f"{attempt.task.key} · attempt {number} (epoch {attempt.epoch})"
+
+
 class AttemptAdmin(EstimatedCountMixin, ReadOnlyAdmin):
     list_display = ["id", "task_key", "agent", "epoch", "status_badge", "claimed_at", "lease", "renew_count", "branch"]
     list_display_links = ["id"]
@@ -148,7 +154,13 @@ class AttemptAdmin(EstimatedCountMixin, ReadOnlyAdmin):
         self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         events_url = reverse("admin:ledger_event_changelist") + f"?attempt_id={object_id}"
-        return super().change_view(request, object_id, form_url, {"events_url": events_url, **(extra_context or {})})
+        extra: dict[str, Any] = {"events_url": events_url}
+        attempt = self.get_object(request, object_id)
+        if attempt is not None:
+            # Named as people say it: the task's key and which of its attempts (not database ids).
+            extra["title"] = f"{attempt_title(attempt)}: {attempt.status}, by {attempt.agent.handle}"
+            extra["subtitle"] = None
+        return super().change_view(request, object_id, form_url, {**extra, **(extra_context or {})})
 
     @admin.display(description="task", ordering="task__key")
     def task_key(self, attempt: Attempt) -> SafeString:

@@ -221,13 +221,33 @@ class _ServiceRefused(Exception):
         self.error = error
 
 
+class ServiceModelForm(forms.ModelForm):
+    """A model form whose row is validated by the service it is saved through, not by the form.
+
+    The database constraints are the service's to report: checked here they
+    would surface as `Constraint "…" is violated.` before the service could
+    say what is wrong (the service's refusal is placed on the field instead).
+    Field-level validation (types, lengths, choices) still runs here.
+    """
+
+    def _post_clean(self) -> None:
+        self.instance.validate_constraints = lambda exclude=None: None
+        try:
+            super()._post_clean()  # type: ignore[misc]
+        finally:
+            del self.instance.validate_constraints
+
+
 class ServiceFormAdmin(LeaseholdModelAdmin):
     """Add (and, where a model allows it, change) forms whose save calls a service.
 
     When the service refuses (a `LedgerError`), the admin's transaction rolls
     back and the same POST is rendered again with the refusal as a form error,
-    so the user keeps their input and reads why.
+    so the user keeps their input and reads why: on the field it names, with
+    the service's own message.
     """
+
+    form = ServiceModelForm
 
     def create_through_service(self, request: HttpRequest, form: BaseForm) -> Model:
         raise NotImplementedError
@@ -275,12 +295,14 @@ class ServiceFormAdmin(LeaseholdModelAdmin):
             def clean(self) -> dict[str, Any]:
                 cleaned: dict[str, Any] = super().clean()
                 fields = refusal.details.get("fields") if isinstance(refusal.details, dict) else None
-                placed = False
-                for name, errors in (fields or {}).items():
-                    if name in self.fields and name not in self.errors:
-                        self.add_error(name, "; ".join(map(str, errors)) if isinstance(errors, list) else str(errors))
-                        placed = True
-                self.add_error(None, refusal.message if not placed else f"Refused: {refusal.message}")
+                named = [name for name in (fields or {}) if name in self.fields and name not in self.errors]
+                for name in named:
+                    # One field named: the service's message says it best. Several: each its own detail.
+                    errors = (fields or {})[name]
+                    detail = "; ".join(map(str, errors)) if isinstance(errors, list) else str(errors)
+                    self.add_error(name, refusal.message if len(named) == 1 else f"{detail} ({refusal.message})")
+                if not named:
+                    self.add_error(None, refusal.message)
                 return cleaned
 
         return RefusedForm

@@ -9,7 +9,7 @@ gone"; reassigning also needs the agent to reserve the task for.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,10 +41,57 @@ class ReassignForm(RevokeForm):
         label="Reserve for agent",
         queryset=Agent.objects.filter(is_active=True).order_by("handle"),
         empty_label="— choose the agent who alone may claim next —",
-        error_messages={"required": "Choose the agent the task is reassigned to."},
+        error_messages={
+            "required": "Choose the agent the task is reassigned to.",
+            "invalid_choice": "That agent cannot claim these tasks (inactive, or not in their project).",
+        },
+        help_text="Only active agents that may see the project of every selected task.",
     )
 
     field_order = ["agent", "reason", "process_gone"]
+
+
+def reassign_form_for(tasks: Sequence[Model], data: Mapping[str, Any] | None) -> ReassignForm:
+    """The reassign form offering only agents that could claim every one of `tasks`.
+
+    The service refuses any other (`leases.services.task_reassign`); the form does not offer them.
+    """
+    form = ReassignForm(data)
+    agents = Agent.objects.filter(is_active=True)
+    for project_id in {getattr(task, "project_id", None) for task in tasks}:
+        agents = agents.filter(pk__in=Agent.objects.filter(projects=project_id).values("pk"))
+    field = form.fields["agent"]
+    assert isinstance(field, forms.ModelChoiceField)
+    field.queryset = agents.order_by("handle")
+    return form
+
+
+class CancelForm(forms.Form):
+    """Cancel: with a live lease, whether to force-release it too (ticked by default) and why."""
+
+    also_release = forms.BooleanField(
+        label="Also force-release the live lease (revoke the holder's attempt now)", required=False, initial=True
+    )
+    reason = forms.CharField(
+        label="Reason",
+        required=False,
+        initial="The task was cancelled.",
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text="Recorded on the revoked attempt and in the audit log.",
+    )
+
+    def __init__(self, data: Mapping[str, Any] | None = None, *, has_live_lease: bool) -> None:
+        super().__init__(data)
+        if not has_live_lease:
+            del self.fields["also_release"]
+            del self.fields["reason"]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned: dict[str, Any] = super().clean() or {}
+        if cleaned.get("also_release") and not (cleaned.get("reason") or "").strip():
+            self.add_error("reason", "Give a reason: it is recorded on the revoked attempt.")
+        return cleaned
 
 
 @dataclass(frozen=True)
@@ -81,11 +128,14 @@ def render_confirmation(
 ) -> TemplateResponse:
     """The confirmation page. `action_name` None means the page posts to its own URL."""
     opts = model_admin.model._meta
+    rows = confirmation.rows
     context = {
         **model_admin.admin_site.each_context(request),
         "title": confirmation.title,
         "subtitle": None,
         "confirmation": confirmation,
+        # Each cell with its column's name: on a narrow screen a row stacks into "name: value" lines.
+        "labelled_rows": [(obj, list(zip(confirmation.columns, cells, strict=False))) for obj, cells in rows],
         "form": form,
         "objects": objects,
         "action_name": action_name,

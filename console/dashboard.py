@@ -27,7 +27,7 @@ from console.jobs_health import JobsView, jobs_view
 from leases.metrics import fleet_metrics, pooled_orphan_rate
 from leases.models import Attempt
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
-from leases.selectors import IN_PROGRESS, live_attempts, with_lease_state
+from leases.selectors import IN_PROGRESS, claimable_tasks, live_attempts, with_lease_state
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 
 EXPIRING_WINDOW = timedelta(minutes=10)
@@ -121,9 +121,13 @@ class Dashboard:
     def live_leases(self) -> int:
         return next((cell.count for cell in self.status_totals if cell.status == IN_PROGRESS), 0)
 
+    # Tasks somebody can claim now, by the one rule (leases.selectors.claimable_tasks): not a
+    # stored-ready task that is blocked, or reserved for an agent who cannot claim it.
+    claimable: int = 0
+
     @property
     def ready(self) -> int:
-        return next((cell.count for cell in self.status_totals if cell.status == TaskStatus.READY), 0)
+        return self.claimable
 
     @property
     def open_findings(self) -> int:
@@ -290,4 +294,5 @@ def build_dashboard(*, now: datetime) -> Dashboard:
         charts=chart_list,
         jobs=jobs_view(now),
         orphan_rate=pooled,
+        claimable=claimable_tasks(project=None, now=now, by_anyone=True).order_by().count(),
     )

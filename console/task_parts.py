@@ -1,11 +1,11 @@
-"""The Task page's parts: its lease-aware list filters and its read-only inlines (attempts, dependencies)."""
+"""The Task page's parts: its lease-aware list filters, the claimability cell, and its read-only inlines."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html
@@ -15,10 +15,112 @@ from console.base import EMPTY, ReadOnlyInline, badge, lease_remaining, moment
 from leases.models import Attempt
 from leases.selectors import EFFECTIVE_STATUSES, IN_PROGRESS, live_attempts
 from ledger import clock
-from ledger.models import TaskDependency, TaskStatus
+from ledger.models import Task, TaskDependency, TaskStatus
 
 EFFECTIVE_LABELS = {**dict(TaskStatus.choices), IN_PROGRESS: "In progress"}
 NOBODY = "__nobody__"
+CLOSED = (TaskStatus.DONE, TaskStatus.CANCELLED)
+
+
+def status_cell(task: Task) -> SafeString:
+    """The effective status, saying what the bare word would hide.
+
+    A cancelled task whose lease is still live is "cancelled (lease still
+    live)", not "in progress"; a stored-ready task with unresolved blockers is
+    "ready (blocked)" (amber), not a green Ready; the claimable column says by how many.
+    """
+    value = getattr(task, "effective_status", task.status)
+    if value == IN_PROGRESS and task.status == TaskStatus.CANCELLED:
+        return badge("cancelled-live", "Cancelled (lease still live)")
+    blockers = getattr(task, "blocked_by_count", 0) or 0
+    if value == TaskStatus.READY and blockers:
+        return badge(TaskStatus.BLOCKED, "Ready (blocked)")
+    return badge(value, EFFECTIVE_LABELS.get(value, value))
+
+
+def claimability_cell(task: Task) -> SafeString:
+    """Can somebody claim this task now, and if not, why not (from `leases.selectors.with_claimability`)."""
+    reserved = task.reserved_for.handle if task.reserved_for_id and task.reserved_for else None
+    if getattr(task, "claimable", False):
+        return badge("yes", f"only {reserved}") if reserved else badge("yes", "claimable")
+    if getattr(task, "holder_attempt_id", None) is not None:
+        return format_html('<span class="lh-muted">{}</span>', "held")
+    if task.status != TaskStatus.READY:
+        return format_html('<span class="lh-muted">{}</span>', EMPTY)
+    blockers = getattr(task, "blocked_by_count", 0) or 0
+    if blockers:
+        return badge(TaskStatus.BLOCKED, f"blocked by {blockers}")
+    if task.project.archived_at is not None:
+        return badge("no", "project archived")
+    if reserved:
+        return badge("no", f"reserved for {reserved}, who cannot claim")
+    return badge("no", "not claimable")
+
+
+class WorkFilter(admin.SimpleListFilter):
+    """The list opens on active work: neither done nor cancelled (a cancelled task still under a live lease shows).
+
+    A stored or effective status filter, or a search, shows every task it selects.
+    """
+
+    title = "work"
+    parameter_name = "work"
+    OVERRIDDEN_BY = ("status__exact", "effective_status", "q")
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("all", "All tasks"), ("closed", "Done or cancelled")]
+
+    def choices(self, changelist: Any) -> Any:
+        yield {
+            "selected": self.value() is None,
+            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+            "display": "Active (not done, not cancelled)",
+        }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value == "all":
+            return queryset
+        if value == "closed":
+            return queryset.filter(status__in=CLOSED)
+        if any(request.GET.get(name) for name in self.OVERRIDDEN_BY):
+            return queryset
+        if request.method == "POST" and request.POST.get("action"):
+            return queryset  # an action runs on the rows that were ticked, whatever the view was
+        return queryset.exclude(Q(status__in=CLOSED) & Q(holder_attempt_id__isnull=True))
+
+
+class ClaimableFilter(admin.SimpleListFilter):
+    """Claimability by the one rule (`leases.selectors.claimable_tasks(by_anyone=True)`, annotated per row)."""
+
+    title = "claimable"
+    parameter_name = "claimable"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [
+            ("yes", "Claimable now"),
+            ("no", "Not claimable"),
+            ("blocked", "Ready but blocked by a dependency"),
+            ("reserved", "Reserved for an agent"),
+        ]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        if value == "yes":
+            return queryset.filter(claimable=True)
+        if value == "no":
+            return queryset.filter(claimable=False)
+        if value == "blocked":
+            return queryset.filter(status=TaskStatus.READY, blocked_by_count__gt=0)
+        if value == "reserved":
+            return queryset.filter(reserved_for__isnull=False)
+        return queryset
 
 
 class EffectiveStatusFilter(admin.SimpleListFilter):
@@ -119,7 +221,14 @@ class DependencyInline(ReadOnlyInline):
     fields = readonly_fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskDependency]:
-        return super().get_queryset(request).select_related("blocked_by").order_by("removed_at", "blocked_by__number")
+        live = live_attempts(clock.now()).filter(task=OuterRef("blocked_by"))
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("blocked_by")
+            .annotate(other_live=Exists(live))
+            .order_by("removed_at", "blocked_by__number")
+        )
 
     @admin.display(description="task")
     def blocker(self, dependency: TaskDependency) -> SafeString:
@@ -129,7 +238,11 @@ class DependencyInline(ReadOnlyInline):
 
     @admin.display(description="its status")
     def blocker_status(self, dependency: TaskDependency) -> SafeString:
-        return badge(dependency.blocked_by.status)
+        """The other task's effective status: in progress while someone holds it."""
+        other = dependency.blocked_by if self.fk_name == "task" else dependency.task
+        if getattr(dependency, "other_live", False):
+            return badge(IN_PROGRESS, EFFECTIVE_LABELS[IN_PROGRESS])
+        return badge(other.status, other.get_status_display())
 
 
 class DependentInline(DependencyInline):
@@ -138,14 +251,16 @@ class DependentInline(DependencyInline):
     verbose_name_plural = "Blocks"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[TaskDependency]:
-        return TaskDependency.objects.select_related("task").filter(removed_at__isnull=True).order_by("task__number")
+        live = live_attempts(clock.now()).filter(task=OuterRef("task"))
+        return (
+            TaskDependency.objects.select_related("task")
+            .filter(removed_at__isnull=True)
+            .annotate(other_live=Exists(live))
+            .order_by("task__number")
+        )
 
     @admin.display(description="task")
     def blocker(self, dependency: TaskDependency) -> SafeString:
         task = dependency.task
         url = reverse("admin:ledger_task_change", args=[task.pk])
         return format_html('<a href="{}">{}</a> {}', url, task.key, task.title)
-
-    @admin.display(description="its status")
-    def blocker_status(self, dependency: TaskDependency) -> SafeString:
-        return badge(dependency.task.status)

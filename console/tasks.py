@@ -1,11 +1,16 @@
 """The Tasks page: the lease-aware list, the task's timeline, and the actions admins steer with.
 
-Status actions (mark ready, cancel, reopen) go through the lease-aware
+Status actions (mark ready, reopen) go through the lease-aware
 `leases.services.task_update`, so a change under someone's live lease is
-recorded as `task.contested`. Force-release and reassign go through
+recorded as `task.contested`. Cancel goes through `leases.services.task_cancel`:
+a task under a live lease gets a confirmation page offering "also
+force-release" (ticked by default). Force-release and reassign go through
 `leases.services.task_force_release` / `task_reassign` after a confirmation
 page that requires a reason and the tick "I have confirmed the agent process
-is gone".
+is gone"; reassign offers only agents that may claim the task. Planning (edit,
+dependencies, reservation, the queue) is `console.task_planning`.
+
+`inlines` and `actions` are plain lists: append to them.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
-from django.db.models import QuerySet
+from django.db.models import F, QuerySet
 from django.forms import BaseForm
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
@@ -33,30 +38,42 @@ from console.base import (
     moment,
     plural,
 )
-from console.confirm import Confirmation, ReassignForm, RevokeForm, is_confirmed, render_confirmation
+from console.confirm import (
+    CancelForm,
+    Confirmation,
+    RevokeForm,
+    is_confirmed,
+    reassign_form_for,
+    render_confirmation,
+)
 from console.task_parts import (
-    EFFECTIVE_LABELS,
     AttemptInline,
+    ClaimableFilter,
     DependencyInline,
     DependentInline,
     EffectiveStatusFilter,
     HolderFilter,
+    WorkFilter,
+    claimability_cell,
+    status_cell,
 )
+from console.task_planning import TaskPlanningMixin, present_blockers, status_buttons
 from console.timeline import timeline_of
 from leases.models import Attempt
-from leases.selectors import with_lease_state
-from leases.services import task_force_release, task_reassign, task_update
+from leases.selectors import with_claimability
+from leases.services import task_cancel, task_force_release, task_reassign, task_update
 from ledger import clock
-from ledger.models import Agent, Task, TaskDependency, TaskStatus
-from ledger.services import task_create
+from ledger.models import ALLOWED_TRANSITIONS, Agent, Task, TaskDependency, TaskStatus
+from ledger.services import task_create, task_reservation_clear
 
 
-class TaskAdmin(ServiceFormAdmin):
+class TaskAdmin(TaskPlanningMixin, ServiceFormAdmin):
     list_display = [
         "key",
         "title",
         "project",
         "effective_status_badge",
+        "claimability",
         "holder",
         "lease_remaining_display",
         "priority",
@@ -65,14 +82,14 @@ class TaskAdmin(ServiceFormAdmin):
         "updated",
     ]
     list_display_links = ["key", "title"]
-    list_filter = ["project", "status", EffectiveStatusFilter, "task_class", HolderFilter]
+    list_filter = [WorkFilter, "project", "status", EffectiveStatusFilter, ClaimableFilter, "task_class", HolderFilter]
     search_fields = ["=key", "title"]
     search_help_text = "A task key (exact, e.g. WEB-412) or words of its title."
     list_select_related = ["project", "reserved_for"]
     ordering = ["project", "-priority", "number"]
     list_per_page = 50
     inlines = [AttemptInline, DependencyInline, DependentInline]
-    actions = ["mark_ready", "cancel", "reopen", "reassign", "force_release"]
+    actions = ["mark_ready", "cancel", "reopen", "reassign", "force_release", "clear_reservation"]
     change_form_template = "admin/ledger/task/change_form.html"
 
     add_fields = [
@@ -93,7 +110,7 @@ class TaskAdmin(ServiceFormAdmin):
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
-        return with_lease_state(super().get_queryset(request), now=clock.now())
+        return with_claimability(super().get_queryset(request), now=clock.now())
 
     # --- the add form and the read-only change page -------------------------
 
@@ -152,7 +169,12 @@ class TaskAdmin(ServiceFormAdmin):
                 can_operate=self.has_operate_permission(request),
                 has_live_lease=getattr(task, "holder_attempt_id", None) is not None,
                 effective_badge=self.effective_status_badge(task),
+                claimability=claimability_cell(task),
                 lease_left=lease_remaining(getattr(task, "lease_expires_at", None), clock.now()),
+                status_buttons=status_buttons(task),
+                can_cancel=TaskStatus.CANCELLED in ALLOWED_TRANSITIONS[task.status],
+                blockers=present_blockers(task, now=clock.now()),
+                queue_url=reverse("admin:ledger_task_queue", args=[task.project.slug]),
             )
         return super().change_view(request, object_id, form_url, extra)
 
@@ -160,8 +182,11 @@ class TaskAdmin(ServiceFormAdmin):
 
     @admin.display(description="status", ordering="effective_status")
     def effective_status_badge(self, task: Task) -> SafeString:
-        value = getattr(task, "effective_status", task.status)
-        return badge(value, EFFECTIVE_LABELS.get(value, value))
+        return status_cell(task)
+
+    @admin.display(description="claimable", ordering="claimable")
+    def claimability(self, task: Task) -> SafeString:
+        return claimability_cell(task)
 
     @admin.display(description="updated (UTC)", ordering="updated_at")
     def updated(self, task: Task) -> str:
@@ -175,7 +200,8 @@ class TaskAdmin(ServiceFormAdmin):
     def holder(self, task: Task) -> str:
         return getattr(task, "holder_handle", None) or EMPTY
 
-    @admin.display(description="lease left", ordering="lease_expires_at")
+    # Soonest-expiring first, tasks without a live lease last, on PostgreSQL and SQLite alike.
+    @admin.display(description="lease left", ordering=F("lease_expires_at").asc(nulls_last=True))
     def lease_remaining_display(self, task: Task) -> SafeString:
         return lease_remaining(getattr(task, "lease_expires_at", None), clock.now())
 
@@ -234,14 +260,119 @@ class TaskAdmin(ServiceFormAdmin):
     def mark_ready(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         self._set_status(request, queryset, verb="marked ready", target=lambda task: TaskStatus.READY)
 
-    @admin.action(description="Cancel (never deletes)", permissions=["operate"])
-    def cancel(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        self._set_status(request, queryset, verb="cancelled", target=lambda task: TaskStatus.CANCELLED)
+    @admin.action(description="Cancel (never deletes)…", permissions=["operate"])
+    def cancel(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
+        return self._cancel_flow(request, list(queryset), action_name="cancel")
 
     @admin.action(description="Reopen (done → ready, cancelled → open)", permissions=["operate"])
     def reopen(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         reopened = {TaskStatus.DONE: TaskStatus.READY, TaskStatus.CANCELLED: TaskStatus.OPEN}
         self._set_status(request, queryset, verb="reopened", target=lambda task: reopened.get(task.status))
+
+    @admin.action(description="Clear reservation (any agent of the project may claim)", permissions=["operate"])
+    def clear_reservation(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        actor = actor_of(request)
+        cleared: list[str] = []
+        for task in queryset.filter(reserved_for__isnull=False).select_related("reserved_for"):
+            previous = task.reserved_for.handle if task.reserved_for else EMPTY
+            updated = task_reservation_clear(task=task, actor=actor, reason="cleared in the admin")
+            self.log_change(request, updated, f"Cleared the reservation for {previous}.")
+            cleared.append(task.key)
+        self.report(
+            request,
+            done=f"Cleared the reservation of {plural(len(cleared), 'task')}." if cleared else None,
+            skipped=[] if cleared else ["None of the selected tasks was reserved."],
+        )
+
+    # --- cancel, with or without force-releasing the live lease ---------------
+
+    def _cancel_flow(
+        self, request: HttpRequest, tasks: list[Task], *, action_name: str | None, done_url: str | None = None
+    ) -> HttpResponse | None:
+        live = [task for task in tasks if getattr(task, "holder_attempt_id", None) is not None]
+        if not live and action_name is not None:  # nothing held: nothing to decide about
+            self._cancel(request, tasks, release=False, reason="")
+            return None
+        form = CancelForm(request.POST if is_confirmed(request) else None, has_live_lease=bool(live))
+        if form.is_bound and form.is_valid():
+            release = bool(live) and form.cleaned_data.get("also_release", False)
+            self._cancel(request, tasks, release=release, reason=form.cleaned_data.get("reason") or "")
+            return HttpResponseRedirect(done_url) if done_url else None
+        now = clock.now()
+        confirmation = Confirmation(
+            title=f"Cancel {plural(len(tasks), 'task')}",
+            intro="Cancelled tasks are never deleted; reopen one to bring it back (cancelled → open).",
+            warning=(
+                f"{plural(len(live), 'task')} of these {'is' if len(live) == 1 else 'are'} under a live lease. "
+                "With “also force-release” the holder's lease is revoked now (its next write fails with "
+                "LEASE_NOT_HELD; its branch, worktree and environment are kept). Without it the holder keeps "
+                "its lease, is told at its next renewal that the task was cancelled, and ends the attempt "
+                "itself; until then the list shows “cancelled (lease still live)”."
+                if live
+                else "None of these tasks is under a live lease."
+            ),
+            submit_label="Yes, cancel",
+            columns=["Task", "Status", "Holder", "Lease left", "Title"],
+            rows=[
+                (
+                    task,
+                    [
+                        task.key,
+                        self.effective_status_badge(task),
+                        self.holder(task),
+                        lease_remaining(getattr(task, "lease_expires_at", None), now),
+                        task.title,
+                    ],
+                )
+                for task in tasks
+            ],
+        )
+        return render_confirmation(
+            request,
+            self,
+            confirmation=confirmation,
+            form=form,
+            action_name=action_name,
+            objects=tasks,
+            cancel_url=done_url or reverse("admin:ledger_task_changelist"),
+        )
+
+    def _cancel(self, request: HttpRequest, tasks: list[Task], *, release: bool, reason: str) -> None:
+        actor = actor_of(request)
+        cancelled: list[str] = []
+        unchanged: list[str] = []
+        refused: list[str] = []
+        released = 0
+        still_live = 0
+        for task in tasks:
+            try:
+                result = task_cancel(task=task, actor=actor, release=release, reason=reason)
+            except LedgerError as exc:
+                refused.append(f"{task.key}: {exc.message}")
+                continue
+            revoked = result.revocation.revoked if result.revocation else None
+            if "status" not in result.updated.changed and revoked is None:
+                unchanged.append(task.key)
+                continue
+            cancelled.append(task.key)
+            note = f"Status {task.status} → cancelled (admin action: cancel)."
+            if revoked is not None:
+                released += 1
+                note += f" Revoked attempt {revoked.pk} of {revoked.agent.handle}. Reason: {reason}"
+            elif getattr(task, "holder_attempt_id", None) is not None:
+                still_live += 1
+                note += " The holder's lease is still live."
+            self.log_change(request, result.updated.task, note)
+        done = f"{plural(len(cancelled), 'task')} cancelled." if cancelled else None
+        if done and released:
+            done += f" Revoked {plural(released, 'live lease')}."
+        if done and still_live:
+            holds = "holds its lease" if still_live == 1 else "hold their leases"
+            done += f" {plural(still_live, 'holder')} still {holds}: recorded as contested."
+        skipped = (
+            [f"{plural(len(unchanged), 'task')} already cancelled: {', '.join(unchanged[:10])}."] if unchanged else []
+        )
+        self.report(request, done=done, skipped=skipped, refused=refused)
 
     # --- revoking actions ---------------------------------------------------
 
@@ -262,7 +393,8 @@ class TaskAdmin(ServiceFormAdmin):
         action_name: str | None,
         done_url: str | None = None,
     ) -> HttpResponse | None:
-        form: RevokeForm = (ReassignForm if reassign else RevokeForm)(request.POST if is_confirmed(request) else None)
+        data = request.POST if is_confirmed(request) else None
+        form: RevokeForm = reassign_form_for(tasks, data) if reassign else RevokeForm(data)
         if form.is_bound and form.is_valid():
             agent: Agent | None = form.cleaned_data.get("agent")
             self._revoke(request, tasks, reason=form.cleaned_data["reason"], agent=agent)
@@ -365,6 +497,8 @@ class TaskAdmin(ServiceFormAdmin):
         own = [
             path("<path:object_id>/force-release/", wrap(self.force_release_view), name="ledger_task_force_release"),
             path("<path:object_id>/reassign/", wrap(self.reassign_view), name="ledger_task_reassign"),
+            path("<path:object_id>/cancel/", wrap(self.cancel_view), name="ledger_task_cancel"),
+            *self.planning_urls(),
         ]
         return own + super().get_urls()
 
@@ -382,3 +516,12 @@ class TaskAdmin(ServiceFormAdmin):
 
     def reassign_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._single_task_flow(request, object_id, reassign=True)
+
+    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        task = get_object_or_404(self.get_queryset(request).select_related("reserved_for"), pk=object_id)
+        done_url = reverse("admin:ledger_task_change", args=[task.pk])
+        response = self._cancel_flow(request, [task], action_name=None, done_url=done_url)
+        assert response is not None  # with a done_url the flow always answers
+        return response

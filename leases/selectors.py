@@ -120,22 +120,33 @@ def full_task_read(task: Task, *, now: datetime) -> Task:
 
 def claimable_tasks(
     *,
-    project: Project,
+    project: Project | None,
     now: datetime,
     agent: Agent | None = None,
     task_class: str | None = None,
     include_reserved: bool = False,
+    by_anyone: bool = False,
 ) -> QuerySet[Task]:
-    """Claimable tasks of a project in claim-next order (SPEC §2, §4).
+    """Claimable tasks of a project (every project with `project=None`) in claim-next order (SPEC §2, §4).
 
     Claimable: stored status ready, no unresolved blocker, no live attempt,
     not reserved for another agent, project not archived. With
     `include_reserved`, tasks reserved for any agent count too (queue-wait).
+    With `by_anyone` (the admin's view: "can somebody claim this?"), a task
+    reserved for an agent counts only while that agent is active and may see
+    the task's project: a reservation for anyone else is a task nobody can
+    claim.
     """
-    tasks = Task.objects.filter(project=project, status=TaskStatus.READY, project__archived_at__isnull=True)
+    tasks = (
+        Task.objects.filter(project=project, status=TaskStatus.READY, project__archived_at__isnull=True)
+        if project is not None
+        else Task.objects.filter(status=TaskStatus.READY, project__archived_at__isnull=True)
+    )
     if task_class:
         tasks = tasks.filter(task_class=task_class)
-    if not include_reserved:
+    if by_anyone:
+        tasks = tasks.filter(Q(reserved_for__isnull=True) | Exists(reservation_holdable()))
+    elif not include_reserved:
         reservation = Q(reserved_for__isnull=True)
         if agent is not None:
             reservation |= Q(reserved_for=agent)
@@ -148,6 +159,20 @@ def claimable_tasks(
         # instead of sorting every ready task.
         .order_by(F("priority").desc(), F("ready_since").asc(), "id")
     )
+
+
+def reservation_holdable() -> QuerySet[Agent]:
+    """The outer task's reserved agent, if it is active and may see the task's project (so may claim it)."""
+    return Agent.objects.filter(pk=OuterRef("reserved_for_id"), is_active=True, projects=OuterRef("project_id"))
+
+
+def with_claimability(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
+    """`with_compact_state` plus `claimable`: whether somebody can claim the task now.
+
+    The one rule, `claimable_tasks(by_anyone=True)`, asked per row by primary key.
+    """
+    claimable = claimable_tasks(project=None, now=now, by_anyone=True).filter(pk=OuterRef("pk")).order_by()
+    return with_compact_state(tasks, now=now).annotate(claimable=Exists(claimable))
 
 
 def recent_terminal_attempts(task: Task, *, limit: int) -> list[Attempt]:

@@ -267,6 +267,7 @@ class EventType(models.TextChoices):
     TASK_DEPENDENCY_REMOVED = "task.dependency_removed"
     TASK_QUEUE_WAIT_EXCEEDED = "task.queue_wait_exceeded"
     TASK_REASSIGNED = "task.reassigned"
+    TASK_RESERVATION_CLEARED = "task.reservation_cleared"
     TASK_STATUS_CHANGED = "task.status_changed"
     TASK_UPDATED = "task.updated"
 

@@ -45,6 +45,7 @@ from leases.services import (
     Outcome as FinishOutcome,
 )
 from ledger import clock
+from ledger.models import TaskStatus
 
 INT32_MAX = 2**31 - 1
 COMMIT_PATTERN = r"^[0-9a-f]{40}$"
@@ -112,6 +113,11 @@ class AttemptRenewApi(ApiView):
     class OutputSerializer(serializers.Serializer[Any]):
         lease_expires_at = serializers.DateTimeField()
         renew_count = serializers.IntegerField()
+        task_status = serializers.ChoiceField(
+            choices=TaskStatus.values,
+            help_text="The task's stored status. `cancelled`: the task was cancelled while you held it; "
+            "stop, and release the attempt (or finish it as failed or handoff).",
+        )
 
     @extend_schema(
         operation_id="attempts_renew",
@@ -127,7 +133,11 @@ class AttemptRenewApi(ApiView):
             attempt = attempt_renew(proof=proof, lease_seconds=data.get("lease_seconds"))
             return Outcome(
                 status=200,
-                data={"lease_expires_at": clock.iso(attempt.lease_expires_at), "renew_count": attempt.renew_count},
+                data={
+                    "lease_expires_at": clock.iso(attempt.lease_expires_at),
+                    "renew_count": attempt.renew_count,
+                    "task_status": attempt.task.status,
+                },
             )
 
         return run_mutation(request, work)

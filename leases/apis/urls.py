@@ -19,6 +19,7 @@ from leases.apis.attempts import (
 from leases.apis.claims import ClaimNextApi, TaskClaimApi
 from leases.apis.dependencies import TaskDependencyAddApi, TaskDependencyRemoveApi
 from leases.apis.metrics import MetricsApi
+from leases.apis.reservation_clear import TaskReservationClearApi
 from leases.apis.search import SearchApi
 from leases.apis.tasks import (
     TaskContextApi,
@@ -39,6 +40,7 @@ urlpatterns = [
     path(
         "tasks/<taskkey:key>/dependencies/remove/", TaskDependencyRemoveApi.as_view(), name="task-dependencies-remove"
     ),
+    path("tasks/<taskkey:key>/reservation/clear/", TaskReservationClearApi.as_view(), name="task-reservation-clear"),
     path("claims/next/", ClaimNextApi.as_view(), name="claim-next"),
     path("attempts/<attemptid:attempt_id>/", AttemptDetailApi.as_view(), name="attempt"),
     path("attempts/<attemptid:attempt_id>/renew/", AttemptRenewApi.as_view(), name="attempt-renew"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from leases.services.allocations import allocation_release
+from leases.services.cancelling import Cancelled, task_cancel
 from leases.services.claims import LeaseGrant, lease_claim, lease_claim_next
 from leases.services.expiry import SweepReport, check_queue_wait, expire_lapsed, sweep_expired
 from leases.services.finishing import Finished, Outcome, attempt_finish, attempt_release
@@ -13,6 +14,7 @@ from leases.services.revoke import Revocation, task_force_release, task_reassign
 from leases.services.task_updates import TaskUpdated, task_update
 
 __all__ = [
+    "Cancelled",
     "Finished",
     "HolderProof",
     "LeaseGrant",
@@ -33,6 +35,7 @@ __all__ = [
     "lease_claim_next",
     "note_add",
     "sweep_expired",
+    "task_cancel",
     "task_force_release",
     "task_reassign",
     "task_update",

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from config.errors import AcknowledgementRequired, LedgerError, ValidationFailed
+from config.errors import AcknowledgementRequired, InvalidStatusTransition, LedgerError, ValidationFailed
 from leases.labels import parse_label
 from leases.models import Attempt, AttemptStatus, FailureReason, InterruptionReason
 from leases.services.allocations import release_allocations
@@ -117,6 +117,12 @@ def attempt_finish(
     if isinstance(held, LedgerError):
         return held
     task = held.task
+    if task.status == TaskStatus.CANCELLED and outcome in (Outcome.DONE, Outcome.REVIEW):
+        # Said before the acknowledgement: no version makes cancelled → done/review allowed.
+        raise InvalidStatusTransition(
+            f"{task.key} was cancelled while you held it: release the attempt, or finish it as failed or handoff.",
+            details={"from": task.status, "to": outcome, "task_status": task.status, "outcomes": ["failed", "handoff"]},
+        )
     changed = _acknowledgement_needed(held, task)
     if changed and acknowledged_version != task.version:
         raise AcknowledgementRequired(

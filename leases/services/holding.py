@@ -82,6 +82,7 @@ _LEASE_FIELDS = (
     "renew_count",
     "task__key",
     "task__epoch",
+    "task__status",
     "task__project__id",
 )
 
@@ -172,7 +173,13 @@ def extend_lease(attempt: Attempt, *, now: datetime, seconds: int, renewal: bool
 
 @refusals_after_commit
 def attempt_renew(*, proof: HolderProof, lease_seconds: int | None = None) -> Attempt | LedgerError:
-    """Heartbeat: extend the lease by `lease_seconds` (clamped) or the attempt's own length."""
+    """Heartbeat: extend the lease by `lease_seconds` (clamped) or the attempt's own length.
+
+    The returned attempt's `task.status` is the task's stored status as of
+    this renewal: a task cancelled under a live lease keeps the lease (the
+    holder may still checkpoint and release it), and the renewal is how the
+    holder learns of the cancellation.
+    """
     if lease_seconds is not None and (not isinstance(lease_seconds, int) or lease_seconds <= 0):
         raise ValidationFailed("lease_seconds must be a positive integer.")
     now = clock.now()

@@ -48,6 +48,10 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
     """
     reason = _clean_reason(reason)
     now = clock.now()
+    if reserve_for is not None:
+        # The agent's row first (as deactivation and membership changes lock it before the
+        # tasks they clear): neither can slip between this check and the reservation.
+        _refuse_unless_can_claim(reserve_for, task)
     locked = lock_task(task.pk)
     active = (
         Attempt.objects.select_for_update(no_key=True, of=("self",))
@@ -91,6 +95,21 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
             },
         )
     return Revocation(task=locked, revoked=revoked)
+
+
+def _refuse_unless_can_claim(agent: Agent, task: Task) -> None:
+    """A reservation for an agent that cannot claim the task would leave it waiting for nobody."""
+    fresh = Agent.objects.select_for_update(no_key=True).filter(pk=agent.pk).values("is_active").first()
+    if fresh is None or not fresh["is_active"]:
+        raise ValidationFailed(
+            f"{agent.handle} is deactivated: it can never claim {task.key}.",
+            details={"fields": {"agent": ["inactive"]}},
+        )
+    if not Agent.objects.filter(pk=agent.pk, projects=task.project_id).exists():
+        raise ValidationFailed(
+            f"{agent.handle} cannot see the project of {task.key}: it could never claim it.",
+            details={"fields": {"agent": ["not a member of the task's project"]}},
+        )
 
 
 def task_reassign(*, task: Task, agent: Agent, actor: Actor, reason: str) -> Revocation:

@@ -20,6 +20,7 @@ from ledger.services.agents import (
 from ledger.services.dependencies import dependency_add, dependency_remove
 from ledger.services.events import event_append
 from ledger.services.projects import key_prefix_from_slug, project_create
+from ledger.services.reservations import reservations_clear_for, task_reservation_clear
 from ledger.services.tasks import (
     ACKNOWLEDGED_FIELDS,
     INITIAL_STATUSES,
@@ -53,7 +54,9 @@ __all__ = [
     "key_prefix_from_slug",
     "lock_task",
     "project_create",
+    "reservations_clear_for",
     "task_create",
+    "task_reservation_clear",
     "tasks_wait_again",
     "validate_model",
     "waiting_since",

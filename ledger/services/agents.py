@@ -14,6 +14,7 @@ from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, EventType, Project
 from ledger.services.events import event_append
+from ledger.services.reservations import reservations_clear_for
 from ledger.services.validation import validate_model
 from ledger.tokens import hash_token, new_agent_token
 
@@ -89,6 +90,10 @@ def agent_set_projects(*, agent: Agent, projects: Iterable[Project], actor: Acto
             at=now,
             payload={"handle": agent.handle, "added": added, "removed": removed},
         )
+    if removed:
+        # A reservation the agent can no longer claim would leave its task waiting for nobody.
+        reason = f"{agent.handle} lost access to project {', '.join(removed)}"
+        reservations_clear_for(agent=agent, actor=actor, reason=reason, now=now, project_slugs=removed)
     return ProjectsChanged(agent=agent, added=added, removed=removed)
 
 
@@ -106,7 +111,7 @@ def _clean_reason(reason: str) -> str:
 
 @write_transaction
 def agent_deactivate(*, agent: Agent, actor: Actor, reason: str = "") -> Agent:
-    """Refuse the agent's token from now on. Its attempts run out on their own leases.
+    """Refuse the agent's token from now on; clear its reservations. Its attempts run out on their own leases.
 
     The reason, when given, is recorded in the `agent.deactivated` event.
     """
@@ -119,6 +124,7 @@ def agent_deactivate(*, agent: Agent, actor: Actor, reason: str = "") -> Agent:
         if reason:
             payload["reason"] = reason[:500]
         event_append(type=EventType.AGENT_DEACTIVATED, actor=actor, at=now, payload=payload)
+        reservations_clear_for(agent=agent, actor=actor, reason=f"{agent.handle} was deactivated", now=now)
     return agent
 
 

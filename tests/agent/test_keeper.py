@@ -118,3 +118,20 @@ def test_finish_stops_the_renewals_first_and_ends_the_lease():
     with pytest.raises(LeaseLost):
         keeper.note("after the end")
     assert told == []
+
+
+def test_a_renewal_that_says_the_task_was_cancelled_releases_the_attempt_and_stops():
+    # Issue 15, bug 6: the holder of a cancelled task renewed on and on; now it gives the attempt back.
+    server = Server({**RENEWED, "task_status": "ready"}, {**RENEWED, "task_status": "cancelled"})
+    keeper, told = keeper_for(server)
+    with keeper:
+        assert keeper.wait_lost(5.0)
+        threading.Event().wait(0.3)
+    assert keeper.cancelled
+    paths = [request.url.path for request in server.with_token()]
+    assert paths[-1] == "/api/v1/attempts/7/release/"
+    assert paths.count("/api/v1/attempts/7/renew/") == 2
+    assert told
+    assert "cancelled" in told[0]
+    with pytest.raises(LeaseLost):
+        keeper.note("more work")

@@ -26,6 +26,7 @@ from leases.services import (
     agent_set_projects,
     allocation_release,
     lease_claim,
+    task_cancel,
     task_force_release,
     task_reassign,
     task_update,
@@ -38,6 +39,7 @@ from ledger.services import (
     agent_rotate_token,
     project_create,
     task_create,
+    task_reservation_clear,
 )
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
@@ -123,8 +125,31 @@ def scenario_cancel_under_a_live_lease(web):
     lease_claim(task=a, agent=holder)
     lease_claim(task=b, agent=holder)
     return Twins(
-        via_admin=lambda client: action(client, "ledger/task", "cancel", [a.pk]),
+        # The confirmation's "also force-release" left unticked: the holder keeps its lease.
+        via_admin=lambda client: confirmed(client, "ledger/task", "cancel", [a.pk], reason=""),
         via_service=lambda actor: task_update(task=b, actor=actor, changes={"status": "cancelled"}),
+    )
+
+
+def scenario_cancel_and_force_release(web):
+    a, b = two_tasks(web)
+    holder = AgentFactory(handle="holder", projects=[web])
+    lease_claim(task=a, agent=holder)
+    lease_claim(task=b, agent=holder)
+    return Twins(
+        via_admin=lambda client: confirmed(client, "ledger/task", "cancel", [a.pk], also_release="on", reason=REASON),
+        via_service=lambda actor: task_cancel(task=b, actor=actor, release=True, reason=REASON),
+    )
+
+
+def scenario_clear_reservation(web):
+    a, b = two_tasks(web, status="ready")
+    agent = AgentFactory(handle="reserved", projects=[web])
+    for task in (a, b):
+        task_reassign(task=task, agent=agent, actor=SYSTEM, reason=REASON)
+    return Twins(
+        via_admin=lambda client: action(client, "ledger/task", "clear_reservation", [a.pk]),
+        via_service=lambda actor: task_reservation_clear(task=b, actor=actor, reason="cleared in the admin"),
     )
 
 
