@@ -264,6 +264,11 @@ def _claim_links() -> dict[str, Any]:
         },
         "description": "The holder's update of the claimed task; renews the lease.",
     }
+    links["ReadAttempt"] = {
+        "operationId": "attempts_retrieve",
+        "parameters": {"path.attempt_id": "$response.body#/attempt/id"},
+        "description": "The claimed attempt, with its latest notes.",
+    }
     return links
 
 
@@ -275,6 +280,10 @@ LINKS: dict[tuple[str, str], dict[str, Any]] = {
         "UpdateTask": {
             "operationId": "tasks_partial_update",
             "parameters": {"path.key": "$response.body#/key", "header.If-Match": "$response.body#/version"},
+        },
+        "ClearReservation": {
+            "operationId": "tasks_reservation_clear",
+            "parameters": {"path.key": "$response.body#/key"},
         },
     },
     ("tasks_claim", "201"): _claim_links(),

@@ -39,13 +39,13 @@ from console.base import (
     plural,
 )
 from console.confirm import (
-    CancelForm,
     Confirmation,
     RevokeForm,
     is_confirmed,
     reassign_form_for,
     render_confirmation,
 )
+from console.task_cancel import TaskCancelMixin
 from console.task_parts import (
     AttemptInline,
     ClaimableFilter,
@@ -61,13 +61,13 @@ from console.task_planning import TaskPlanningMixin, present_blockers, status_bu
 from console.timeline import timeline_of
 from leases.models import Attempt
 from leases.selectors import with_claimability
-from leases.services import task_cancel, task_force_release, task_reassign, task_update
+from leases.services import task_force_release, task_reassign, task_update
 from ledger import clock
 from ledger.models import ALLOWED_TRANSITIONS, Agent, Task, TaskDependency, TaskStatus
 from ledger.services import task_create, task_reservation_clear
 
 
-class TaskAdmin(TaskPlanningMixin, ServiceFormAdmin):
+class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
     list_display = [
         "key",
         "title",
@@ -284,96 +284,6 @@ class TaskAdmin(TaskPlanningMixin, ServiceFormAdmin):
             skipped=[] if cleared else ["None of the selected tasks was reserved."],
         )
 
-    # --- cancel, with or without force-releasing the live lease ---------------
-
-    def _cancel_flow(
-        self, request: HttpRequest, tasks: list[Task], *, action_name: str | None, done_url: str | None = None
-    ) -> HttpResponse | None:
-        live = [task for task in tasks if getattr(task, "holder_attempt_id", None) is not None]
-        if not live and action_name is not None:  # nothing held: nothing to decide about
-            self._cancel(request, tasks, release=False, reason="")
-            return None
-        form = CancelForm(request.POST if is_confirmed(request) else None, has_live_lease=bool(live))
-        if form.is_bound and form.is_valid():
-            release = bool(live) and form.cleaned_data.get("also_release", False)
-            self._cancel(request, tasks, release=release, reason=form.cleaned_data.get("reason") or "")
-            return HttpResponseRedirect(done_url) if done_url else None
-        now = clock.now()
-        confirmation = Confirmation(
-            title=f"Cancel {plural(len(tasks), 'task')}",
-            intro="Cancelled tasks are never deleted; reopen one to bring it back (cancelled → open).",
-            warning=(
-                f"{plural(len(live), 'task')} of these {'is' if len(live) == 1 else 'are'} under a live lease. "
-                "With “also force-release” the holder's lease is revoked now (its next write fails with "
-                "LEASE_NOT_HELD; its branch, worktree and environment are kept). Without it the holder keeps "
-                "its lease, is told at its next renewal that the task was cancelled, and ends the attempt "
-                "itself; until then the list shows “cancelled (lease still live)”."
-                if live
-                else "None of these tasks is under a live lease."
-            ),
-            submit_label="Yes, cancel",
-            columns=["Task", "Status", "Holder", "Lease left", "Title"],
-            rows=[
-                (
-                    task,
-                    [
-                        task.key,
-                        self.effective_status_badge(task),
-                        self.holder(task),
-                        lease_remaining(getattr(task, "lease_expires_at", None), now),
-                        task.title,
-                    ],
-                )
-                for task in tasks
-            ],
-        )
-        return render_confirmation(
-            request,
-            self,
-            confirmation=confirmation,
-            form=form,
-            action_name=action_name,
-            objects=tasks,
-            cancel_url=done_url or reverse("admin:ledger_task_changelist"),
-        )
-
-    def _cancel(self, request: HttpRequest, tasks: list[Task], *, release: bool, reason: str) -> None:
-        actor = actor_of(request)
-        cancelled: list[str] = []
-        unchanged: list[str] = []
-        refused: list[str] = []
-        released = 0
-        still_live = 0
-        for task in tasks:
-            try:
-                result = task_cancel(task=task, actor=actor, release=release, reason=reason)
-            except LedgerError as exc:
-                refused.append(f"{task.key}: {exc.message}")
-                continue
-            revoked = result.revocation.revoked if result.revocation else None
-            if "status" not in result.updated.changed and revoked is None:
-                unchanged.append(task.key)
-                continue
-            cancelled.append(task.key)
-            note = f"Status {task.status} → cancelled (admin action: cancel)."
-            if revoked is not None:
-                released += 1
-                note += f" Revoked attempt {revoked.pk} of {revoked.agent.handle}. Reason: {reason}"
-            elif getattr(task, "holder_attempt_id", None) is not None:
-                still_live += 1
-                note += " The holder's lease is still live."
-            self.log_change(request, result.updated.task, note)
-        done = f"{plural(len(cancelled), 'task')} cancelled." if cancelled else None
-        if done and released:
-            done += f" Revoked {plural(released, 'live lease')}."
-        if done and still_live:
-            holds = "holds its lease" if still_live == 1 else "hold their leases"
-            done += f" {plural(still_live, 'holder')} still {holds}: recorded as contested."
-        skipped = (
-            [f"{plural(len(unchanged), 'task')} already cancelled: {', '.join(unchanged[:10])}."] if unchanged else []
-        )
-        self.report(request, done=done, skipped=skipped, refused=refused)
-
     # --- revoking actions ---------------------------------------------------
 
     @admin.action(description="Force-release (revoke the live lease)…", permissions=["operate"])
@@ -516,12 +426,3 @@ class TaskAdmin(TaskPlanningMixin, ServiceFormAdmin):
 
     def reassign_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         return self._single_task_flow(request, object_id, reassign=True)
-
-    def cancel_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        if not self.has_operate_permission(request):
-            raise PermissionDenied
-        task = get_object_or_404(self.get_queryset(request).select_related("reserved_for"), pk=object_id)
-        done_url = reverse("admin:ledger_task_change", args=[task.pk])
-        response = self._cancel_flow(request, [task], action_name=None, done_url=done_url)
-        assert response is not None  # with a done_url the flow always answers
-        return response

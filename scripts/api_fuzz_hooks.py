@@ -9,6 +9,8 @@ handed out before, or one about what is stored, so the schema says these in desc
   (or a blank `blocked_reason`) is accepted or not depending on the task's stored status;
 - `POST /tasks/`: `blocked` needs a `blocked_reason`; `blocked_by` names existing tasks;
 - `POST /tasks/{key}/dependencies/` (and `remove/`): both tasks exist and the edge closes no cycle;
+- `POST /tasks/{key}/reservation/clear/`: the task exists (the fuzzer's own tasks are never reserved
+  for another agent, so clearing answers the task);
 - `cursor`: only a `next_cursor` the API answered;
 - `Idempotency-Key`: unique per request (the same key with another request is IDEMPOTENCY_CONFLICT).
 
@@ -69,6 +71,8 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
         # The dependency names two tasks the fuzzer can see, and never a cycle: FUZZ-2 waits for FUZZ-1.
         case.path_parameters = {**(case.path_parameters or {}), "key": DEPENDENT_TASK}
         case.body = {**_body(case), "blocked_by": SEEDED_TASK}
+    elif operation_id == "tasks_reservation_clear":
+        case.path_parameters = {**(case.path_parameters or {}), "key": SEEDED_TASK}
     return case
 
 
