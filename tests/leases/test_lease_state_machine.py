@@ -608,6 +608,17 @@ class LeaseMachine(RuleBasedStateMachine):
         task.review_moved = False
         self.end(attempt, AttemptStatus.COMPLETED)
 
+    @precondition(lambda self: any(t.review_open for t in self.model))
+    @rule(data=st.data())
+    def edit_under_review(self, data: st.DataObject) -> None:
+        """An admin edits a task whose review is pending (under a live review lease, a contested write)."""
+        task = data.draw(st.sampled_from([i for i, t in enumerate(self.model) if t.review_open]), label="task")
+        self.edits = getattr(self, "edits", 0) + 1
+        changes = {"description": f"edited {self.edits}"}
+        _, code = self.call(lambda: task_update(task=self.tasks[task], actor=self.admin, changes=changes))
+        assert code is None, f"editing a task under review: {code}"
+        self.model[task].changed()
+
     def review_refusal(self, task: int, agent: int) -> str | None:
         model = self.model[task]
         if model.review_worker == agent:
