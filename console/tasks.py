@@ -32,7 +32,9 @@ from console.base import (
     moment,
     plural,
 )
+from console.comments import CommentInline
 from console.confirm import Confirmation, ReassignForm, RevokeForm, is_confirmed, render_confirmation
+from console.quarantine import release_quarantined
 from console.task_parts import (
     EFFECTIVE_LABELS,
     AttemptInline,
@@ -46,7 +48,7 @@ from leases.models import Attempt
 from leases.selectors import with_lease_state
 from leases.services import task_force_release, task_reassign, task_update
 from ledger import clock
-from ledger.models import Agent, Task, TaskDependency, TaskStatus
+from ledger.models import Agent, Task, TaskComment, TaskDependency, TaskStatus
 from ledger.services import task_create
 
 
@@ -71,7 +73,7 @@ class TaskAdmin(ServiceFormAdmin):
     ordering = ["project", "-priority", "number"]
     list_per_page = 50
     inlines = [AttemptInline, DependencyInline, DependentInline]
-    actions = ["mark_ready", "cancel", "reopen", "reassign", "force_release"]
+    actions = ["mark_ready", "cancel", "reopen", "reassign", "force_release", "release_from_quarantine"]
     change_form_template = "admin/ledger/task/change_form.html"
 
     add_fields = [
@@ -114,6 +116,8 @@ class TaskAdmin(ServiceFormAdmin):
             inlines.append(DependencyInline)
         if TaskDependency.objects.filter(blocked_by=obj, removed_at__isnull=True).exists():
             inlines.append(DependentInline)
+        if TaskComment.objects.filter(task=obj).exists():
+            inlines.append(CommentInline)  # SPEC §16.2 (console/comments.py)
         return inlines
 
     def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
@@ -241,6 +245,10 @@ class TaskAdmin(ServiceFormAdmin):
     def reopen(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
         reopened = {TaskStatus.DONE: TaskStatus.READY, TaskStatus.CANCELLED: TaskStatus.OPEN}
         self._set_status(request, queryset, verb="reopened", target=lambda task: reopened.get(task.status))
+
+    @admin.action(description="Release from quarantine", permissions=["operate"])
+    def release_from_quarantine(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        release_quarantined(self, request, queryset)  # SPEC §16.4 (console/quarantine.py)
 
     # --- revoking actions ---------------------------------------------------
 
