@@ -7,7 +7,6 @@ tasks are reported as skipped.
 
 from __future__ import annotations
 
-from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 

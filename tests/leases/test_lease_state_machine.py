@@ -693,7 +693,8 @@ class LeaseMachine(RuleBasedStateMachine):
         }[outcome]
         task.ready_since = clock.now() if task.status == TaskStatus.READY else None
         self.end(case.attempt, AttemptStatus.COMPLETED)
-        assert decided is not None and decided.task.status == task.status
+        assert decided is not None
+        assert decided.task.status == task.status
 
     # --- invariants: plain reads of the database, after every step --------------
 

@@ -6,7 +6,6 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from config.errors import TaskNotClaimable, ValidationFailed
-from leases.models import AttemptStatus
 from leases.services import (
     attempt_finish,
     attempt_release,
@@ -129,7 +128,8 @@ def test_expiries_count_and_the_sweep_quarantines_in_its_batch(clock, project, a
     assert sweep_expired().expired == 2
     stored = Task.objects.get(pk=task.pk)
     assert stored.status == TaskStatus.BLOCKED
-    assert "(last: attempt " in stored.blocked_reason and stored.blocked_reason.endswith("expired)")
+    assert "(last: attempt " in stored.blocked_reason
+    assert stored.blocked_reason.endswith("expired)")
     assert quarantine_events(task).count() == 1
     assert Task.objects.get(pk=other.pk).status == TaskStatus.READY
     assert not quarantine_events(other).exists()
