@@ -31,6 +31,8 @@ EXPECTED_TOOLS = {
     "block",
     "changes",
     "search",
+    "comment",
+    "decide",
 }
 
 
