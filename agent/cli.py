@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from agent import __version__, connect, hooks, task_commands
+from agent import __version__, connect, hooks, review_commands, task_commands
 from agent.commands import (
     cmd_changes,
     cmd_claim,
@@ -165,7 +165,13 @@ def build_parser() -> argparse.ArgumentParser:
     renew.add_argument("--lease-seconds", type=int, help="requested lease length")
 
     finish = command("finish", "Finish the current attempt (done, review, failed or handoff).", cmd_finish)
-    finish.add_argument("--outcome", choices=("done", "review", "failed", "handoff"), default="done", help="outcome")
+    finish.add_argument(
+        "--outcome",
+        choices=("done", "review", "failed", "handoff", "approved", "changes_requested", "blocked"),
+        default="done",
+        help="outcome (a review attempt: approved, changes_requested or blocked)",
+    )
+    finish.add_argument("--finding", action="append", default=None, help="a review finding; repeatable")
     finish.add_argument("--summary", help="result summary")
     finish.add_argument("--next-step", action="append", default=[], help="a next step; repeatable")
     finish.add_argument("--failure-reason", choices=FAILURE_REASONS, help="for failed (default implementation_error)")
@@ -203,6 +209,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--on-success", choices=("done", "review"), default="done", help="outcome on exit 0")
     run.add_argument(
+        "--review",
+        action="store_true",
+        help="with --next: claim the oldest open review and run COMMAND as its reviewer (exit 0: approved)",
+    )
+    run.add_argument(
         "--grace-seconds", type=float, default=10.0, help="SIGTERM to SIGKILL delay when COMMAND must stop"
     )
     run.add_argument("--heartbeat-seconds", type=float, default=60.0, help="run heartbeat interval")
@@ -223,6 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _add_reach_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
     """The commands beyond the lease: task show/create, git, block/unblock, connect, hook (SPEC §15.3, §15.4)."""
     task_commands.add_parsers(command)
+    review_commands.add_parsers(command)
     connect.add_parser(command)
     hooks.add_parser(command)
 

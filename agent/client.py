@@ -75,8 +75,9 @@ class LeaseholdClient(ApiConnection):
         q: str | None = None,
         cursor: str | None = None,
         limit: int | None = None,
+        ready: bool = False,
     ) -> Page:
-        """Compact task list (`results` are `CompactTask`s)."""
+        """Compact task list (`results` are `CompactTask`s); `ready`: claimable tasks in claim-next order."""
         params = {
             "project": project,
             "status": status,
@@ -86,6 +87,7 @@ class LeaseholdClient(ApiConnection):
             "q": q,
             "cursor": cursor,
             "limit": limit,
+            "ready": "true" if ready else None,
         }
         return cast(Page, self.request("GET", "/tasks/", params=params))
 
@@ -282,6 +284,7 @@ class LeaseholdClient(ApiConnection):
         interruption_reason_code: str | None = None,
         acknowledged_version: int | None = None,
         git: dict[str, Any] | None = None,
+        findings: list[str] | None = None,
         idempotency_key: str | None = None,
     ) -> Finished:
         """End the attempt; `git` carries the git facts of the end (SPEC §15.4: head_commit, commits_ahead, …)."""
@@ -294,6 +297,7 @@ class LeaseholdClient(ApiConnection):
                 "interruption_reason_code": interruption_reason_code,
                 "acknowledged_version": acknowledged_version,
                 "git": git or None,
+                "findings": findings,
             }
         )
         return cast(
@@ -314,6 +318,76 @@ class LeaseholdClient(ApiConnection):
                 idempotency_key=idempotency_key,
             ),
         )
+
+    # --- reviews, decisions, comments (SPEC §16) ------------------------------------
+
+    def reviews(
+        self,
+        *,
+        project: str | None = None,
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> Page:
+        params = {"project": project, "status": status, "cursor": cursor, "limit": limit}
+        return cast(Page, self.request("GET", "/reviews/", params=params))
+
+    def review_next(
+        self, project: str, *, lease_seconds: int | None = None, idempotency_key: str | None = None
+    ) -> Claim | None:
+        """Claim the project's oldest open review (not your own work); None when there is none (204)."""
+        body = drop_none({"project": project, "lease_seconds": lease_seconds})
+        answer = self.request("POST", "/reviews/next/", body=body, idempotency_key=idempotency_key)
+        return None if answer is None else Claim.from_response(answer)
+
+    def review_claim(
+        self, review_id: int, *, lease_seconds: int | None = None, idempotency_key: str | None = None
+    ) -> Claim:
+        body = drop_none({"lease_seconds": lease_seconds})
+        answer = self.request("POST", f"/reviews/{review_id}/claim/", body=body, idempotency_key=idempotency_key)
+        return Claim.from_response(answer)
+
+    def decide(
+        self,
+        project: str,
+        title: str,
+        *,
+        body: str = "",
+        task: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """Record a decision of the project (optionally about one task)."""
+        payload = drop_none({"project": project, "title": title, "body": body, "task": task})
+        return cast(dict[str, Any], self.request("POST", "/decisions/", body=payload, idempotency_key=idempotency_key))
+
+    def decisions(
+        self,
+        *,
+        project: str | None = None,
+        task: str | None = None,
+        status: str | None = None,
+        cursor: str | None = None,
+        limit: int | None = None,
+    ) -> Page:
+        params = {"project": project, "task": task, "status": status, "cursor": cursor, "limit": limit}
+        return cast(Page, self.request("GET", "/decisions/", params=params))
+
+    def supersede_decision(self, decision_id: int, *, by: int, idempotency_key: str | None = None) -> dict[str, Any]:
+        return cast(
+            dict[str, Any],
+            self.request(
+                "POST", f"/decisions/{decision_id}/supersede/", body={"by": by}, idempotency_key=idempotency_key
+            ),
+        )
+
+    def comment(self, key: str, body: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
+        return cast(
+            dict[str, Any],
+            self.request("POST", f"/tasks/{key}/comments/", body={"body": body}, idempotency_key=idempotency_key),
+        )
+
+    def comments(self, key: str, *, cursor: str | None = None, limit: int | None = None) -> Page:
+        return cast(Page, self.request("GET", f"/tasks/{key}/comments/", params={"cursor": cursor, "limit": limit}))
 
     def attempt(self, attempt_id: int) -> dict[str, Any]:
         """An attempt with its latest notes as excerpts."""

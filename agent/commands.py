@@ -61,8 +61,9 @@ def cmd_login(args: argparse.Namespace, out: Output) -> int:
 def cmd_ready(args: argparse.Namespace, out: Output) -> int:
     settings = load_settings()
     with make_client(settings) as client:
+        # The ready view: claimable tasks in claim-next order (SPEC §4, §16.3).
         page = client.tasks(
-            project=project_from(args, settings), claimable=True, task_class=args.task_class, limit=args.limit
+            project=project_from(args, settings), ready=True, task_class=args.task_class, limit=args.limit
         )
     tasks = page["results"]
     lines = [
@@ -165,6 +166,7 @@ def cmd_finish(args: argparse.Namespace, out: Output) -> int:
         "failure_reason_code": args.failure_reason,
         "interruption_reason_code": args.interruption_reason,
         "acknowledged_version": args.acknowledged_version,
+        "findings": getattr(args, "finding", None),
     }
     if args.outcome == "failed" and not args.failure_reason:
         fields["failure_reason_code"] = "implementation_error"

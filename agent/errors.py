@@ -107,6 +107,10 @@ class DependencyCycle(LeaseholdError):
     code = "DEPENDENCY_CYCLE"
 
 
+class StaleReviewTarget(LeaseholdError):
+    code = "STALE_REVIEW_TARGET"
+
+
 class LeaseExpired(LeaseholdError):
     code = "LEASE_EXPIRED"
 

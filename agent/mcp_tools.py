@@ -40,10 +40,10 @@ Project = Annotated[str | None, Field(description="project slug (default: the se
 TaskClass = Annotated[str | None, Field(description="only tasks of this class")]
 Limit = Annotated[int, Field(description="at most this many")]
 LeaseSeconds = Annotated[int | None, Field(description="lease length asked for")]
-Branch = Annotated[str | None, Field(description="branch name (default: inherited or suggested)")]
-BaseCommit = Annotated[str | None, Field(description="40-hex commit the work starts from")]
-Environment = Annotated[str | None, Field(description="allocate this environment by name")]
-EnvironmentKind = Annotated[str | None, Field(description="allocate any free environment of this kind")]
+Branch = Annotated[str | None, Field(description="branch")]
+BaseCommit = Annotated[str | None, Field(description="40-hex start commit")]
+Environment = Annotated[str | None, Field(description="environment name")]
+EnvironmentKind = Annotated[str | None, Field(description="environment kind")]
 AttemptId = Annotated[int | None, Field(description="attempt id (default: the held one)")]
 Content = Annotated[str, Field(description="the text, at most 8000 chars")]
 Steps = Annotated[list[str] | None, Field(description="next steps, in order")]
@@ -51,9 +51,9 @@ NoteKindChoice = Annotated[Literal["progress", "finding", "warning"], Field(desc
 Important = Annotated[bool, Field(description="flag it as important")]
 OutcomeChoice = Annotated[Outcome, Field(description="how the attempt ends")]
 Summary = Annotated[str | None, Field(description="result summary")]
-Failure = Annotated[FailureReason | None, Field(description="for failed (default implementation_error)")]
-Interruption = Annotated[InterruptionReason | None, Field(description="for handoff (default handoff)")]
-AckVersion = Annotated[int | None, Field(description="task version read after ACKNOWLEDGEMENT_REQUIRED")]
+Failure = Annotated[FailureReason | None, Field(description="for failed")]
+Interruption = Annotated[InterruptionReason | None, Field(description="for handoff")]
+AckVersion = Annotated[int | None, Field(description="version, after ACKNOWLEDGEMENT_REQUIRED")]
 TextField = Annotated[TaskTextField, Field(description="which text")]
 Offset = Annotated[int, Field(description="first character")]
 TextLimit = Annotated[int, Field(description="characters, at most 16000")]
@@ -110,16 +110,14 @@ def build_server(holdings: Holdings) -> MCPServer:
     @tool("List claimable tasks of a project (compact).")
     def ready(project: Project = None, task_class: TaskClass = None, limit: Limit = 20) -> str:
         def run() -> Any:
-            page = client.tasks(
-                project=holdings.project_or(project), claimable=True, task_class=task_class, limit=limit
-            )
+            page = client.tasks(project=holdings.project_or(project), ready=True, task_class=task_class, limit=limit)
             fields = ("key", "title", "priority", "task_class")
             tasks = [{name: task.get(name) for name in fields} for task in page["results"]]
             return compact({"tasks": tasks, "next_cursor": page["next_cursor"]})
 
         return answer(run)
 
-    @tool("Claim a task by key; returns the attempt and the work context.")
+    @tool("Claim a task by key: the attempt and its work context.")
     def claim(
         key: Key,
         lease_seconds: LeaseSeconds = None,
@@ -147,6 +145,7 @@ def build_server(holdings: Holdings) -> MCPServer:
     @tool("Claim the next claimable task of a project; {} when there is none.")
     def claim_next(
         project: Project = None,
+        review: Annotated[bool, Field(description="claim a review instead")] = False,
         task_class: TaskClass = None,
         lease_seconds: LeaseSeconds = None,
         branch: Branch = None,
@@ -155,6 +154,9 @@ def build_server(holdings: Holdings) -> MCPServer:
         environment_kind: EnvironmentKind = None,
     ) -> str:
         def run() -> Any:
+            if review:  # SPEC §16.1: a review attempt, finished with approved / changes_requested / blocked
+                reviewing = client.review_next(holdings.project_or(project), lease_seconds=lease_seconds)
+                return {} if reviewing is None else holdings.hold(reviewing)
             got = client.claim_next(
                 holdings.project_or(project),
                 task_class=task_class,
@@ -172,7 +174,7 @@ def build_server(holdings: Holdings) -> MCPServer:
     def context(key: OptKey = None) -> str:
         return answer(lambda: compact(client.context(key or holdings.keeper(None).lease.task)))
 
-    @tool("Read a range of a task's description or acceptance criteria (what the context cut).")
+    @tool("Read a range of a task's long text (what the context cut).")
     def task(key: OptKey = None, field: TextField = "description", offset: Offset = 0, limit: TextLimit = 8000) -> str:
         def run() -> Any:
             return client.task_text(key or holdings.keeper(None).lease.task, field=field, offset=offset, limit=limit)
@@ -209,19 +211,19 @@ def build_server(holdings: Holdings) -> MCPServer:
     def checkpoint(content: Content, next_steps: Steps = None, attempt: AttemptId = None) -> str:
         return holder(attempt, lambda keeper: noted(keeper.checkpoint(content, next_steps=next_steps)))
 
-    @tool("Renew the held lease now (it is also renewed in the background).")
+    @tool("Renew the held lease now (also done in the background).")
     def renew(attempt: AttemptId = None) -> str:
         return holder(attempt, lambda keeper: keeper.renew())
 
-    @tool("Record git facts of the held attempt; detect reads them from its checkout.")
+    @tool("Record git facts of the held attempt.")
     def git(
-        detect: Annotated[bool, Field(description="read unset facts from git")] = False,
+        detect: Annotated[bool, Field(description="read from git")] = False,
         branch: Annotated[str | None, Field(description="branch")] = None,
         base_commit: Annotated[str | None, Field(description="40-hex start commit")] = None,
         head_commit: Annotated[str | None, Field(description="40-hex head commit")] = None,
         commits_ahead: Annotated[int | None, Field(description="commits beyond the base")] = None,
         dirty: Annotated[bool | None, Field(description="uncommitted changes")] = None,
-        pushed: Annotated[bool | None, Field(description="the remote has the head")] = None,
+        pushed: Annotated[bool | None, Field(description="head is pushed")] = None,
         worktree_path: Annotated[str | None, Field(description="absolute worktree path")] = None,
         attempt: AttemptId = None,
     ) -> str:
@@ -251,11 +253,12 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return holder(attempt, record)
 
-    @tool("Finish the held attempt: done, review, failed (failure_reason) or handoff.")
+    @tool("Finish the held attempt (a review attempt: approved, changes_requested, blocked).")
     def finish(
         outcome: OutcomeChoice = "done",
         summary: Summary = None,
         next_steps: Steps = None,
+        findings: Annotated[list[str] | None, Field(description="review findings")] = None,
         failure_reason: Failure = None,
         interruption_reason: Interruption = None,
         acknowledged_version: AckVersion = None,
@@ -269,6 +272,7 @@ def build_server(holdings: Holdings) -> MCPServer:
                 failure_reason_code=failure_reason or ("implementation_error" if outcome == "failed" else None),
                 interruption_reason_code=interruption_reason or ("handoff" if outcome == "handoff" else None),
                 acknowledged_version=acknowledged_version,
+                findings=findings,
             )
             return _ended(keeper, finished)
 
@@ -290,14 +294,14 @@ def build_server(holdings: Holdings) -> MCPServer:
             "task_status": task["status"],
         }
 
-    @tool("Create a task (a follow-up); blocks_current makes the held task wait for it.")
+    @tool("Create a follow-up task.")
     def create_task(
         title: Annotated[str, Field(description="the new task's title")],
         description: Annotated[str | None, Field(description="what it is about")] = None,
         acceptance_criteria: Annotated[str | None, Field(description="when it is done")] = None,
         status: Annotated[Literal["open", "ready"], Field(description="ready: claimable at once")] = "open",
         priority: Annotated[int | None, Field(description="higher is claimed first")] = None,
-        blocks_current: Annotated[bool, Field(description="the held task waits for the new one")] = False,
+        blocks_current: Annotated[bool, Field(description="the held task waits for it")] = False,
         project: Project = None,
     ) -> str:
         def run() -> Any:
@@ -332,11 +336,30 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return answer(run)
 
-    @tool("Events after an event id (pass latest_event_id back as since).")
+    @tool("Comment on a task (default: the held one).")
+    def comment(body: Content, key: OptKey = None) -> str:
+        def run() -> Any:
+            made = client.comment(key or holdings.keeper(None).lease.task, body)
+            return {"comment": made["id"], "task": made["task"]}
+
+        return answer(run)
+
+    @tool("Record a project decision (key: about that task).")
+    def decide(
+        title: Annotated[str, Field(description="the decision")],
+        body: Annotated[str, Field(description="why")] = "",
+        key: Annotated[str | None, Field(description="task key")] = None,
+        project: Project = None,
+    ) -> str:
+        return answer(
+            lambda: {"decision": client.decide(holdings.project_or(project), title, body=body, task=key)["id"]}
+        )
+
+    @tool("Events after an event id.")
     def changes(since: Since = 0, project: Project = None, limit: Limit = 50) -> str:
         return answer(lambda: compact(client.changes(since=since, project=project or holdings.project, limit=limit)))
 
-    @tool("Search tasks and notes; returns short snippets.")
+    @tool("Search tasks and notes (snippets).")
     def search(
         q: Annotated[str, Field(description="words to find")], project: Project = None, limit: Limit = 10
     ) -> str:

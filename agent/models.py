@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, TypedDict, cast, get_args
 
-Outcome = Literal["done", "review", "failed", "handoff"]
+# A review attempt (SPEC §16.1) decides with approved / changes_requested / blocked, or fails / hands off.
+Outcome = Literal["done", "review", "failed", "handoff", "approved", "changes_requested", "blocked"]
+REVIEW_DECISIONS = ("approved", "changes_requested", "blocked")
 NoteKind = Literal["progress", "finding", "warning", "checkpoint"]
 TaskTextField = Literal["description", "acceptance_criteria"]
 FailureReason = Literal[
@@ -67,6 +69,7 @@ class CompactTask(TypedDict, total=False):
     holder: str | None
     lease_expires_at: str | None
     blocked_by: int
+    claimable: bool
 
 
 class AttemptSummary(TypedDict, total=False):
@@ -101,6 +104,7 @@ class Renewed(TypedDict, total=False):
     lease_expires_at: str
     renew_count: int
     task_status: str  # the task's stored status; "cancelled" means stop and release
+    new_comments: int  # comments on the task since the claim (SPEC §16.2)
 
 
 class NoteWritten(TypedDict):

@@ -22,6 +22,11 @@
    `failed` with `--failure-reason`. The finish carries the git facts of the
    end (head, commits ahead, dirty, pushed) with `--worktree`. Exit 0 for
    done/review/handoff, 7 for failed.
+   With `--review` (SPEC §16.1) `run --review --next` claims the oldest open
+   review instead; exit 0 → `approved` unless the outcome file says
+   otherwise (changes_requested / blocked with findings, failed, handoff),
+   non-zero → `failed` (no decision: the review stays open for another
+   reviewer).
 5. The lease is lost: SIGTERM to COMMAND's group at once, SIGKILL after
    `--grace-seconds`; nothing more is sent with the token, the state file
    marks it lost, exit 5.
@@ -276,9 +281,9 @@ def _summary(command: list[str], returncode: int | None, summary_file: Path) -> 
     return f"`{shlex.join(command)}` {how}."
 
 
-def _chosen(files: Path, out: Output) -> ChosenOutcome | None:
+def _chosen(files: Path, out: Output, *, review: bool = False) -> ChosenOutcome | None:
     try:
-        return read_outcome(files / "outcome.json")
+        return read_outcome(files / "outcome.json", review=review)
     except InvalidOutcome as problem:
         out.warn(f"the outcome file $LEASEHOLD_OUTCOME_FILE {problem}; the exit status decides instead.")
         return None
@@ -295,7 +300,8 @@ def _finish(
     args: argparse.Namespace,
     out: Output,
 ) -> int:
-    chosen = _chosen(files, out)
+    review = bool(getattr(args, "review", False))
+    chosen = _chosen(files, out, review=review)
     fields: dict[str, Any] = {"result_summary": _summary(command, returncode, files / "summary.txt")}
     outcome: Outcome
     if received:
@@ -309,9 +315,11 @@ def _finish(
         fields["next_steps"] = chosen.next_steps or None
         fields["failure_reason_code"] = chosen.failure_reason_code
         fields["interruption_reason_code"] = chosen.interruption_reason_code
+        if chosen.findings is not None:
+            fields["findings"] = chosen.findings
         exit_code = EXIT_COMMAND_FAILED if outcome == "failed" else EXIT_OK
     elif returncode == 0:
-        outcome = args.on_success
+        outcome = "approved" if review else args.on_success
         exit_code = EXIT_OK
     else:
         outcome = "failed"

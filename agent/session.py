@@ -109,6 +109,11 @@ def claim_from_args(client: LeaseholdClient, args: argparse.Namespace, settings:
         "environment": args.environment,
         "environment_kind": args.environment_kind,
     }
+    if getattr(args, "review", False):
+        # SPEC §16.1: a review attempt, on the project's oldest open review that is not your own work.
+        if args.key or not args.next:
+            raise UsageError("A review is claimed with --review --next (reviews are not claimed by task key).")
+        return client.review_next(project_from(args, settings), lease_seconds=args.lease_seconds)
     if args.next:
         if args.key:
             raise UsageError("Give a task KEY or --next, not both.")

@@ -288,7 +288,30 @@ LINKS: dict[tuple[str, str], dict[str, Any]] = {
     },
     ("tasks_claim", "201"): _claim_links(),
     ("claims_next", "201"): _claim_links(),
+    # SPEC §16: a review claim answers a claim's shape; a decision and a review name their ids.
+    ("reviews_next", "201"): {
+        **_claim_links(),
+        "ClaimReview": {"operationId": "reviews_claim", "parameters": {"path.review_id": "$response.body#/review/id"}},
+        "ReadReview": {
+            "operationId": "reviews_retrieve",
+            "parameters": {"path.review_id": "$response.body#/review/id"},
+        },
+    },
+    ("reviews_claim", "201"): _claim_links(),
+    ("decisions_create", "201"): {
+        "SupersedeDecision": {
+            "operationId": "decisions_supersede",
+            "parameters": {"path.decision_id": "$response.body#/id"},
+        },
+        "ReadDecision": {"operationId": "decisions_retrieve", "parameters": {"path.decision_id": "$response.body#/id"}},
+    },
 }
+LINKS[("tasks_create", "201")].update(
+    {
+        "CommentOnTask": {"operationId": "tasks_comments_create", "parameters": {"path.key": "$response.body#/key"}},
+        "ListComments": {"operationId": "tasks_comments_list", "parameters": {"path.key": "$response.body#/key"}},
+    }
+)
 
 
 def link_operations(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:

@@ -129,6 +129,12 @@ class DependencyCycle(LedgerError):
     default_message = "That dependency would create a cycle."
 
 
+class StaleReviewTarget(LedgerError):
+    code = "STALE_REVIEW_TARGET"
+    http_status = 409
+    default_message = "The task or its branch changed since the review was requested; the request is superseded."
+
+
 class LeaseExpired(LedgerError):
     code = "LEASE_EXPIRED"
     http_status = 409

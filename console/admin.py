@@ -17,17 +17,19 @@ from django.contrib import admin
 from console.agents import AgentAdmin
 from console.allocations import AllocationAdmin
 from console.attempts import AttemptAdmin
+from console.decisions import DecisionAdmin
 from console.environments import EnvironmentAdmin
 from console.events import EventAdmin
 from console.findings import FindingAdmin
 from console.projects import ProjectAdmin
+from console.reviews import ReviewRequestAdmin
 from console.runs import ReconciliationRunAdmin
 from console.site import install
 from console.tasks import TaskAdmin
 from environments.models import Environment
-from leases.models import Allocation, Attempt
+from leases.models import Allocation, Attempt, ReviewRequest
 from leases.reconciliation.models import Finding, ReconciliationRun
-from ledger.models import Agent, Event, Project, Task
+from ledger.models import Agent, Decision, Event, Project, Task
 
 install(admin.site)
 
@@ -40,6 +42,8 @@ admin.site.register(Attempt, AttemptAdmin)
 admin.site.register(Allocation, AllocationAdmin)
 admin.site.register(Finding, FindingAdmin)
 admin.site.register(ReconciliationRun, ReconciliationRunAdmin)
+admin.site.register(ReviewRequest, ReviewRequestAdmin)
+admin.site.register(Decision, DecisionAdmin)
 
 # Users, the role groups and django-q2's schedules: nobody deletes them either (console.auth_admin).
 from console.auth_admin import install_no_delete_admins  # noqa: E402

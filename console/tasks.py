@@ -38,6 +38,7 @@ from console.base import (
     moment,
     plural,
 )
+from console.comments import CommentInline
 from console.confirm import (
     Confirmation,
     RevokeForm,
@@ -45,6 +46,7 @@ from console.confirm import (
     reassign_form_for,
     render_confirmation,
 )
+from console.quarantine import release_quarantined
 from console.task_cancel import TaskCancelMixin
 from console.task_parts import (
     AttemptInline,
@@ -63,7 +65,7 @@ from leases.models import Attempt
 from leases.selectors import with_claimability
 from leases.services import task_force_release, task_reassign, task_update
 from ledger import clock
-from ledger.models import ALLOWED_TRANSITIONS, Agent, Task, TaskDependency, TaskStatus
+from ledger.models import ALLOWED_TRANSITIONS, Agent, Task, TaskComment, TaskDependency, TaskStatus
 from ledger.services import task_create, task_reservation_clear
 
 
@@ -89,7 +91,15 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
     ordering = ["project", "-priority", "number"]
     list_per_page = 50
     inlines = [AttemptInline, DependencyInline, DependentInline]
-    actions = ["mark_ready", "cancel", "reopen", "reassign", "force_release", "clear_reservation"]
+    actions = [
+        "mark_ready",
+        "cancel",
+        "reopen",
+        "reassign",
+        "force_release",
+        "clear_reservation",
+        "release_from_quarantine",
+    ]
     change_form_template = "admin/ledger/task/change_form.html"
 
     add_fields = [
@@ -132,6 +142,8 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
             inlines.append(DependencyInline)
         if TaskDependency.objects.filter(blocked_by=obj, removed_at__isnull=True).exists():
             inlines.append(DependentInline)
+        if TaskComment.objects.filter(task=obj).exists():
+            inlines.append(CommentInline)  # SPEC §16.2 (console/comments.py)
         return inlines
 
     def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
@@ -283,6 +295,10 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
             done=f"Cleared the reservation of {plural(len(cleared), 'task')}." if cleared else None,
             skipped=[] if cleared else ["None of the selected tasks was reserved."],
         )
+
+    @admin.action(description="Release from quarantine", permissions=["operate"])
+    def release_from_quarantine(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+        release_quarantined(self, request, queryset)  # SPEC §16.4 (console/quarantine.py)
 
     # --- revoking actions ---------------------------------------------------
 

@@ -17,9 +17,11 @@ from typing import Any
 
 from django.conf import settings
 
-from leases.models import Allocation, Attempt, AttemptStatus
+from leases.context_parts import discussion_parts, review_parts
+from leases.models import Allocation, Attempt, AttemptKind, AttemptStatus
 from leases.selectors import (
     IN_PROGRESS,
+    IN_REVIEW,
     latest_checkpoint,
     left_work_on_branch,
     live_attempts,
@@ -54,6 +56,11 @@ CUT_ORDER: tuple[tuple[str, str], ...] = (
     ("latest_checkpoint", "next_steps"),
     ("latest_checkpoint", "content"),
     ("", "blockers"),
+    ("", "comments"),
+    ("", "decisions"),
+    ("review_findings", "summary"),
+    ("review", "result_summary"),
+    ("review_findings", "findings"),
     ("task", "acceptance_criteria"),
     ("task", "title"),
 )
@@ -163,6 +170,14 @@ def work_context(
         "warnings": _warnings(task, recent),
         "truncated": [],
     }
+    # SPEC §16: review findings (or the review a reviewer holds), decisions, comments.
+    reviewing = review_parts(task, current) if not first_ever else {"review_findings": None, "review": None, "cut": []}
+    discussion = discussion_parts(task)
+    context.update({name: reviewing[name] for name in ("review_findings", "review")})
+    context.update({name: discussion[name] for name in ("decisions", "comments")})
+    context["truncated"].extend([*reviewing["cut"], *discussion["cut"]])
+    if current is not None and current.kind == AttemptKind.REVIEW and current.lease_expires_at > now:
+        context["task"]["effective_status"] = IN_REVIEW
     return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
 
 
@@ -190,6 +205,7 @@ def _latest_with_work(task: Task, recent: list[Attempt]) -> Attempt | None:
             branch=attempt.branch,
             commits_ahead=attempt.commits_ahead,
             seen_commits_ahead=attempt.seen_commits_ahead,
+            kind=attempt.kind,
         ):
             return attempt
     if len(recent) < RUNS_OF_TROUBLE:

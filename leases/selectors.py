@@ -15,6 +15,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db.models import (
+    BooleanField,
     Case,
     CharField,
     Count,
@@ -31,11 +32,23 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Length, Substr
 
 from config.errors import NotFound
-from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note, NoteKind
-from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
+from leases.models import (
+    Allocation,
+    AllocationStatus,
+    Attempt,
+    AttemptKind,
+    AttemptStatus,
+    Note,
+    NoteKind,
+    ReviewRequest,
+    ReviewStatus,
+)
+from ledger.models import RESOLVED_STATUSES, Agent, Event, EventType, Project, Task, TaskDependency, TaskStatus
 
 IN_PROGRESS = "in_progress"
-EFFECTIVE_STATUSES = (*TaskStatus.values, IN_PROGRESS)
+# SPEC §16.1: while a live review attempt exists.
+IN_REVIEW = "in_review"
+EFFECTIVE_STATUSES = (*TaskStatus.values, IN_PROGRESS, IN_REVIEW)
 
 LEASE_SIZING_MIN_SAMPLES = 20
 LEASE_SIZING_SAMPLE_LIMIT = 1000
@@ -80,16 +93,19 @@ def unresolved_blockers_of(task: Task) -> QuerySet[TaskDependency]:
 def with_lease_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
     """Annotate `effective_status`, `holder_handle`, `holder_attempt_id` and `lease_expires_at`.
 
-    `effective_status` is `in_progress` exactly while a live attempt exists,
-    else the stored status (SPEC §1.3); usable in filters and ordering.
+    `effective_status` is `in_progress` exactly while a live work attempt
+    exists, `in_review` while a live review attempt exists (SPEC §16.1), else
+    the stored status (SPEC §1.3); usable in filters and ordering.
     """
     live = live_attempts(now).filter(task=OuterRef("pk"))
     return tasks.annotate(
         holder_attempt_id=Subquery(live.values("id")[:1]),
         holder_handle=Subquery(live.values("agent__handle")[:1]),
         lease_expires_at=Subquery(live.values("lease_expires_at")[:1]),
+        holder_attempt_kind=Subquery(live.values("kind")[:1]),
     ).annotate(
         effective_status=Case(
+            When(holder_attempt_kind=AttemptKind.REVIEW, then=Value(IN_REVIEW)),
             When(holder_attempt_id__isnull=False, then=Value(IN_PROGRESS)),
             default=F("status"),
             output_field=CharField(),
@@ -97,11 +113,17 @@ def with_lease_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
     )
 
 
-def with_compact_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
-    """`with_lease_state` plus `blocked_by_count`, the number of unresolved blockers."""
+def with_compact_state(tasks: QuerySet[Task], *, now: datetime, agent: Agent | None = None) -> QuerySet[Task]:
+    """`with_lease_state` plus `blocked_by_count`, the number of unresolved blockers, and `claimable`
+    (for `agent`: the rule of `claimable_tasks`, as a column)."""
     blocker_count = unresolved_blockers().order_by().values("task").annotate(n=Count("pk")).values("n")
     return with_lease_state(tasks, now=now).annotate(
-        blocked_by_count=Coalesce(Subquery(blocker_count, output_field=IntegerField()), 0)
+        blocked_by_count=Coalesce(Subquery(blocker_count, output_field=IntegerField()), 0),
+        claimable=Case(
+            When(claimable_condition(now=now, agent=agent), then=Value(True)),
+            default=Value(False),
+            output_field=BooleanField(),
+        ),
     )
 
 
@@ -135,25 +157,13 @@ def claimable_tasks(
     With `by_anyone` (the admin's view: "can somebody claim this?"), a task
     reserved for an agent counts only while that agent is active and may see
     the task's project: a reservation for anyone else is a task nobody can
-    claim.
+    claim. The rule itself is `claimable_condition`.
     """
-    tasks = (
-        Task.objects.filter(project=project, status=TaskStatus.READY, project__archived_at__isnull=True)
-        if project is not None
-        else Task.objects.filter(status=TaskStatus.READY, project__archived_at__isnull=True)
-    )
+    tasks = Task.objects.filter(project=project) if project is not None else Task.objects.all()
     if task_class:
         tasks = tasks.filter(task_class=task_class)
-    if by_anyone:
-        tasks = tasks.filter(Q(reserved_for__isnull=True) | Exists(reservation_holdable()))
-    elif not include_reserved:
-        reservation = Q(reserved_for__isnull=True)
-        if agent is not None:
-            reservation |= Q(reserved_for=agent)
-        tasks = tasks.filter(reservation)
     return (
-        tasks.exclude(Exists(unresolved_blockers()))
-        .exclude(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
+        tasks.filter(claimable_condition(now=now, agent=agent, include_reserved=include_reserved, by_anyone=by_anyone))
         # Exactly the order of the partial index `task_ready_queue` (a ready
         # task always has `ready_since`), so PostgreSQL reads it in order
         # instead of sorting every ready task.
@@ -173,6 +183,51 @@ def with_claimability(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]
     """
     claimable = claimable_tasks(project=None, now=now, by_anyone=True).filter(pk=OuterRef("pk")).order_by()
     return with_compact_state(tasks, now=now).annotate(claimable=Exists(claimable))
+
+
+def claimable_condition(
+    *, now: datetime, agent: Agent | None, include_reserved: bool = False, by_anyone: bool = False
+) -> Q:
+    """Claimability (SPEC §2) as a condition on tasks: the one rule behind `claimable_tasks`, the
+    `claimable` column of compact items and `is_claimable` (the same on values already read)."""
+    condition = Q(status=TaskStatus.READY, project__archived_at__isnull=True)
+    if by_anyone:
+        condition &= Q(reserved_for__isnull=True) | Q(Exists(reservation_holdable()))
+    elif not include_reserved:
+        reservation = Q(reserved_for__isnull=True)
+        if agent is not None:
+            reservation |= Q(reserved_for=agent)
+        condition &= reservation
+    return condition & ~Q(Exists(unresolved_blockers())) & ~Q(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
+
+
+def is_claimable(*, task: Task, agent: Agent | None, blocked_by: int, live: bool) -> bool:
+    """`claimable_condition` for a task whose blocker count and lease are known (a finish's answer)."""
+    return (
+        task.status == TaskStatus.READY
+        and task.project.archived_at is None
+        and task.reserved_for_id in (None, agent.pk if agent is not None else None)
+        and blocked_by == 0
+        and not live
+    )
+
+
+def comments_since_claim() -> Coalesce:
+    """The number of comments on the outer attempt's task since its claim (SPEC §16.2), as a column.
+
+    Counted from the `task.commented` events after the attempt's `event_id_at_claim`
+    (every comment appends one), over the event table's (task, id) index.
+    """
+    comments = (
+        Event.objects.filter(
+            task=OuterRef("task"), type=EventType.TASK_COMMENTED, id__gt=Coalesce(OuterRef("event_id_at_claim"), 0)
+        )
+        .order_by()
+        .values("task")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(comments, output_field=IntegerField()), 0)
 
 
 def recent_terminal_attempts(task: Task, *, limit: int) -> list[Attempt]:
@@ -204,12 +259,20 @@ def left_work() -> Q:
     """
     counted = Q(commits_ahead__gt=0) | Q(seen_commits_ahead__gt=0)
     presumed = Q(commits_ahead__isnull=True, seen_commits_ahead__isnull=True, status__in=PRESUMED_AT_WORK_STATUSES)
-    return Q(status__in=INHERITING_STATUSES) & ~Q(branch="") & (counted | presumed)
+    # A review attempt (SPEC §16.1) reads the work's branch; it leaves no work of its own there.
+    return Q(status__in=INHERITING_STATUSES, kind=AttemptKind.WORK) & ~Q(branch="") & (counted | presumed)
 
 
-def left_work_on_branch(*, status: str, branch: str, commits_ahead: int | None, seen_commits_ahead: int | None) -> bool:
+def left_work_on_branch(
+    *,
+    status: str,
+    branch: str,
+    commits_ahead: int | None,
+    seen_commits_ahead: int | None,
+    kind: str = AttemptKind.WORK,
+) -> bool:
     """`left_work()` for one attempt's values (a claim judges the lapsed attempt it expires without a query)."""
-    if status not in INHERITING_STATUSES or not branch:
+    if status not in INHERITING_STATUSES or not branch or kind != AttemptKind.WORK:
         return False
     if commits_ahead is None and seen_commits_ahead is None:
         return status in PRESUMED_AT_WORK_STATUSES
@@ -306,4 +369,45 @@ def releasable(allocation: Allocation) -> bool:
     """
     return allocation.status == AllocationStatus.STALE or (
         allocation.status == AllocationStatus.ACTIVE and allocation.attempt.status != AttemptStatus.ACTIVE
+    )
+
+
+def reviews_visible_to(agent: Agent | None) -> QuerySet[ReviewRequest]:
+    """Review requests on the tasks of the agent's projects; every one for staff (`agent=None`)."""
+    reviews = ReviewRequest.objects.all()
+    return reviews if agent is None else reviews.filter(task__project__agents=agent)
+
+
+def review_by_id(review_id: int, *, agent: Agent | None) -> ReviewRequest:
+    """A review request the caller may see, with its task, work attempt and reviewers, or NOT_FOUND."""
+    review = (
+        reviews_visible_to(agent)
+        .select_related("task__project", "work_attempt__agent", "reviewer_agent", "reviewer_user")
+        .filter(pk=review_id)
+        .first()
+    )
+    if review is None:
+        raise NotFound(f"No review {review_id}.", details={"review": review_id})
+    return review
+
+
+def latest_changes_requested(task: Task) -> ReviewRequest | None:
+    """The review the task's next work answers (SPEC §16.1 `review_findings`): its latest decided
+    request, when that one asked for changes."""
+    latest = (
+        ReviewRequest.objects.filter(task=task, decided_at__isnull=False)
+        .exclude(status=ReviewStatus.SUPERSEDED)
+        .select_related("reviewer_agent", "reviewer_user")
+        .order_by("-id")
+        .first()
+    )
+    return latest if latest is not None and latest.status == ReviewStatus.CHANGES_REQUESTED else None
+
+
+def review_in_progress(attempt: Attempt) -> ReviewRequest | None:
+    """The request a review attempt is reviewing, with the work attempt it pins."""
+    return (
+        ReviewRequest.objects.select_related("work_attempt__agent")
+        .filter(review_attempt=attempt, status=ReviewStatus.IN_REVIEW)
+        .first()
     )

@@ -71,6 +71,11 @@ class Project(NoDeleteModel):
     default_lease_seconds = models.PositiveIntegerField(default=900)
     queue_wait_max_seconds = models.PositiveIntegerField(default=3600)
     required_isolation = models.CharField(max_length=20, choices=Isolation.choices, default=Isolation.NONE)
+    # SPEC §16.1, §16.4: who may review whose work, and when a failing task is quarantined.
+    allow_self_review = models.BooleanField(default=False, help_text="The agent that did the work may also review it.")
+    max_consecutive_failures = models.PositiveIntegerField(
+        default=3, help_text="Failed or expired attempts in a row before a task is quarantined (0: never)."
+    )
     # The last task number handed out. Incremented by a conditional UPDATE in
     # the task-creating transaction, which makes keys gap-free: a rolled-back
     # creation rolls the increment back with it.
@@ -138,7 +143,8 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
         {TaskStatus.OPEN, TaskStatus.BLOCKED, TaskStatus.REVIEW, TaskStatus.DONE, TaskStatus.CANCELLED}
     ),
     TaskStatus.BLOCKED: frozenset({TaskStatus.READY, TaskStatus.OPEN, TaskStatus.CANCELLED}),
-    TaskStatus.REVIEW: frozenset({TaskStatus.READY, TaskStatus.DONE, TaskStatus.CANCELLED}),
+    # review → blocked: a reviewer blocks the work (SPEC §16.1).
+    TaskStatus.REVIEW: frozenset({TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.DONE, TaskStatus.CANCELLED}),
     TaskStatus.DONE: frozenset({TaskStatus.READY}),
     TaskStatus.CANCELLED: frozenset({TaskStatus.OPEN}),
 }
@@ -270,6 +276,18 @@ class EventType(models.TextChoices):
     TASK_RESERVATION_CLEARED = "task.reservation_cleared"
     TASK_STATUS_CHANGED = "task.status_changed"
     TASK_UPDATED = "task.updated"
+    # Part two, SPEC §16.
+    REVIEW_REQUESTED = "review.requested"
+    REVIEW_CLAIMED = "review.claimed"
+    REVIEW_APPROVED = "review.approved"
+    REVIEW_CHANGES_REQUESTED = "review.changes_requested"
+    REVIEW_BLOCKED = "review.blocked"
+    REVIEW_SUPERSEDED = "review.superseded"
+    TASK_COMMENTED = "task.commented"
+    TASK_QUARANTINED = "task.quarantined"
+    TASK_QUARANTINE_RELEASED = "task.quarantine_released"
+    DECISION_CREATED = "decision.created"
+    DECISION_SUPERSEDED = "decision.superseded"
 
 
 class Event(NoDeleteModel):
@@ -317,3 +335,92 @@ class Event(NoDeleteModel):
         if self.actor_user is not None:
             return f"user:{self.actor_user.get_username()}"
         return "system"
+
+
+DECISION_TITLE_MAX_CHARS = 200
+DECISION_BODY_MAX_CHARS = 4000
+COMMENT_BODY_MAX_CHARS = 8000
+
+
+class DecisionStatus(models.TextChoices):
+    ACTIVE = "active", "Active"
+    SUPERSEDED = "superseded", "Superseded"
+
+
+def _one_author(prefix: str) -> models.CheckConstraint:
+    return models.CheckConstraint(
+        condition=Q(author_agent__isnull=False, author_user__isnull=True)
+        | Q(author_agent__isnull=True, author_user__isnull=False),
+        name=f"{prefix}_one_author",
+    )
+
+
+class Decision(NoDeleteModel):
+    """A recorded decision of a project, optionally about one task (SPEC §16.2).
+
+    Never deleted: a decision that no longer holds is `superseded` by another.
+    """
+
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="decisions")
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, null=True, blank=True, related_name="decisions")
+    title = models.CharField(max_length=DECISION_TITLE_MAX_CHARS)
+    body = models.TextField(max_length=DECISION_BODY_MAX_CHARS, blank=True)
+    status = models.CharField(max_length=16, choices=DecisionStatus.choices, default=DecisionStatus.ACTIVE)
+    superseded_by = models.ForeignKey("self", on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    author_agent = models.ForeignKey(Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    author_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField()
+    superseded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            _one_author("decision"),
+            models.CheckConstraint(condition=Q(status__in=DecisionStatus.values), name="decision_status_valid"),
+            models.CheckConstraint(
+                condition=Q(status=DecisionStatus.SUPERSEDED, superseded_by__isnull=False)
+                | Q(status=DecisionStatus.ACTIVE, superseded_by__isnull=True),
+                name="decision_superseded_by_iff_superseded",
+            ),
+        ]
+        indexes = [
+            # Serves the work context: active decisions of a project (and of a task).
+            models.Index(fields=["project", "status", "-id"], name="decision_project_status"),
+        ]
+
+    def __str__(self) -> str:
+        return f"decision {self.pk}: {self.title}"
+
+    @property
+    def author_label(self) -> str:
+        if self.author_agent is not None:
+            return self.author_agent.handle
+        return f"user:{self.author_user.get_username()}" if self.author_user is not None else "system"
+
+
+class TaskComment(NoDeleteModel):
+    """A comment on a task by an agent or a person (SPEC §16.2); never edited, never deleted."""
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="comments")
+    body = models.TextField(max_length=COMMENT_BODY_MAX_CHARS)
+    author_agent = models.ForeignKey(Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    author_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [_one_author("comment")]
+        indexes = [models.Index(fields=["task", "-id"], name="comment_task_recent")]
+
+    def __str__(self) -> str:
+        return f"comment {self.pk} on {self.task_id}"
+
+    @property
+    def author_label(self) -> str:
+        if self.author_agent is not None:
+            return self.author_agent.handle
+        return f"user:{self.author_user.get_username()}" if self.author_user is not None else "system"

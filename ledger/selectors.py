@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 from django.db.models.functions import Length, Substr
 
 from config.errors import NotFound, ValidationFailed
-from ledger.models import Agent, Event, Project, Task
+from ledger.models import Agent, Decision, DecisionStatus, Event, Project, Task, TaskComment
 from ledger.tokens import AGENT_TOKEN_PREFIX, hash_token
 
 
@@ -157,3 +157,32 @@ def changes_since(
         events = events.filter(project=project)
     rows = list(events.order_by("id").values(*CHANGE_FIELDS)[: limit + 1])
     return rows[:limit], len(rows) > limit
+
+
+def decisions_visible_to(agent: Agent | None) -> QuerySet[Decision]:
+    """The decisions of the agent's projects; every decision for staff (`agent=None`)."""
+    decisions = Decision.objects.all()
+    return decisions if agent is None else decisions.filter(project__agents=agent)
+
+
+def decision_by_id(decision_id: int, *, agent: Agent | None) -> Decision:
+    decision = decisions_visible_to(agent).select_related("project", "task").filter(pk=decision_id).first()
+    if decision is None:
+        raise NotFound(f"No decision {decision_id}.", details={"decision": decision_id})
+    return decision
+
+
+def active_decisions_for(task: Task, *, limit: int) -> list[Decision]:
+    """The active decisions of the task and of its project as a whole, newest first (SPEC §16.2)."""
+    return list(
+        Decision.objects.filter(project_id=task.project_id, status=DecisionStatus.ACTIVE)
+        .filter(Q(task__isnull=True) | Q(task=task))
+        .select_related("author_agent", "author_user")
+        .order_by("-id")[:limit]
+    )
+
+
+def recent_comments(task: Task, *, limit: int) -> list[TaskComment]:
+    """The task's latest comments, oldest of them first."""
+    latest = TaskComment.objects.filter(task=task).select_related("author_agent", "author_user").order_by("-id")
+    return list(reversed(latest[:limit]))

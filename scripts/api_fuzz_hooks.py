@@ -35,6 +35,7 @@ IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 # The first task `scripts/api-fuzz` creates in its project `fuzz`.
 SEEDED_TASK = "FUZZ-1"
 DEPENDENT_TASK = "FUZZ-2"
+SEEDED_PROJECT = "fuzz"
 PART_ONE_GIT_FACTS = frozenset({"branch", "base_commit"})
 
 
@@ -67,6 +68,15 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
     elif operation_id == "attempts_git":
         body = {name: value for name, value in _body(case).items() if name in PART_ONE_GIT_FACTS}
         case.body = body or {"base_commit": "0" * 40}
+    elif operation_id in ("tasks_comments_create", "tasks_comments_list"):
+        # SPEC §16.2: comments on the seeded task (a random key is only ever NOT_FOUND).
+        case.path_parameters = {**(case.path_parameters or {}), "key": SEEDED_TASK}
+    elif operation_id in ("decisions_create", "reviews_next"):
+        # The fuzzer's one project; a decision about a task names the seeded one.
+        body = {**_body(case), "project": SEEDED_PROJECT}
+        if "task" in body:
+            body["task"] = SEEDED_TASK
+        case.body = body
     elif operation_id in ("tasks_dependencies_add", "tasks_dependencies_remove"):
         # The dependency names two tasks the fuzzer can see, and never a cycle: FUZZ-2 waits for FUZZ-1.
         case.path_parameters = {**(case.path_parameters or {}), "key": DEPENDENT_TASK}

@@ -316,6 +316,16 @@ SPECTACULAR_SETTINGS = {
         "AttemptStatusEnum": ["active", "completed", "failed", "interrupted", "released", "expired", "revoked"],
         "NoteKindEnum": ["progress", "finding", "warning", "checkpoint"],
         "SearchHitKindEnum": ["task", "note"],
+        "ReviewStatusEnum": [
+            "open",
+            "in_review",
+            "approved",
+            "changes_requested",
+            "blocked",
+            "superseded",
+            "cancelled",
+        ],
+        "DecisionStatusEnum": ["active", "superseded"],
     },
     "PREPROCESSING_HOOKS": ["api.schema.expand_routes"],
     # drf-spectacular's own enum hook first: the others read the components it settles.

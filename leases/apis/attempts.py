@@ -31,7 +31,15 @@ from leases.apis.fields import (
 from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import attempt_summary, compact_task, ended_task_row
 from leases.apis.serializers import AttemptDetailSerializer, AttemptSummarySerializer, FinishedSerializer
-from leases.models import HOST_MAX_CHARS, WORKTREE_PATH_MAX_CHARS, FailureReason, InterruptionReason, NoteKind
+from leases.models import (
+    HOST_MAX_CHARS,
+    REVIEW_FINDING_MAX_CHARS,
+    REVIEW_FINDINGS_MAX_ITEMS,
+    WORKTREE_PATH_MAX_CHARS,
+    FailureReason,
+    InterruptionReason,
+    NoteKind,
+)
 from leases.selectors import attempt_by_id, attempt_notes
 from leases.services import (
     Finished,
@@ -118,6 +126,7 @@ class AttemptRenewApi(ApiView):
             help_text="The task's stored status. `cancelled`: the task was cancelled while you held it; "
             "stop, and release the attempt (or finish it as failed or handoff).",
         )
+        new_comments = serializers.IntegerField(help_text="Comments on the task since your claim.")
 
     @extend_schema(
         operation_id="attempts_renew",
@@ -137,6 +146,7 @@ class AttemptRenewApi(ApiView):
                     "lease_expires_at": clock.iso(attempt.lease_expires_at),
                     "renew_count": attempt.renew_count,
                     "task_status": attempt.task.status,
+                    "new_comments": getattr(attempt, "new_comments", 0),
                 },
             )
 
@@ -203,15 +213,22 @@ def finished_outcome(finished: Finished) -> Outcome:
     """Finish's body as a plain dict: finish is a measured hot path (FinishedSerializer is its schema)."""
     return Outcome(
         status=200,
-        data={"attempt": attempt_summary(finished.attempt), "task": compact_task(ended_task_row(finished.task))},
+        data={
+            "attempt": attempt_summary(finished.attempt),
+            "task": compact_task(ended_task_row(finished.task, finished.attempt.agent)),
+        },
     )
 
 
 class AttemptFinishApi(ApiView):
-    """End the attempt: done or review (completed), failed, or handoff (interrupted)."""
+    """End the attempt: done or review (completed), failed, or handoff (interrupted).
+
+    A review attempt decides: approved, changes_requested (with findings) or blocked (the
+    summary is the reason); approving a target that moved is STALE_REVIEW_TARGET.
+    """
 
     class InputSerializer(serializers.Serializer[Any]):
-        outcome = serializers.ChoiceField(choices=list(FinishOutcome.ALL))
+        outcome = serializers.ChoiceField(choices=[*FinishOutcome.ALL, *FinishOutcome.REVIEW_DECISIONS])
         result_summary = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, default="")
         next_steps = _text_list()
         failure_reason_code = serializers.ChoiceField(choices=FailureReason.values, required=False)
@@ -220,20 +237,32 @@ class AttemptFinishApi(ApiView):
             required=False, min_value=1, max_value=INT32_MAX, help_text="Needed when the task changed since the claim."
         )
         git = GitFactsSerializer(required=False, help_text="The final git facts, recorded before the attempt ends.")
+        findings = serializers.ListField(
+            child=serializers.CharField(max_length=REVIEW_FINDING_MAX_CHARS, trim_whitespace=False),
+            max_length=REVIEW_FINDINGS_MAX_ITEMS,
+            required=False,
+            help_text="A review decision's findings: at most 20 of at most 500 characters.",
+        )
 
     # Schema-only: the body as one shape per outcome, as `leases.services.finishing` reads it:
     # failed needs failure_reason_code, handoff needs interruption_reason_code, and neither
     # code goes with another outcome.
-    @extend_schema_serializer(exclude_fields=["failure_reason_code", "interruption_reason_code"])
+    @extend_schema_serializer(exclude_fields=["failure_reason_code", "interruption_reason_code", "findings"])
     class CompletedInput(InputSerializer):
         outcome = serializers.ChoiceField(choices=[FinishOutcome.DONE, FinishOutcome.REVIEW])
 
-    @extend_schema_serializer(exclude_fields=["interruption_reason_code"])
+    @extend_schema_serializer(
+        exclude_fields=["failure_reason_code", "interruption_reason_code", "acknowledged_version"]
+    )
+    class DecisionInput(InputSerializer):
+        outcome = serializers.ChoiceField(choices=list(FinishOutcome.REVIEW_DECISIONS))
+
+    @extend_schema_serializer(exclude_fields=["interruption_reason_code", "findings"])
     class FailedInput(InputSerializer):
         outcome = serializers.ChoiceField(choices=[FinishOutcome.FAILED])
         failure_reason_code = serializers.ChoiceField(choices=FailureReason.values)
 
-    @extend_schema_serializer(exclude_fields=["failure_reason_code"])
+    @extend_schema_serializer(exclude_fields=["failure_reason_code", "findings"])
     class HandoffInput(InputSerializer):
         outcome = serializers.ChoiceField(choices=[FinishOutcome.HANDOFF])
         interruption_reason_code = serializers.ChoiceField(choices=InterruptionReason.values)
@@ -249,6 +278,9 @@ class AttemptFinishApi(ApiView):
                 FinishOutcome.REVIEW: CompletedInput,
                 FinishOutcome.FAILED: FailedInput,
                 FinishOutcome.HANDOFF: HandoffInput,
+                FinishOutcome.APPROVED: DecisionInput,
+                FinishOutcome.CHANGES_REQUESTED: DecisionInput,
+                FinishOutcome.BLOCKED: DecisionInput,
             },
             resource_type_field_name="outcome",
         ),
@@ -285,7 +317,7 @@ class AttemptReleaseApi(ApiView):
 
         def work() -> Outcome:
             released = attempt_release(proof=proof, reason=data["reason"])
-            shown = {"attempt": released.attempt, "task": ended_task_row(released.task)}
+            shown = {"attempt": released.attempt, "task": ended_task_row(released.task, released.attempt.agent)}
             return Outcome(status=200, data=self.OutputSerializer(shown).data)
 
         return run_mutation(request, work)

@@ -13,10 +13,10 @@ from typing import Any
 
 from config.errors import ValidationFailed
 from leases.labels import parse_label
-from leases.models import Allocation, Attempt
-from leases.selectors import IN_PROGRESS, unresolved_blockers_of
+from leases.models import Allocation, Attempt, AttemptKind
+from leases.selectors import IN_PROGRESS, IN_REVIEW, is_claimable, unresolved_blockers_of
 from ledger import clock
-from ledger.models import Task
+from ledger.models import Agent, Task
 
 # The row of a compact task: `with_compact_state(...).values(*COMPACT_TASK_FIELDS)`.
 COMPACT_TASK_FIELDS = (
@@ -32,6 +32,7 @@ COMPACT_TASK_FIELDS = (
     "holder_handle",
     "lease_expires_at",
     "blocked_by_count",
+    "claimable",
 )
 
 
@@ -49,6 +50,7 @@ def compact_task(row: dict[str, Any]) -> dict[str, Any]:
         "holder": row["holder_handle"],
         "lease_expires_at": clock.iso(row["lease_expires_at"]),
         "blocked_by": row["blocked_by_count"],
+        "claimable": row["claimable"],
     }
 
 
@@ -63,7 +65,7 @@ def held_compact_task(task: Task, attempt: Attempt) -> dict[str, Any]:
             "key": task.key,
             "title": task.title,
             "status": task.status,
-            "effective_status": IN_PROGRESS,
+            "effective_status": IN_REVIEW if attempt.kind == AttemptKind.REVIEW else IN_PROGRESS,
             "priority": task.priority,
             "task_class": task.task_class,
             "version": task.version,
@@ -71,17 +73,19 @@ def held_compact_task(task: Task, attempt: Attempt) -> dict[str, Any]:
             "holder_handle": attempt.agent.handle,
             "lease_expires_at": attempt.lease_expires_at,
             "blocked_by_count": 0,
+            "claimable": False,  # held
         }
     )
 
 
-def ended_task_row(task: Task) -> dict[str, Any]:
+def ended_task_row(task: Task, agent: Agent | None = None) -> dict[str, Any]:
     """The compact row of `task` as its attempt just ended: the state of that commit.
 
     No live lease exists then (one active attempt per task, and it just
     ended), so the lease columns need no subqueries; only the blocker count
-    is read.
+    is read. `claimable` is for `agent` (the holder that ended it).
     """
+    blocked_by = unresolved_blockers_of(task).count()
     return {
         "id": task.pk,
         "key": task.key,
@@ -94,7 +98,8 @@ def ended_task_row(task: Task) -> dict[str, Any]:
         "epoch": task.epoch,
         "holder_handle": None,
         "lease_expires_at": None,
-        "blocked_by_count": unresolved_blockers_of(task).count(),
+        "blocked_by_count": blocked_by,
+        "claimable": is_claimable(task=task, agent=agent, blocked_by=blocked_by, live=False),
     }
 
 

@@ -50,6 +50,7 @@ class CompactTaskSerializer(serializers.Serializer[Any]):
     )
     lease_expires_at = serializers.DateTimeField(allow_null=True)
     blocked_by = serializers.IntegerField(source="blocked_by_count", help_text="Number of unresolved blockers.")
+    claimable = serializers.BooleanField(help_text="A claim by you would be granted now (SPEC §2).")
 
 
 class CompactTaskPageSerializer(serializers.Serializer[Any]):
@@ -185,6 +186,19 @@ class WorkContextSerializer(serializers.Serializer[Any]):
     )
     environment = serializers.DictField(allow_null=True, help_text="name, kind, isolation, resources, credentials_ref.")
     warnings = serializers.ListField(child=serializers.CharField())
+    review_findings = serializers.DictField(
+        allow_null=True,
+        help_text="The latest review's request for changes (review, reviewer, decided_at, summary, findings).",
+    )
+    review = serializers.DictField(
+        allow_null=True,
+        help_text="For a review attempt: the request (id, task_version, head_commit) and the work it pins "
+        "(work_attempt, worker, result_summary, next_steps, branch, base_commit).",
+    )
+    decisions = serializers.ListField(
+        child=serializers.DictField(), help_text="Active decisions of the task and project (at most 10)."
+    )
+    comments = serializers.ListField(child=serializers.DictField(), help_text="The latest 5 comments.")
     truncated = serializers.ListField(child=serializers.CharField(), help_text="Parts that were cut to fit.")
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
+from django.db.models import F, Q, QuerySet
+from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import exceptions as drf
 from rest_framework import serializers
@@ -49,7 +51,7 @@ from leases.filters import TaskFilter
 from leases.selectors import EFFECTIVE_STATUSES, full_task_read, with_compact_state
 from leases.services import task_update
 from ledger import clock
-from ledger.models import TaskStatus
+from ledger.models import Task, TaskStatus
 from ledger.selectors import TASK_TEXT_FIELDS, project_by_slug, task_by_key, task_text, tasks_visible_to
 from ledger.services import INITIAL_STATUSES, task_create
 
@@ -83,6 +85,12 @@ TASK_LIST_PARAMETERS = [
     OpenApiParameter("task_class", {"type": "string", "maxLength": 64, "pattern": TEXT_PATTERN}),
     OpenApiParameter("claimable", str, enum=["true", "false"], description="Only (not) claimable tasks."),
     OpenApiParameter(
+        "ready",
+        str,
+        enum=["true"],
+        description="The ready view: claimable tasks only, in claim-next order (priority, then age).",
+    ),
+    OpenApiParameter(
         "q",
         {"type": "string", "maxLength": 200, "pattern": TEXT_PATTERN},
         description="Case-insensitive substring of the title.",
@@ -100,8 +108,15 @@ TASK_LIST_PARAMETERS = [
 ]
 
 
+class ReadyQuery(PageQuery):
+    ready = serializers.ChoiceField(choices=["true"], required=False)
+
+
 class TaskListApi(ApiView):
-    """Compact task list: never a description; cursor-paginated by creation order."""
+    """Compact task list: never a description; cursor-paginated by creation order.
+
+    `ready=true` is the ready view (SPEC §4, §16.3): claimable tasks in claim-next order.
+    """
 
     @extend_schema(
         operation_id="tasks_list",
@@ -110,13 +125,15 @@ class TaskListApi(ApiView):
     )
     def get(self, request: Request) -> Response:
         caller = caller_of(request)
-        page = query_input(PageQuery, request, also=TaskFilter.base_filters)
+        page = query_input(ReadyQuery, request, also=TaskFilter.base_filters)
         now = clock.now()
-        tasks = with_compact_state(tasks_visible_to(caller.agent), now=now)
+        tasks = with_compact_state(tasks_visible_to(caller.agent), now=now, agent=caller.agent)
         filterset = TaskFilter(request.query_params, tasks, agent=caller.agent, now=now)
         if not filterset.is_valid():
             raise drf.ValidationError(filterset.errors)
         tasks = filterset.qs
+        if page.get("ready"):
+            return Response(ready_page(tasks, page))
         if "cursor" in page:
             tasks = tasks.filter(id__gt=decode_cursor(page["cursor"], expected={"after": int})["after"])
         rows = list(tasks.order_by("id").values(*COMPACT_TASK_FIELDS)[: page["limit"] + 1])
@@ -124,6 +141,35 @@ class TaskListApi(ApiView):
         rows = rows[: page["limit"]]
         next_cursor = encode_cursor({"after": rows[-1]["id"]}) if more else None
         return Response(CompactTaskPageSerializer({"results": rows, "next_cursor": next_cursor}).data)
+
+
+READY_CURSOR = {"priority": int, "ready_since": str, "id": int}
+
+
+def ready_page(tasks: QuerySet[Task], page: dict[str, Any]) -> dict[str, Any]:
+    """Claimable tasks (the `claimable` column: `claimable_tasks`' rule) in claim-next order, keyset-paged."""
+    tasks = tasks.filter(claimable=True)  # type: ignore[misc]  # annotated by with_compact_state
+    if "cursor" in page:
+        after = decode_cursor(page["cursor"], expected=READY_CURSOR)
+        since = parse_datetime(after["ready_since"])
+        if since is None:
+            raise ValidationFailed("The cursor is not valid; use next_cursor as given.")
+        tasks = tasks.filter(
+            Q(priority__lt=after["priority"])
+            | Q(priority=after["priority"], ready_since__gt=since)
+            | Q(priority=after["priority"], ready_since=since, id__gt=after["id"])
+        )
+    ordered = tasks.order_by(F("priority").desc(), F("ready_since").asc(), "id")
+    rows = list(ordered.values(*COMPACT_TASK_FIELDS, "ready_since")[: page["limit"] + 1])
+    more = len(rows) > page["limit"]
+    rows = rows[: page["limit"]]
+    last = rows[-1] if more else None
+    next_cursor = (
+        encode_cursor({"priority": last["priority"], "ready_since": last["ready_since"].isoformat(), "id": last["id"]})
+        if last is not None
+        else None
+    )
+    return CompactTaskPageSerializer({"results": rows, "next_cursor": next_cursor}).data
 
 
 class TaskCreateApi(ApiView):

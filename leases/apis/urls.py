@@ -20,6 +20,7 @@ from leases.apis.claims import ClaimNextApi, TaskClaimApi
 from leases.apis.dependencies import TaskDependencyAddApi, TaskDependencyRemoveApi
 from leases.apis.metrics import MetricsApi
 from leases.apis.reservation_clear import TaskReservationClearApi
+from leases.apis.reviews import ReviewClaimApi, ReviewDetailApi, ReviewListApi, ReviewNextApi
 from leases.apis.search import SearchApi
 from leases.apis.tasks import (
     TaskContextApi,
@@ -48,6 +49,10 @@ urlpatterns = [
     path("attempts/<attemptid:attempt_id>/finish/", AttemptFinishApi.as_view(), name="attempt-finish"),
     path("attempts/<attemptid:attempt_id>/release/", AttemptReleaseApi.as_view(), name="attempt-release"),
     path("attempts/<attemptid:attempt_id>/git/", AttemptGitApi.as_view(), name="attempt-git"),
+    path("reviews/", ReviewListApi.as_view(), name="reviews"),
+    path("reviews/next/", ReviewNextApi.as_view(), name="review-next"),
+    path("reviews/<attemptid:review_id>/", ReviewDetailApi.as_view(), name="review"),
+    path("reviews/<attemptid:review_id>/claim/", ReviewClaimApi.as_view(), name="review-claim"),
     path("search/", SearchApi.as_view(), name="search"),
     path("metrics/", MetricsApi.as_view(), name="metrics"),
 ]

@@ -10,6 +10,8 @@ from leases.services.finishing import Finished, Outcome, attempt_finish, attempt
 from leases.services.holding import HolderProof, attempt_renew
 from leases.services.membership import agent_set_projects
 from leases.services.notes import NoteWritten, attempt_set_git, note_add
+from leases.services.quarantine import task_release_quarantine
+from leases.services.reviews import ReviewGrant, ReviewOutcome, review_claim, review_claim_next, review_decide
 from leases.services.revoke import Revocation, task_force_release, task_reassign
 from leases.services.task_updates import TaskUpdated, task_update
 
@@ -20,6 +22,8 @@ __all__ = [
     "LeaseGrant",
     "NoteWritten",
     "Outcome",
+    "ReviewGrant",
+    "ReviewOutcome",
     "Revocation",
     "SweepReport",
     "TaskUpdated",
@@ -34,9 +38,13 @@ __all__ = [
     "lease_claim",
     "lease_claim_next",
     "note_add",
+    "review_claim",
+    "review_claim_next",
+    "review_decide",
     "sweep_expired",
     "task_cancel",
     "task_force_release",
     "task_reassign",
+    "task_release_quarantine",
     "task_update",
 ]

@@ -63,6 +63,7 @@ class AttemptRow:
     commits_ahead: int | None
     seen_commits_ahead: int | None
     holder: str
+    kind: str
 
 
 @dataclass(frozen=True)
@@ -135,6 +136,7 @@ _ROW_COLUMNS = (
     "commits_ahead",
     "seen_commits_ahead",
     "agent__handle",
+    "kind",
 )
 
 
@@ -187,4 +189,5 @@ def _left_work(attempt: AttemptRow, *, status: str) -> bool:
         branch=attempt.branch,
         commits_ahead=attempt.commits_ahead,
         seen_commits_ahead=attempt.seen_commits_ahead,
+        kind=attempt.kind,
     )

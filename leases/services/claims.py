@@ -11,7 +11,7 @@ left work on its branch (SPEC §15.4; `leases.services.claim_state`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError
@@ -20,7 +20,7 @@ from config.db import write_transaction
 from config.errors import PermissionDenied, TaskNotClaimable, TaskTaken
 from leases.branches import suggest_branch_name
 from leases.labels import Label, render_label
-from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
+from leases.models import Allocation, AllocationStatus, Attempt, AttemptKind, AttemptStatus
 from leases.selectors import claimable_tasks, lease_seconds_for
 from leases.services.allocations import bind_allocation, choose_environment
 from leases.services.claim_state import ClaimRequest, ClaimState, claim_state, validate_claim_request
@@ -39,6 +39,23 @@ CLAIM_NEXT_MAX_CANDIDATES = 64
 
 class _ClaimCollided(TaskTaken):
     """The active-attempt index refused the insert: TASK_TAKEN, and the transaction is spoiled."""
+
+
+class _Quarantined(TaskNotClaimable):
+    """Expiring the lapsed attempt completed a streak of failures (SPEC §16.4): refused, and the
+    quarantine commits."""
+
+
+@dataclass(frozen=True)
+class ReviewClaim:
+    """A review attempt's claim (SPEC §16.1): of a task in review, on the branch of the work reviewed.
+
+    The claim is the work claim's, step for step (lock, refuse, expire, epoch, token, label, event);
+    only claimability and the branch differ. `leases.services.reviews` decides which request.
+    """
+
+    branch: str
+    base_commit: str
 
 
 @dataclass(frozen=True)
@@ -61,7 +78,7 @@ class LeaseGrant:
         return RENEW_ATTEMPTS
 
 
-def _refuse_unless_claimable(state: ClaimState, *, agent: Agent, now: datetime) -> None:
+def _refuse_unless_claimable(state: ClaimState, *, agent: Agent, now: datetime, review: bool = False) -> None:
     task = state.task
     live_until = state.live_until(now)
     if live_until is not None:
@@ -73,6 +90,8 @@ def _refuse_unless_claimable(state: ClaimState, *, agent: Agent, now: datetime) 
     reason = None
     if task.project.archived_at is not None:
         reason = "project_archived"
+    elif review:
+        reason = None if task.status == TaskStatus.REVIEW else f"status_{task.status}"
     elif task.status != TaskStatus.READY:
         reason = f"status_{task.status}"
     elif state.has_unresolved_blockers:
@@ -86,12 +105,19 @@ def _refuse_unless_claimable(state: ClaimState, *, agent: Agent, now: datetime) 
         )
 
 
-def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: ClaimRequest) -> LeaseGrant:
-    _refuse_unless_claimable(state, agent=agent, now=now)
+def _claim_locked(
+    state: ClaimState, *, agent: Agent, now: datetime, request: ClaimRequest, review: ReviewClaim | None = None
+) -> LeaseGrant:
+    _refuse_unless_claimable(state, agent=agent, now=now, review=review is not None)
     task = state.task
     stale_allocation_id = state.stale_allocation_id
     if state.active is not None:
         expire_lapsed([state.active.id], now=now)
+        if review is None and Task.objects.filter(pk=task.pk, status=TaskStatus.BLOCKED).exists():
+            raise _Quarantined(
+                f"{task.key} was quarantined: its attempts keep failing.",
+                details={"task": task.key, "reason": "quarantined", "status": TaskStatus.BLOCKED},
+            )
         # Expiry just made the dead attempt's allocation stale: that is the one to inherit.
         stale_allocation_id = (
             Allocation.objects.filter(attempt_id=state.active.id, status=AllocationStatus.STALE)
@@ -99,7 +125,10 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
             .first()
             or stale_allocation_id
         )
-    inherited = state.inheritance()
+    inherited = state.inheritance() if review is None else None
+    if review is not None:
+        request = replace(request, branch=request.branch or review.branch or None)
+        request = replace(request, base_commit=request.base_commit or review.base_commit or None)
     # SPEC §15.4: a claim naming another branch starts afresh (its own base commit, if any).
     if inherited is not None and request.branch is not None and request.branch != inherited.branch:
         inherited = None
@@ -136,6 +165,7 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
             agent=agent,
             epoch=epoch,
             status=AttemptStatus.ACTIVE,
+            kind=AttemptKind.REVIEW if review is not None else AttemptKind.WORK,
             token_hash=token_hash,
             token_salt=salt,
             lease_seconds=seconds,
@@ -156,7 +186,13 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
         at=now,
         task=task,
         attempt_id=attempt.pk,
-        payload={"agent": agent.handle, "epoch": epoch, "lease_seconds": seconds, "branch": branch_name},
+        payload={
+            "agent": agent.handle,
+            "epoch": epoch,
+            "lease_seconds": seconds,
+            "branch": branch_name,
+            **({"kind": AttemptKind.REVIEW} if review is not None else {}),
+        },
     )
     allocation = bind_allocation(environment, attempt=attempt, now=now) if environment else None
     return LeaseGrant(
@@ -169,9 +205,12 @@ def _claim_locked(state: ClaimState, *, agent: Agent, now: datetime, request: Cl
 
 
 @write_transaction
-def _claim(*, task_id: int, agent: Agent, request: ClaimRequest) -> LeaseGrant:
+def _claim(*, task_id: int, agent: Agent, request: ClaimRequest) -> LeaseGrant | TaskNotClaimable:
     now = clock.now()
-    return _claim_locked(claim_state(lock_task(task_id)), agent=agent, now=now, request=request)
+    try:
+        return _claim_locked(claim_state(lock_task(task_id)), agent=agent, now=now, request=request)
+    except _Quarantined as refusal:
+        return refusal  # answered after the quarantine commits
 
 
 def lease_claim(
@@ -189,10 +228,13 @@ def lease_claim(
     validate_claim_request(request)
     _refuse_inactive(agent)
     try:
-        return _claim(task_id=task.pk, agent=agent, request=request)
+        granted = _claim(task_id=task.pk, agent=agent, request=request)
     except TaskTaken:
         tally_claim_refusal(project_id=task.project_id, agent=agent)
         raise
+    if isinstance(granted, TaskNotClaimable):
+        raise granted
+    return granted
 
 
 def _refuse_inactive(agent: Agent) -> None:
@@ -201,7 +243,9 @@ def _refuse_inactive(agent: Agent) -> None:
 
 
 @write_transaction
-def _claim_next(*, project: Project, agent: Agent, task_class: str | None, request: ClaimRequest) -> LeaseGrant | None:
+def _claim_next(
+    *, project: Project, agent: Agent, task_class: str | None, request: ClaimRequest
+) -> LeaseGrant | TaskTaken | None:
     now = clock.now()
     candidates = (
         claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
@@ -223,7 +267,8 @@ def _claim_next(*, project: Project, agent: Agent, task_class: str | None, reque
         except (TaskTaken, TaskNotClaimable):
             passed_over.append(candidate.pk)
     if passed_over:
-        raise TaskTaken(
+        # Returned, not raised: a candidate quarantined on the way (SPEC §16.4) stays quarantined.
+        return TaskTaken(
             "Every claimable task was taken by another agent meanwhile; ask again.",
             details={"project": project.slug, "passed_over": len(passed_over)},
         )
@@ -251,7 +296,10 @@ def lease_claim_next(
     validate_claim_request(request)
     _refuse_inactive(agent)
     try:
-        return _claim_next(project=project, agent=agent, task_class=task_class, request=request)
+        granted = _claim_next(project=project, agent=agent, task_class=task_class, request=request)
+        if isinstance(granted, TaskTaken):
+            raise granted
     except TaskTaken:
         tally_claim_refusal(project_id=project.pk, agent=agent)
         raise
+    return granted

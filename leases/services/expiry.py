@@ -22,6 +22,7 @@ from config.db import write_transaction
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.selectors import claimable_tasks
 from leases.services.allocations import mark_allocations_stale
+from leases.services.quarantine import quarantine_failing
 from ledger import clock
 from ledger.actors import SYSTEM
 from ledger.models import Agent, Event, EventType, Project, Severity, Task, TaskStatus
@@ -78,6 +79,8 @@ def expire_lapsed(attempt_ids: Sequence[int], *, now: datetime) -> int:
     # The task became claimable again when its lease lapsed; set from the
     # rows in hand (a correlated subquery here went quadratic in the sweep).
     tasks_wait_again({row["task_id"]: row["lease_expires_at"] for row in lapsed})
+    # SPEC §16.4: the expiry that completes a streak of failures quarantines the task, here.
+    quarantine_failing({row["task_id"] for row in lapsed}, now=now)
     return changed
 
 
@@ -151,7 +154,7 @@ ready AS (
     FROM expired
     WHERE task.id = expired.task_id AND task.status = '{task_ready}'
 )
-SELECT count(*) FROM expired
+SELECT expired.task_id FROM expired
 """
 
 
@@ -182,8 +185,10 @@ def _sweep_batch(*, now: datetime, batch_size: int) -> int:
     if _sweeps_in_one_statement():
         with connection.cursor() as cursor:
             cursor.execute(_sweep_batch_sql(), {"now": now, "batch_size": batch_size})
-            (expired,) = cursor.fetchone()
-        return int(expired)
+            task_ids = [task_id for (task_id,) in cursor.fetchall()]
+        # SPEC §16.4, in the batch's transaction, as `expire_lapsed` does on the ORM path.
+        quarantine_failing(task_ids, now=now)
+        return len(task_ids)
     # Attempt and task locked together, never waiting, as in SWEEP_BATCH_SQL.
     batch = (
         Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__lte=now)

@@ -8,12 +8,14 @@ from typing import Any
 
 from config.errors import AcknowledgementRequired, InvalidStatusTransition, LedgerError, ValidationFailed
 from leases.labels import parse_label
-from leases.models import Attempt, AttemptStatus, FailureReason, InterruptionReason
+from leases.models import Attempt, AttemptKind, AttemptStatus, FailureReason, InterruptionReason
 from leases.services.allocations import release_allocations
 from leases.services.ending import end_attempt, task_claimable_again
 from leases.services.git_facts import git_facts, record_git_facts
 from leases.services.holding import HolderProof, held_attempt, refusals_after_commit
 from leases.services.notes import validate_next_steps
+from leases.services.quarantine import quarantine_failing
+from leases.services.reviews import ReviewOutcome, review_attempt_finish, review_open, validate_review_decision
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Event, EventType, Task, TaskStatus
@@ -26,6 +28,12 @@ class Outcome:
     FAILED = "failed"
     HANDOFF = "handoff"
     ALL = (DONE, REVIEW, FAILED, HANDOFF)
+    # A review attempt's decisions (SPEC §16.1); it may also fail or hand off, leaving the review open.
+    APPROVED = ReviewOutcome.APPROVED
+    CHANGES_REQUESTED = ReviewOutcome.CHANGES_REQUESTED
+    BLOCKED = ReviewOutcome.BLOCKED
+    REVIEW_DECISIONS = ReviewOutcome.ALL
+    FOR_REVIEW_ATTEMPTS = (APPROVED, CHANGES_REQUESTED, BLOCKED, FAILED, HANDOFF)
 
 
 def _acknowledgement_needed(attempt: Attempt, task: Task) -> list[str]:
@@ -47,8 +55,8 @@ def _acknowledgement_needed(attempt: Attempt, task: Task) -> list[str]:
 def _validate_finish(
     outcome: str, failure_reason_code: str | None, interruption_reason_code: str | None
 ) -> tuple[str, str]:
-    if outcome not in Outcome.ALL:
-        raise ValidationFailed(f"outcome must be one of {', '.join(Outcome.ALL)}.")
+    if outcome not in (*Outcome.ALL, *Outcome.REVIEW_DECISIONS):
+        raise ValidationFailed(f"outcome must be one of {', '.join((*Outcome.ALL, *Outcome.REVIEW_DECISIONS))}.")
     failure = failure_reason_code or ""
     interruption = interruption_reason_code or ""
     if outcome == Outcome.FAILED and failure not in FailureReason.values:
@@ -98,6 +106,7 @@ def attempt_finish(
     interruption_reason_code: str | None = None,
     acknowledged_version: int | None = None,
     git: Mapping[str, Any] | None = None,
+    findings: Sequence[str] | None = None,
 ) -> Finished | LedgerError:
     """End the attempt with an outcome (SPEC §3).
 
@@ -106,12 +115,22 @@ def attempt_finish(
     task's description, acceptance criteria or status changed since the
     claim, `acknowledged_version` must equal the current version. `git`
     records the final git facts first (SPEC §15.4), in the same transaction.
+
+    A review attempt (SPEC §16.1) finishes with approved / changes_requested /
+    blocked (and `findings`), decided by `leases.services.reviews`; or fails or
+    hands off like work, leaving its review to be claimed again. A work
+    attempt that fails may complete a streak that quarantines its task (§16.4).
     """
     failure, interruption = _validate_finish(outcome, failure_reason_code, interruption_reason_code)
     facts = git_facts(git)
     steps = validate_next_steps(next_steps)
     if not isinstance(result_summary, str):
         raise ValidationFailed("result_summary must be a string.")
+    decision = outcome in Outcome.REVIEW_DECISIONS
+    if findings is not None and not decision:
+        raise ValidationFailed("findings are only for a review decision.", details={"fields": {"findings": ["unused"]}})
+    if decision:
+        result_summary, cleaned_findings = validate_review_decision(outcome, result_summary, findings or [])
     now = clock.now()
     held = held_attempt(proof, now=now, lock_task=True)
     if isinstance(held, LedgerError):
@@ -123,6 +142,22 @@ def attempt_finish(
             f"{task.key} was cancelled while you held it: release the attempt, or finish it as failed or handoff.",
             details={"from": task.status, "to": outcome, "task_status": task.status, "outcomes": ["failed", "handoff"]},
         )
+    reviewing = held.kind == AttemptKind.REVIEW
+    if reviewing != decision and not (reviewing and outcome in Outcome.FOR_REVIEW_ATTEMPTS):
+        allowed = Outcome.FOR_REVIEW_ATTEMPTS if reviewing else Outcome.ALL
+        raise ValidationFailed(
+            f"A {held.kind} attempt finishes with one of {', '.join(allowed)}.",
+            details={"fields": {"outcome": list(allowed)}, "kind": held.kind},
+        )
+    if decision:
+        if facts.given():
+            record_git_facts(held, facts, now=now, actor=Actor(agent=held.agent))
+        if _claimed_an_environment(held):
+            release_allocations(held, now=now, actor=Actor(agent=held.agent))
+        decided = review_attempt_finish(
+            held, task=task, outcome=outcome, summary=result_summary, findings=cleaned_findings, now=now
+        )
+        return decided if isinstance(decided, LedgerError) else Finished(attempt=held, task=decided)
     changed = _acknowledgement_needed(held, task)
     if changed and acknowledged_version != task.version:
         raise AcknowledgementRequired(
@@ -153,6 +188,8 @@ def attempt_finish(
     if outcome in (Outcome.DONE, Outcome.REVIEW):
         target = TaskStatus.DONE if outcome == Outcome.DONE else TaskStatus.REVIEW
         task, _ = apply_task_update(locked=task, actor=actor, changes={"status": target}, now=now)
+        if outcome == Outcome.REVIEW:
+            review_open(work_attempt=held, task=task, now=now, actor=actor)
     else:
         task = task_claimable_again(task, now=now)
     event_append(
@@ -168,6 +205,8 @@ def attempt_finish(
             "interruption_reason_code": interruption or None,
         },
     )
+    if outcome == Outcome.FAILED and not reviewing:
+        task = quarantine_failing([task.pk], now=now).get(task.pk, task)
     return Finished(attempt=held, task=task)
 
 

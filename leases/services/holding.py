@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from django.db.models import F
+from django.db.models import F, QuerySet
 
 from config.db import write_transaction
 from config.errors import (
@@ -30,7 +30,7 @@ from config.errors import (
     ValidationFailed,
 )
 from leases.models import Attempt, AttemptStatus
-from leases.selectors import clamp_lease_seconds
+from leases.selectors import clamp_lease_seconds, comments_since_claim
 from leases.services.expiry import expire_lapsed
 from leases.tokens import lease_token_matches
 from ledger import clock
@@ -87,20 +87,26 @@ _LEASE_FIELDS = (
 )
 
 
-def held_attempt(proof: HolderProof, *, now: datetime, lock_task: bool, lean: bool = False) -> Attempt | LeaseExpired:
+def held_attempt(
+    proof: HolderProof, *, now: datetime, lock_task: bool, lean: bool = False, count_comments: bool = False
+) -> Attempt | LeaseExpired:
     """The proof's attempt, locked, if it holds a live lease; else a refusal.
 
     The agent is not read: the attempt is looked up by the proof's agent, so
     it is that one. `lean` (renew, note) reads only `_LEASE_FIELDS`; any other
     field loads on first access. Otherwise the attempt, its task and project
     come whole, for the calls that end the attempt or write the task.
+    `count_comments` (renew) reads `new_comments`, the task's comments since
+    the claim (SPEC §16.2), in the same statement.
     """
     lock_of = ("self", "task") if lock_task else ("self",)
-    attempts = (
+    attempts: QuerySet[Attempt] = (
         Attempt.objects.select_for_update(no_key=True, of=lock_of)
         .select_related("task__project")
         .filter(pk=proof.attempt_id, agent=proof.agent)
     )
+    if count_comments:
+        attempts = attempts.annotate(new_comments=comments_since_claim())
     attempt = (attempts.only(*_LEASE_FIELDS) if lean else attempts).first()
     if attempt is None:
         raise NotFound(f"No attempt {proof.attempt_id} of yours.", details={"attempt": proof.attempt_id})
@@ -183,7 +189,7 @@ def attempt_renew(*, proof: HolderProof, lease_seconds: int | None = None) -> At
     if lease_seconds is not None and (not isinstance(lease_seconds, int) or lease_seconds <= 0):
         raise ValidationFailed("lease_seconds must be a positive integer.")
     now = clock.now()
-    held = held_attempt(proof, now=now, lock_task=False, lean=True)
+    held = held_attempt(proof, now=now, lock_task=False, lean=True, count_comments=True)
     if isinstance(held, LedgerError):
         return held
     seconds = clamp_lease_seconds(lease_seconds) if lease_seconds is not None else held.lease_seconds

@@ -62,7 +62,8 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
     revoked = None
     if active is not None and active.lease_expires_at <= now:
         expire_lapsed([active.pk], now=now)
-        locked.refresh_from_db(fields=["ready_since"])  # expiry moved it; a reassign saves the row
+        # Expiry moved it (and may have quarantined the task, SPEC §16.4); a reassign saves the row.
+        locked.refresh_from_db(fields=["ready_since", "status", "blocked_reason", "version", "updated_at"])
     elif active is not None:
         end_attempt(active, now=now, status=AttemptStatus.REVOKED, revoked_by=actor.label, revoke_reason=reason)
         mark_allocations_stale([active.pk])

@@ -4,12 +4,29 @@ from __future__ import annotations
 
 from django.urls import path
 
+from api.base import route
 from ledger.apis.agents import AgentHeartbeatApi
 from ledger.apis.changes import ChangesApi
+from ledger.apis.discussion import (
+    DecisionCreateApi,
+    DecisionDetailApi,
+    DecisionListApi,
+    DecisionSupersedeApi,
+    TaskCommentCreateApi,
+    TaskCommentListApi,
+)
 from ledger.apis.projects import ProjectListApi
 
 urlpatterns = [
     path("projects/", ProjectListApi.as_view(), name="projects"),
     path("changes/", ChangesApi.as_view(), name="changes"),
     path("agents/me/heartbeat/", AgentHeartbeatApi.as_view(), name="agent-heartbeat"),
+    path("decisions/", route(get=DecisionListApi, post=DecisionCreateApi), name="decisions"),
+    path("decisions/<attemptid:decision_id>/", DecisionDetailApi.as_view(), name="decision"),
+    path("decisions/<attemptid:decision_id>/supersede/", DecisionSupersedeApi.as_view(), name="decision-supersede"),
+    path(
+        "tasks/<taskkey:key>/comments/",
+        route(get=TaskCommentListApi, post=TaskCommentCreateApi),
+        name="task-comments",
+    ),
 ]

@@ -18,6 +18,7 @@ from ledger.services.agents import (
     agent_set_projects,
 )
 from ledger.services.dependencies import dependency_add, dependency_remove
+from ledger.services.discussion import comment_add, decision_create, decision_supersede
 from ledger.services.events import event_append
 from ledger.services.projects import key_prefix_from_slug, project_create
 from ledger.services.reservations import reservations_clear_for, task_reservation_clear
@@ -48,6 +49,9 @@ __all__ = [
     "agent_set_projects",
     "apply_task_update",
     "check_status_transition",
+    "comment_add",
+    "decision_create",
+    "decision_supersede",
     "dependency_add",
     "dependency_remove",
     "event_append",

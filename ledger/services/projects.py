@@ -61,6 +61,8 @@ def project_create(
     default_lease_seconds: int = 900,
     queue_wait_max_seconds: int = 3600,
     required_isolation: str = Isolation.NONE,
+    allow_self_review: bool = False,
+    max_consecutive_failures: int = 3,
 ) -> Project:
     """Create a project; its `remote`, if any, is the git URL reconciliation reads pushed state from."""
     now = clock.now()
@@ -74,6 +76,8 @@ def project_create(
         default_lease_seconds=default_lease_seconds,
         queue_wait_max_seconds=queue_wait_max_seconds,
         required_isolation=required_isolation,
+        allow_self_review=allow_self_review,
+        max_consecutive_failures=max_consecutive_failures,
         created_at=now,
     )
     validate_model(project)

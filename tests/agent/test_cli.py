@@ -37,6 +37,9 @@ SUBCOMMANDS = {
     "unblock",
     "connect",
     "hook",
+    "review",
+    "decide",
+    "comment",
 }
 EXIT_CODES = {
     name: value for name, value in vars(output).items() if name.startswith("EXIT_") and isinstance(value, int)

@@ -31,6 +31,8 @@ EXPECTED_TOOLS = {
     "block",
     "changes",
     "search",
+    "comment",
+    "decide",
 }
 
 
@@ -112,10 +114,10 @@ def test_print_config_for_each_client(tmp_path):
 
 
 # The whole tools/list answer as the SDK client receives it, measured; a change to a tool changes it on purpose.
-TOOLS_LIST_BYTES = 7771
+TOOLS_LIST_BYTES = 8154
 CHOICES = {
     ("note", "kind"): {"progress", "finding", "warning"},
-    ("finish", "outcome"): {"done", "review", "failed", "handoff"},
+    ("finish", "outcome"): {"done", "review", "failed", "handoff", "approved", "changes_requested", "blocked"},
     ("finish", "failure_reason"): {"implementation_error", "tests_failed", "other"},
     ("finish", "interruption_reason"): {"handoff", "client_shutdown", "context_limit"},
     ("task", "field"): {"description", "acceptance_criteria"},

@@ -33,7 +33,12 @@ def test_claim_renew_checkpoint_context_finish(client, other_client, task, clock
     clock.advance(300)
     renewed = client.post(attempt_url(claim, "renew"), {}, format="json", **holder(claim))
     assert renewed.status_code == 200
-    assert renewed.json() == {"lease_expires_at": "2026-01-05T09:15:00Z", "renew_count": 1, "task_status": "ready"}
+    assert renewed.json() == {
+        "lease_expires_at": "2026-01-05T09:15:00Z",
+        "renew_count": 1,
+        "task_status": "ready",
+        "new_comments": 0,
+    }
 
     note = client.post(
         attempt_url(claim, "notes"),

@@ -9,7 +9,8 @@ belongs to the services and the work context: a first claim is 2 view
 queries + 2 markers + 5 claim statements (lock, state, epoch, attempt,
 event) + 1 context read (blockers; a re-claim also reads the latest
 checkpoint and the recent attempts); claim-next locks with its candidate
-query instead.
+query instead. SPEC §16.2 added two context reads to every claim (the
+active decisions, the latest comments).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import pytest
 from tests.api.conftest import attempt_url, client_for, holder
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
-PINNED = {"claim": 10, "claim_next": 10, "renew": 5, "note": 7, "finish": 9}
+PINNED = {"claim": 12, "claim_next": 12, "renew": 5, "note": 7, "finish": 9}
 
 
 def _cycle(client, project, limit):

@@ -426,6 +426,9 @@ def test_finish_is_one_body_shape_per_outcome(schema):
         "review": "AttemptFinishCompletedInput",
         "failed": "AttemptFinishFailedInput",
         "handoff": "AttemptFinishHandoffInput",
+        "approved": "AttemptFinishDecisionInput",
+        "changes_requested": "AttemptFinishDecisionInput",
+        "blocked": "AttemptFinishDecisionInput",
     }
     components = schema["components"]["schemas"]
     assert "failure_reason_code" in components["AttemptFinishFailedInput"]["required"]

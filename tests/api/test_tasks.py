@@ -24,6 +24,7 @@ COMPACT_KEYS = {
     "holder",
     "lease_expires_at",
     "blocked_by",
+    "claimable",
 }
 
 
@@ -35,6 +36,7 @@ def test_compact_list_items_have_exactly_the_compact_fields(client, project, tas
     for item in body["results"]:
         assert set(item) == COMPACT_KEYS
     assert body["results"][1]["blocked_by"] == 1
+    assert [item["claimable"] for item in body["results"]] == [True, False]
     assert "description" not in json.dumps(body)
 
 

@@ -13,7 +13,15 @@ from ledger.models import Task
 pytestmark = pytest.mark.django_db
 
 TASKS = "/admin/ledger/task/"
-OPERATOR_ACTIONS = {"mark_ready", "cancel", "reopen", "reassign", "force_release", "clear_reservation"}
+OPERATOR_ACTIONS = {
+    "mark_ready",
+    "cancel",
+    "reopen",
+    "reassign",
+    "force_release",
+    "clear_reservation",
+    "release_from_quarantine",
+}
 
 
 def test_delete_selected_is_disabled_site_wide():

@@ -226,6 +226,7 @@ def test_work_older_than_the_recent_attempts_is_still_found(clock, task, agent, 
 def test_reading_the_context_finds_recent_work_without_another_query(clock, task, agent, django_assert_num_queries):
     end(worked(task, agent, **WORK), "released", clock)
     work_context(task=task, now=clock.now())  # warm up
-    # live attempt, blockers, checkpoint, recent attempts: the predecessor is one of them
-    with django_assert_num_queries(4):
+    # live attempt, blockers, checkpoint, recent attempts: the predecessor is one of them;
+    # and SPEC §16's review findings, decisions, comments
+    with django_assert_num_queries(7):
         assert work_context(task=task, now=clock.now())["predecessor_work"] is not None

@@ -1,5 +1,12 @@
 """The lease services driven by a state machine; SPEC §1 is checked after every step.
 
+Review attempts (SPEC §16.1) take part: work finished with `review` opens a
+request, reviewers claim it through claim-next or by id (never their own
+work), and decide it; the machine knows when the target moved (the task
+changed since the request) and checks that no approval of a moved target
+ever lands. Quarantine (§16.4) is off here (its rules are pinned in
+`test_quarantine.py`): the machine fails tasks on purpose.
+
 Three agents work four ready tasks of one project under a frozen clock. The
 machine claims, claims-next, renews, writes notes, finishes, releases,
 revokes, reassigns, sweeps, moves the clock (also to the very instant a lease
@@ -31,8 +38,19 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 from config.errors import LedgerError
-from leases.models import Attempt, AttemptStatus, FailureReason, InterruptionReason, Note, NoteKind
-from leases.selectors import IN_PROGRESS, with_lease_state
+from leases.models import (
+    PENDING_REVIEW_STATUSES,
+    Attempt,
+    AttemptKind,
+    AttemptStatus,
+    FailureReason,
+    InterruptionReason,
+    Note,
+    NoteKind,
+    ReviewRequest,
+    ReviewStatus,
+)
+from leases.selectors import IN_PROGRESS, IN_REVIEW, with_lease_state
 from leases.services import (
     HolderProof,
     Outcome,
@@ -42,6 +60,8 @@ from leases.services import (
     lease_claim,
     lease_claim_next,
     note_add,
+    review_claim,
+    review_claim_next,
     sweep_expired,
     task_force_release,
     task_update,
@@ -122,6 +142,7 @@ class AttemptModel:
     # `active` until something ends it; a lapsed lease stays active until expired.
     status: str = AttemptStatus.ACTIVE
     notes: int = 0
+    kind: str = AttemptKind.WORK
 
 
 @dataclass
@@ -131,6 +152,16 @@ class TaskModel:
     epoch: int = 0
     status: str = TaskStatus.READY
     reserved_for: int | None = None
+    # A pending review request (SPEC §16.1): whose work, its order, and whether the task moved since.
+    review_open: bool = False
+    review_worker: int | None = None
+    review_seq: int = 0
+    review_moved: bool = False
+
+    def changed(self) -> None:
+        """The task's own fields or status changed: a pending review's target moved."""
+        if self.review_open:
+            self.review_moved = True
 
 
 @dataclass(frozen=True)
@@ -184,7 +215,10 @@ class LeaseMachine(RuleBasedStateMachine):
         clock.freeze(START)
         admin = get_user_model().objects.create(username="admin", is_staff=True, is_superuser=True)
         self.admin = Actor(user=admin)
-        self.project: Project = ProjectFactory.create(default_lease_seconds=DEFAULT_LEASE_SECONDS)
+        self.project: Project = ProjectFactory.create(
+            default_lease_seconds=DEFAULT_LEASE_SECONDS, max_consecutive_failures=0
+        )
+        self.reviews_opened = 0
         self.agents: list[Agent] = [AgentFactory.create(projects=[self.project]) for _ in range(AGENTS)]
         self.tasks: list[Task] = [TaskFactory.create(project=self.project) for _ in range(TASKS)]
         self.model = [TaskModel(pk=task.pk, ready_since=task.ready_since) for task in self.tasks]
@@ -242,7 +276,9 @@ class LeaseMachine(RuleBasedStateMachine):
             return "TASK_NOT_CLAIMABLE"
         return None
 
-    def record_grant(self, grant: Any, *, task: int, agent: int, requested: int | None) -> None:
+    def record_grant(
+        self, grant: Any, *, task: int, agent: int, requested: int | None, kind: str = AttemptKind.WORK
+    ) -> None:
         model = self.model[task]
         lapsed = self.active_attempt(task)
         if lapsed is not None:
@@ -257,16 +293,19 @@ class LeaseMachine(RuleBasedStateMachine):
             epoch=model.epoch,
             lease_seconds=seconds,
             expires_at=clock.now() + timedelta(seconds=seconds),
+            kind=kind,
         )
+        assert grant.attempt.kind == kind
         assert grant.task.pk == model.pk
         assert grant.attempt.epoch == attempt.epoch
         assert grant.attempt.lease_seconds == seconds, f"requested {requested}, granted {grant.attempt.lease_seconds}"
         assert grant.attempt.lease_expires_at == attempt.expires_at
         self.attempts.append(attempt)
 
-    def draw_proof(self, data: st.DataObject) -> ProofCase:
-        active = [a for a in self.attempts if a.status == AttemptStatus.ACTIVE]
-        pool = active if active and data.draw(st.booleans(), label="prefer active") else self.attempts
+    def draw_proof(self, data: st.DataObject, kind: str | None = None) -> ProofCase:
+        attempts = [a for a in self.attempts if kind is None or a.kind == kind]
+        active = [a for a in attempts if a.status == AttemptStatus.ACTIVE]
+        pool = active if active and data.draw(st.booleans(), label="prefer active") else attempts
         attempt = data.draw(st.sampled_from(pool), label="attempt")
         kind = data.draw(st.sampled_from(PROOF_KINDS), label="proof")
         token, epoch, agent = attempt.token, attempt.epoch, attempt.agent
@@ -417,10 +456,10 @@ class LeaseMachine(RuleBasedStateMachine):
         attempt.expires_at = max(attempt.expires_at, clock.now() + timedelta(seconds=attempt.lease_seconds))
         assert written.lease_expires_at == attempt.expires_at
 
-    @precondition(lambda self: self.attempts)
+    @precondition(lambda self: any(a.kind == AttemptKind.WORK for a in self.attempts))
     @rule(data=st.data(), outcome=st.sampled_from(Outcome.ALL))
     def finish(self, data: st.DataObject, outcome: str) -> None:
-        case = self.draw_proof(data)
+        case = self.draw_proof(data, kind=AttemptKind.WORK)
         failure = interruption = None
         if outcome == Outcome.FAILED:
             failure = data.draw(st.sampled_from([*FailureReason.values, None]), label="failure reason")
@@ -444,6 +483,10 @@ class LeaseMachine(RuleBasedStateMachine):
         if outcome in (Outcome.DONE, Outcome.REVIEW):
             task.status = TaskStatus.DONE if outcome == Outcome.DONE else TaskStatus.REVIEW
             task.ready_since = None
+            task.review_open = outcome == Outcome.REVIEW  # a newer request supersedes a pending one
+            if task.review_open:
+                self.reviews_opened += 1
+                task.review_worker, task.review_seq, task.review_moved = case.agent, self.reviews_opened, False
         self.end(case.attempt, FINISHED_STATUS[outcome])
         assert finished.attempt.status == case.attempt.status
         assert finished.task.status == task.status
@@ -488,6 +531,8 @@ class LeaseMachine(RuleBasedStateMachine):
             self.end(active, AttemptStatus.REVOKED)
             revoked = active.pk
         if reserve_for is not None:
+            if self.model[task].reserved_for != reserve_for:
+                self.model[task].changed()
             self.model[task].reserved_for = reserve_for
         assert (revocation.revoked.pk if revocation.revoked else None) == revoked
 
@@ -512,16 +557,20 @@ class LeaseMachine(RuleBasedStateMachine):
         attempt = data.draw(st.sampled_from([a for a in self.attempts if self.live(a)]), label="attempt")
         clock.freeze(max(clock.now(), attempt.expires_at + offset))
 
-    @precondition(lambda self: any(t.status in (TaskStatus.DONE, TaskStatus.REVIEW) for t in self.model))
+    @precondition(
+        lambda self: any(t.status in (TaskStatus.DONE, TaskStatus.REVIEW, TaskStatus.BLOCKED) for t in self.model)
+    )
     @rule(data=st.data())
     def reopen(self, data: st.DataObject) -> None:
-        """An admin puts a done or reviewed task back to ready, so work goes on."""
-        finished = [i for i, t in enumerate(self.model) if t.status in (TaskStatus.DONE, TaskStatus.REVIEW)]
+        """An admin puts a done, reviewed or blocked task back to ready, so work goes on."""
+        reopenable = (TaskStatus.DONE, TaskStatus.REVIEW, TaskStatus.BLOCKED)
+        finished = [i for i, t in enumerate(self.model) if t.status in reopenable]
         task = data.draw(st.sampled_from(finished), label="task")
         _, code = self.call(
             lambda: task_update(task=self.tasks[task], actor=self.admin, changes={"status": TaskStatus.READY})
         )
         assert code is None, f"reopening a {self.model[task].status} task: {code}"
+        self.model[task].changed()
         self.model[task].status = TaskStatus.READY
         self.model[task].ready_since = clock.now()
 
@@ -534,7 +583,118 @@ class LeaseMachine(RuleBasedStateMachine):
             lambda: task_update(task=self.tasks[task], actor=self.admin, changes={"reserved_for": None})
         )
         assert code is None, f"lifting a reservation: {code}"
+        self.model[task].changed()
         self.model[task].reserved_for = None
+
+    # --- reviews (SPEC §16.1) ---------------------------------------------------
+
+    @precondition(lambda self: any(self.live(a) and a.kind == AttemptKind.WORK for a in self.attempts))
+    @rule(data=st.data())
+    def finish_for_review(self, data: st.DataObject) -> None:
+        """The holder of a live work lease asks for review: the one way a review request opens."""
+        attempt = data.draw(
+            st.sampled_from([a for a in self.attempts if self.live(a) and a.kind == AttemptKind.WORK]), label="work"
+        )
+        proof = HolderProof(
+            attempt_id=attempt.pk, token=attempt.token, epoch=attempt.epoch, agent=self.agents[attempt.agent]
+        )
+        _, code = self.call(lambda: attempt_finish(proof=proof, outcome=Outcome.REVIEW, result_summary="please look"))
+        event(f"finish_for_review: {code or 'ok'}")
+        assert code is None, f"finishing live work for review: {code}"
+        task = self.model[attempt.task]
+        task.status, task.ready_since = TaskStatus.REVIEW, None
+        self.reviews_opened += 1
+        task.review_open, task.review_worker, task.review_seq = True, attempt.agent, self.reviews_opened
+        task.review_moved = False
+        self.end(attempt, AttemptStatus.COMPLETED)
+
+    @precondition(lambda self: any(t.review_open for t in self.model))
+    @rule(data=st.data())
+    def edit_under_review(self, data: st.DataObject) -> None:
+        """An admin edits a task whose review is pending (under a live review lease, a contested write)."""
+        task = data.draw(st.sampled_from([i for i, t in enumerate(self.model) if t.review_open]), label="task")
+        self.edits = getattr(self, "edits", 0) + 1
+        changes = {"description": f"edited {self.edits}"}
+        _, code = self.call(lambda: task_update(task=self.tasks[task], actor=self.admin, changes=changes))
+        assert code is None, f"editing a task under review: {code}"
+        self.model[task].changed()
+
+    def review_refusal(self, task: int, agent: int) -> str | None:
+        model = self.model[task]
+        if model.review_worker == agent:
+            return "PERMISSION_DENIED"  # self-review
+        if self.live(self.active_attempt(task)):
+            return "TASK_TAKEN"
+        if model.status != TaskStatus.REVIEW:
+            return "TASK_NOT_CLAIMABLE"
+        return None
+
+    @rule(agent=st.integers(0, AGENTS - 1))
+    def review_next(self, agent: int) -> None:
+        candidates = sorted(
+            (t for t in range(TASKS) if self.model[t].review_open and self.review_refusal(t, agent) is None),
+            key=lambda t: self.model[t].review_seq,
+        )
+        before = self.ledger()
+        granted, code = self.call(lambda: review_claim_next(project=self.project, agent=self.agents[agent]))
+        event(f"review_next: {code or ('ok' if granted else 'none')}")
+        assert code is None, f"reviews/next: {code}"
+        if granted is None:
+            assert not candidates, f"reviews/next found nothing; tasks {candidates} were open for review"
+            assert self.ledger() == before, "a reviews/next that found nothing wrote something"
+            return
+        assert candidates, f"reviews/next claimed {granted.grant.task.key}; nothing was open"
+        assert granted.grant.task.pk == self.model[candidates[0]].pk
+        self.record_grant(granted.grant, task=candidates[0], agent=agent, requested=None, kind=AttemptKind.REVIEW)
+
+    @precondition(lambda self: any(t.review_open for t in self.model))
+    @rule(data=st.data(), agent=st.integers(0, AGENTS - 1))
+    def review_claim_by_id(self, data: st.DataObject, agent: int) -> None:
+        task = data.draw(st.sampled_from([i for i, t in enumerate(self.model) if t.review_open]), label="task")
+        request = ReviewRequest.objects.get(task_id=self.model[task].pk, status__in=PENDING_REVIEW_STATUSES)
+        expected = self.review_refusal(task, agent)
+        before = self.ledger()
+        granted, code = self.call(lambda: review_claim(request=request, agent=self.agents[agent]))
+        event(f"review_claim: {code or 'ok'}")
+        assert code == expected, f"review claim of task {task} by agent {agent}: {code}, expected {expected}"
+        if granted is None:
+            assert self.ledger() == before, "a refused review claim wrote something"
+            return
+        self.record_grant(granted.grant, task=task, agent=agent, requested=None, kind=AttemptKind.REVIEW)
+
+    @precondition(lambda self: any(a.kind == AttemptKind.REVIEW for a in self.attempts))
+    @rule(data=st.data(), outcome=st.sampled_from(Outcome.REVIEW_DECISIONS))
+    def review_decide(self, data: st.DataObject, outcome: str) -> None:
+        case = self.draw_proof(data, kind=AttemptKind.REVIEW)
+
+        def decide(proof: HolderProof) -> Any:
+            return attempt_finish(proof=proof, outcome=outcome, result_summary="looked closely", findings=["one"])
+
+        if self.expected_refusals(case):
+            self.fenced(case, f"review {outcome}", decide)
+            return
+        task = self.model[case.attempt.task]
+        stale = task.status != TaskStatus.REVIEW or (outcome == Outcome.APPROVED and task.review_moved)
+        decided, code = self.call(lambda: decide(case.proof))
+        event(f"review {outcome}: {code or 'ok'}{' (moved)' if task.review_moved else ''}")
+        task.review_open = task.review_moved = False
+        task.review_worker = None
+        if stale:
+            assert code == "STALE_REVIEW_TARGET", f"deciding a moved review target: {code}"
+            if task.status == TaskStatus.REVIEW:
+                task.status, task.ready_since = TaskStatus.READY, clock.now()
+            self.end(case.attempt, AttemptStatus.RELEASED)
+            return
+        assert code is None, f"review {outcome}: {code}"
+        task.status = {
+            Outcome.APPROVED: TaskStatus.DONE,
+            Outcome.CHANGES_REQUESTED: TaskStatus.READY,
+            Outcome.BLOCKED: TaskStatus.BLOCKED,
+        }[outcome]
+        task.ready_since = clock.now() if task.status == TaskStatus.READY else None
+        self.end(case.attempt, AttemptStatus.COMPLETED)
+        assert decided is not None
+        assert decided.task.status == task.status
 
     # --- invariants: plain reads of the database, after every step --------------
 
@@ -548,12 +708,13 @@ class LeaseMachine(RuleBasedStateMachine):
     def effective_status_follows_the_lease(self) -> None:
         now, ledger = clock.now(), self.ledger()
         live = {
-            row["task_id"]
+            row["task_id"]: row["kind"]
             for row in ledger.attempts.values()
             if row["status"] == AttemptStatus.ACTIVE and row["lease_expires_at"] > now
         }
         for task_id, task in ledger.tasks.items():
-            expected = IN_PROGRESS if task_id in live else task["status"]
+            kind = live.get(task_id)
+            expected = task["status"] if kind is None else IN_REVIEW if kind == AttemptKind.REVIEW else IN_PROGRESS
             assert task["effective_status"] == expected, (task, now)
 
     @invariant()
@@ -600,6 +761,31 @@ class LeaseMachine(RuleBasedStateMachine):
         assert stored <= set(TaskStatus.values)
 
     @invariant()
+    def no_approval_of_a_target_that_moved(self) -> None:
+        """Every approved request was approved at the version it pinned: the approval's own status
+        change (review → done, appended just before `review.approved`) is that version + 1."""
+        approved = dict(ReviewRequest.objects.filter(status=ReviewStatus.APPROVED).values_list("pk", "task_version"))
+        pending = Counter(
+            ReviewRequest.objects.filter(status__in=PENDING_REVIEW_STATUSES).values_list("task_id", flat=True)
+        )
+        assert all(count == 1 for count in pending.values()), pending
+        if not approved:
+            return
+        previous_of_task: dict[int, tuple[str, dict[str, Any]]] = {}
+        seen = set()
+        for task_id, kind, payload in Event.objects.order_by("id").values_list("task_id", "type", "payload"):
+            if kind == "review.approved":
+                before_kind, before_payload = previous_of_task[task_id]
+                review = payload["review"]
+                assert before_kind == "task.status_changed", (review, before_kind)
+                assert (before_payload["from"], before_payload["to"]) == ("review", "done"), before_payload
+                assert before_payload["version"] == approved[review] + 1, ("approved a moved target", review)
+                seen.add(review)
+            if task_id is not None:
+                previous_of_task[task_id] = (kind, payload)
+        assert seen == set(approved), (seen, approved)
+
+    @invariant()
     def database_agrees_with_the_model(self) -> None:
         ledger = self.ledger()
         assert set(ledger.attempts) == {a.pk for a in self.attempts}
@@ -611,6 +797,7 @@ class LeaseMachine(RuleBasedStateMachine):
                 attempt.epoch,
             )
             assert row["status"] == attempt.status, (row, attempt)
+            assert row["kind"] == attempt.kind, (row, attempt)
             assert row["lease_expires_at"] == attempt.expires_at, (row, attempt)
             assert ledger.notes[attempt.pk] == attempt.notes, (row, attempt)
         for model in self.model:

@@ -1,0 +1,98 @@
+"""The parts of the work context SPEC §16 added: review findings, the review a reviewer holds,
+active decisions and recent comments; each bounded before `leases.context.bound_context` runs.
+
+- `review_findings`: the latest decided review of the task, when it asked for changes
+  (summary and findings, as the reviewer wrote them: at most 20 of at most 500 characters).
+- `review`: for a review attempt, the request it decides and the work it pins (the work
+  attempt's summary, branch, base and head commit, the pinned task version).
+- `decisions`: the active decisions of the task and its project, at most 10, each its
+  title and at most 300 characters of its body.
+- `comments`: the latest 5 comments, each at most 1,000 characters (cut with a mark and
+  named in `truncated`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from leases.models import Attempt, AttemptKind
+from leases.selectors import latest_changes_requested, review_in_progress
+from ledger import clock
+from ledger.models import Task
+from ledger.selectors import active_decisions_for, recent_comments
+
+DECISIONS_SHOWN = 10
+DECISION_EXCERPT_CHARS = 300
+COMMENTS_SHOWN = 5
+COMMENT_SHOWN_CHARS = 1000
+SUMMARY_SHOWN_CHARS = 2000
+MARK = "[…truncated]"
+
+
+def _excerpt(text: str, limit: int) -> tuple[str, bool]:
+    if len(text) <= limit:
+        return text, False
+    return text[: limit - len(MARK)] + MARK, True
+
+
+def review_parts(task: Task, current: Attempt | None) -> dict[str, Any]:
+    """`review_findings` and `review`, and which of their texts were cut."""
+    cut: list[str] = []
+    findings = None
+    changes = latest_changes_requested(task)
+    if changes is not None:
+        summary, was_cut = _excerpt(changes.summary, SUMMARY_SHOWN_CHARS)
+        if was_cut:
+            cut.append("review_findings.summary")
+        findings = {
+            "review": changes.pk,
+            "reviewer": changes.reviewer_label,
+            "decided_at": clock.iso(changes.decided_at),
+            "summary": summary,
+            "findings": list(changes.findings),
+        }
+    review = None
+    if current is not None and current.kind == AttemptKind.REVIEW:
+        request = review_in_progress(current)
+        if request is not None:
+            work = request.work_attempt
+            summary, was_cut = _excerpt(work.result_summary, SUMMARY_SHOWN_CHARS)
+            if was_cut:
+                cut.append("review.result_summary")
+            review = {
+                "id": request.pk,
+                "task_version": request.task_version,
+                "head_commit": request.head_commit,
+                "work_attempt": work.pk,
+                "worker": work.agent.handle,
+                "result_summary": summary,
+                "next_steps": work.next_steps,
+                "branch": work.branch or None,
+                "base_commit": work.base_commit or None,
+            }
+    return {"review_findings": findings, "review": review, "cut": cut}
+
+
+def discussion_parts(task: Task) -> dict[str, Any]:
+    """`decisions` and `comments`, and which of their texts were cut."""
+    cut: list[str] = []
+    decisions = []
+    for decision in active_decisions_for(task, limit=DECISIONS_SHOWN):
+        body, was_cut = _excerpt(decision.body, DECISION_EXCERPT_CHARS)
+        if was_cut and "decisions.body" not in cut:
+            cut.append("decisions.body")
+        decisions.append({"id": decision.pk, "title": decision.title, "body": body, "task": bool(decision.task_id)})
+    comments = []
+    for comment in recent_comments(task, limit=COMMENTS_SHOWN):
+        body, was_cut = _excerpt(comment.body, COMMENT_SHOWN_CHARS)
+        if was_cut and "comments.body" not in cut:
+            cut.append("comments.body")
+        comments.append(
+            {
+                "id": comment.pk,
+                "author": comment.author_label,
+                "created_at": clock.iso(comment.created_at),
+                "body": body,
+            }
+        )
+    return {"decisions": decisions, "comments": comments, "cut": cut}
