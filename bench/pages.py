@@ -1,7 +1,7 @@
 """`python -m bench.pages`: server time of the console's pages on a large ledger (issue 15, docs/performance.md).
 
 Seeds, through fast bulk inserts (COPY on PostgreSQL, executemany on SQLite),
-`scale` × (10,000 tasks, 30,000 attempts, 100,000 events) spread over 60 days,
+`scale` times (10,000 tasks, 30,000 attempts, 100,000 events) spread over 60 days,
 with 40 agents, 4 projects, 200 live leases and some findings, then requests
 each page in-process through Django's test client as a superuser (server
 time: URL resolution, middleware, queries, template rendering; no network)
@@ -189,7 +189,8 @@ def measure(repeat: int) -> list[dict[str, Any]]:
 
             profiler = cProfile.Profile()
             profiler.runcall(client.get, url)
-            pstats.Stats(profiler).sort_stats(os.environ.get("LEASEHOLD_BENCH_PROFILE_SORT", "cumulative")).print_stats(25)
+            order = os.environ.get("LEASEHOLD_BENCH_PROFILE_SORT", "cumulative")
+            pstats.Stats(profiler).sort_stats(order).print_stats(25)
         connection.force_debug_cursor = True
         with CaptureQueriesContext(connection) as captured:
             client.get(url)

@@ -120,10 +120,7 @@ class AgentAdmin(LeaseholdModelAdmin):
             .values("n")
         )
         return (
-            super()
-            .get_queryset(request)
-            .prefetch_related("projects")
-            .annotate(live_count=Coalesce(Subquery(live), 0))
+            super().get_queryset(request).prefetch_related("projects").annotate(live_count=Coalesce(Subquery(live), 0))
         )
 
     @admin.display(description="active", ordering="is_active")
