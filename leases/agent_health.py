@@ -3,7 +3,7 @@
 Read in a fixed number of queries whatever the history: the agents, their
 live attempts (the partial index on active leases), one aggregate over
 attempts that are active or finished within the last 7 days (the
-status/finished index), and the latest checkpoint note among those attempts.
+finished_at index), and the latest checkpoint note of the week (the kind/created index).
 
 An agent is **heard from** by its run heartbeat (`last_seen_at`), a renewal
 or a claim of a live lease. It is **alive** when heard from within 2 minutes
@@ -114,7 +114,7 @@ def agent_health(now: datetime, *, agents: QuerySet[Agent] | None = None) -> lis
         health.last_ended_at = row["last_ended"]
         health.done_7d, health.failed_7d, health.expired_7d = row["done"], row["failed"], row["expired"]
     latest = (
-        Note.objects.filter(kind=NoteKind.CHECKPOINT, attempt__in=recent)
+        Note.objects.filter(kind=NoteKind.CHECKPOINT, created_at__gte=week_ago, attempt__agent_id__in=ids)
         .order_by()
         .values("attempt__agent_id")
         .annotate(latest=Max("id"))

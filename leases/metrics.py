@@ -24,7 +24,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import Substr, TruncDate
 
 from config.errors import ValidationFailed
-from leases.models import Attempt, AttemptStatus, ClaimRefusalTally
+from leases.models import Attempt, ClaimRefusalTally
 from leases.reconciliation.models import Condition, Finding
 from ledger import clock
 from ledger.models import Event, EventType, Project
@@ -149,7 +149,9 @@ def orphan_rate_per_day(
     window = _Window(days=days, today=today)
     findings = _scoped(Finding.objects.filter(condition=Condition.ORPHAN_BRANCH), "project_id", project, project_ids)
     orphans = _count_per_day(findings, "first_seen_at", window)
-    attempts = _scoped(Attempt.objects.exclude(status=AttemptStatus.ACTIVE), "task__project_id", project, project_ids)
+    # A finish time means a terminal attempt (CHECK attempt_finished_at_iff_terminal): no status filter, so
+    # the finished_at index serves the window.
+    attempts = _scoped(Attempt.objects.all(), "task__project_id", project, project_ids)
     finished = _count_per_day(attempts, "finished_at", window)
     series: list[OrphanRateDay] = []
     for day in window.days():

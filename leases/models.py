@@ -227,6 +227,8 @@ class Note(NoDeleteModel):
         indexes = [
             # Serves "latest checkpoint" of a task's attempts.
             models.Index(fields=["kind", "attempt", "-id"], name="note_kind_attempt_recent"),
+            # Serves agent health: the checkpoints of the last 7 days.
+            models.Index(fields=["kind", "created_at"], name="note_kind_created"),
         ]
 
     def __str__(self) -> str:
