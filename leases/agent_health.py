@@ -103,8 +103,10 @@ def agent_health(now: datetime, *, agents: QuerySet[Agent] | None = None) -> lis
     )
     for row in renewals:
         rows[row["agent_id"]].last_renewed_at = row["last_renewed"]
+    # Not filtered by agent in SQL: given `agent_id IN (…)`, SQLite's planner walks the agent/status index
+    # through every attempt those agents ever had (1.8 s at 300,000 attempts) instead of the week's.
     week = (
-        Attempt.objects.filter(finished_at__gte=week_ago, agent_id__in=ids)
+        Attempt.objects.filter(finished_at__gte=week_ago)
         .order_by()
         .values("agent_id")
         .annotate(
@@ -116,6 +118,8 @@ def agent_health(now: datetime, *, agents: QuerySet[Agent] | None = None) -> lis
         )
     )
     for row in week:
+        if row["agent_id"] not in rows:
+            continue
         health = rows[row["agent_id"]]
         health.last_ended_at = row["last_ended"]
         health.done_7d, health.failed_7d, health.expired_7d = row["done"], row["failed"], row["expired"]
