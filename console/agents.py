@@ -19,7 +19,8 @@ from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.validators import RegexValidator
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -30,7 +31,7 @@ from config.errors import LedgerError
 from console.agent_health import health_page, release_all_view, set_active_view
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
-from leases.models import AttemptStatus
+from leases.models import Attempt, AttemptStatus
 from leases.services import agent_set_projects
 from ledger import clock
 from ledger.models import HANDLE_PATTERN, Agent, AgentKind, Project
@@ -108,13 +109,18 @@ class AgentAdmin(LeaseholdModelAdmin):
     change_form_template = "admin/ledger/agent/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:
+        """Live leases per agent as a subquery over its active attempts (the agent/status index), not a
+        join over every attempt the agent ever had: the list's cost does not grow with history."""
         now = clock.now()
-        live = Q(attempts__status=AttemptStatus.ACTIVE, attempts__lease_expires_at__gt=now)
+        live = (
+            Attempt.objects.filter(agent=OuterRef("pk"), status=AttemptStatus.ACTIVE, lease_expires_at__gt=now)
+            .order_by()
+            .values("agent")
+            .annotate(n=Count("id"))
+            .values("n")
+        )
         return (
-            super()
-            .get_queryset(request)
-            .prefetch_related("projects")
-            .annotate(live_count=Count("attempts", filter=live))
+            super().get_queryset(request).prefetch_related("projects").annotate(live_count=Coalesce(Subquery(live), 0))
         )
 
     @admin.display(description="active", ordering="is_active")

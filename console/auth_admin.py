@@ -25,7 +25,6 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, Permission
-from django.db.models import Field
 from django.forms import ModelMultipleChoiceField
 from django.http import HttpRequest
 from django_q.admin import ScheduleAdmin
@@ -37,8 +36,9 @@ ROLE_GROUPS = (LEDGER_ADMINS, MANAGERS)
 
 
 def _without_delete_permissions(field: Any) -> Any:
-    if isinstance(field, ModelMultipleChoiceField) and getattr(field.queryset, "model", None) is Permission:
-        field.queryset = field.queryset.exclude(codename__startswith="delete_")
+    queryset = getattr(field, "queryset", None)
+    if isinstance(field, ModelMultipleChoiceField) and queryset is not None and queryset.model is Permission:
+        field.queryset = queryset.exclude(codename__startswith="delete_")
         field.help_text = (field.help_text or "") + " Delete permissions are not offered: nothing is deleted here."
     return field
 
@@ -52,16 +52,16 @@ class NoDeleteGroupAdmin(GroupAdmin):
             return ("name",)
         return super().get_readonly_fields(request, obj)
 
-    def formfield_for_manytomany(self, db_field: Field[Any, Any], request: HttpRequest, **kwargs: Any) -> Any:
-        return _without_delete_permissions(super().formfield_for_manytomany(db_field, request, **kwargs))  # type: ignore[arg-type]
+    def formfield_for_manytomany(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        return _without_delete_permissions(super().formfield_for_manytomany(db_field, request, **kwargs))
 
 
-class NoDeleteUserAdmin(UserAdmin):  # type: ignore[type-arg]
+class NoDeleteUserAdmin(UserAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
-    def formfield_for_manytomany(self, db_field: Field[Any, Any], request: HttpRequest, **kwargs: Any) -> Any:
-        return _without_delete_permissions(super().formfield_for_manytomany(db_field, request, **kwargs))  # type: ignore[arg-type]
+    def formfield_for_manytomany(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        return _without_delete_permissions(super().formfield_for_manytomany(db_field, request, **kwargs))
 
 
 class ReadOnlyScheduleAdmin(ScheduleAdmin):

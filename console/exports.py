@@ -42,7 +42,7 @@ def csv_cell(value: Any) -> str:
 
 
 def iso(value: datetime | None) -> str:
-    return clock.iso(value) if value is not None else ""
+    return clock.iso(value) or "" if value is not None else ""
 
 
 def compact_json(value: Any) -> str:

@@ -328,7 +328,7 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
         now = clock.now()
         live = sum(1 for task in tasks if getattr(task, "holder_attempt_id", None))
         verb = "Reassign" if reassign else "Force-release"
-        liveness, liveness_warning = revoke_liveness([getattr(t, "holder_attempt_id", None) for t in tasks], now)
+        liveness, liveness_warning = revoke_liveness([getattr(t, "holder_attempt_id", 0) or 0 for t in tasks], now)
         confirmation = Confirmation(
             liveness=liveness,
             liveness_warning=liveness_warning,

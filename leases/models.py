@@ -156,6 +156,10 @@ class Attempt(NoDeleteModel):
             models.Index(fields=["agent", "status"], name="attempt_agent_status"),
             # Serves lease sizing: completed attempts per task class.
             models.Index(fields=["status", "finished_at"], name="attempt_status_finished"),
+            # Serve the dashboard's charts, agent health's 7 days and the report: attempts finished
+            # (or claimed) within a window, whatever their status (docs/performance.md, pages).
+            models.Index(fields=["finished_at"], name="attempt_finished_at"),
+            models.Index(fields=["claimed_at"], name="attempt_claimed_at"),
         ]
 
     def __str__(self) -> str:
@@ -234,6 +238,8 @@ class Note(NoDeleteModel):
         indexes = [
             # Serves "latest checkpoint" of a task's attempts.
             models.Index(fields=["kind", "attempt", "-id"], name="note_kind_attempt_recent"),
+            # Serves agent health: the checkpoints of the last 7 days.
+            models.Index(fields=["kind", "created_at"], name="note_kind_created"),
         ]
 
     def __str__(self) -> str:

@@ -143,7 +143,7 @@ def fleet_report(*, first: date, last: date, project_ids: list[int] | None = Non
             if status == AttemptStatus.COMPLETED:
                 target.completed += 1
                 ready_at = ready.get(task_id)
-                if ready_at is not None and finished_at >= ready_at:
+                if ready_at is not None and finished_at is not None and finished_at >= ready_at:
                     target.lead_times.append((finished_at - ready_at).total_seconds())
             elif status == AttemptStatus.FAILED:
                 target.failed += 1

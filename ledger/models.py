@@ -323,6 +323,10 @@ class Event(NoDeleteModel):
             models.Index(fields=["task", "id"], name="event_task_timeline"),
             models.Index(fields=["type", "created_at"], name="event_type_time"),
             models.Index(fields=["created_at"], name="event_created_at"),
+            # Serves the dashboard's grouped warnings and errors of the last 7 days, covering what the
+            # grouping reads (not partial: SQLite does not match a partial index against bound
+            # parameters). docs/performance.md, console pages.
+            models.Index(fields=["severity", "created_at", "type", "task"], name="event_severity_time"),
         ]
 
     def __str__(self) -> str:

@@ -63,7 +63,7 @@ def fleet(frozen):
 
 
 def test_agent_health_page_and_force_release_everything_an_agent_holds(page: Page, operator, fleet):
-    _, busy, _, held, grant, second = fleet
+    _, _, _, held, grant, second = fleet
     login(page, "ops")
     page.goto("/admin/ledger/agent/")
     page.click("#lh-agent-health-link")

@@ -1,0 +1,310 @@
+"""`python -m bench.pages`: server time of the console's pages on a large ledger (issue 15, docs/performance.md).
+
+Seeds, through fast bulk inserts (COPY on PostgreSQL, executemany on SQLite),
+`scale` times (10,000 tasks, 30,000 attempts, 100,000 events) spread over 60 days,
+with 40 agents, 4 projects, 200 live leases and some findings, then requests
+each page in-process through Django's test client as a superuser (server
+time: URL resolution, middleware, queries, template rendering; no network)
+and reports the median and worst of `--repeat` requests, the number of
+queries, and the slowest query with its plan (EXPLAIN).
+
+    python -m bench.pages --database sqlite --scale 1
+    python -m bench.pages --database postgres --scale 10 --json bench/results/pages-pg-10.json
+
+Each database runs in its own process (Django reads its settings once).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+PAGES = (
+    ("dashboard", "/admin/"),
+    ("task list", "/admin/ledger/task/"),
+    ("agent list", "/admin/ledger/agent/"),
+    ("events list", "/admin/ledger/event/"),
+    ("agent health", "/admin/ledger/agent/health/"),
+    ("job health", "/admin/jobs/"),
+    ("findings", "/admin/leases/finding/"),
+    ("report (30 d)", "/admin/reports/"),
+)
+BASE = {"tasks": 10_000, "attempts": 30_000, "events": 100_000}
+PROJECTS = 4
+AGENTS = 40
+LIVE = 200
+DAYS = 60
+EVENT_COLUMNS = ("project_id", "task_id", "attempt_id", "actor_agent_id", "type", "severity", "payload", "created_at")
+EVENT_MIX = (
+    ("attempt.claimed", "info"),
+    ("attempt.finished", "info"),
+    ("note.added", "info"),
+    ("task.status_changed", "info"),
+    ("attempt.updated", "info"),
+    ("attempt.expired", "info"),
+    ("task.queue_wait_exceeded", "warn"),
+    ("task.contested", "warn"),
+)
+
+
+def seed(scale: int, now: datetime) -> dict[str, int]:
+    from bench.data import ATTEMPT_COLUMNS, _copy_rows, bulk_ready_tasks, make_project, vacuum_analyze
+    from leases.reconciliation.models import Condition, Finding, SubjectType
+    from ledger.models import Agent, Task
+
+    tasks_n, attempts_n, events_n = (BASE[key] * scale for key in ("tasks", "attempts", "events"))
+    fleets = [
+        make_project(f"p{index}", agents=AGENTS // PROJECTS, agent_prefix=f"a{index}") for index in range(PROJECTS)
+    ]
+    for fleet in fleets:
+        bulk_ready_tasks(fleet.project, tasks_n // PROJECTS, since=now - timedelta(days=DAYS))
+    agents = list(Agent.objects.order_by("id").values_list("id", flat=True))
+    task_rows = list(Task.objects.order_by("id").values_list("id", "project_id"))
+    # Most of history is done; a slice stays ready, a few are blocked or open.
+    done_ids = [task_id for index, (task_id, _) in enumerate(task_rows) if index % 10 < 7]
+    for offset in range(0, len(done_ids), 5000):
+        Task.objects.filter(pk__in=done_ids[offset : offset + 5000]).update(status="done")
+    per_task = max(1, attempts_n // len(task_rows))
+    statuses = ("completed", "failed", "expired", "released", "completed", "revoked")
+    reasons = {"failed": "tests_failed"}
+    steps = json.dumps([])
+    live_tasks = {task_id for task_id, _ in task_rows[-LIVE * 3 :: 3]}
+
+    def attempts() -> Iterator[tuple[Any, ...]]:
+        for index, (task_id, _) in enumerate(task_rows):
+            for epoch in range(1, per_task + 1):
+                claimed = now - timedelta(seconds=(index * 7919 + epoch * 104729) % (DAYS * 86400))
+                live = task_id in live_tasks and epoch == per_task
+                status = "active" if live else statuses[(index + epoch) % len(statuses)]
+                if live:
+                    claimed = now - timedelta(minutes=5)
+                expires = claimed + timedelta(seconds=900)
+                finished = None if live else claimed + timedelta(seconds=600)
+                yield (
+                    task_id,
+                    agents[(index + epoch) % len(agents)],
+                    epoch,
+                    status,
+                    "0" * 64,
+                    "0" * 32,
+                    900,
+                    expires,
+                    claimed,
+                    epoch,
+                    finished,
+                    f"feature/t{task_id}-{epoch}",
+                    "",
+                    f"task={task_id};epoch={epoch}",
+                    1,
+                    "Bench summary" if status == "completed" else "",
+                    steps,
+                    reasons.get(status, ""),
+                    "",
+                    "user:bench" if status == "revoked" else "",
+                    "bench revoke" if status == "revoked" else "",
+                )
+
+    _copy_rows("leases_attempt", ATTEMPT_COLUMNS, attempts())
+    project_of = dict(task_rows)
+    payloads = {
+        "task.queue_wait_exceeded": json.dumps({"ready_since": now.isoformat(), "waited_seconds": 7200}),
+        "task.contested": json.dumps({"actor": "user:ops", "holder": "a0-000", "from": "ready", "to": "blocked"}),
+        "task.status_changed": json.dumps({"from": "ready", "to": "done", "version": 2}),
+    }
+
+    def events() -> Iterator[tuple[Any, ...]]:
+        for index in range(events_n):
+            task_id = task_rows[(index * 31) % len(task_rows)][0]
+            kind, severity = EVENT_MIX[index % len(EVENT_MIX)]
+            created = now - timedelta(seconds=(events_n - index) * (DAYS * 86400 / events_n))
+            yield (
+                project_of[task_id],
+                task_id,
+                None,
+                agents[index % len(agents)] if severity == "info" else None,
+                kind,
+                severity,
+                payloads.get(kind, "{}"),
+                created,
+            )
+
+    _copy_rows("ledger_event", EVENT_COLUMNS, events())
+    for index in range(60):
+        project = fleets[index % PROJECTS].project
+        condition = (Condition.ORPHAN_BRANCH, Condition.STALLED_ATTEMPT, Condition.LEAKED_ENVIRONMENT)[index % 3]
+        Finding.objects.create(
+            condition=condition,
+            project=project,
+            subject_type=SubjectType.BRANCH,
+            subject_key=f"feature/orphan-{index}",
+            first_seen_at=now - timedelta(hours=index),
+            last_seen_at=now,
+        )
+    vacuum_analyze()  # as autovacuum leaves a table: visibility map set, so index-only scans work
+    return {"tasks": len(task_rows), "attempts": per_task * len(task_rows), "events": events_n}
+
+
+def explain(sql: str, params: Any) -> str:
+    from django.db import connection
+
+    prefix = (
+        "EXPLAIN (ANALYZE, BUFFERS OFF, TIMING OFF) " if connection.vendor == "postgresql" else "EXPLAIN QUERY PLAN "
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(prefix + sql, params)
+        rows = cursor.fetchall()
+    return "\n".join(" | ".join(str(cell) for cell in row) for row in rows)
+
+
+def measure(repeat: int) -> list[dict[str, Any]]:
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    user = get_user_model().objects.create_superuser(username="bench", password="x" * 20)
+    client = Client()
+    client.force_login(user)
+    results = []
+    for name, url in PAGES:
+        response = client.get(url)
+        assert response.status_code == 200, (url, response.status_code)
+        timings = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            client.get(url)
+            timings.append((time.perf_counter() - started) * 1000)
+        if name in os.environ.get("LEASEHOLD_BENCH_PROFILE", "").split(","):
+            import cProfile
+            import pstats
+
+            profiler = cProfile.Profile()
+            profiler.runcall(client.get, url)
+            order = os.environ.get("LEASEHOLD_BENCH_PROFILE_SORT", "cumulative")
+            pstats.Stats(profiler).sort_stats(order).print_stats(25)
+        connection.force_debug_cursor = True
+        with CaptureQueriesContext(connection) as captured:
+            client.get(url)
+        queries = captured.captured_queries
+        slowest = max(queries, key=lambda query: float(query["time"]), default=None)
+        results.append(
+            {
+                "page": name,
+                "url": url,
+                "median_ms": round(statistics.median(timings), 1),
+                "max_ms": round(max(timings), 1),
+                "queries": len(queries),
+                "slowest_query_ms": round(float(slowest["time"]) * 1000, 1) if slowest else 0,
+                "slowest_sql": slowest["sql"][:600] if slowest else "",
+                "top_queries": [
+                    {"ms": round(float(query["time"]) * 1000, 1), "sql": query["sql"][:300]}
+                    for query in sorted(queries, key=lambda query: -float(query["time"]))[:5]
+                ],
+            }
+        )
+    return results
+
+
+def plans() -> dict[str, str]:
+    """The plans of the queries that read history: the ones an index must serve."""
+    from django.db import connection
+
+    from console.dashboard import QUEUE_WAIT_WINDOW
+    from leases.models import Attempt
+    from ledger import clock
+    from ledger.models import Event
+
+    now = clock.now()
+    queries = {
+        "queue-wait alerts grouped (24 h)": Event.objects.filter(
+            type="task.queue_wait_exceeded", created_at__gte=now - QUEUE_WAIT_WINDOW
+        )
+        .order_by()
+        .values("type", "task_id")
+        .annotate(n=__import__("django.db.models", fromlist=["Count"]).Count("id")),
+        "events list page": Event.objects.order_by("-id")[:100],
+        "agent 7-day counts": Attempt.objects.filter(finished_at__gte=now - timedelta(days=7))
+        .order_by()
+        .values("agent_id"),
+    }
+    found = {}
+    for name, queryset in queries.items():
+        sql, params = queryset.query.sql_with_params()
+        found[name] = explain(sql, params)
+    found["vendor"] = connection.vendor
+    return found
+
+
+def child(vendor: str, scale: int, repeat: int, out: Path) -> int:
+    from bench.environment import configure_django, create_target, drop_target, migrate, new_workdir
+
+    workdir = new_workdir()
+    target = create_target(vendor, workdir=workdir, database_name=f"leasehold_bench_{os.getpid()}")
+    target.env["LEASEHOLD_ALLOWED_HOSTS"] = "testserver,localhost"
+    configure_django(target)
+    try:
+        migrate()
+        from ledger import clock
+
+        now = datetime.now(UTC).replace(microsecond=0)
+        clock.freeze(now)
+        started = time.perf_counter()
+        sizes = seed(scale, now)
+        seeded = round(time.perf_counter() - started, 1)
+        results = measure(repeat)
+        payload = {"database": vendor, "scale": scale, "sizes": sizes, "seed_seconds": seeded, "pages": results}
+        payload["plans"] = plans()
+        out.write_text(json.dumps(payload, indent=2))
+        print(render(payload), flush=True)
+    finally:
+        drop_target(target)
+    return 0
+
+
+def render(payload: dict[str, Any]) -> str:
+    sizes = payload["sizes"]
+    lines = [
+        f"### {payload['database']}, {sizes['tasks']:,} tasks / {sizes['attempts']:,} attempts / "
+        f"{sizes['events']:,} events (seeded in {payload['seed_seconds']} s)",
+        "",
+        "| page | median ms | worst ms | queries | slowest query ms |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for row in payload["pages"]:
+        lines.append(
+            f"| {row['page']} | {row['median_ms']} | {row['max_ms']} | {row['queries']} | {row['slowest_query_ms']} |"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pages", description=__doc__)
+    parser.add_argument("--database", choices=("sqlite", "postgres", "both"), default="both")
+    parser.add_argument("--scale", type=int, default=1, help="1 = 10k tasks / 30k attempts / 100k events")
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        return child("postgresql" if args.database == "postgres" else "sqlite", args.scale, args.repeat, args.json)
+    status = 0
+    for database in ("sqlite", "postgres") if args.database == "both" else (args.database,):
+        out = args.json or Path("bench/results") / f"pages-{database}-x{args.scale}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        command = [sys.executable, "-m", "bench.pages", "--child", "--database", database]
+        command += ["--scale", str(args.scale), "--repeat", str(args.repeat), "--json", str(out)]
+        status |= subprocess.call(command)
+    return status
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
