@@ -107,6 +107,16 @@ class DependencyCycle(LeaseholdError):
     code = "DEPENDENCY_CYCLE"
 
 
+class BudgetExhausted(LeaseholdError):
+    """The budget is spent: the lease is over for this work; finish (or release) the attempt."""
+
+    code = "BUDGET_EXHAUSTED"
+
+
+class PathsReserved(LeaseholdError):
+    code = "PATHS_RESERVED"
+
+
 class LeaseExpired(LeaseholdError):
     code = "LEASE_EXPIRED"
 

@@ -275,4 +275,12 @@ class ClaimRefusalTally(models.Model):
         return f"{self.day} {self.agent_id}: {self.count}"
 
 
+from leases.budget_models import (  # noqa: E402,F401
+    AgentDailyUsage,
+    AttemptUsage,
+    PathReservation,
+    ProjectDailyUsage,
+    ReservationLock,
+    TaskUsage,
+)
 from leases.reconciliation.models import AttemptDiscard, Finding, ReconciliationRun  # noqa: E402,F401

@@ -31,7 +31,16 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Length, Substr
 
 from config.errors import NotFound
-from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note, NoteKind
+from leases.models import (
+    Allocation,
+    AllocationStatus,
+    Attempt,
+    AttemptStatus,
+    Note,
+    NoteKind,
+    PathReservation,
+    TaskUsage,
+)
 from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
 
 IN_PROGRESS = "in_progress"
@@ -129,7 +138,9 @@ def claimable_tasks(
     """Claimable tasks of a project in claim-next order (SPEC §2, §4).
 
     Claimable: stored status ready, no unresolved blocker, no live attempt,
-    not reserved for another agent, project not archived. With
+    not reserved for another agent, project not archived, its own budget not
+    spent (SPEC §19; an agent's or project's daily budget is the claim's check,
+    `leases.services.usage.claim_budget_refusal`). With
     `include_reserved`, tasks reserved for any agent count too (queue-wait).
     """
     tasks = Task.objects.filter(project=project, status=TaskStatus.READY, project__archived_at__isnull=True)
@@ -143,11 +154,30 @@ def claimable_tasks(
     return (
         tasks.exclude(Exists(unresolved_blockers()))
         .exclude(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
+        .exclude(Exists(task_budget_spent()))
         # Exactly the order of the partial index `task_ready_queue` (a ready
         # task always has `ready_since`), so PostgreSQL reads it in order
         # instead of sorting every ready task.
         .order_by(F("priority").desc(), F("ready_since").asc(), "id")
     )
+
+
+def task_budget_spent() -> QuerySet[TaskUsage]:
+    """The outer task's usage row once it reached the task's budget (tokens or dollars; a null budget never does)."""
+    return TaskUsage.objects.filter(task=OuterRef("pk")).filter(
+        Q(input_tokens__gte=OuterRef("budget_tokens") - F("output_tokens"))
+        | Q(cost_usd__gte=OuterRef("budget_cost_usd"))
+    )
+
+
+def live_reservations(*, project: Project, now: datetime) -> QuerySet[PathReservation]:
+    """The project's path reservations whose attempt holds a live lease (SPEC §19), newest first.
+
+    A reservation has no end of its own: it is live exactly while its attempt's lease is.
+    """
+    return PathReservation.objects.filter(
+        project=project, attempt__status=AttemptStatus.ACTIVE, attempt__lease_expires_at__gt=now
+    ).order_by("-attempt_id")
 
 
 def recent_terminal_attempts(task: Task, *, limit: int) -> list[Attempt]:

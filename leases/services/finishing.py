@@ -14,6 +14,7 @@ from leases.services.ending import end_attempt, task_claimable_again
 from leases.services.git_facts import git_facts, record_git_facts
 from leases.services.holding import HolderProof, held_attempt, refusals_after_commit
 from leases.services.notes import validate_next_steps
+from leases.services.usage import record_usage, validate_usage
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Event, EventType, Task, TaskStatus
@@ -98,6 +99,7 @@ def attempt_finish(
     interruption_reason_code: str | None = None,
     acknowledged_version: int | None = None,
     git: Mapping[str, Any] | None = None,
+    usage: Any = None,
 ) -> Finished | LedgerError:
     """End the attempt with an outcome (SPEC §3).
 
@@ -106,12 +108,14 @@ def attempt_finish(
     task's description, acceptance criteria or status changed since the
     claim, `acknowledged_version` must equal the current version. `git`
     records the final git facts first (SPEC §15.4), in the same transaction.
+    `usage` is counted; finishing is never refused for a spent budget (SPEC §19).
     """
     failure, interruption = _validate_finish(outcome, failure_reason_code, interruption_reason_code)
     facts = git_facts(git)
     steps = validate_next_steps(next_steps)
     if not isinstance(result_summary, str):
         raise ValidationFailed("result_summary must be a string.")
+    spent = validate_usage(usage)
     now = clock.now()
     held = held_attempt(proof, now=now, lock_task=True)
     if isinstance(held, LedgerError):
@@ -131,6 +135,8 @@ def attempt_finish(
         Outcome.HANDOFF: AttemptStatus.INTERRUPTED,
     }[outcome]
     actor = Actor(agent=held.agent)
+    if spent is not None:
+        record_usage(held, spent, now=now, actor=actor)
     if facts.given():
         record_git_facts(held, facts, now=now, actor=actor)
     if _claimed_an_environment(held):

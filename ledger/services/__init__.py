@@ -16,6 +16,7 @@ from ledger.services.agents import (
     agent_rotate_token,
     agent_set_projects,
 )
+from ledger.services.budgets import budget_set
 from ledger.services.dependencies import dependency_add, dependency_remove
 from ledger.services.events import event_append
 from ledger.services.projects import key_prefix_from_slug, project_create
@@ -44,6 +45,7 @@ __all__ = [
     "agent_rotate_token",
     "agent_set_projects",
     "apply_task_update",
+    "budget_set",
     "check_status_transition",
     "dependency_add",
     "dependency_remove",
