@@ -32,8 +32,8 @@ from config.errors import (
 from leases.models import Attempt, AttemptStatus
 from leases.selectors import clamp_lease_seconds
 from leases.services.expiry import expire_lapsed
-from leases.tokens import lease_token_matches
 from leases.services.usage import budget_refusal, validate_usage
+from leases.tokens import lease_token_matches
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent

@@ -15,7 +15,6 @@ from ledger.actors import Actor
 from ledger.models import EventType, Task
 from ledger.services import apply_task_update, event_append, lock_task
 
-
 BUDGET_FIELDS = frozenset({"budget_tokens", "budget_cost_usd"})
 
 

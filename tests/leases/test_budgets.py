@@ -45,11 +45,14 @@ def test_task_budget_warns_once_stops_holder_writes_and_finish_still_works(clock
         attempt_renew(proof=proof, usage={"input_tokens": 500})
     assert refused.value.details["scope"] == "task"
     assert refused.value.details["spent_tokens"] == 1100
-    assert refused.value.http_status == 409 and not refused.value.retryable
+    assert refused.value.http_status == 409
+    assert not refused.value.retryable
 
     warnings = _events("budget.warning")
-    assert len(warnings) == 1 and warnings[0].severity == "warn"
-    assert warnings[0].payload["scope"] == "task" and warnings[0].task_id == task.pk
+    assert len(warnings) == 1
+    assert warnings[0].severity == "warn"
+    assert warnings[0].payload["scope"] == "task"
+    assert warnings[0].task_id == task.pk
     assert len(_events("budget.exhausted")) == 1
     # The refused call's usage was spent: it is counted.
     assert TaskUsage.objects.get(task=task).input_tokens == 900
@@ -178,7 +181,7 @@ def test_a_holder_cannot_lift_its_own_budget():
 def test_concurrent_renewals_crossing_80_percent_write_one_warning_and_lose_no_usage():
     threads = 8
     project = ProjectFactory()
-    # Each task its own holder, all charging one project budget: 8 × 11 = 88 of 100 crosses 80 % once.
+    # Each task its own holder, all charging one project budget: 8 x 11 = 88 of 100 crosses 80 % once.
     budget_set(subject=project, actor=SYSTEM, daily_tokens=100)
     grants = []
     for _ in range(threads):

@@ -104,7 +104,8 @@ def test_claim_next_walks_past_reserved_candidates():
     TaskFactory(project=project, paths=["lib/core"], priority=5)
     free = TaskFactory(project=project, paths=["web"], priority=1)
     grant = lease_claim_next(project=project, agent=AgentFactory(projects=[project]))
-    assert grant is not None and grant.task.pk == free.pk
+    assert grant is not None
+    assert grant.task.pk == free.pk
     # Only the reserved one is left: nothing is claimable now (not TASK_TAKEN).
     assert lease_claim_next(project=project, agent=agent) is None
 
