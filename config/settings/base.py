@@ -314,6 +314,7 @@ SPECTACULAR_SETTINGS = {
         "AttemptStatusEnum": ["active", "completed", "failed", "interrupted", "released", "expired", "revoked"],
         "NoteKindEnum": ["progress", "finding", "warning", "checkpoint"],
         "SearchHitKindEnum": ["task", "note"],
+        "PathsModeEnum": ["exclusive", "shared"],
     },
     "PREPROCESSING_HOOKS": ["api.schema.expand_routes"],
     # drf-spectacular's own enum hook first: the others read the components it settles.

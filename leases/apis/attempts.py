@@ -27,6 +27,7 @@ from leases.apis.fields import (
     HostNameField,
     NextStepsField,
     NoteContentField,
+    usage_field,
 )
 from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import attempt_summary, compact_task, ended_task_row
@@ -107,6 +108,7 @@ class AttemptRenewApi(ApiView):
 
     class InputSerializer(serializers.Serializer[Any]):
         lease_seconds = serializers.IntegerField(required=False, min_value=1, max_value=INT32_MAX)
+        usage = usage_field()
 
     # Schema-only: a renewal is a measured hot path, its body is a plain dict.
     class OutputSerializer(serializers.Serializer[Any]):
@@ -124,7 +126,7 @@ class AttemptRenewApi(ApiView):
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
         def work() -> Outcome:
-            attempt = attempt_renew(proof=proof, lease_seconds=data.get("lease_seconds"))
+            attempt = attempt_renew(proof=proof, lease_seconds=data.get("lease_seconds"), usage=data.get("usage"))
             return Outcome(
                 status=200,
                 data={"lease_expires_at": clock.iso(attempt.lease_expires_at), "renew_count": attempt.renew_count},
@@ -151,6 +153,7 @@ class NoteAddApi(ApiView):
         content = NoteContentField(trim_whitespace=False, help_text="At most 8,000 characters.")
         next_steps = _text_list()
         important = serializers.BooleanField(required=False, default=False)
+        usage = usage_field()
 
     # Schema-only: a note is a measured hot path, its body is a plain dict.
     class OutputSerializer(serializers.Serializer[Any]):
@@ -210,6 +213,7 @@ class AttemptFinishApi(ApiView):
             required=False, min_value=1, max_value=INT32_MAX, help_text="Needed when the task changed since the claim."
         )
         git = GitFactsSerializer(required=False, help_text="The final git facts, recorded before the attempt ends.")
+        usage = usage_field()
 
     # Schema-only: the body as one shape per outcome, as `leases.services.finishing` reads it:
     # failed needs failure_reason_code, handoff needs interruption_reason_code, and neither
@@ -285,7 +289,9 @@ class AttemptGitApi(ApiView):
     """Record the attempt's git facts (a new branch rewrites the label); renews the lease."""
 
     class InputSerializer(GitFactsSerializer):
-        # `leases.services.git_facts`: at least one fact.
+        usage = usage_field()
+
+        # `leases.services.git_facts`: at least one fact (or usage).
         schema_rules: ClassVar[dict[str, Any]] = {"minProperties": 1}
 
     class OutputSerializer(serializers.Serializer[Any]):

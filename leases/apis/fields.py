@@ -7,6 +7,8 @@ field it extends does; the schema tells a client what will be accepted before it
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from decimal import Decimal
 from typing import Any
 
 from drf_spectacular.utils import extend_schema_field
@@ -15,6 +17,8 @@ from rest_framework import serializers
 from api.schema import NON_BLANK_TEXT_PATTERN, TEXT_PATTERN
 from environments.models import ENVIRONMENT_NAME_PATTERN
 from leases.branches import AGENT_PREFIXES, BRANCH_TYPES, MAX_BRANCH_LENGTH
+from ledger.models import BUDGET_COST_DIGITS
+from ledger.paths import COST_MAX, COST_PLACES, PATH_MAX_CHARS, PATHS_MAX_ITEMS, TOKENS_MAX
 from leases.models import (
     HOST_MAX_CHARS,
     NEXT_STEP_MAX_CHARS,
@@ -75,6 +79,9 @@ class NextStepsField(serializers.ListField):
     (`leases.services.notes.validate_next_steps`)."""
 
 
+# `ledger.paths.normalise_paths`: relative, no backslash, no control character, no `..` segment.
+REPOSITORY_PATH_PATTERN = r"^(?![/\\])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\u0000-\u001f\u007f]+$"
+
 # `leases.services.git_facts`: text facts are non-empty and hold no control character.
 _NO_CONTROL = r"[^\u0000-\u001f\u007f]"
 
@@ -103,3 +110,69 @@ class AbsolutePathField(serializers.CharField):
 )
 class HostNameField(serializers.CharField):
     """A machine's name: not blank, no control characters (`git_facts`)."""
+
+
+class UsageSerializer(serializers.Serializer[Any]):
+    """Usage increments a holder call reports (SPEC §19); unknown names are refused.
+
+    The door checks shapes; `leases.services.usage.validate_usage` keeps the rules.
+    """
+
+    input_tokens = serializers.IntegerField(required=False, min_value=0, max_value=TOKENS_MAX)
+    output_tokens = serializers.IntegerField(required=False, min_value=0, max_value=TOKENS_MAX)
+    cost_usd = serializers.DecimalField(
+        required=False,
+        max_digits=BUDGET_COST_DIGITS,
+        decimal_places=COST_PLACES,
+        min_value=Decimal(0),
+        max_value=COST_MAX,
+        help_text="US dollars, a decimal string or number with at most 6 decimal places.",
+    )
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(name) for name in data if name not in self.fields)
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+def usage_field() -> UsageSerializer:
+    return UsageSerializer(required=False, help_text="Usage since your last report: tokens and US dollars (SPEC §19).")
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "maxItems": PATHS_MAX_ITEMS,
+        "items": {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS, "pattern": REPOSITORY_PATH_PATTERN},
+    }
+)
+class RepositoryPathsField(serializers.ListField):
+    """Repository-relative paths (`ledger.paths.normalise_paths` normalises them and refuses the others)."""
+
+
+def paths_field(help_text: str) -> RepositoryPathsField:
+    return RepositoryPathsField(child=serializers.CharField(trim_whitespace=False), required=False, help_text=help_text)
+
+
+def budget_tokens_field() -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=TOKENS_MAX,
+        help_text="Tokens (input + output) all attempts may spend; null: no limit.",
+    )
+
+
+def budget_cost_field() -> serializers.DecimalField:
+    return serializers.DecimalField(
+        required=False,
+        allow_null=True,
+        max_digits=BUDGET_COST_DIGITS,
+        decimal_places=COST_PLACES,
+        min_value=Decimal(0),
+        max_value=COST_MAX,
+        help_text="US dollars all attempts may spend (at most 6 decimal places); null: no limit.",
+    )

@@ -19,6 +19,7 @@ from leases.apis.attempts import (
 from leases.apis.claims import ClaimNextApi, TaskClaimApi
 from leases.apis.dependencies import TaskDependencyAddApi, TaskDependencyRemoveApi
 from leases.apis.metrics import MetricsApi
+from leases.apis.reservations import ReservationListApi
 from leases.apis.search import SearchApi
 from leases.apis.tasks import (
     TaskContextApi,
@@ -47,5 +48,6 @@ urlpatterns = [
     path("attempts/<attemptid:attempt_id>/release/", AttemptReleaseApi.as_view(), name="attempt-release"),
     path("attempts/<attemptid:attempt_id>/git/", AttemptGitApi.as_view(), name="attempt-git"),
     path("search/", SearchApi.as_view(), name="search"),
+    path("reservations/", ReservationListApi.as_view(), name="reservations"),
     path("metrics/", MetricsApi.as_view(), name="metrics"),
 ]

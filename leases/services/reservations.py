@@ -79,3 +79,9 @@ def reserve(claim: PathsClaim, *, attempt: Attempt, now: datetime) -> PathReserv
     return PathReservation.objects.create(
         attempt=attempt, project_id=attempt.task.project_id, paths=list(claim.paths), mode=claim.mode, created_at=now
     )
+
+
+def reservation_of(attempt: Attempt) -> PathsClaim | None:
+    """The paths `attempt` reserved, if any (live while its lease is)."""
+    row = PathReservation.objects.filter(attempt=attempt).values_list("paths", "mode").first()
+    return None if row is None else PathsClaim(paths=tuple(row[0]), mode=row[1])
