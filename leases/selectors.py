@@ -118,7 +118,7 @@ def with_compact_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task
 def task_spent(task: Task) -> dict[str, Any]:
     """What all attempts of `task` reported spending (SPEC §19); select the task with its `usage` to save a query."""
     try:
-        usage = task.usage  # type: ignore[attr-defined]
+        usage = task.usage
     except TaskUsage.DoesNotExist:
         return {"input_tokens": 0, "output_tokens": 0, "cost_usd": Decimal(0)}
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd}
@@ -129,7 +129,8 @@ def full_task_read(task: Task, *, now: datetime) -> Task:
     `to_attr` would be): its present dependencies as (`blocked_by__key`, `blocked_by__status`) rows,
     at most BLOCKERS_SHOWN, by the blocker's number."""
     annotated = with_compact_state(
-        Task.objects.select_related("project", "reserved_for", "usage"), now=now  # usage: joined, no statement
+        Task.objects.select_related("project", "reserved_for", "usage"),
+        now=now,  # usage: joined, no statement
     ).get(pk=task.pk)
     annotated.spent_totals = task_spent(annotated)  # type: ignore[attr-defined]
     annotated.dependencies_shown = list(  # type: ignore[attr-defined]

@@ -17,8 +17,6 @@ from rest_framework import serializers
 from api.schema import NON_BLANK_TEXT_PATTERN, TEXT_PATTERN
 from environments.models import ENVIRONMENT_NAME_PATTERN
 from leases.branches import AGENT_PREFIXES, BRANCH_TYPES, MAX_BRANCH_LENGTH
-from ledger.models import BUDGET_COST_DIGITS
-from ledger.paths import COST_MAX, COST_PLACES, PATH_MAX_CHARS, PATHS_MAX_ITEMS, TOKENS_MAX
 from leases.models import (
     HOST_MAX_CHARS,
     NEXT_STEP_MAX_CHARS,
@@ -26,6 +24,8 @@ from leases.models import (
     NOTE_MAX_CHARS,
     WORKTREE_PATH_MAX_CHARS,
 )
+from ledger.models import BUDGET_COST_DIGITS
+from ledger.paths import COST_MAX, COST_PLACES, PATH_MAX_CHARS, PATHS_MAX_ITEMS, TOKENS_MAX
 
 # `leases.branches.validate_branch_name` as a pattern: `<type>/<description>`, the description
 # runs of a-z0-9 joined by single '-' or '.', never ending in `.lock` (git's lock files).
