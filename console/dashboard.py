@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -28,6 +29,7 @@ from leases.metrics import fleet_metrics
 from leases.models import Attempt
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
 from leases.selectors import IN_PROGRESS, live_attempts, with_lease_state
+from leases.spending import Spend, spend_per_day, top_agents, top_tasks
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 
 EXPIRING_WINDOW = timedelta(minutes=10)
@@ -99,6 +101,7 @@ class Dashboard:
     queue_alerts: list[TimelineItem] = field(default_factory=list)
     recent_alerts: list[TimelineItem] = field(default_factory=list)
     charts: list[Chart] = field(default_factory=list)
+    spend: SpendPanel | None = None
 
     @property
     def live_leases(self) -> int:
@@ -243,6 +246,33 @@ def charts(days: int = CHART_DAYS) -> list[Chart]:
     ]
 
 
+SPEND_DAYS = 7
+
+
+@dataclass(frozen=True)
+class SpendPanel:
+    """SPEC §19: spend per UTC day and the top spenders (`leases.spending`)."""
+
+    days: int
+    per_day: list[tuple[date, int, Decimal]]
+    agents: list[Spend]
+    tasks: list[Spend]
+
+    @property
+    def any(self) -> bool:
+        return any(tokens or cost for _, tokens, cost in self.per_day) or bool(self.tasks)
+
+
+def spend_panel(now: datetime, days: int = SPEND_DAYS) -> SpendPanel:
+    today = now.date()
+    return SpendPanel(
+        days=days,
+        per_day=spend_per_day(today=today, days=days),
+        agents=top_agents(today=today, days=days),
+        tasks=top_tasks(),
+    )
+
+
 def build_dashboard(*, now: datetime) -> Dashboard:
     projects, totals = status_table(now)
     expiring, more = expiring_leases(now)
@@ -256,4 +286,5 @@ def build_dashboard(*, now: datetime) -> Dashboard:
         queue_alerts=queue_wait_alerts(now),
         recent_alerts=recent_alerts(now),
         charts=charts(),
+        spend=spend_panel(now),
     )

@@ -206,7 +206,7 @@ class Task(NoDeleteModel):
     )
     # SPEC §19: the repository paths its claims reserve unless a claim names its own.
     paths = models.JSONField(default=list, blank=True, help_text="Repository-relative paths its claims reserve.")
-    paths_mode = models.CharField(max_length=16, choices=PathsMode.choices, default=PathsMode.EXCLUSIVE)
+    paths_mode = models.CharField(max_length=16, choices=PathsMode.choices, default=PathsMode.EXCLUSIVE, blank=True)
 
     class Meta:
         ordering = ["project_id", "number"]

@@ -48,6 +48,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='task',
             name='paths_mode',
-            field=models.CharField(choices=[('exclusive', 'Exclusive'), ('shared', 'Shared')], default='exclusive', max_length=16),
+            field=models.CharField(choices=[('exclusive', 'Exclusive'), ('shared', 'Shared')], blank=True, default='exclusive', max_length=16),
         ),
     ]

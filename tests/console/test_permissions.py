@@ -13,7 +13,7 @@ from ledger.models import Task
 pytestmark = pytest.mark.django_db
 
 TASKS = "/admin/ledger/task/"
-OPERATOR_ACTIONS = {"mark_ready", "cancel", "reopen", "reassign", "force_release"}
+OPERATOR_ACTIONS = {"mark_ready", "cancel", "reopen", "reassign", "force_release", "set_budget"}
 
 
 def test_delete_selected_is_disabled_site_wide():
