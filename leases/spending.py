@@ -29,9 +29,9 @@ def spend_per_day(*, today: date, days: int) -> list[tuple[date, int, Decimal]]:
     rows = (
         ProjectDailyUsage.objects.filter(day__gte=first, day__lte=today)
         .values("day")
-        .annotate(tokens=Sum(F("input_tokens") + F("output_tokens")), cost=Sum("cost_usd"))
+        .annotate(spent_tokens=Sum(F("input_tokens") + F("output_tokens")), cost=Sum("cost_usd"))
     )
-    found = {row["day"]: (int(row["tokens"] or 0), row["cost"] or Decimal(0)) for row in rows}
+    found = {row["day"]: (int(row["spent_tokens"] or 0), row["cost"] or Decimal(0)) for row in rows}
     return [(day, *found.get(day, (0, Decimal(0)))) for day in (first + timedelta(days=n) for n in range(days))]
 
 
@@ -40,17 +40,17 @@ def top_agents(*, today: date, days: int, limit: int = TOP_SPENDERS) -> list[Spe
     rows = (
         AgentDailyUsage.objects.filter(day__gte=today - timedelta(days=days - 1), day__lte=today)
         .values("agent__handle")
-        .annotate(tokens=Sum(F("input_tokens") + F("output_tokens")), cost=Sum("cost_usd"))
-        .order_by("-cost", "-tokens", "agent__handle")[:limit]
+        .annotate(spent_tokens=Sum(F("input_tokens") + F("output_tokens")), cost=Sum("cost_usd"))
+        .order_by("-cost", "-spent_tokens", "agent__handle")[:limit]
     )
-    return [Spend(row["agent__handle"], int(row["tokens"] or 0), row["cost"] or Decimal(0)) for row in rows]
+    return [Spend(row["agent__handle"], int(row["spent_tokens"] or 0), row["cost"] or Decimal(0)) for row in rows]
 
 
 def top_tasks(*, limit: int = TOP_SPENDERS) -> list[Spend]:
     """The tasks whose attempts spent most, all time (dollars, then tokens)."""
     rows = (
-        TaskUsage.objects.annotate(tokens=F("input_tokens") + F("output_tokens"))
-        .order_by("-cost_usd", "-tokens", "task_id")
-        .values("task__key", "tokens", "cost_usd")[:limit]
+        TaskUsage.objects.annotate(spent_tokens=F("input_tokens") + F("output_tokens"))
+        .order_by("-cost_usd", "-spent_tokens", "task_id")
+        .values("task__key", "spent_tokens", "cost_usd")[:limit]
     )
-    return [Spend(row["task__key"], int(row["tokens"]), row["cost_usd"]) for row in rows]
+    return [Spend(row["task__key"], int(row["spent_tokens"]), row["cost_usd"]) for row in rows]
