@@ -8,8 +8,10 @@ import threading
 import anyio
 import pytest
 
+from agent import output
 from agent.errors import BudgetExhausted, LeaseLost
 from agent.usage import InvalidUsage, UsageFile, UsageTally, parse_usage, usage_body
+from tests.agent.live import leasehold
 from tests.agent.mcp_client import Session, with_session
 from tests.agent.test_keeper import RENEWED, Server, keeper_for
 
@@ -117,3 +119,16 @@ def test_mcp_tools_report_usage_and_budget_exhausted_ends_the_work_but_not_the_f
     assert seen["finish"]["status"] == "failed"
     spent = api.task(key)["spent"]
     assert (spent["input_tokens"], spent["output_tokens"], spent["cost_usd"]) == (50, 60, "0.030000")
+
+
+def test_leasehold_claim_reserves_paths_and_an_overlap_is_exit_4(fleet, api, logged_in):
+    held = api.create_task(fleet.project, "Holds lib", status="ready")["key"]
+    other = api.create_task(fleet.project, "Wants lib/core", status="ready")["key"]
+    api.claim(held, paths=["lib"])
+    refused = leasehold("--json", "claim", other, "--path", "lib/core.py", env=logged_in)
+    assert refused.returncode == output.EXIT_TASK_TAKEN
+    error = json.loads(refused.stdout)["error"]
+    assert (error["code"], error["details"]["task"]) == ("PATHS_RESERVED", held)
+    shared = leasehold("--json", "claim", other, "--path", "web", "--paths-mode", "shared", env=logged_in)
+    assert shared.returncode == output.EXIT_OK, shared.stderr
+    assert json.loads(shared.stdout)["context"]["reservation"] == {"paths": ["web"], "mode": "shared"}
