@@ -37,6 +37,7 @@ from leases.models import (
     AllocationStatus,
     Attempt,
     AttemptStatus,
+    AttemptUsage,
     Note,
     NoteKind,
     PathReservation,
@@ -122,6 +123,13 @@ def task_spent(task: Task) -> dict[str, Any]:
     except TaskUsage.DoesNotExist:
         return {"input_tokens": 0, "output_tokens": 0, "cost_usd": Decimal(0)}
     return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd}
+
+
+def attempt_spent(attempt: Attempt) -> dict[str, Any]:
+    """What `attempt` reported spending (SPEC §19)."""
+    row = AttemptUsage.objects.filter(attempt=attempt).values_list("input_tokens", "output_tokens", "cost_usd").first()
+    input_tokens, output_tokens, cost_usd = row or (0, 0, Decimal(0))
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens, "cost_usd": cost_usd}
 
 
 def full_task_read(task: Task, *, now: datetime) -> Task:

@@ -33,7 +33,7 @@ from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import attempt_summary, compact_task, ended_task_row
 from leases.apis.serializers import AttemptDetailSerializer, AttemptSummarySerializer, FinishedSerializer
 from leases.models import HOST_MAX_CHARS, WORKTREE_PATH_MAX_CHARS, FailureReason, InterruptionReason, NoteKind
-from leases.selectors import attempt_by_id, attempt_notes
+from leases.selectors import attempt_by_id, attempt_notes, attempt_spent
 from leases.services import (
     Finished,
     attempt_finish,
@@ -100,6 +100,7 @@ class AttemptDetailApi(ApiView):
     def get(self, request: Request, attempt_id: int) -> Response:
         attempt = attempt_by_id(attempt_id, agent=caller_of(request).agent)
         attempt.latest_notes, attempt.notes_total = attempt_notes(attempt)  # type: ignore[attr-defined]
+        attempt.spent_totals = attempt_spent(attempt)  # type: ignore[attr-defined]
         return Response(AttemptDetailSerializer(attempt).data)
 
 

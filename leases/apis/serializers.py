@@ -170,6 +170,7 @@ class AttemptDetailSerializer(AttemptSummarySerializer):
     revoke_reason = BlankAsNullField(allow_null=True)
     notes = NoteExcerptSerializer(source="latest_notes", many=True, help_text="The latest 50 notes, oldest first.")
     notes_total = serializers.IntegerField()
+    spent = SpentSerializer(source="spent_totals", help_text="What this attempt reported spending (SPEC §19).")
 
 
 class WorkContextSerializer(serializers.Serializer[Any]):

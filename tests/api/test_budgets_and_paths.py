@@ -45,6 +45,11 @@ def test_budget_tokens_1000_renewals_600_then_500_exhaust_it(client, other_clien
         **holder(claim),
     )
     assert finished.status_code == 200
+    assert client.get(attempt_url(claim)).json()["spent"] == {
+        "input_tokens": 600,
+        "output_tokens": 500,
+        "cost_usd": "0.750000",
+    }
     shown = client.get(f"/api/v1/tasks/{task['key']}/").json()
     assert shown["spent"] == {"input_tokens": 600, "output_tokens": 500, "cost_usd": "0.750000"}
     refused = assert_error(
