@@ -80,7 +80,7 @@ class NextStepsField(serializers.ListField):
 
 
 # `ledger.paths.normalise_paths`: relative, no backslash, no control character, no `..` segment.
-REPOSITORY_PATH_PATTERN = r"^(?![/\\])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\u0000-\u001f\u007f]+$"
+REPOSITORY_PATH_PATTERN = r"^(?=.*[^\s./])(?![/\\])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\u0000-\u001f\u007f]+$"
 
 # `leases.services.git_facts`: text facts are non-empty and hold no control character.
 _NO_CONTROL = r"[^\u0000-\u001f\u007f]"
@@ -112,6 +112,20 @@ class HostNameField(serializers.CharField):
     """A machine's name: not blank, no control characters (`git_facts`)."""
 
 
+# `ledger.paths.validate_cost`: 0 to COST_MAX, at most COST_PLACES decimal places.
+COST_PATTERN = r"^(?:(?:0|[1-9][0-9]{0,8})(?:\.[0-9]{1,6})?|1000000000(?:\.0{1,6})?)$"
+
+
+@extend_schema_field({"type": "string", "pattern": COST_PATTERN})
+class CostField(serializers.DecimalField):
+    """US dollars. The schema states the string form; a JSON number with at most 6 places is taken too."""
+
+
+@extend_schema_field({"type": "string", "pattern": COST_PATTERN, "nullable": True})
+class NullableCostField(serializers.DecimalField):
+    """A budget in US dollars, or null for no limit (see `CostField`)."""
+
+
 class UsageSerializer(serializers.Serializer[Any]):
     """Usage increments a holder call reports (SPEC §19); unknown names are refused.
 
@@ -120,13 +134,13 @@ class UsageSerializer(serializers.Serializer[Any]):
 
     input_tokens = serializers.IntegerField(required=False, min_value=0, max_value=TOKENS_MAX)
     output_tokens = serializers.IntegerField(required=False, min_value=0, max_value=TOKENS_MAX)
-    cost_usd = serializers.DecimalField(
+    cost_usd = CostField(
         required=False,
         max_digits=BUDGET_COST_DIGITS,
         decimal_places=COST_PLACES,
         min_value=Decimal(0),
         max_value=COST_MAX,
-        help_text="US dollars, a decimal string or number with at most 6 decimal places.",
+        help_text="US dollars, a decimal string (or a JSON number) with at most 6 decimal places.",
     )
 
     def to_internal_value(self, data: Any) -> Any:
@@ -167,7 +181,7 @@ def budget_tokens_field() -> serializers.IntegerField:
 
 
 def budget_cost_field() -> serializers.DecimalField:
-    return serializers.DecimalField(
+    return NullableCostField(
         required=False,
         allow_null=True,
         max_digits=BUDGET_COST_DIGITS,
