@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -142,6 +142,9 @@ class UsageSerializer(serializers.Serializer[Any]):
         max_value=COST_MAX,
         help_text="US dollars, a decimal string (or a JSON number) with at most 6 decimal places.",
     )
+
+    # Unknown names are refused (`to_internal_value`): the schema says so of this nested object too.
+    schema_rules: ClassVar[dict[str, Any]] = {"additionalProperties": False}
 
     def to_internal_value(self, data: Any) -> Any:
         if isinstance(data, Mapping):
