@@ -66,6 +66,13 @@ def _add_claim_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--base-commit", help="40-hex commit the work starts from")
     parser.add_argument("--environment", help="allocate this environment (by name) with the lease")
     parser.add_argument("--environment-kind", help="allocate any free environment of this kind")
+    parser.add_argument(
+        "--path",
+        action="append",
+        dest="paths",
+        help="reserve this repository path while the lease lives (repeatable; default: the task's paths)",
+    )
+    parser.add_argument("--paths-mode", choices=["exclusive", "shared"], help="how the paths are held")
     parser.add_argument("--replace", action="store_true", help="forget a current attempt instead of refusing")
 
 

@@ -32,6 +32,7 @@ from agent.models import (
     TaskTextField,
     lease_fingerprint,
 )
+from agent.usage import Usage, usage_body
 
 __all__ = [
     "GIT_FACTS",
@@ -170,7 +171,10 @@ class LeaseholdClient(ApiConnection):
         environment: str | None = None,
         environment_kind: str | None = None,
         idempotency_key: str | None = None,
+        paths: list[str] | None = None,
+        paths_mode: str | None = None,
     ) -> Claim:
+        """Claim the task; `paths` (default: the task's) are reserved while the lease lives (SPEC §19)."""
         body = drop_none(
             {
                 "lease_seconds": lease_seconds,
@@ -178,6 +182,8 @@ class LeaseholdClient(ApiConnection):
                 "base_commit": base_commit,
                 "environment": environment,
                 "environment_kind": environment_kind,
+                "paths": paths,
+                "paths_mode": paths_mode,
             }
         )
         answer = self.request("POST", f"/tasks/{key}/claim/", body=body, idempotency_key=idempotency_key)
@@ -194,6 +200,8 @@ class LeaseholdClient(ApiConnection):
         environment: str | None = None,
         environment_kind: str | None = None,
         idempotency_key: str | None = None,
+        paths: list[str] | None = None,
+        paths_mode: str | None = None,
     ) -> Claim | None:
         """Claim the project's next claimable task; None when nothing is claimable (204)."""
         body = drop_none(
@@ -205,6 +213,8 @@ class LeaseholdClient(ApiConnection):
                 "base_commit": base_commit,
                 "environment": environment,
                 "environment_kind": environment_kind,
+                "paths": paths,
+                "paths_mode": paths_mode,
             }
         )
         answer = self.request("POST", "/claims/next/", body=body, idempotency_key=idempotency_key)
@@ -219,12 +229,21 @@ class LeaseholdClient(ApiConnection):
         lease_seconds: int | None = None,
         retries: int | None = None,
         timeout: float | None = None,
+        usage: Usage | None = None,
+        idempotency_key: str | None = None,
     ) -> Renewed:
-        body = drop_none({"lease_seconds": lease_seconds})
+        """Heartbeat; `usage` reports what was spent since the last report (SPEC §19)."""
+        body = drop_none({"lease_seconds": lease_seconds, "usage": usage_body(usage)})
         return cast(
             Renewed,
             self.request(
-                "POST", f"/attempts/{lease.attempt_id}/renew/", body=body, lease=lease, retries=retries, timeout=timeout
+                "POST",
+                f"/attempts/{lease.attempt_id}/renew/",
+                body=body,
+                lease=lease,
+                retries=retries,
+                timeout=timeout,
+                idempotency_key=idempotency_key,
             ),
         )
 
@@ -237,8 +256,16 @@ class LeaseholdClient(ApiConnection):
         next_steps: list[str] | None = None,
         important: bool = False,
         idempotency_key: str | None = None,
+        usage: Usage | None = None,
     ) -> NoteWritten:
-        body = {"kind": kind, "content": content, "next_steps": next_steps or [], "important": important}
+        body: dict[str, Any] = {
+            "kind": kind,
+            "content": content,
+            "next_steps": next_steps or [],
+            "important": important,
+        }
+        if usage_body(usage):
+            body["usage"] = usage_body(usage)
         return cast(
             NoteWritten,
             self.request(
@@ -258,6 +285,7 @@ class LeaseholdClient(ApiConnection):
         pushed: bool | None = None,
         worktree_path: str | None = None,
         host: str | None = None,
+        usage: Usage | None = None,
     ) -> dict[str, AttemptSummary]:
         """Record git facts of the attempt (SPEC §15.4); a fact left None is not sent (and not changed)."""
         facts = {
@@ -269,6 +297,7 @@ class LeaseholdClient(ApiConnection):
             "pushed": pushed,
             "worktree_path": worktree_path,
             "host": host,
+            "usage": usage_body(usage),
         }
         answer = self.request("POST", f"/attempts/{lease.attempt_id}/git/", body=drop_none(facts), lease=lease)
         return cast(dict[str, AttemptSummary], answer)
@@ -286,6 +315,7 @@ class LeaseholdClient(ApiConnection):
         git: dict[str, Any] | None = None,
         findings: list[str] | None = None,
         idempotency_key: str | None = None,
+        usage: Usage | None = None,
     ) -> Finished:
         """End the attempt; `git` carries the git facts of the end (SPEC §15.4: head_commit, commits_ahead, …)."""
         body = drop_none(
@@ -298,6 +328,7 @@ class LeaseholdClient(ApiConnection):
                 "acknowledged_version": acknowledged_version,
                 "git": git or None,
                 "findings": findings,
+                "usage": usage_body(usage),
             }
         )
         return cast(

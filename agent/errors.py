@@ -111,6 +111,16 @@ class StaleReviewTarget(LeaseholdError):
     code = "STALE_REVIEW_TARGET"
 
 
+class BudgetExhausted(LeaseholdError):
+    """The budget is spent: the lease is over for this work; finish (or release) the attempt."""
+
+    code = "BUDGET_EXHAUSTED"
+
+
+class PathsReserved(LeaseholdError):
+    code = "PATHS_RESERVED"
+
+
 class LeaseExpired(LeaseholdError):
     code = "LEASE_EXPIRED"
 

@@ -20,6 +20,14 @@ token is never sent again (by this keeper or by its client) —
   (reason "the task was cancelled"), so the lease ends at once instead of
   running on for nobody, and `cancelled` is set.
 
+BUDGET_EXHAUSTED (SPEC §19) ends the lease's work the same way — renewals stop,
+`lost` is set, `budget_exhausted` says why — except that the token is kept:
+the server still takes `finish` and `release`, and the work should end with
+one of them. Usage reported with `report_usage` rides on the next renewal
+(which it brings forward, at most once per USAGE_REPORT_SECONDS) and on the
+finish; a renewal that got no answer is retried with the same usage under
+the same Idempotency-Key, so a report is counted once.
+
 The keeper's `note`/`checkpoint`/`set_git`/`renew`/`finish`/`release` are the
 holder calls to use while it runs: they raise `LeaseLost` once the lease is
 lost or the attempt ended, without a request. `finish` and `release` stop the
@@ -31,18 +39,24 @@ from __future__ import annotations
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 from agent.client import Finished, Lease, LeaseholdClient, NoteKind, NoteWritten, Outcome, Renewed
 from agent.errors import LEASE_LOSS_CODES, LeaseholdError, LeaseLost
 from agent.models import is_past
+from agent.usage import Usage, UsageTally, usage_body
 
 T = TypeVar("T")
 
 CANCELLED = "cancelled"
 # Answers that mean this attempt is not ours to hold any more.
 ENDING_CODES = LEASE_LOSS_CODES | {"NOT_FOUND", "LEASE_LOST"}
+# The work is over, the attempt is not: finish and release still go through (SPEC §19).
+BUDGET_CODE = "BUDGET_EXHAUSTED"
+# Usage brings the next renewal forward, but not more often than this.
+USAGE_REPORT_SECONDS = 1.0
 
 
 class LeaseKeeper:
@@ -74,6 +88,12 @@ class LeaseKeeper:
         self.renewals = 0
         self.failures = 0
         self.lease_expires_at = lease.lease_expires_at
+        self.budget_exhausted = False
+        self.usage = UsageTally()
+        # A renewal's usage that got no answer: (Idempotency-Key, usage), resent as it was.
+        self._usage_in_flight: tuple[str, dict[str, Any]] | None = None
+        self._last_usage_report = 0.0
+        self._wake = threading.Event()
         self._notified = False
         self._stop = threading.Event()
         self._lock = threading.RLock()
@@ -90,6 +110,7 @@ class LeaseKeeper:
     def stop(self) -> None:
         """Stop renewing (idempotent); waits for a renewal in flight to end."""
         self._stop.set()
+        self._wake.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=self.request_timeout + 2.0)
@@ -107,9 +128,22 @@ class LeaseKeeper:
     def wait_lost(self, timeout: float | None = None) -> bool:
         return self.lost.wait(timeout)
 
+    def report_usage(self, usage: Usage) -> None:
+        """Add usage to what the next renewal (brought forward) or the finish reports."""
+        self.usage.add(usage)
+        self._wake.set()
+
     def _run(self) -> None:
         delay: float | None = self.interval
-        while delay is not None and not self._stop.wait(delay):
+        while delay is not None:
+            self._wake.wait(delay)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
+            # Woken by usage: report it now, unless the last report was a moment ago.
+            wait_more = self._last_usage_report + USAGE_REPORT_SECONDS - time.monotonic()
+            if wait_more > 0 and self._stop.wait(wait_more):
+                break
             renewals = self.renewals
             delay = self._renew_once()
             self._notify()
@@ -124,12 +158,23 @@ class LeaseKeeper:
         with self._lock:
             if self._stop.is_set() or not self.held:
                 return None
+            if self._usage_in_flight is None:
+                taken = self.usage.take()
+                self._usage_in_flight = (uuid.uuid4().hex, taken) if taken else None
+            key, usage = self._usage_in_flight or (None, None)
+            if usage is not None:
+                self._last_usage_report = time.monotonic()
             try:
-                renewed = self.client.renew(self.lease, retries=0, timeout=self.request_timeout)
+                renewed = self.client.renew(
+                    self.lease, retries=0, timeout=self.request_timeout, usage=usage, idempotency_key=key
+                )
             except LeaseholdError as error:
+                if error.code in ENDING_CODES or error.code == BUDGET_CODE:
+                    self._usage_in_flight = None  # answered: counted (budget) or never to be sent again
                 return self._renewal_failed(error, str(error))
             except Exception as error:  # a bug must not silently end the loop: count it as a failure
                 return self._renewal_failed(None, f"{error.__class__.__name__}: {error}")
+            self._usage_in_flight = None
             self.failures = 0
             self.renewals += 1
             self.lease_expires_at = renewed.get("lease_expires_at", self.lease_expires_at)
@@ -152,6 +197,9 @@ class LeaseKeeper:
             self._lose(reason, None)
 
     def _renewal_failed(self, error: LeaseholdError | None, text: str) -> float | None:
+        if error is not None and error.code == BUDGET_CODE:
+            self._exhaust(error)
+            return None
         if error is not None and error.code in ENDING_CODES:
             self._lose(f"renewal refused: {text}", error)
             return None
@@ -175,6 +223,17 @@ class LeaseKeeper:
             self._stop.set()
             self.lost.set()
 
+    def _exhaust(self, error: LeaseholdError) -> None:
+        """The budget is spent: stop the work (renewals, `lost`), keep the token for finish or release."""
+        with self._lock:
+            if self.lost.is_set():
+                return
+            self.budget_exhausted = True
+            self.lost_reason = f"budget exhausted: {error.message}"
+            self.lost_error = error
+            self._stop.set()
+            self.lost.set()
+
     def _notify(self) -> None:
         with self._lock:
             if not self.lost.is_set() or self._notified:
@@ -189,8 +248,9 @@ class LeaseKeeper:
 
     # --- holder calls ---------------------------------------------------------------
 
-    def ensure_held(self) -> None:
-        if self.lost.is_set():
+    def ensure_held(self, *, ending: bool = False) -> None:
+        """LeaseLost unless this keeper may still make a holder call (`ending`: finish or release)."""
+        if self.lost.is_set() and not (ending and self.budget_exhausted and not self.ended):
             raise LeaseLost(
                 f"The lease on {self.lease.task} is lost ({self.lost_reason}); stop working on it.",
                 details={"attempt": self.lease.attempt_id, "task": self.lease.task},
@@ -204,12 +264,14 @@ class LeaseKeeper:
     def _holder_call(self, call: Callable[[], T], *, ends: bool = False) -> T:
         try:
             with self._lock:
-                self.ensure_held()
+                self.ensure_held(ending=ends)
                 try:
                     result = call()
                 except LeaseholdError as error:
                     if error.code in ENDING_CODES:
                         self._lose(f"{error.code} on a holder call: {error.message}", error)
+                    elif error.code == BUDGET_CODE:
+                        self._exhaust(error)
                     raise
                 if ends:
                     self.ended = True
@@ -217,8 +279,8 @@ class LeaseKeeper:
         finally:
             self._notify()
 
-    def renew(self, *, lease_seconds: int | None = None) -> Renewed:
-        renewed = self._holder_call(lambda: self.client.renew(self.lease, lease_seconds=lease_seconds))
+    def renew(self, *, lease_seconds: int | None = None, usage: Usage | None = None) -> Renewed:
+        renewed = self._holder_call(lambda: self.client.renew(self.lease, lease_seconds=lease_seconds, usage=usage))
         self.lease_expires_at = renewed.get("lease_expires_at", self.lease_expires_at)
         if renewed.get("task_status") == CANCELLED:
             self.stop()
@@ -227,10 +289,18 @@ class LeaseKeeper:
         return renewed
 
     def note(
-        self, content: str, *, kind: NoteKind = "progress", next_steps: list[str] | None = None, important: bool = False
+        self,
+        content: str,
+        *,
+        kind: NoteKind = "progress",
+        next_steps: list[str] | None = None,
+        important: bool = False,
+        usage: Usage | None = None,
     ) -> NoteWritten:
         written = self._holder_call(
-            lambda: self.client.note(self.lease, content, kind=kind, next_steps=next_steps, important=important)
+            lambda: self.client.note(
+                self.lease, content, kind=kind, next_steps=next_steps, important=important, usage=usage
+            )
         )
         self.lease_expires_at = written.get("lease_expires_at", self.lease_expires_at)
         return written
@@ -243,14 +313,25 @@ class LeaseKeeper:
         return self._holder_call(lambda: self.client.set_git(self.lease, **facts))
 
     def finish(self, outcome: Outcome, **fields: Any) -> Finished:
-        """End the attempt (done, review, failed, handoff); renewals stop first."""
-        self.ensure_held()
+        """End the attempt (done, review, failed, handoff); renewals stop first. Carries all unreported usage."""
+        self.ensure_held(ending=True)
         self.stop()
+        given = fields.pop("usage", None)
+        if given:
+            self.usage.add(given)
+        fields["usage"] = self._unreported_usage()
         return self._holder_call(lambda: self.client.finish(self.lease, outcome, **fields), ends=True)
+
+    def _unreported_usage(self) -> dict[str, Any] | None:
+        """The tally, plus a renewal's usage that never got an answer (it may, rarely, have been counted)."""
+        in_flight, self._usage_in_flight = self._usage_in_flight, None
+        if in_flight is not None:
+            self.usage.add(in_flight[1])
+        return usage_body(self.usage.take())
 
     def release(self, *, reason: str = "") -> Finished:
         """Give the task back untouched; renewals stop first."""
-        self.ensure_held()
+        self.ensure_held(ending=True)
         self.stop()
         return self._holder_call(lambda: self.client.release(self.lease, reason=reason), ends=True)
 

@@ -212,6 +212,9 @@ class Holdings:
             self._renewed(held, str(keeper.lease_expires_at))
 
     def _lost(self, held: HeldAttempt, reason: str) -> None:
+        keeper = self.keepers.get(held.attempt_id)
+        if keeper is not None and keeper.budget_exhausted:
+            return  # SPEC §19: the work is over, but the token still finishes or releases the attempt
         # The token is dead: drop its state file (if it is still this attempt's) so nothing sends it again.
         state.remove(self.directory, held.agent, held.task, attempt_id=held.attempt_id)
 
@@ -263,7 +266,7 @@ class Holdings:
         """Finish every attempt still held as `handoff` (`client_shutdown`); the ids handed off."""
         done = []
         for keeper in list(self.keepers.values()):
-            if not keeper.held:
+            if not keeper.held and not (keeper.budget_exhausted and not keeper.ended):
                 continue
             try:
                 keeper.finish("handoff", result_summary=HANDOFF_SUMMARY, interruption_reason_code="client_shutdown")

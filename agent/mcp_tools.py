@@ -24,6 +24,7 @@ from agent.mcp_holdings import Holdings, compact
 from agent.models import FailureReason, InterruptionReason, Outcome, TaskTextField
 from agent.output import compact_json, error_text
 from agent.session import block_on
+from agent.usage import InvalidUsage, usage_body
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
 INSTRUCTIONS = (
     "Leasehold work ledger. claim or claim_next a task, read its context, leave checkpoints while you work, "
     "then finish. The lease is renewed for you while this server runs. If a tool answers LEASE_LOST, stop "
-    "working on that task."
+    "working on that task; on BUDGET_EXHAUSTED, stop and finish it (failed) or release it."
 )
 
 Key = Annotated[str, Field(description="task key, e.g. WEB-412")]
@@ -58,6 +59,7 @@ TextField = Annotated[TaskTextField, Field(description="which text")]
 Offset = Annotated[int, Field(description="first character")]
 TextLimit = Annotated[int, Field(description="characters, at most 16000")]
 Since = Annotated[int, Field(description="last latest_event_id seen")]
+Spent = Annotated[dict[str, Any] | None, Field(description="new input_tokens, output_tokens, cost_usd")]
 
 
 def slim_schema(schema: Any) -> Any:
@@ -66,7 +68,12 @@ def slim_schema(schema: Any) -> Any:
         return [slim_schema(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    slimmed = {name: slim_schema(value) for name, value in schema.items() if name != "title"}
+    # `additionalProperties: true` is JSON Schema's default: saying it costs bytes of the 8 KB.
+    slimmed = {
+        name: slim_schema(value)
+        for name, value in schema.items()
+        if name != "title" and not (name == "additionalProperties" and value is True)
+    }
     variants = slimmed.get("anyOf")
     if isinstance(variants, list) and {"type": "null"} in variants and slimmed.get("default", ...) is None:
         others = [variant for variant in variants if variant != {"type": "null"}]
@@ -201,10 +208,13 @@ def build_server(holdings: Holdings) -> MCPServer:
         next_steps: Steps = None,
         important: Important = False,
         attempt: AttemptId = None,
+        usage: Spent = None,
     ) -> str:
         return holder(
             attempt,
-            lambda keeper: noted(keeper.note(content, kind=kind, next_steps=next_steps, important=important)),
+            lambda keeper: noted(
+                keeper.note(content, kind=kind, next_steps=next_steps, important=important, usage=_usage(usage))
+            ),
         )
 
     @tool("Save a checkpoint: where the work stands and the next steps.")
@@ -212,8 +222,8 @@ def build_server(holdings: Holdings) -> MCPServer:
         return holder(attempt, lambda keeper: noted(keeper.checkpoint(content, next_steps=next_steps)))
 
     @tool("Renew the held lease now (also done in the background).")
-    def renew(attempt: AttemptId = None) -> str:
-        return holder(attempt, lambda keeper: keeper.renew())
+    def renew(attempt: AttemptId = None, usage: Spent = None) -> str:
+        return holder(attempt, lambda keeper: keeper.renew(usage=_usage(usage)))
 
     @tool("Record git facts of the held attempt.")
     def git(
@@ -263,10 +273,12 @@ def build_server(holdings: Holdings) -> MCPServer:
         interruption_reason: Interruption = None,
         acknowledged_version: AckVersion = None,
         attempt: AttemptId = None,
+        usage: Spent = None,
     ) -> str:
         def end(keeper: LeaseKeeper) -> Any:
             finished = keeper.finish(
                 outcome,
+                usage=_usage(usage),
                 result_summary=summary,
                 next_steps=next_steps,
                 failure_reason_code=failure_reason or ("implementation_error" if outcome == "failed" else None),
@@ -283,6 +295,12 @@ def build_server(holdings: Holdings) -> MCPServer:
         reason: Annotated[str, Field(description="why, for the audit log")] = "", attempt: AttemptId = None
     ) -> str:
         return holder(attempt, lambda keeper: _ended(keeper, keeper.release(reason=reason)))
+
+    def _usage(given: dict[str, Any] | None) -> dict[str, Any] | None:
+        try:
+            return usage_body(given)
+        except InvalidUsage as problem:
+            raise LeaseholdError(f"usage: {problem}", code="VALIDATION_ERROR") from None
 
     def _ended(keeper: LeaseKeeper, finished: Any) -> Any:
         holdings.ended(keeper)

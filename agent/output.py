@@ -25,9 +25,11 @@ exit codes:
   1    error (server or connection trouble, any other API error)
   2    usage (bad arguments; no current attempt for a holder command)
   3    nothing claimable (claim --next found nothing; TASK_NOT_CLAIMABLE)
-  4    task taken (TASK_TAKEN: another agent holds it)
+  4    task taken (TASK_TAKEN: another agent holds it; PATHS_RESERVED: its
+       paths)
   5    lease lost (LEASE_EXPIRED, LEASE_NOT_HELD, STALE_EPOCH,
-       INVALID_LEASE_TOKEN, or the keeper gave up): stop working on the task
+       INVALID_LEASE_TOKEN, or the keeper gave up) or BUDGET_EXHAUSTED: stop
+       working on the task
   6    authentication (not logged in, AUTHENTICATION_FAILED, PERMISSION_DENIED)
   7    run: the command exited non-zero; the attempt was finished `failed`
   8    workspace: not a git repository, the branch is checked out by a live
@@ -42,8 +44,10 @@ exit codes:
 def exit_code_for(error: LeaseholdError) -> int:
     if error.code in LEASE_LOSS_CODES or error.code == "LEASE_LOST":
         return EXIT_LEASE_LOST
-    if error.code == "TASK_TAKEN":
+    if error.code in ("TASK_TAKEN", "PATHS_RESERVED"):
         return EXIT_TASK_TAKEN
+    if error.code == "BUDGET_EXHAUSTED":
+        return EXIT_LEASE_LOST
     if error.code == "TASK_NOT_CLAIMABLE":
         return EXIT_NOTHING_CLAIMABLE
     if error.code in ("AUTHENTICATION_FAILED", "PERMISSION_DENIED"):

@@ -12,7 +12,9 @@
    context as Markdown in `$LEASEHOLD_CONTEXT_FILE`, `LEASEHOLD_TASK`,
    `…_ATTEMPT_ID`, `…_EPOCH`, `…_LABEL`, `…_BRANCH`, `…_BASE_COMMIT`,
    `…_WORKTREE`, the `LEASEHOLD_ENV_*` of the allocated environment,
-   `$LEASEHOLD_OUTCOME_FILE` and `$LEASEHOLD_SUMMARY_FILE` — never the token
+   `$LEASEHOLD_OUTCOME_FILE`, `$LEASEHOLD_SUMMARY_FILE` and
+   `$LEASEHOLD_USAGE_FILE` (JSON lines of usage increments, `agent.usage`,
+   reported as they arrive with the renewals and the finish) — never the token
    (`leasehold note` inside COMMAND finds the attempt in the state files).
    `{context_file}`, `{task}`, `{branch}`, `{worktree}` in COMMAND's
    arguments are replaced.
@@ -30,6 +32,8 @@
 5. The lease is lost: SIGTERM to COMMAND's group at once, SIGKILL after
    `--grace-seconds`; nothing more is sent with the token, the state file
    marks it lost, exit 5.
+   BUDGET_EXHAUSTED (SPEC §19) stops COMMAND the same way, then finishes
+   `failed` (reason `other`) with a summary naming the spent budget; exit 7.
 6. `run` gets SIGINT/SIGTERM/SIGHUP: the signal goes on to COMMAND; once it
    exits the attempt is handed off (`user_request` for SIGINT, else
    `client_shutdown`), exit 128+signal. `run` killed outright: COMMAND dies
@@ -69,6 +73,7 @@ from agent.session import (
 )
 from agent.state import HeldAttempt
 from agent.supervise import Supervised, stop_child
+from agent.usage import UsageFile
 from agent.workspace import Opened, Repository, WorkspaceError, find_repository, head_facts
 from agent.workspace_cmd import prepare_worktree
 
@@ -170,12 +175,17 @@ def _supervise(
                     keeper.release(reason=f"leasehold run: cannot start {argv[0]!r}")
                     state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
                 raise UsageError(f"Cannot start {argv[0]!r}: {exc}") from None
+            usage = UsageFile(files / "usage.jsonl")
             try:
                 while child.poll() is None:
                     if keeper.lost.wait(POLL_SECONDS):
                         break
+                    _report_usage(usage, keeper, out)
+                if keeper.budget_exhausted:
+                    return _budget_spent(child, keeper, held, opened, usage, args, out)
                 if keeper.lost.is_set():
                     return _lease_lost(child, keeper, held, args, out)
+                _report_usage(usage, keeper, out, rest=True)
                 return _finish(keeper, held, opened, command, child.poll(), received, files, args, out)
             finally:
                 child.release_watchdog()
@@ -228,6 +238,7 @@ def _command_setup(
         "LEASEHOLD_CONTEXT_FILE": str(context_file),
         "LEASEHOLD_OUTCOME_FILE": str(files / "outcome.json"),
         "LEASEHOLD_SUMMARY_FILE": str(files / "summary.txt"),
+        "LEASEHOLD_USAGE_FILE": str(files / "usage.jsonl"),
         **command_environment(
             task=held.task,
             attempt_id=held.attempt_id,
@@ -241,6 +252,65 @@ def _command_setup(
     }
     values = {"context_file": str(context_file), "task": held.task, "branch": held.branch, "worktree": worktree}
     return env, expand_placeholders(command, values)
+
+
+def _report_usage(usage: UsageFile, keeper: LeaseKeeper, out: Output, *, rest: bool = False) -> None:
+    """Hand the usage lines COMMAND appended since the last look to the keeper; a bad line is reported, not sent."""
+    reports, problems = usage.read_rest() if rest else usage.read_new()
+    for problem in problems:
+        out.warn(f"$LEASEHOLD_USAGE_FILE {problem}; that line is not reported.")
+    for report in reports:
+        keeper.report_usage(report)
+
+
+def _budget_spent(
+    child: Supervised,
+    keeper: LeaseKeeper,
+    held: HeldAttempt,
+    opened: Opened | None,
+    usage: UsageFile,
+    args: argparse.Namespace,
+    out: Output,
+) -> int:
+    """BUDGET_EXHAUSTED: stop COMMAND as on a lost lease, then finish `failed` (`other`) naming the budget."""
+    still_running = child.poll() is None
+    if still_running:
+        child.signal_group(signal.SIGTERM)
+    status = child.stop(grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.poll()
+    _report_usage(usage, keeper, out, rest=True)
+    spent = keeper.lost_error.message if keeper.lost_error is not None else "the budget is spent"
+    out.info(f"budget exhausted; command stopped (status {status})")
+    fields: dict[str, Any] = {
+        "failure_reason_code": "other",
+        "result_summary": f"Stopped by leasehold run: budget exhausted. {spent}"[:SUMMARY_MAX_CHARS],
+    }
+    if opened is not None:
+        try:
+            fields["git"] = head_facts(opened.path, branch=held.branch, base_commit=held.base_commit)
+        except WorkspaceError as problem:
+            out.warn(f"the git facts of the end could not be read: {problem}")
+    try:
+        finished = keeper.finish("failed", **fields)
+    except LeaseholdError as error:
+        state.mark_lost(config_dir(), held, keeper.lost_reason or str(error))
+        return out.failure(error)
+    state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
+    attempt, task = finished["attempt"], finished["task"]
+    out.result(
+        {
+            "task": attempt["task"],
+            "attempt": attempt["id"],
+            "outcome": "failed",
+            "attempt_status": attempt["status"],
+            "task_status": task["status"],
+            "command_status": status,
+            "lease_lost": False,
+            "budget_exhausted": True,
+            "reason": keeper.lost_reason,
+        },
+        "",
+    )
+    return EXIT_COMMAND_FAILED
 
 
 def _lease_lost(

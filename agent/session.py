@@ -108,6 +108,8 @@ def claim_from_args(client: LeaseholdClient, args: argparse.Namespace, settings:
         "base_commit": args.base_commit,
         "environment": args.environment,
         "environment_kind": args.environment_kind,
+        "paths": getattr(args, "paths", None),
+        "paths_mode": getattr(args, "paths_mode", None),
     }
     if getattr(args, "review", False):
         # SPEC §16.1: a review attempt, on the project's oldest open review that is not your own work.

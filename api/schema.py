@@ -253,6 +253,11 @@ def _claim_links() -> dict[str, Any]:
         }
         for name, target in HOLDER_LINK_TARGETS.items()
     }
+    links["ReadAttempt"] = {
+        "operationId": "attempts_retrieve",
+        "parameters": {"path.attempt_id": "$response.body#/attempt/id"},
+        "description": "The claimed attempt and its notes.",
+    }
     links["UpdateHeldTask"] = {
         "operationId": "tasks_partial_update",
         "parameters": {

@@ -135,6 +135,22 @@ class StaleReviewTarget(LedgerError):
     default_message = "The task or its branch changed since the review was requested; the request is superseded."
 
 
+class BudgetExhausted(LedgerError):
+    """SPEC §19: a task's budget, or an agent's or project's budget for the day, is spent."""
+
+    code = "BUDGET_EXHAUSTED"
+    http_status = 409
+    default_message = "The budget is spent; finish or release the attempt."
+
+
+class PathsReserved(LedgerError):
+    """SPEC §19: the claim's paths overlap another live attempt's reservation."""
+
+    code = "PATHS_RESERVED"
+    http_status = 409
+    default_message = "Another live attempt reserved some of these paths."
+
+
 class LeaseExpired(LedgerError):
     code = "LEASE_EXPIRED"
     http_status = 409

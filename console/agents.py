@@ -30,6 +30,7 @@ from django.utils.html import format_html
 from config.errors import LedgerError
 from console.agent_health import health_page, release_all_view, set_active_view
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
+from console.budgets import set_budget_action
 from console.confirm import Confirmation, is_confirmed, render_confirmation
 from leases.models import Attempt, AttemptStatus
 from leases.services import agent_set_projects
@@ -94,7 +95,7 @@ class AgentAdmin(LeaseholdModelAdmin):
     list_filter = ["is_active", "kind", "projects"]
     search_fields = ["handle"]
     ordering = ["handle"]
-    actions = ["rotate_token", "deactivate"]
+    actions = ["rotate_token", "deactivate", "set_budget"]
     readonly_fields = (
         "handle",
         "kind",
@@ -104,8 +105,15 @@ class AgentAdmin(LeaseholdModelAdmin):
         "last_seen_at",
         "created_at",
         "deactivated_at",
+        "daily_budget_tokens",
+        "daily_budget_cost_usd",
     )
     fields = readonly_fields
+
+    @admin.action(description="Set daily budget…", permissions=["operate"])
+    def set_budget(self, request: HttpRequest, queryset: QuerySet[Agent]) -> HttpResponse | None:
+        return set_budget_action(self, request, queryset, action_name="set_budget")
+
     change_form_template = "admin/ledger/agent/change_form.html"
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Agent]:

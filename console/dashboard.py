@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
@@ -29,6 +30,7 @@ from leases.metrics import fleet_metrics, pooled_orphan_rate
 from leases.models import Attempt
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
 from leases.selectors import IN_PROGRESS, claimable_tasks, live_attempts
+from leases.spending import Spend, spend_per_day, top_agents, top_tasks
 from ledger import clock
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 
@@ -119,6 +121,8 @@ class Dashboard:
     def queue_alert_count(self) -> int:
         """Every queue-wait alert of the window: a count, not the length of a cut list (bug 2)."""
         return self.queue_alerts.total_items
+
+    spend: SpendPanel | None = None
 
     @property
     def live_leases(self) -> int:
@@ -309,6 +313,33 @@ def charts(days: int = CHART_DAYS) -> tuple[list[Chart], float | None]:
     return chart_list, pooled
 
 
+SPEND_DAYS = 7
+
+
+@dataclass(frozen=True)
+class SpendPanel:
+    """SPEC §19: spend per UTC day and the top spenders (`leases.spending`)."""
+
+    days: int
+    per_day: list[tuple[date, int, Decimal]]
+    agents: list[Spend]
+    tasks: list[Spend]
+
+    @property
+    def any(self) -> bool:
+        return any(tokens or cost for _, tokens, cost in self.per_day) or bool(self.tasks)
+
+
+def spend_panel(now: datetime, days: int = SPEND_DAYS) -> SpendPanel:
+    today = now.date()
+    return SpendPanel(
+        days=days,
+        per_day=spend_per_day(today=today, days=days),
+        agents=top_agents(today=today, days=days),
+        tasks=top_tasks(),
+    )
+
+
 def build_dashboard(*, now: datetime) -> Dashboard:
     projects, totals = status_table(now)
     expiring, expiring_count = expiring_leases(now)
@@ -327,4 +358,5 @@ def build_dashboard(*, now: datetime) -> Dashboard:
         jobs=jobs_view(now),
         orphan_rate=pooled,
         claimable=claimable_tasks(project=None, now=now, by_anyone=True).order_by().count(),
+        spend=spend_panel(now),
     )

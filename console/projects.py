@@ -8,13 +8,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import QuerySet
 from django.forms import BaseForm
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from console.base import ServiceFormAdmin, actor_of, badge
+from console.budgets import set_budget_action
 from ledger.models import Project
 from ledger.services import project_create
 
@@ -34,7 +36,19 @@ class ProjectAdmin(ServiceFormAdmin):
         "queue_wait_max_seconds",
         "required_isolation",
     ]
-    view_fields = [*add_fields, "tasks_link", "created_at", "archived_at"]
+    view_fields = [
+        *add_fields,
+        "daily_budget_tokens",
+        "daily_budget_cost_usd",
+        "tasks_link",
+        "created_at",
+        "archived_at",
+    ]
+    actions = ["set_budget"]
+
+    @admin.action(description="Set daily budget…", permissions=["operate"])
+    def set_budget(self, request: HttpRequest, queryset: QuerySet[Project]) -> HttpResponse | None:
+        return set_budget_action(self, request, queryset, action_name="set_budget")
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.add_fields if obj is None else self.view_fields

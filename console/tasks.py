@@ -38,6 +38,7 @@ from console.base import (
     moment,
     plural,
 )
+from console.budgets import set_budget_action, spent_text
 from console.comments import CommentInline
 from console.confirm import (
     Confirmation,
@@ -65,7 +66,7 @@ from leases.models import Attempt
 from leases.selectors import with_claimability
 from leases.services import task_force_release, task_reassign, task_update
 from ledger import clock
-from ledger.models import ALLOWED_TRANSITIONS, Agent, Task, TaskComment, TaskDependency, TaskStatus
+from ledger.models import ALLOWED_TRANSITIONS, Agent, PathsMode, Task, TaskComment, TaskDependency, TaskStatus
 from ledger.services import task_create, task_reservation_clear
 
 
@@ -99,6 +100,7 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
         "force_release",
         "clear_reservation",
         "release_from_quarantine",
+        "set_budget",
     ]
     change_form_template = "admin/ledger/task/change_form.html"
 
@@ -111,12 +113,17 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
         "blocked_reason",
         "priority",
         "task_class",
+        "budget_tokens",
+        "budget_cost_usd",
+        "paths",
+        "paths_mode",
     ]
     # Status, holder, lease left, epoch, version, priority and reservation are in the summary above the form.
     view_fieldsets = [
         (None, {"fields": ["key", "project", "title", "status_badge", "task_class", "current_label", "labels"]}),
         ("Work", {"fields": ["description_text", "acceptance_criteria_text", "blocked_reason"]}),
         ("Record", {"fields": ["ready_since", "created_at", "updated_at"], "classes": ["collapse"]}),
+        ("Budget and paths", {"fields": ["budget_tokens", "budget_cost_usd", "spent", "paths", "paths_mode"]}),
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
@@ -167,6 +174,10 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
             priority=data.get("priority") or 0,
             task_class=data.get("task_class", ""),
             blocked_reason=data.get("blocked_reason", ""),
+            budget_tokens=data.get("budget_tokens"),
+            budget_cost_usd=data.get("budget_cost_usd"),
+            paths=data.get("paths") or [],
+            paths_mode=data.get("paths_mode") or PathsMode.EXCLUSIVE,
         )
 
     def change_view(
@@ -231,6 +242,14 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
     def acceptance_criteria_text(self, task: Task) -> SafeString:
         text = task.acceptance_criteria
         return SafeString(linebreaks(text, autoescape=True)) if text else badge(None)
+
+    @admin.display(description="spent")
+    def spent(self, task: Task) -> str:
+        return spent_text(task)
+
+    @admin.action(description="Set budget…", permissions=["operate"])
+    def set_budget(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
+        return set_budget_action(self, request, queryset, action_name="set_budget")
 
     # --- status actions -----------------------------------------------------
 

@@ -31,6 +31,7 @@ from leases.selectors import (
 )
 from leases.services.allocations import active_allocation_of
 from leases.services.git_facts import GIT_FACT_FIELDS
+from leases.services.reservations import PathsClaim, reservation_of
 from ledger import clock
 from ledger.models import Task
 
@@ -61,6 +62,7 @@ CUT_ORDER: tuple[tuple[str, str], ...] = (
     ("review_findings", "summary"),
     ("review", "result_summary"),
     ("review_findings", "findings"),
+    ("reservation", "paths"),
     ("task", "acceptance_criteria"),
     ("task", "title"),
 )
@@ -86,6 +88,7 @@ def work_context(
     allocation: Allocation | None = _UNKNOWN,
     just_claimed: bool = False,
     predecessor_id: int | None = None,
+    reservation: PathsClaim | None = _UNKNOWN,
 ) -> dict[str, Any]:
     """The work context of `task`.
 
@@ -94,7 +97,8 @@ def work_context(
     A claim passes `just_claimed`: its attempt has no notes yet, and at epoch 1
     the task had no attempt before it, so there is no checkpoint and no
     previous attempt to look for; and `predecessor_id`, the attempt whose
-    branch it inherited (None: it inherited none).
+    branch it inherited (None: it inherited none), and the paths it reserved
+    (SPEC §19: the agent's own reservation is named in `reservation`).
     """
     current = attempt or live_attempts(now).filter(task=task).select_related("agent").first()
     blockers = list(
@@ -108,6 +112,8 @@ def work_context(
     last_failed = next((run for run in recent[1:] if run.status == AttemptStatus.FAILED), None)
     if allocation is _UNKNOWN:
         allocation = active_allocation_of(current) if current is not None else None
+    if reservation is _UNKNOWN:
+        reservation = reservation_of(current) if current is not None else None
     if just_claimed:
         predecessor = _known_attempt(predecessor_id, recent)
     else:
@@ -167,6 +173,7 @@ def work_context(
         "git": None if current is None else {name: _fact(current, name) for name in GIT_FACT_FIELDS},
         "predecessor_work": _predecessor_work(predecessor),
         "environment": _environment(allocation),
+        "reservation": None if reservation is None else {"paths": list(reservation.paths), "mode": reservation.mode},
         "warnings": _warnings(task, recent),
         "truncated": [],
     }

@@ -371,5 +371,13 @@ class ReviewRequest(NoDeleteModel):
         return None
 
 
+from leases.budget_models import (  # noqa: E402,F401
+    AgentDailyUsage,
+    AttemptUsage,
+    PathReservation,
+    ProjectDailyUsage,
+    ReservationLock,
+    TaskUsage,
+)
 from leases.jobhealth.models import JobHeartbeat  # noqa: E402,F401
 from leases.reconciliation.models import AttemptDiscard, Finding, ReconciliationRun  # noqa: E402,F401

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -38,10 +39,13 @@ from leases.models import (
     Attempt,
     AttemptKind,
     AttemptStatus,
+    AttemptUsage,
     Note,
     NoteKind,
+    PathReservation,
     ReviewRequest,
     ReviewStatus,
+    TaskUsage,
 )
 from ledger.models import RESOLVED_STATUSES, Agent, Event, EventType, Project, Task, TaskDependency, TaskStatus
 
@@ -127,11 +131,31 @@ def with_compact_state(tasks: QuerySet[Task], *, now: datetime, agent: Agent | N
     )
 
 
+def task_spent(task: Task) -> dict[str, Any]:
+    """What all attempts of `task` reported spending (SPEC §19); select the task with its `usage` to save a query."""
+    try:
+        usage = task.usage
+    except TaskUsage.DoesNotExist:
+        return {"input_tokens": 0, "output_tokens": 0, "cost_usd": Decimal(0)}
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd}
+
+
+def attempt_spent(attempt: Attempt) -> dict[str, Any]:
+    """What `attempt` reported spending (SPEC §19)."""
+    row = AttemptUsage.objects.filter(attempt=attempt).values_list("input_tokens", "output_tokens", "cost_usd").first()
+    input_tokens, output_tokens, cost_usd = row or (0, 0, Decimal(0))
+    return {"input_tokens": input_tokens, "output_tokens": output_tokens, "cost_usd": cost_usd}
+
+
 def full_task_read(task: Task, *, now: datetime) -> Task:
     """The task annotated by `with_compact_state`, with `dependencies_shown` attached (as a prefetch's
     `to_attr` would be): its present dependencies as (`blocked_by__key`, `blocked_by__status`) rows,
     at most BLOCKERS_SHOWN, by the blocker's number."""
-    annotated = with_compact_state(Task.objects.select_related("project", "reserved_for"), now=now).get(pk=task.pk)
+    annotated = with_compact_state(
+        Task.objects.select_related("project", "reserved_for", "usage"),
+        now=now,  # usage: joined, no statement
+    ).get(pk=task.pk)
+    annotated.spent_totals = task_spent(annotated)  # type: ignore[attr-defined]
     annotated.dependencies_shown = list(  # type: ignore[attr-defined]
         TaskDependency.objects.filter(task=task, removed_at__isnull=True)
         .order_by("blocked_by__number")
@@ -152,7 +176,9 @@ def claimable_tasks(
     """Claimable tasks of a project (every project with `project=None`) in claim-next order (SPEC §2, §4).
 
     Claimable: stored status ready, no unresolved blocker, no live attempt,
-    not reserved for another agent, project not archived. With
+    not reserved for another agent, project not archived, its own budget not
+    spent (SPEC §19; an agent's or project's daily budget is the claim's check,
+    `leases.services.usage.claim_budget_refusal`). With
     `include_reserved`, tasks reserved for any agent count too (queue-wait).
     With `by_anyone` (the admin's view: "can somebody claim this?"), a task
     reserved for an agent counts only while that agent is active and may see
@@ -198,7 +224,12 @@ def claimable_condition(
         if agent is not None:
             reservation |= Q(reserved_for=agent)
         condition &= reservation
-    return condition & ~Q(Exists(unresolved_blockers())) & ~Q(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
+    return (
+        condition
+        & ~Q(Exists(unresolved_blockers()))
+        & ~Q(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
+        & ~Q(Exists(task_budget_spent()))
+    )
 
 
 def is_claimable(*, task: Task, agent: Agent | None, blocked_by: int, live: bool) -> bool:
@@ -228,6 +259,24 @@ def comments_since_claim() -> Coalesce:
         .values("n")
     )
     return Coalesce(Subquery(comments, output_field=IntegerField()), 0)
+
+
+def task_budget_spent() -> QuerySet[TaskUsage]:
+    """The outer task's usage row once it reached the task's budget (tokens or dollars; a null budget never does)."""
+    return TaskUsage.objects.filter(task=OuterRef("pk")).filter(
+        Q(input_tokens__gte=OuterRef("budget_tokens") - F("output_tokens"))
+        | Q(cost_usd__gte=OuterRef("budget_cost_usd"))
+    )
+
+
+def live_reservations(*, project: Project, now: datetime) -> QuerySet[PathReservation]:
+    """The project's path reservations whose attempt holds a live lease (SPEC §19), newest first.
+
+    A reservation has no end of its own: it is live exactly while its attempt's lease is.
+    """
+    return PathReservation.objects.filter(
+        project=project, attempt__status=AttemptStatus.ACTIVE, attempt__lease_expires_at__gt=now
+    ).order_by("-attempt_id")
 
 
 def recent_terminal_attempts(task: Task, *, limit: int) -> list[Attempt]:

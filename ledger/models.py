@@ -54,6 +54,19 @@ class Isolation(models.TextChoices):
         return list(cls.values).index(value)
 
 
+# SPEC §19: budgets count tokens (input + output) and US dollars with 6 decimals.
+BUDGET_COST_DIGITS = 18
+BUDGET_TOKENS_HELP = "Tokens (input + output) per UTC day; empty: no limit."
+BUDGET_COST_HELP = "US dollars per UTC day; empty: no limit."
+
+
+class PathsMode(models.TextChoices):
+    """How a claim holds its paths (SPEC §19): alone, or alongside other shared holders."""
+
+    EXCLUSIVE = "exclusive", "Exclusive"
+    SHARED = "shared", "Shared"
+
+
 class Project(NoDeleteModel):
     slug = models.SlugField(max_length=50, unique=True)
     name = models.CharField(max_length=200)
@@ -82,6 +95,11 @@ class Project(NoDeleteModel):
     task_sequence = models.PositiveIntegerField(default=0, editable=False)
     created_at = models.DateTimeField()
     archived_at = models.DateTimeField(null=True, blank=True)
+    # SPEC §19: what the project's agents may spend per UTC day (null: no limit).
+    daily_budget_tokens = models.PositiveBigIntegerField(null=True, blank=True, help_text=BUDGET_TOKENS_HELP)
+    daily_budget_cost_usd = models.DecimalField(
+        max_digits=BUDGET_COST_DIGITS, decimal_places=6, null=True, blank=True, help_text=BUDGET_COST_HELP
+    )
 
     class Meta:
         ordering = ["slug"]
@@ -117,6 +135,11 @@ class Agent(NoDeleteModel):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     deactivated_at = models.DateTimeField(null=True, blank=True)
+    # SPEC §19: what this agent may spend per UTC day, over all its projects (null: no limit).
+    daily_budget_tokens = models.PositiveBigIntegerField(null=True, blank=True, help_text=BUDGET_TOKENS_HELP)
+    daily_budget_cost_usd = models.DecimalField(
+        max_digits=BUDGET_COST_DIGITS, decimal_places=6, null=True, blank=True, help_text=BUDGET_COST_HELP
+    )
 
     class Meta:
         ordering = ["handle"]
@@ -176,6 +199,20 @@ class Task(NoDeleteModel):
     queue_wait_alerted_for = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(editable=False)
     updated_at = models.DateTimeField(editable=False)
+    # SPEC §19: what all attempts of this task may spend together (null: no limit).
+    budget_tokens = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens (input + output) over all attempts; empty: no limit."
+    )
+    budget_cost_usd = models.DecimalField(
+        max_digits=BUDGET_COST_DIGITS,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="US dollars over all attempts; empty: no limit.",
+    )
+    # SPEC §19: the repository paths its claims reserve unless a claim names its own.
+    paths = models.JSONField(default=list, blank=True, help_text="Repository-relative paths its claims reserve.")
+    paths_mode = models.CharField(max_length=16, choices=PathsMode.choices, default=PathsMode.EXCLUSIVE, blank=True)
 
     class Meta:
         ordering = ["project_id", "number"]
@@ -248,6 +285,9 @@ class EventType(models.TextChoices):
     AGENT_PROJECTS_CHANGED = "agent.projects_changed"
     AGENT_REACTIVATED = "agent.reactivated"
     AGENT_TOKEN_ROTATED = "agent.token_rotated"  # noqa: S105 - an event name
+    BUDGET_EXHAUSTED = "budget.exhausted"
+    BUDGET_SET = "budget.set"
+    BUDGET_WARNING = "budget.warning"
     ATTEMPT_CLAIMED = "attempt.claimed"
     ATTEMPT_DISCARDED = "attempt.discarded"
     ATTEMPT_EXPIRED = "attempt.expired"

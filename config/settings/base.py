@@ -326,6 +326,7 @@ SPECTACULAR_SETTINGS = {
             "cancelled",
         ],
         "DecisionStatusEnum": ["active", "superseded"],
+        "PathsModeEnum": ["exclusive", "shared"],
     },
     "PREPROCESSING_HOOKS": ["api.schema.expand_routes"],
     # drf-spectacular's own enum hook first: the others read the components it settles.

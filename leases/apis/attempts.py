@@ -27,6 +27,7 @@ from leases.apis.fields import (
     HostNameField,
     NextStepsField,
     NoteContentField,
+    usage_field,
 )
 from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import attempt_summary, compact_task, ended_task_row
@@ -40,7 +41,7 @@ from leases.models import (
     InterruptionReason,
     NoteKind,
 )
-from leases.selectors import attempt_by_id, attempt_notes
+from leases.selectors import attempt_by_id, attempt_notes, attempt_spent
 from leases.services import (
     Finished,
     attempt_finish,
@@ -108,6 +109,7 @@ class AttemptDetailApi(ApiView):
     def get(self, request: Request, attempt_id: int) -> Response:
         attempt = attempt_by_id(attempt_id, agent=caller_of(request).agent)
         attempt.latest_notes, attempt.notes_total = attempt_notes(attempt)  # type: ignore[attr-defined]
+        attempt.spent_totals = attempt_spent(attempt)  # type: ignore[attr-defined]
         return Response(AttemptDetailSerializer(attempt).data)
 
 
@@ -116,6 +118,7 @@ class AttemptRenewApi(ApiView):
 
     class InputSerializer(serializers.Serializer[Any]):
         lease_seconds = serializers.IntegerField(required=False, min_value=1, max_value=INT32_MAX)
+        usage = usage_field()
 
     # Schema-only: a renewal is a measured hot path, its body is a plain dict.
     class OutputSerializer(serializers.Serializer[Any]):
@@ -139,7 +142,7 @@ class AttemptRenewApi(ApiView):
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
         def work() -> Outcome:
-            attempt = attempt_renew(proof=proof, lease_seconds=data.get("lease_seconds"))
+            attempt = attempt_renew(proof=proof, lease_seconds=data.get("lease_seconds"), usage=data.get("usage"))
             return Outcome(
                 status=200,
                 data={
@@ -171,6 +174,7 @@ class NoteAddApi(ApiView):
         content = NoteContentField(trim_whitespace=False, help_text="At most 8,000 characters.")
         next_steps = _text_list()
         important = serializers.BooleanField(required=False, default=False)
+        usage = usage_field()
 
     # Schema-only: a note is a measured hot path, its body is a plain dict.
     class OutputSerializer(serializers.Serializer[Any]):
@@ -243,6 +247,7 @@ class AttemptFinishApi(ApiView):
             required=False,
             help_text="A review decision's findings: at most 20 of at most 500 characters.",
         )
+        usage = usage_field()
 
     # Schema-only: the body as one shape per outcome, as `leases.services.finishing` reads it:
     # failed needs failure_reason_code, handoff needs interruption_reason_code, and neither
@@ -327,7 +332,9 @@ class AttemptGitApi(ApiView):
     """Record the attempt's git facts (a new branch rewrites the label); renews the lease."""
 
     class InputSerializer(GitFactsSerializer):
-        # `leases.services.git_facts`: at least one fact.
+        usage = usage_field()
+
+        # `leases.services.git_facts`: at least one fact (or usage).
         schema_rules: ClassVar[dict[str, Any]] = {"minProperties": 1}
 
     class OutputSerializer(serializers.Serializer[Any]):

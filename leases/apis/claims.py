@@ -19,12 +19,13 @@ from api.inputs import body_input
 from api.mutations import Outcome, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from environments.models import EnvironmentKind
-from leases.apis.fields import BranchNameField, CommitIdField, EnvironmentNameField
+from leases.apis.fields import BranchNameField, CommitIdField, EnvironmentNameField, paths_field
 from leases.apis.projections import attempt_summary, held_compact_task
 from leases.apis.serializers import AttemptSummarySerializer, CompactTaskSerializer, WorkContextSerializer
 from leases.context import work_context
 from leases.services import LeaseGrant, lease_claim, lease_claim_next
 from ledger import clock
+from ledger.models import PathsMode
 from ledger.selectors import project_by_slug, task_by_key
 
 LEASE_SECONDS_MAX_INPUT = 2**31 - 1
@@ -44,6 +45,10 @@ class ClaimInputSerializer(serializers.Serializer[Any]):
     )
     environment_kind = serializers.ChoiceField(
         choices=EnvironmentKind.values, required=False, help_text="Allocate any free environment of this kind."
+    )
+    paths = paths_field("Repository paths to reserve while the lease lives (default: the task's).")
+    paths_mode = serializers.ChoiceField(
+        choices=PathsMode.values, required=False, help_text="exclusive (default) or shared (coexists with shared)."
     )
 
     # `leases.services.claims`: an environment by name or by kind, not both.
@@ -84,6 +89,7 @@ def claim_outcome(grant: LeaseGrant) -> Outcome:
                 allocation=grant.allocation,
                 just_claimed=True,
                 predecessor_id=grant.predecessor_id,
+                reservation=grant.reservation,
             ),
         },
     )

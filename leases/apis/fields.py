@@ -7,7 +7,9 @@ field it extends does; the schema tells a client what will be accepted before it
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any, ClassVar
 
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -22,6 +24,8 @@ from leases.models import (
     NOTE_MAX_CHARS,
     WORKTREE_PATH_MAX_CHARS,
 )
+from ledger.models import BUDGET_COST_DIGITS
+from ledger.paths import COST_MAX, COST_PLACES, PATH_MAX_CHARS, PATHS_MAX_ITEMS, TOKENS_MAX
 
 # `leases.branches.validate_branch_name` as a pattern: `<type>/<description>`, the description
 # runs of a-z0-9 joined by single '-' or '.', never ending in `.lock` (git's lock files).
@@ -75,6 +79,9 @@ class NextStepsField(serializers.ListField):
     (`leases.services.notes.validate_next_steps`)."""
 
 
+# `ledger.paths.normalise_paths`: relative, no backslash, no control character, no `..` segment.
+REPOSITORY_PATH_PATTERN = r"^(?=.*[^\s./])(?![/\\])(?![A-Za-z]:)(?!(?:.*/)?\.\.(?:/|$))[^\\\u0000-\u001f\u007f]+$"
+
 # `leases.services.git_facts`: text facts are non-empty and hold no control character.
 _NO_CONTROL = r"[^\u0000-\u001f\u007f]"
 
@@ -103,3 +110,86 @@ class AbsolutePathField(serializers.CharField):
 )
 class HostNameField(serializers.CharField):
     """A machine's name: not blank, no control characters (`git_facts`)."""
+
+
+# `ledger.paths.validate_cost`: 0 to COST_MAX, at most COST_PLACES decimal places.
+COST_PATTERN = r"^(?:(?:0|[1-9][0-9]{0,8})(?:\.[0-9]{1,6})?|1000000000(?:\.0{1,6})?)$"
+
+
+@extend_schema_field({"type": "string", "pattern": COST_PATTERN})
+class CostField(serializers.DecimalField):
+    """US dollars. The schema states the string form; a JSON number with at most 6 places is taken too."""
+
+
+@extend_schema_field({"type": "string", "pattern": COST_PATTERN, "nullable": True})
+class NullableCostField(serializers.DecimalField):
+    """A budget in US dollars, or null for no limit (see `CostField`)."""
+
+
+class UsageSerializer(serializers.Serializer[Any]):
+    """Usage increments a holder call reports (SPEC §19); unknown names are refused.
+
+    The door checks shapes; `leases.services.usage.validate_usage` keeps the rules.
+    """
+
+    input_tokens = serializers.IntegerField(required=False, min_value=0, max_value=TOKENS_MAX)
+    output_tokens = serializers.IntegerField(required=False, min_value=0, max_value=TOKENS_MAX)
+    cost_usd = CostField(
+        required=False,
+        max_digits=BUDGET_COST_DIGITS,
+        decimal_places=COST_PLACES,
+        min_value=Decimal(0),
+        max_value=COST_MAX,
+        help_text="US dollars, a decimal string (or a JSON number) with at most 6 decimal places.",
+    )
+
+    # Unknown names are refused (`to_internal_value`): the schema says so of this nested object too.
+    schema_rules: ClassVar[dict[str, Any]] = {"additionalProperties": False}
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, Mapping):
+            unknown = sorted(str(name) for name in data if name not in self.fields)
+            if unknown:
+                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        return super().to_internal_value(data)
+
+
+def usage_field() -> UsageSerializer:
+    return UsageSerializer(required=False, help_text="Usage since your last report: tokens and US dollars (SPEC §19).")
+
+
+@extend_schema_field(
+    {
+        "type": "array",
+        "maxItems": PATHS_MAX_ITEMS,
+        "items": {"type": "string", "minLength": 1, "maxLength": PATH_MAX_CHARS, "pattern": REPOSITORY_PATH_PATTERN},
+    }
+)
+class RepositoryPathsField(serializers.ListField):
+    """Repository-relative paths (`ledger.paths.normalise_paths` normalises them and refuses the others)."""
+
+
+def paths_field(help_text: str) -> RepositoryPathsField:
+    return RepositoryPathsField(child=serializers.CharField(trim_whitespace=False), required=False, help_text=help_text)
+
+
+def budget_tokens_field() -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False,
+        allow_null=True,
+        min_value=0,
+        max_value=TOKENS_MAX,
+        help_text="Tokens (input + output) all attempts may spend; null: no limit.",
+    )
+
+
+def budget_cost_field() -> serializers.DecimalField:
+    return NullableCostField(
+        required=False,
+        allow_null=True,
+        max_digits=BUDGET_COST_DIGITS,
+        decimal_places=COST_PLACES,
+        min_value=Decimal(0),
+        max_value=COST_MAX,
+        help_text="US dollars all attempts may spend (at most 6 decimal places); null: no limit.",
+    )

@@ -16,7 +16,7 @@ from rest_framework import serializers
 from leases.apis.projections import environment_name
 from leases.models import AttemptStatus
 from leases.selectors import EFFECTIVE_STATUSES, NOTE_EXCERPT_CHARS
-from ledger.models import TaskStatus
+from ledger.models import BUDGET_COST_DIGITS, PathsMode, TaskStatus
 
 RESULT_SUMMARY_SHOWN_CHARS = 4000
 
@@ -63,6 +63,12 @@ class DependencySerializer(serializers.Serializer[Any]):
     status = serializers.ChoiceField(source="blocked_by__status", choices=TaskStatus.values)
 
 
+class SpentSerializer(serializers.Serializer[Any]):
+    input_tokens = serializers.IntegerField()
+    output_tokens = serializers.IntegerField()
+    cost_usd = serializers.DecimalField(max_digits=BUDGET_COST_DIGITS, decimal_places=6)
+
+
 # Reads a task from `leases.selectors.full_task_read`.
 class FullTaskSerializer(serializers.Serializer[Any]):
     key = serializers.CharField()
@@ -88,6 +94,13 @@ class FullTaskSerializer(serializers.Serializer[Any]):
     ready_since = serializers.DateTimeField(allow_null=True)
     created_at = serializers.DateTimeField()
     updated_at = serializers.DateTimeField()
+    budget_tokens = serializers.IntegerField(allow_null=True, help_text="Tokens all attempts may spend (SPEC §19).")
+    budget_cost_usd = serializers.DecimalField(
+        max_digits=BUDGET_COST_DIGITS, decimal_places=6, allow_null=True, help_text="US dollars all attempts may spend."
+    )
+    spent = SpentSerializer(source="spent_totals", help_text="What all its attempts reported spending.")
+    paths = serializers.ListField(child=serializers.CharField(), help_text="Paths its claims reserve by default.")
+    paths_mode = serializers.ChoiceField(choices=PathsMode.values)
 
 
 class AttemptSummarySerializer(serializers.Serializer[Any]):
@@ -158,6 +171,7 @@ class AttemptDetailSerializer(AttemptSummarySerializer):
     revoke_reason = BlankAsNullField(allow_null=True)
     notes = NoteExcerptSerializer(source="latest_notes", many=True, help_text="The latest 50 notes, oldest first.")
     notes_total = serializers.IntegerField()
+    spent = SpentSerializer(source="spent_totals", help_text="What this attempt reported spending (SPEC §19).")
 
 
 class WorkContextSerializer(serializers.Serializer[Any]):
@@ -185,6 +199,9 @@ class WorkContextSerializer(serializers.Serializer[Any]):
         "head_commit, commits_ahead, pushed, dirty, host, worktree_path. Null when there is none.",
     )
     environment = serializers.DictField(allow_null=True, help_text="name, kind, isolation, resources, credentials_ref.")
+    reservation = serializers.DictField(
+        allow_null=True, help_text="The paths the current attempt reserved (paths, mode), SPEC §19; null: none."
+    )
     warnings = serializers.ListField(child=serializers.CharField())
     review_findings = serializers.DictField(
         allow_null=True,

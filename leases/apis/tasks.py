@@ -42,7 +42,7 @@ from api.schema import (
     error_responses,
 )
 from config.errors import PermissionDenied, ValidationFailed
-from leases.apis.fields import TaskKeyField
+from leases.apis.fields import TaskKeyField, budget_cost_field, budget_tokens_field, paths_field
 from leases.apis.holder import holder_proof_from_headers, lease_headers_present
 from leases.apis.projections import COMPACT_TASK_FIELDS
 from leases.apis.serializers import CompactTaskPageSerializer, FullTaskSerializer, WorkContextSerializer
@@ -51,7 +51,7 @@ from leases.filters import TaskFilter
 from leases.selectors import EFFECTIVE_STATUSES, full_task_read, with_compact_state
 from leases.services import task_update
 from ledger import clock
-from ledger.models import Task, TaskStatus
+from ledger.models import PathsMode, Task, TaskStatus
 from ledger.selectors import TASK_TEXT_FIELDS, project_by_slug, task_by_key, task_text, tasks_visible_to
 from ledger.services import INITIAL_STATUSES, task_create
 
@@ -197,6 +197,10 @@ class TaskCreateApi(ApiView):
         blocked_by = serializers.ListField(
             child=TaskKeyField(max_length=24), required=False, max_length=100, default=list
         )
+        budget_tokens = budget_tokens_field()
+        budget_cost_usd = budget_cost_field()
+        paths = paths_field("Repository paths its claims reserve unless a claim names its own.")
+        paths_mode = serializers.ChoiceField(choices=PathsMode.values, required=False)
 
     @extend_schema(
         operation_id="tasks_create",
@@ -285,6 +289,10 @@ class TaskUpdateApi(ApiView):
         priority = serializers.IntegerField(required=False, min_value=INT32_MIN, max_value=INT32_MAX)
         task_class = serializers.SlugField(required=False, allow_blank=True, max_length=64)
         labels = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=50)
+        budget_tokens = budget_tokens_field()
+        budget_cost_usd = budget_cost_field()
+        paths = paths_field("Repository paths its claims reserve unless a claim names its own.")
+        paths_mode = serializers.ChoiceField(choices=PathsMode.values, required=False)
         expected_version = serializers.IntegerField(required=False, min_value=1, max_value=INT32_MAX)
         attempt_id = serializers.IntegerField(
             required=False, min_value=1, max_value=2**63 - 1, help_text="Your attempt, for a holder write."

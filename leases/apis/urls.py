@@ -20,6 +20,7 @@ from leases.apis.claims import ClaimNextApi, TaskClaimApi
 from leases.apis.dependencies import TaskDependencyAddApi, TaskDependencyRemoveApi
 from leases.apis.metrics import MetricsApi
 from leases.apis.reservation_clear import TaskReservationClearApi
+from leases.apis.reservations import ReservationListApi
 from leases.apis.reviews import ReviewClaimApi, ReviewDetailApi, ReviewListApi, ReviewNextApi
 from leases.apis.search import SearchApi
 from leases.apis.tasks import (
@@ -54,5 +55,6 @@ urlpatterns = [
     path("reviews/<attemptid:review_id>/", ReviewDetailApi.as_view(), name="review"),
     path("reviews/<attemptid:review_id>/claim/", ReviewClaimApi.as_view(), name="review-claim"),
     path("search/", SearchApi.as_view(), name="search"),
+    path("reservations/", ReservationListApi.as_view(), name="reservations"),
     path("metrics/", MetricsApi.as_view(), name="metrics"),
 ]

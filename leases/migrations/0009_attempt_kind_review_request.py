@@ -8,8 +8,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('leases', '0008_job_heartbeats_finding_owner'),
-        ('ledger', '0008_review_decisions_comments_quarantine'),
+        ('leases', '0008_operations_health_and_indexes'),
+        ('ledger', '0009_review_decisions_comments_quarantine'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

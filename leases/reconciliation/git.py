@@ -219,6 +219,21 @@ class LocalRepository:
                 history.append((sha.strip(), [value.strip() for value in trailers.split("\x1e") if value.strip()]))
         return history
 
+    def merge_base(self, commit: str, branch: str) -> str | None:
+        """The best common ancestor of `commit` and `branch`, or None."""
+        completed = self._git("merge-base", commit, HEADS_PREFIX + branch, ok_returncodes=(0, 1, 128))
+        output = completed.stdout.strip()
+        return output if completed.returncode == 0 and COMMIT_SHA.match(output) else None
+
+    def changed_files(self, base: str, head: str) -> list[str] | None:
+        """Paths changed between two commits (`git diff --name-only -z base..head`); None when one is unknown here."""
+        completed = self._git(
+            "-c", "core.quotepath=false", "diff", "--name-only", "-z", f"{base}..{head}", "--", ok_returncodes=(0, 128)
+        )
+        if completed.returncode != 0:
+            return None
+        return [name for name in completed.stdout.split("\0") if name]
+
     def is_ancestor(self, branch: str, of: str) -> bool:
         """Whether every commit of `branch` is in `of` (`git merge-base --is-ancestor`): merged."""
         completed = self._git(

@@ -10,6 +10,7 @@ evidence of work for inheritance (`leases.selectors.left_work`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from config.errors import ValidationFailed
@@ -22,6 +23,7 @@ from leases.reconciliation.snapshot import ActiveAttempt, BranchHistory, EndedAt
 from leases.selectors import INHERITING_STATUSES
 from ledger import clock
 from ledger.models import RESOLVED_STATUSES
+from ledger.paths import paths_overlap
 
 # A completed attempt's branch may take a moment to be pushed after the finish call.
 COMPLETED_BRANCH_GRACE = timedelta(minutes=10)
@@ -290,3 +292,61 @@ def work_seen(view: RepositoryView, attempts: Iterable[EndedAttempt]) -> dict[in
 def branch_activity(view: RepositoryView) -> dict[tuple[int, str], datetime]:
     """(project, branch) → when its tip was committed: commits are signs of life and of work."""
     return {(view.project.id, branch): moment for branch, moment in view.tip_times.items()}
+
+
+# How many changed paths a finding names; the count says how many there were.
+UNRESERVED_FILES_SHOWN = 20
+
+
+@dataclass(frozen=True)
+class LiveReservation:
+    """Another attempt's live exclusive reservation, as `unreserved_change` compares branches against it."""
+
+    attempt_id: int
+    task_id: int
+    task_key: str
+    paths: list[str]
+
+
+def unreserved_change(
+    view: RepositoryView, attempts: Iterable[EndedAttempt], reservations: list[LiveReservation]
+) -> Iterator[Observation]:
+    """A finished attempt's branch changed files inside another attempt's live exclusive reservation (SPEC §19).
+
+    The change is `git diff --name-only base..head` of the attempt's branch
+    (base: its base commit, else the merge base with the default branch;
+    head: the branch's tip here, else the head it reported). A reservation
+    of the same task is its successor's, who continues that work: not a
+    conflict. Only local repositories can answer.
+    """
+    if view.local is None or not reservations:
+        return
+    for attempt in attempts:
+        if attempt.project_id != view.project.id or not attempt.branch:
+            continue
+        head = view.heads.get(attempt.branch) or attempt.head_commit
+        if not head:
+            continue
+        base = attempt.base_commit or view.local.merge_base(head, view.project.default_branch)
+        if not base:
+            continue
+        changed = view.local.changed_files(base, head)
+        if not changed:
+            continue
+        for reservation in reservations:
+            if reservation.task_id == attempt.task_id:
+                continue
+            inside = [path for path in changed if any(paths_overlap(path, held) for held in reservation.paths)]
+            if inside:
+                yield attempt_observation(
+                    Condition.UNRESERVED_CHANGE,
+                    attempt,
+                    {
+                        "branch": attempt.branch,
+                        "files": inside[:UNRESERVED_FILES_SHOWN],
+                        "files_total": len(inside),
+                        "reserved_by_task": reservation.task_key,
+                        "reserved_by_attempt": reservation.attempt_id,
+                        "reserved_paths": reservation.paths[:UNRESERVED_FILES_SHOWN],
+                    },
+                )

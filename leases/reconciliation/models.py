@@ -28,13 +28,20 @@ class Condition(models.TextChoices):
     ORPHAN_WORKTREE = "orphan_worktree", "Orphan worktree"
     COMPLETED_BRANCH_MISSING = "completed_branch_missing", "Completed work without a branch"
     STALLED_ATTEMPT = "stalled_attempt", "Renewed, but not working"
+    UNRESERVED_CHANGE = "unreserved_change", "Changed paths another attempt reserved"
 
 
 # Conditions that need the project's repository. When it cannot be read they
 # are not evaluated for that project, so their findings are neither opened
 # nor resolved on the strength of a failed read.
 GIT_CONDITIONS: frozenset[str] = frozenset(
-    {Condition.BRANCH_MISSING, Condition.ORPHAN_BRANCH, Condition.ORPHAN_WORKTREE, Condition.COMPLETED_BRANCH_MISSING}
+    {
+        Condition.BRANCH_MISSING,
+        Condition.ORPHAN_BRANCH,
+        Condition.ORPHAN_WORKTREE,
+        Condition.COMPLETED_BRANCH_MISSING,
+        Condition.UNRESERVED_CHANGE,
+    }
 )
 # Conditions judged on the ledger, with the project's branch commits as
 # evidence when it has a repository: when that repository cannot be read they

@@ -50,9 +50,10 @@ from leases.reconciliation.triage import (
     finding_resolve,
     resolve_finding_locked,
 )
+from leases.selectors import live_reservations
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.models import EventType, Severity
+from ledger.models import EventType, PathsMode, Project, Severity
 from ledger.services import event_append
 
 __all__ = ["attempt_discard", "finding_acknowledge", "finding_resolve", "reconcile"]
@@ -158,7 +159,17 @@ def _observe_git(view: RepositoryView, snapshot: LedgerSnapshot, *, now: datetim
         *git_conditions.orphan_branch(view, histories),
         *git_conditions.orphan_worktree(view, worktrees, histories, live_branches=live_branches),
         *git_conditions.completed_branch_missing(view, snapshot.ended_attempts, now=now),
+        *git_conditions.unreserved_change(view, snapshot.ended_attempts, _live_exclusive_reservations(project.id, now)),
     ]
+
+
+def _live_exclusive_reservations(project_id: int, now: datetime) -> list[git_conditions.LiveReservation]:
+    rows = (
+        live_reservations(project=Project(pk=project_id), now=now)
+        .filter(mode=PathsMode.EXCLUSIVE)
+        .values_list("attempt_id", "attempt__task_id", "attempt__task__key", "paths")
+    )
+    return [git_conditions.LiveReservation(*row) for row in rows]
 
 
 @write_transaction

@@ -22,6 +22,7 @@ from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.selectors import left_work, left_work_on_branch, unresolved_blockers
 from leases.services.git_facts import validate_base_commit
 from ledger.models import Event, Task
+from ledger.paths import normalise_paths, validate_paths_mode
 
 
 @dataclass(frozen=True)
@@ -33,9 +34,17 @@ class ClaimRequest:
     base_commit: str | None = None
     environment: str | None = None
     environment_kind: str | None = None
+    # SPEC §19: None takes the task's paths (and mode); normalised by `validate_claim_request`.
+    paths: tuple[str, ...] | None = None
+    paths_mode: str | None = None
 
 
-def validate_claim_request(request: ClaimRequest) -> None:
+def validate_claim_request(request: ClaimRequest) -> ClaimRequest:
+    """The request, validated, with its paths normalised."""
+    if request.paths is not None:
+        request = replace(request, paths=tuple(normalise_paths(request.paths)))
+    if request.paths_mode is not None:
+        validate_paths_mode(request.paths_mode)
     lease_seconds, branch, base_commit = request.lease_seconds, request.branch, request.base_commit
     if request.environment is not None and request.environment_kind is not None:
         raise ValidationFailed("Ask for an environment by name or by kind, not both.")
@@ -49,6 +58,7 @@ def validate_claim_request(request: ClaimRequest) -> None:
         validate_branch_name(branch)
     if base_commit is not None:
         validate_base_commit(base_commit)
+    return request
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,14 @@ left work on its branch (SPEC §15.4; `leases.services.claim_state`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError
 
 from config.db import write_transaction
-from config.errors import PermissionDenied, TaskNotClaimable, TaskTaken
+from config.errors import PathsReserved, PermissionDenied, TaskNotClaimable, TaskTaken
 from leases.branches import suggest_branch_name
 from leases.labels import Label, render_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptKind, AttemptStatus
@@ -25,7 +26,9 @@ from leases.selectors import claimable_tasks, lease_seconds_for
 from leases.services.allocations import bind_allocation, choose_environment
 from leases.services.claim_state import ClaimRequest, ClaimState, claim_state, validate_claim_request
 from leases.services.expiry import expire_lapsed
+from leases.services.reservations import PathsClaim, claimed_paths, refuse_overlap, reserve
 from leases.services.tallies import tally_claim_refusal
+from leases.services.usage import claim_budget_refusal
 from leases.tokens import new_lease_token
 from ledger import clock
 from ledger.actors import Actor
@@ -68,6 +71,8 @@ class LeaseGrant:
     allocation: Allocation | None = None
     # The earlier attempt whose branch and base commit this one inherited (SPEC §15.4).
     predecessor_id: int | None = None
+    # The paths this attempt reserved (SPEC §19), or None.
+    reservation: PathsClaim | None = None
 
     @property
     def renew_every_seconds(self) -> int:
@@ -78,7 +83,14 @@ class LeaseGrant:
         return RENEW_ATTEMPTS
 
 
-def _refuse_unless_claimable(state: ClaimState, *, agent: Agent, now: datetime, review: bool = False) -> None:
+def _refuse_unless_claimable(
+    state: ClaimState,
+    *,
+    agent: Agent,
+    now: datetime,
+    review: bool = False,
+    budget_scopes: tuple[str, ...] = ("task", "agent", "project"),
+) -> None:
     task = state.task
     live_until = state.live_until(now)
     if live_until is not None:
@@ -103,13 +115,29 @@ def _refuse_unless_claimable(state: ClaimState, *, agent: Agent, now: datetime, 
             f"{task.key} cannot be claimed ({reason.replace('_', ' ')}).",
             details={"task": task.key, "reason": reason, "status": task.status},
         )
+    refusal = claim_budget_refusal(task=task, agent=agent, project=task.project, now=now, scopes=budget_scopes)
+    if refusal is not None:
+        raise refusal
 
 
 def _claim_locked(
-    state: ClaimState, *, agent: Agent, now: datetime, request: ClaimRequest, review: ReviewClaim | None = None
+    state: ClaimState,
+    *,
+    agent: Agent,
+    now: datetime,
+    request: ClaimRequest,
+    review: ReviewClaim | None = None,
+    budget_scopes: tuple[str, ...] = ("task", "agent", "project"),
 ) -> LeaseGrant:
-    _refuse_unless_claimable(state, agent=agent, now=now, review=review is not None)
+    # A review is not refused for the work's spent task budget (its request would wait for ever);
+    # the reviewer's and the project's daily budgets still apply.
+    scopes = budget_scopes if review is None else tuple(scope for scope in budget_scopes if scope != "task")
+    _refuse_unless_claimable(state, agent=agent, now=now, review=review is not None, budget_scopes=scopes)
     task = state.task
+    paths = claimed_paths(task, paths=request.paths, mode=request.paths_mode)
+    if paths is not None:
+        # Before any write: claim-next passes over a candidate refused here.
+        refuse_overlap(paths, task=task, now=now)
     stale_allocation_id = state.stale_allocation_id
     if state.active is not None:
         expire_lapsed([state.active.id], now=now)
@@ -195,12 +223,15 @@ def _claim_locked(
         },
     )
     allocation = bind_allocation(environment, attempt=attempt, now=now) if environment else None
+    if paths is not None:
+        reserve(paths, attempt=attempt, now=now)
     return LeaseGrant(
         attempt=attempt,
         token=token,
         task=task,
         allocation=allocation,
         predecessor_id=inherited.attempt_id if inherited else None,
+        reservation=paths,
     )
 
 
@@ -222,10 +253,25 @@ def lease_claim(
     base_commit: str | None = None,
     environment: str | None = None,
     environment_kind: str | None = None,
+    paths: Sequence[str] | None = None,
+    paths_mode: str | None = None,
 ) -> LeaseGrant:
-    """Claim this task for `agent`: a new attempt under a fresh lease and epoch."""
-    request = ClaimRequest(lease_seconds, branch, base_commit, environment, environment_kind)
-    validate_claim_request(request)
+    """Claim this task for `agent`: a new attempt under a fresh lease and epoch.
+
+    `paths` (default: the task's) are reserved for as long as the lease lives;
+    an overlap with another live attempt's answers PATHS_RESERVED (SPEC §19).
+    """
+    request = validate_claim_request(
+        ClaimRequest(
+            lease_seconds,
+            branch,
+            base_commit,
+            environment,
+            environment_kind,
+            None if paths is None else tuple(paths),
+            paths_mode,
+        )
+    )
     _refuse_inactive(agent)
     try:
         granted = _claim(task_id=task.pk, agent=agent, request=request)
@@ -247,12 +293,16 @@ def _claim_next(
     *, project: Project, agent: Agent, task_class: str | None, request: ClaimRequest
 ) -> LeaseGrant | TaskTaken | None:
     now = clock.now()
+    daily = claim_budget_refusal(task=None, agent=agent, project=project, now=now, scopes=("agent", "project"))
+    if daily is not None:
+        raise daily
     candidates = (
         claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
         .select_related("project")
         .select_for_update(skip_locked=True, no_key=True, of=("self",))
     )
     passed_over: list[int] = []
+    reserved: list[int] = []
     for _ in range(CLAIM_NEXT_MAX_CANDIDATES):
         # The row comes back locked (SKIP LOCKED) and as locked: its own columns are current.
         candidate = (candidates.exclude(pk__in=passed_over) if passed_over else candidates).first()
@@ -261,12 +311,15 @@ def _claim_next(
         # The candidate query's NOT EXISTS saw its statement's snapshot; a claim
         # that committed since is only visible to a new statement. Re-verify.
         try:
-            return _claim_locked(claim_state(candidate), agent=agent, now=now, request=request)
+            return _claim_locked(claim_state(candidate), agent=agent, now=now, request=request, budget_scopes=("task",))
         except _ClaimCollided:
             raise  # the transaction is spoiled; the caller sees TASK_TAKEN
+        except PathsReserved:
+            reserved.append(candidate.pk)
+            passed_over.append(candidate.pk)
         except (TaskTaken, TaskNotClaimable):
             passed_over.append(candidate.pk)
-    if passed_over:
+    if passed_over and len(reserved) < len(passed_over):
         # Returned, not raised: a candidate quarantined on the way (SPEC §16.4) stays quarantined.
         return TaskTaken(
             "Every claimable task was taken by another agent meanwhile; ask again.",
@@ -285,15 +338,30 @@ def lease_claim_next(
     base_commit: str | None = None,
     environment: str | None = None,
     environment_kind: str | None = None,
+    paths: Sequence[str] | None = None,
+    paths_mode: str | None = None,
 ) -> LeaseGrant | None:
     """Claim the project's next claimable task (priority, then age); None when there is none.
 
     On PostgreSQL candidates are taken with FOR NO KEY UPDATE SKIP LOCKED, so
     agents do not queue on one row; on SQLite the IMMEDIATE transaction
     serializes. Environment refusals are not "taken": they end the call.
+    Candidates whose paths are reserved by another live attempt are walked
+    past; when they were all that was left the answer is None (SPEC §19). An
+    agent or project whose budget for the day is spent gets TASK_NOT_CLAIMABLE
+    (reason `budget`); a task whose own budget is spent is not a candidate.
     """
-    request = ClaimRequest(lease_seconds, branch, base_commit, environment, environment_kind)
-    validate_claim_request(request)
+    request = validate_claim_request(
+        ClaimRequest(
+            lease_seconds,
+            branch,
+            base_commit,
+            environment,
+            environment_kind,
+            None if paths is None else tuple(paths),
+            paths_mode,
+        )
+    )
     _refuse_inactive(agent)
     try:
         granted = _claim_next(project=project, agent=agent, task_class=task_class, request=request)

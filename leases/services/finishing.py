@@ -16,6 +16,7 @@ from leases.services.holding import HolderProof, held_attempt, refusals_after_co
 from leases.services.notes import validate_next_steps
 from leases.services.quarantine import quarantine_failing
 from leases.services.reviews import ReviewOutcome, review_attempt_finish, review_open, validate_review_decision
+from leases.services.usage import record_usage, validate_usage
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Event, EventType, Task, TaskStatus
@@ -107,6 +108,7 @@ def attempt_finish(
     acknowledged_version: int | None = None,
     git: Mapping[str, Any] | None = None,
     findings: Sequence[str] | None = None,
+    usage: Any = None,
 ) -> Finished | LedgerError:
     """End the attempt with an outcome (SPEC §3).
 
@@ -120,6 +122,7 @@ def attempt_finish(
     blocked (and `findings`), decided by `leases.services.reviews`; or fails or
     hands off like work, leaving its review to be claimed again. A work
     attempt that fails may complete a streak that quarantines its task (§16.4).
+    `usage` is counted; finishing is never refused for a spent budget (SPEC §19).
     """
     failure, interruption = _validate_finish(outcome, failure_reason_code, interruption_reason_code)
     facts = git_facts(git)
@@ -131,6 +134,7 @@ def attempt_finish(
         raise ValidationFailed("findings are only for a review decision.", details={"fields": {"findings": ["unused"]}})
     if decision:
         result_summary, cleaned_findings = validate_review_decision(outcome, result_summary, findings or [])
+    spent = validate_usage(usage)
     now = clock.now()
     held = held_attempt(proof, now=now, lock_task=True)
     if isinstance(held, LedgerError):
@@ -150,6 +154,8 @@ def attempt_finish(
             details={"fields": {"outcome": list(allowed)}, "kind": held.kind},
         )
     if decision:
+        if spent is not None:
+            record_usage(held, spent, now=now, actor=Actor(agent=held.agent))
         if facts.given():
             record_git_facts(held, facts, now=now, actor=Actor(agent=held.agent))
         if _claimed_an_environment(held):
@@ -172,6 +178,8 @@ def attempt_finish(
         Outcome.HANDOFF: AttemptStatus.INTERRUPTED,
     }[outcome]
     actor = Actor(agent=held.agent)
+    if spent is not None:
+        record_usage(held, spent, now=now, actor=actor)
     if facts.given():
         record_git_facts(held, facts, now=now, actor=actor)
     if _claimed_an_environment(held):

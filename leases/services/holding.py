@@ -32,8 +32,10 @@ from config.errors import (
 from leases.models import Attempt, AttemptStatus
 from leases.selectors import clamp_lease_seconds, comments_since_claim
 from leases.services.expiry import expire_lapsed
+from leases.services.usage import budget_refusal, validate_usage
 from leases.tokens import lease_token_matches
 from ledger import clock
+from ledger.actors import Actor
 from ledger.models import Agent
 
 P = ParamSpec("P")
@@ -84,6 +86,12 @@ _LEASE_FIELDS = (
     "task__epoch",
     "task__status",
     "task__project__id",
+    # SPEC §19: the budgets a holder write is checked against (the agent's come with the proof).
+    "task__budget_tokens",
+    "task__budget_cost_usd",
+    "task__project__slug",
+    "task__project__daily_budget_tokens",
+    "task__project__daily_budget_cost_usd",
 )
 
 
@@ -178,20 +186,26 @@ def extend_lease(attempt: Attempt, *, now: datetime, seconds: int, renewal: bool
 
 
 @refusals_after_commit
-def attempt_renew(*, proof: HolderProof, lease_seconds: int | None = None) -> Attempt | LedgerError:
+def attempt_renew(*, proof: HolderProof, lease_seconds: int | None = None, usage: Any = None) -> Attempt | LedgerError:
     """Heartbeat: extend the lease by `lease_seconds` (clamped) or the attempt's own length.
 
     The returned attempt's `task.status` is the task's stored status as of
     this renewal: a task cancelled under a live lease keeps the lease (the
     holder may still checkpoint and release it), and the renewal is how the
-    holder learns of the cancellation.
+    holder learns of the cancellation. `usage` is added to the totals first;
+    a spent budget then answers BUDGET_EXHAUSTED and the lease is not
+    extended (SPEC §19).
     """
     if lease_seconds is not None and (not isinstance(lease_seconds, int) or lease_seconds <= 0):
         raise ValidationFailed("lease_seconds must be a positive integer.")
+    spent = validate_usage(usage)
     now = clock.now()
     held = held_attempt(proof, now=now, lock_task=False, lean=True, count_comments=True)
     if isinstance(held, LedgerError):
         return held
+    refusal = budget_refusal(held, spent, now=now, actor=Actor(agent=held.agent))
+    if refusal is not None:
+        return refusal
     seconds = clamp_lease_seconds(lease_seconds) if lease_seconds is not None else held.lease_seconds
     extend_lease(held, now=now, seconds=seconds, renewal=True)
     return held

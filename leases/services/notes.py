@@ -11,6 +11,7 @@ from config.errors import LedgerError, ValidationFailed
 from leases.models import NEXT_STEP_MAX_CHARS, NEXT_STEPS_MAX_ITEMS, NOTE_MAX_CHARS, Attempt, Note, NoteKind
 from leases.services.git_facts import GIT_FACT_FIELDS, git_facts, record_git_facts
 from leases.services.holding import HolderProof, extend_lease, held_attempt, refusals_after_commit
+from leases.services.usage import budget_refusal, validate_usage
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import EventType
@@ -48,8 +49,12 @@ def note_add(
     content: str,
     next_steps: Sequence[str] = (),
     important: bool = False,
+    usage: Any = None,
 ) -> NoteWritten | LedgerError:
-    """Add a progress, finding, warning or checkpoint note; renews the lease."""
+    """Add a progress, finding, warning or checkpoint note; renews the lease.
+
+    `usage` is counted first; a spent budget answers BUDGET_EXHAUSTED and writes no note.
+    """
     if kind not in NoteKind.values:
         raise ValidationFailed(f"kind must be one of {', '.join(NoteKind.values)}.")
     if not isinstance(content, str) or not content.strip():
@@ -60,10 +65,14 @@ def note_add(
             details={"fields": {"content": [f"at most {NOTE_MAX_CHARS} characters"]}, "length": len(content)},
         )
     steps = validate_next_steps(next_steps)
+    spent = validate_usage(usage)
     now = clock.now()
     held = held_attempt(proof, now=now, lock_task=False, lean=True)
     if isinstance(held, LedgerError):
         return held
+    refusal = budget_refusal(held, spent, now=now, actor=Actor(agent=held.agent))
+    if refusal is not None:
+        return refusal
     expires = extend_lease(held, now=now, seconds=held.lease_seconds, renewal=False)
     note = Note.objects.create(
         attempt=held, kind=kind, content=content, next_steps=steps, important=bool(important), created_at=now
@@ -91,6 +100,7 @@ def attempt_set_git(
     pushed: bool | None = None,
     worktree_path: str | None = None,
     host: str | None = None,
+    usage: Any = None,
 ) -> Attempt | LedgerError:
     """Record the attempt's git facts (`leases.services.git_facts`); renews the lease.
 
@@ -108,12 +118,16 @@ def attempt_set_git(
             "host": host,
         }
     )
-    if not validated.given():
+    spent = validate_usage(usage)
+    if not validated.given() and spent is None:
         raise ValidationFailed(f"Give at least one git fact: {', '.join(GIT_FACT_FIELDS)}.")
     now = clock.now()
     held = held_attempt(proof, now=now, lock_task=False)
     if isinstance(held, LedgerError):
         return held
+    refusal = budget_refusal(held, spent, now=now, actor=Actor(agent=held.agent))
+    if refusal is not None:
+        return refusal
     extend_lease(held, now=now, seconds=held.lease_seconds, renewal=False)
     record_git_facts(held, validated, now=now, actor=Actor(agent=held.agent))
     return held

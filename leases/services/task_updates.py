@@ -6,13 +6,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from config.errors import LeaseNotHeld, LedgerError
+from config.errors import LeaseNotHeld, LedgerError, PermissionDenied
 from leases.models import Attempt, AttemptStatus
 from leases.services.holding import HolderProof, extend_lease, held_attempt, refusals_after_commit
+from leases.services.usage import budget_refusal
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import EventType, Task
 from ledger.services import apply_task_update, event_append, lock_task
+
+BUDGET_FIELDS = frozenset({"budget_tokens", "budget_cost_usd"})
 
 
 @dataclass(frozen=True)
@@ -36,7 +39,8 @@ def task_update(
     With a proof, the holder's write renews its lease. Without one, a status
     change while someone else's lease is live goes through and appends exactly
     one `task.contested` warn event naming actor, holder and both statuses;
-    the holder's lease is untouched.
+    the holder's lease is untouched. A holder's write answers BUDGET_EXHAUSTED
+    once a budget is spent, and may not change the task's budget (SPEC §19).
     """
     now = clock.now()
     if proof is not None:
@@ -45,6 +49,15 @@ def task_update(
             return held
         if held.task_id != task.pk:
             raise LeaseNotHeld(f"Attempt {held.pk} does not hold {task.key}.", details={"attempt": held.pk})
+        lifted = sorted(set(changes) & BUDGET_FIELDS)
+        if lifted:
+            raise PermissionDenied(
+                f"A holder cannot change the budget of the task it holds ({', '.join(lifted)}).",
+                details={"fields": {name: ["not by the holder"] for name in lifted}},
+            )
+        refusal = budget_refusal(held, None, now=now, actor=actor)
+        if refusal is not None:
+            return refusal
         expires = extend_lease(held, now=now, seconds=held.lease_seconds, renewal=False)
         updated, changed = apply_task_update(
             locked=held.task, actor=actor, changes=changes, expected_version=expected_version, now=now

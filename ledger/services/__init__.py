@@ -17,6 +17,7 @@ from ledger.services.agents import (
     agent_rotate_token,
     agent_set_projects,
 )
+from ledger.services.budgets import budget_set
 from ledger.services.dependencies import dependency_add, dependency_remove
 from ledger.services.discussion import comment_add, decision_create, decision_supersede
 from ledger.services.events import event_append
@@ -48,6 +49,7 @@ __all__ = [
     "agent_rotate_token",
     "agent_set_projects",
     "apply_task_update",
+    "budget_set",
     "check_status_transition",
     "comment_add",
     "decision_create",

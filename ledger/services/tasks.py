@@ -19,7 +19,17 @@ from config.db import write_transaction
 from config.errors import InvalidStatusTransition, ValidationFailed, VersionConflict
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import ALLOWED_TRANSITIONS, Agent, EventType, Project, Task, TaskDependency, TaskStatus
+from ledger.models import (
+    ALLOWED_TRANSITIONS,
+    Agent,
+    EventType,
+    PathsMode,
+    Project,
+    Task,
+    TaskDependency,
+    TaskStatus,
+)
+from ledger.paths import normalise_paths, validate_budget_cost, validate_budget_tokens, validate_paths_mode
 from ledger.services.events import event_append
 from ledger.services.validation import validate_model
 
@@ -38,8 +48,28 @@ UPDATABLE_TASK_FIELDS = frozenset(
         "status",
         "blocked_reason",
         "reserved_for",
+        # SPEC §19
+        "budget_tokens",
+        "budget_cost_usd",
+        "paths",
+        "paths_mode",
     }
 )
+
+
+def task_spending_and_paths(changes: Mapping[str, Any]) -> dict[str, Any]:
+    """The budget and path fields among `changes`, validated and normalised (SPEC §19)."""
+    checked: dict[str, Any] = {}
+    if "budget_tokens" in changes:
+        checked["budget_tokens"] = validate_budget_tokens(changes["budget_tokens"], field="budget_tokens")
+    if "budget_cost_usd" in changes:
+        checked["budget_cost_usd"] = validate_budget_cost(changes["budget_cost_usd"], field="budget_cost_usd")
+    if "paths" in changes:
+        checked["paths"] = normalise_paths(changes["paths"])
+    if "paths_mode" in changes:
+        checked["paths_mode"] = validate_paths_mode(changes["paths_mode"])
+    return checked
+
 
 # Fields whose change since a claim makes finishing need an acknowledgement.
 ACKNOWLEDGED_FIELDS = frozenset({"description", "acceptance_criteria", "status"})
@@ -87,6 +117,10 @@ def task_create(
     labels: Sequence[str] = (),
     blocked_by: Sequence[Task] = (),
     blocked_reason: str = "",
+    budget_tokens: int | None = None,
+    budget_cost_usd: Any = None,
+    paths: Sequence[str] = (),
+    paths_mode: str = PathsMode.EXCLUSIVE,
 ) -> Task:
     """Create a task with the next gap-free key of its project.
 
@@ -107,6 +141,9 @@ def task_create(
         )
     if not isinstance(labels, list | tuple) or not all(isinstance(label, str) for label in labels):
         raise ValidationFailed("labels must be a list of strings.", details={"fields": {"labels": ["list of strings"]}})
+    spending = task_spending_and_paths(
+        {"budget_tokens": budget_tokens, "budget_cost_usd": budget_cost_usd, "paths": paths, "paths_mode": paths_mode}
+    )
     foreign = [blocker.key for blocker in blocked_by if blocker.project_id != project.pk]
     if foreign:
         raise ValidationFailed(f"Blockers must be in project {project.slug}: {', '.join(foreign)}.")
@@ -127,6 +164,7 @@ def task_create(
         updated_at=now,
         number=0,
         key="-",
+        **spending,
     )
     validate_model(task, exclude=["number", "key"])
 
@@ -201,6 +239,7 @@ def apply_task_update(
             f"{locked.key} is at version {locked.version}, not {expected_version}.",
             details={"current_version": locked.version, "expected_version": expected_version},
         )
+    changes = {**changes, **task_spending_and_paths(changes)}
     changed = {name: value for name, value in changes.items() if _field_value(locked, name) != _comparable(value)}
     old_status = locked.status
     new_status = changed.get("status", old_status)

@@ -21,6 +21,7 @@ OPERATOR_ACTIONS = {
     "force_release",
     "clear_reservation",
     "release_from_quarantine",
+    "set_budget",
 }
 
 

@@ -181,6 +181,30 @@ def stalled_attempt(root: Path, clock: ModuleType) -> Scenario:
     return Scenario(Condition.STALLED_ATTEMPT, frozenset({str(grant.attempt.pk)}), repair)
 
 
+def unreserved_change(root: Path, clock: ModuleType) -> Scenario:
+    world = GitWorld(root)
+    base = git("rev-parse", "main", cwd=world.clone)
+    git("checkout", "-q", "-b", "feature/touches-reserved", cwd=world.clone)
+    (world.clone / "lib").mkdir()
+    world.commit_file("lib/core.py", "x\n", "change a reserved file")
+    git("checkout", "-q", "main", cwd=world.clone)
+    project = ProjectFactory(repository=str(world.clone))
+    holder = lease_claim(task=TaskFactory(project=project, paths=["lib"]), agent=agent_in(project))
+    grant = lease_claim(
+        task=TaskFactory(project=project),
+        agent=agent_in(project),
+        branch="feature/touches-reserved",
+        base_commit=base,
+    )
+    attempt_finish(proof=proof_of(grant), outcome="review")
+    # The reservation ends with its holder's lease.
+    return Scenario(
+        Condition.UNRESERVED_CHANGE,
+        frozenset({str(grant.attempt.pk)}),
+        lambda: attempt_release(proof=proof_of(holder)),
+    )
+
+
 SCENARIOS: dict[str, Callable[[Path, ModuleType], Scenario]] = {
     Condition.LIVE_LEASE_DEAD_AGENT: live_lease_dead_agent,
     Condition.EXPIRED_LEASE_STILL_ACTIVE: expired_lease_still_active,
@@ -193,4 +217,5 @@ SCENARIOS: dict[str, Callable[[Path, ModuleType], Scenario]] = {
     Condition.ORPHAN_WORKTREE: orphan_worktree,
     Condition.COMPLETED_BRANCH_MISSING: completed_branch_missing,
     Condition.STALLED_ATTEMPT: stalled_attempt,
+    Condition.UNRESERVED_CHANGE: unreserved_change,
 }

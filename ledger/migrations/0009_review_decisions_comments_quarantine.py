@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0007_project_remote'),
+        ('ledger', '0008_event_severity_time'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
