@@ -268,6 +268,11 @@ class EventType(models.TextChoices):
     TASK_REASSIGNED = "task.reassigned"
     TASK_STATUS_CHANGED = "task.status_changed"
     TASK_UPDATED = "task.updated"
+    WEBHOOK_CREATED = "webhook.created"
+    WEBHOOK_DISABLED = "webhook.disabled"
+    WEBHOOK_ENABLED = "webhook.enabled"
+    WEBHOOK_REDELIVERED = "webhook.redelivered"
+    WEBHOOK_SECRET_ROLLED = "webhook.secret_rolled"  # noqa: S105 - an event name
 
 
 class Event(NoDeleteModel):
@@ -315,3 +320,12 @@ class Event(NoDeleteModel):
         if self.actor_user is not None:
             return f"user:{self.actor_user.get_username()}"
         return "system"
+
+
+# Webhooks live in their own module (SPEC §18); importing them here registers them with the app.
+from ledger.webhook_models import (  # noqa: E402, F401
+    DeliveryStatus,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookFormat,
+)
