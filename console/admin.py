@@ -24,10 +24,11 @@ from console.projects import ProjectAdmin
 from console.runs import ReconciliationRunAdmin
 from console.site import install
 from console.tasks import TaskAdmin
+from console.webhooks import WebhookDeliveryAdmin, WebhookEndpointAdmin
 from environments.models import Environment
 from leases.models import Allocation, Attempt
 from leases.reconciliation.models import Finding, ReconciliationRun
-from ledger.models import Agent, Event, Project, Task
+from ledger.models import Agent, Event, Project, Task, WebhookDelivery, WebhookEndpoint
 
 install(admin.site)
 
@@ -40,3 +41,5 @@ admin.site.register(Attempt, AttemptAdmin)
 admin.site.register(Allocation, AllocationAdmin)
 admin.site.register(Finding, FindingAdmin)
 admin.site.register(ReconciliationRun, ReconciliationRunAdmin)
+admin.site.register(WebhookEndpoint, WebhookEndpointAdmin)
+admin.site.register(WebhookDelivery, WebhookDeliveryAdmin)
