@@ -12,6 +12,8 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # /api/v1/ and, for any other path under /api/, the API's error envelope too.
     path("api/", include(("api.urls", "api"), namespace="api")),
+    # Prometheus' scrape endpoint (SPEC §18), outside the agent API.
+    path("", include("leases.apis.prometheus")),
 ]
 
 # Django-level errors (outside DRF views) under /api/ get the envelope as well.

@@ -325,6 +325,7 @@ class Event(NoDeleteModel):
 # Webhooks live in their own module (SPEC §18); importing them here registers them with the app.
 from ledger.webhook_models import (  # noqa: E402, F401
     DeliveryStatus,
+    EventTally,
     WebhookDelivery,
     WebhookEndpoint,
     WebhookFormat,

@@ -14,6 +14,19 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
+            name='EventTally',
+            fields=[
+                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
+                ('type', models.CharField(max_length=64)),
+                ('status', models.CharField(blank=True, max_length=16)),
+                ('count', models.BigIntegerField(default=0)),
+                ('through_event_id', models.BigIntegerField(default=0)),
+            ],
+            options={
+                'constraints': [models.UniqueConstraint(fields=('type', 'status'), name='event_tally_unique')],
+            },
+        ),
+        migrations.CreateModel(
             name='WebhookEndpoint',
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
