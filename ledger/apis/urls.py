@@ -6,10 +6,12 @@ from django.urls import path
 
 from ledger.apis.agents import AgentHeartbeatApi
 from ledger.apis.changes import ChangesApi
+from ledger.apis.changes_stream import ChangesStreamApi
 from ledger.apis.projects import ProjectListApi
 
 urlpatterns = [
     path("projects/", ProjectListApi.as_view(), name="projects"),
     path("changes/", ChangesApi.as_view(), name="changes"),
+    path("changes/stream/", ChangesStreamApi.as_view(), name="changes-stream"),
     path("agents/me/heartbeat/", AgentHeartbeatApi.as_view(), name="agent-heartbeat"),
 ]
