@@ -150,6 +150,14 @@ def feed_position() -> int:
     return Event.objects.aggregate(latest=Max("id"))["latest"] or 0
 
 
+def latest_visible_event_id(*, agent: Agent | None, project: Project | None = None) -> int:
+    """The newest event the caller may see among those the feed already serves (0: none): where a tail starts."""
+    events = events_visible_to(agent).filter(id__lte=feed_position())
+    if project is not None:
+        events = events.filter(project=project)
+    return events.aggregate(latest=Max("id"))["latest"] or 0
+
+
 def visible_project_ids(agent: Agent | None) -> frozenset[int] | None:
     """The ids of the projects the agent may see; None for staff (every project, and events of none)."""
     if agent is None:

@@ -24,7 +24,13 @@ from api.inputs import MAX_PAGE_SIZE, query_input
 from api.schema import READ_ERRORS, error_responses
 from config.parking import DEADLINE_KEY, PARK_KEY
 from ledger.models import Severity
-from ledger.selectors import changes_since, feed_position, project_by_slug, visible_project_ids
+from ledger.selectors import (
+    changes_since,
+    feed_position,
+    latest_visible_event_id,
+    project_by_slug,
+    visible_project_ids,
+)
 from ledger.waiting import event_watcher
 
 BIGINT_MAX = 2**63 - 1
@@ -71,6 +77,11 @@ class ChangesApi(ApiView):
             default=0,
             help_text="Seconds to wait for an event when there is none yet (0: answer at once).",
         )
+        tail = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="Start at the newest event you can see instead of `since`: with `wait`, only what comes next.",
+        )
 
     class OutputSerializer(serializers.Serializer[Any]):
         events = ChangeSerializer(many=True)
@@ -87,6 +98,8 @@ class ChangesApi(ApiView):
         agent = caller_of(request).agent
         project = project_by_slug(params["project"], agent=agent) if "project" in params else None
         since, wait = params["since"], params["wait"]
+        if params["tail"]:
+            since = max(since, latest_visible_event_id(agent=agent, project=project))
         deadline = request.META.get(DEADLINE_KEY) or time.monotonic() + wait
         projects = frozenset({project.pk}) if project is not None else None
         if wait and projects is None:
