@@ -72,6 +72,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "api.request_log.RequestLogMiddleware",
     "config.deadline.StorageDeadlineMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -193,6 +194,18 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
 }
+if env_str("LEASEHOLD_LOG_FORMAT", "text") == "json":
+    from config.logs import logging_config
+
+    # One JSON object per line (docs/operations.md, "Logs"); the request log is INFO even without DEBUG.
+    LOGGING = logging_config(json_lines=True, level="INFO" if DEBUG else "WARNING")
+    LOGGING["loggers"] = {
+        "leasehold.request": {"level": "INFO"},
+        # Django's own default handler for "django" (and django-q's, which it adds when it finds none) write
+        # plain text: these loggers get the JSON handler instead.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django-q": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    }
 
 # --- HTTPS, behind a TLS-terminating proxy (docs/operations.md, "Deploying") --
 
