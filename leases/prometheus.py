@@ -14,7 +14,7 @@ Metrics (all prefixed `leasehold_`):
   `attempts_finished_total{status}`, `expiries_total`, `revocations_total`.
 - `open_findings{condition}`, `queue_wait_oldest_seconds{project}` (the
   longest a ready, unleased task has waited), `webhook_deliveries{status}`,
-  `last_reconciliation_timestamp_seconds` (the last finished run).
+  `last_reconciliation_timestamp_seconds` and `last_reconciliation_errors` (the last finished run).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, Max, Min, OuterRef, Sum
+from django.db.models import Count, Exists, Min, OuterRef, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -143,12 +143,22 @@ def _deliveries() -> GaugeMetricFamily:
     return family
 
 
-def _last_reconciliation() -> GaugeMetricFamily:
-    finished = ReconciliationRun.objects.filter(finished_at__isnull=False).aggregate(at=Max("finished_at"))["at"]
-    return GaugeMetricFamily(
+def _last_reconciliation() -> Iterator[Metric]:
+    last = (
+        ReconciliationRun.objects.filter(finished_at__isnull=False)
+        .order_by("-id")
+        .values("finished_at", "errors")
+        .first()
+    )
+    yield GaugeMetricFamily(
         "leasehold_last_reconciliation_timestamp_seconds",
         "When the last reconciliation run finished (Unix time; 0: never).",
-        value=finished.timestamp() if finished else 0.0,
+        value=last["finished_at"].timestamp() if last and last["finished_at"] else 0.0,
+    )
+    yield GaugeMetricFamily(
+        "leasehold_last_reconciliation_errors",
+        "Errors of the last finished reconciliation run (a check that could not run).",
+        value=len(last["errors"] or []) if last else 0,
     )
 
 
@@ -164,7 +174,7 @@ class FleetCollector(Collector):
         yield _findings()
         yield _queue_wait(now, slugs)
         yield _deliveries()
-        yield _last_reconciliation()
+        yield from _last_reconciliation()
 
 
 def fleet_registry() -> CollectorRegistry:

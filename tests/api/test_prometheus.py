@@ -9,7 +9,7 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from leases.models import Attempt, AttemptStatus, ClaimRefusalTally
-from leases.reconciliation.models import Finding
+from leases.reconciliation.models import Finding, ReconciliationRun
 from leases.reconciliation.services import reconcile
 from leases.selectors import with_lease_state
 from leases.services import attempt_finish, attempt_release, lease_claim, sweep_expired, task_update
@@ -136,3 +136,5 @@ def test_open_findings_by_condition(clock, fleet):
         expected = Finding.objects.exclude(status="resolved").filter(condition=condition).count()
         assert samples[("leasehold_open_findings", (("condition", condition),))] == expected
     assert samples[("leasehold_last_reconciliation_timestamp_seconds", ())] > 0
+    run = ReconciliationRun.objects.order_by("-id").first()
+    assert samples[("leasehold_last_reconciliation_errors", ())] == len(run.errors)
