@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
-from django.db.models import Count, Exists, Min, OuterRef, Sum
+from django.db.models import Count, Exists, OuterRef, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -117,15 +117,18 @@ def _queue_wait(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
         labels=["project"],
     )
     held = live_attempts(now).filter(task=OuterRef("pk"))
-    # Partial index task_ready_queue: a project's ready tasks (the queue), never the rest.
-    rows = (
-        Task.objects.filter(status=TaskStatus.READY, ready_since__isnull=False)
-        .exclude(Exists(held))
-        .order_by()
-        .values("project_id")
-        .annotate(oldest=Min("ready_since"))
-    )
-    oldest = {row["project_id"]: row["oldest"] for row in rows}
+    oldest: dict[int, datetime] = {}
+    for project_id in slugs:
+        # Partial index task_ready_since, walked from the longest waiting: it stops at the first task not held.
+        first = (
+            Task.objects.filter(project_id=project_id, status=TaskStatus.READY, ready_since__isnull=False)
+            .exclude(Exists(held))
+            .order_by("ready_since")
+            .values_list("ready_since", flat=True)
+            .first()
+        )
+        if first is not None:
+            oldest[project_id] = first
     for project_id, slug in sorted(slugs.items(), key=lambda item: item[1]):
         since = oldest.get(project_id)
         family.add_metric([slug], max(0.0, (now - since).total_seconds()) if since else 0.0)

@@ -193,6 +193,10 @@ class Task(NoDeleteModel):
                 condition=Q(status=TaskStatus.READY),
             ),
             models.Index(fields=["project", "status"], name="task_project_status"),
+            # Serves /metrics' oldest queue wait: a project's ready tasks, longest waiting first.
+            models.Index(
+                fields=["project", "ready_since"], name="task_ready_since", condition=Q(status=TaskStatus.READY)
+            ),
         ]
 
     def __str__(self) -> str:

@@ -13,6 +13,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AddIndex(
+            model_name='task',
+            index=models.Index(condition=models.Q(('status', 'ready')), fields=['project', 'ready_since'], name='task_ready_since'),
+        ),
         migrations.CreateModel(
             name='EventTally',
             fields=[

@@ -29,17 +29,24 @@ BY_STATUS = frozenset({EventType.ATTEMPT_FINISHED})
 @write_transaction
 def event_tally_advance() -> dict[tuple[str, str], int]:
     """Count the events since the last call into the tally; returns every count, keyed (type, status)."""
-    position, _ = EventTally.objects.get_or_create(type=POSITION, status="")
-    position = EventTally.objects.select_for_update(no_key=True).get(pk=position.pk)
+    # The tally is a few dozen rows: all of them, locked, in one statement.
+    tallies = {(t.type, t.status): t for t in EventTally.objects.select_for_update(no_key=True)}
+    position = tallies.pop((POSITION, ""), None)
+    if position is None:
+        position = EventTally.objects.create(type=POSITION, status="")
     horizon = event_horizon()
     new = Event.objects.filter(id__gt=position.through_event_id)
     if horizon is not None:
         new = new.filter(id__lte=horizon)
-    through = position.through_event_id
     rows = list(new.order_by().values("type").annotate(n=Count("id"), last=Max("id")))
-    finished_rows: list[dict[str, Any]] = []
+    if not rows:
+        return {key: tally.count for key, tally in tallies.items()}
+    additions: dict[tuple[str, str], int] = {}
+    for row in rows:
+        if row["type"] not in BY_STATUS:
+            additions[(str(row["type"]), "")] = int(row["n"])
     if any(row["type"] in BY_STATUS for row in rows):
-        finished_rows = list(
+        by_status: list[dict[str, Any]] = list(
             new.filter(type__in=BY_STATUS)
             .order_by()
             .values("type")
@@ -47,23 +54,18 @@ def event_tally_advance() -> dict[tuple[str, str], int]:
             .values("type", "status")
             .annotate(n=Count("id"))
         )
-    additions: dict[tuple[str, str], int] = {}
-    for row in rows:
-        through = max(through, int(row["last"]))
-        if row["type"] not in BY_STATUS:
-            additions[(str(row["type"]), "")] = int(row["n"])
-    for row in finished_rows:
-        key = (str(row["type"]), str(row["status"] or ""))
-        additions[key] = additions.get(key, 0) + int(row["n"])
-    if additions:
-        existing = {(t.type, t.status): t for t in EventTally.objects.filter(type__in={k[0] for k in additions})}
-        for key, count in additions.items():
-            tally = existing.get(key)
-            if tally is None:
-                EventTally.objects.create(type=key[0], status=key[1], count=count)
-            else:
-                EventTally.objects.filter(pk=tally.pk).update(count=tally.count + count)
-        position.count += sum(additions.values())
-        position.through_event_id = through
-        position.save(update_fields=["count", "through_event_id"])
-    return {(t.type, t.status): t.count for t in EventTally.objects.exclude(type=POSITION)}
+        for row in by_status:
+            key = (str(row["type"]), str(row["status"] or ""))
+            additions[key] = additions.get(key, 0) + int(row["n"])
+    for key, count in additions.items():
+        tally = tallies.get(key)
+        if tally is None:
+            tallies[key] = EventTally.objects.create(type=key[0], status=key[1], count=count)
+        else:
+            tally.count += count
+            EventTally.objects.filter(pk=tally.pk).update(count=tally.count)
+    EventTally.objects.filter(pk=position.pk).update(
+        count=position.count + sum(additions.values()),
+        through_event_id=max(int(row["last"]) for row in rows),
+    )
+    return {key: tally.count for key, tally in tallies.items()}
