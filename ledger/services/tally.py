@@ -14,11 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db.models import Count, Max
-from django.db.models.fields.json import KT
+from django.db import connection
 
 from config.db import write_transaction
-from ledger.models import Event, EventTally, EventType
+from ledger.models import EventTally, EventType
 from ledger.selectors import event_horizon
 
 POSITION = "*"
@@ -35,28 +34,20 @@ def event_tally_advance() -> dict[tuple[str, str], int]:
     if position is None:
         position = EventTally.objects.create(type=POSITION, status="")
     horizon = event_horizon()
-    new = Event.objects.filter(id__gt=position.through_event_id)
-    if horizon is not None:
-        new = new.filter(id__lte=horizon)
-    rows = list(new.order_by().values("type").annotate(n=Count("id"), last=Max("id")))
-    if not rows:
-        return {key: tally.count for key, tally in tallies.items()}
     additions: dict[tuple[str, str], int] = {}
-    for row in rows:
-        if row["type"] not in BY_STATUS:
-            additions[(str(row["type"]), "")] = int(row["n"])
-    if any(row["type"] in BY_STATUS for row in rows):
-        by_status: list[dict[str, Any]] = list(
-            new.filter(type__in=BY_STATUS)
-            .order_by()
-            .values("type")
-            .annotate(status=KT("payload__status"))
-            .values("type", "status")
-            .annotate(n=Count("id"))
-        )
-        for row in by_status:
-            key = (str(row["type"]), str(row["status"] or ""))
-            additions[key] = additions.get(key, 0) + int(row["n"])
+    through = position.through_event_id
+    while True:
+        rows = _counted_chunk(after=through, upto=horizon)
+        if not rows:
+            break
+        for event_type, status, count, last in rows:
+            key = (str(event_type), str(status or "") if event_type in BY_STATUS else "")
+            additions[key] = additions.get(key, 0) + int(count)
+            through = max(through, int(last))
+        if sum(int(row[2]) for row in rows) < CHUNK:
+            break
+    if not additions:
+        return {key: tally.count for key, tally in tallies.items()}
     for key, count in additions.items():
         tally = tallies.get(key)
         if tally is None:
@@ -66,6 +57,31 @@ def event_tally_advance() -> dict[tuple[str, str], int]:
             EventTally.objects.filter(pk=tally.pk).update(count=tally.count)
     EventTally.objects.filter(pk=position.pk).update(
         count=position.count + sum(additions.values()),
-        through_event_id=max(int(row["last"]) for row in rows),
+        through_event_id=through,
     )
     return {key: tally.count for key, tally in tallies.items()}
+
+
+CHUNK = 100_000
+
+
+def _counted_chunk(*, after: int, upto: int | None) -> list[tuple[Any, ...]]:
+    """(type, status, count, highest id) of the next CHUNK events after `after`, read along the primary key.
+
+    The inner `ORDER BY id LIMIT` keeps both planners on the primary key's
+    range: grouped directly, SQLite prefers the (type, created_at) index and
+    reads the whole table.
+    """
+    status = "payload->>'status'" if connection.vendor == "postgresql" else "json_extract(payload, '$.status')"
+    bound = "AND id <= %s" if upto is not None else ""
+    params: list[Any] = [after, *([upto] if upto is not None else []), CHUNK]
+    # Fixed SQL text (the two vendor expressions and placeholders); every value is a parameter.
+    sql = (
+        f"SELECT type, CASE WHEN type IN ({', '.join(['%s'] * len(BY_STATUS))}) THEN {status} ELSE '' END, "  # noqa: S608
+        "count(*), max(id) "
+        f"FROM (SELECT id, type, payload FROM ledger_event WHERE id > %s {bound} ORDER BY id LIMIT %s) AS chunk "
+        "GROUP BY 1, 2"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*sorted(BY_STATUS), *params])
+        return list(cursor.fetchall())
