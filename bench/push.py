@@ -80,8 +80,13 @@ def metrics(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
     fleet = data.make_project("push", agents=1)
     first, last = data.bulk_ready_tasks(fleet.project, tasks, since=now - timedelta(hours=1))
     data.bulk_history(
-        fleet.project, fleet.agents[0], first_task=first, last_task=first + tasks // 5, finished_per_task=2,
-        lapsed=False, now=now,
+        fleet.project,
+        fleet.agents[0],
+        first_task=first,
+        last_task=first + tasks // 5,
+        finished_per_task=2,
+        lapsed=False,
+        now=now,
     )
     _bulk_events(fleet.project.pk, first, last, events, now)
     data.vacuum_analyze()
