@@ -189,9 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("--reason", default="", help="why, for the audit log")
 
     changes = command("changes", "Show the events after an event id (the delta feed).", cmd_changes)
-    changes.add_argument("--since", type=int, default=0, help="last event id already seen")
+    changes.add_argument("--since", type=int, help="last event id already seen (default 0; with --follow: now)")
     changes.add_argument("--project", help="only this project")
     changes.add_argument("--limit", type=int, help="at most this many events (1-200)")
+    changes.add_argument(
+        "--follow", action="store_true", help="keep printing events as they commit (long-poll), until interrupted"
+    )
 
     search = command("search", "Search tasks and notes (snippets).", cmd_search)
     search.add_argument("query", help="words to find")

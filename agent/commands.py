@@ -18,7 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agent import context_text, state
-from agent.client import LeaseholdClient, NoteKind
+from agent.client import Event, LeaseholdClient, NoteKind
 from agent.config import Settings, config_dir, load_settings, save_settings
 from agent.connect import print_config
 from agent.errors import LEASE_LOSS_CODES, LeaseholdError
@@ -186,15 +186,28 @@ def cmd_release(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
-def cmd_changes(args: argparse.Namespace, out: Output) -> int:
-    settings = load_settings()
-    with make_client(settings) as client:
-        changes = client.changes(since=args.since, project=args.project or settings.project, limit=args.limit)
-    lines = [
+def _event_line(event: Event) -> str:
+    return (
         f"{event['id']:>8} {event['type']:<26} {event.get('task') or '-':<12} {event['actor']:<16} "
         f"{event['created_at']}"
-        for event in changes["events"]
-    ]
+    )
+
+
+def cmd_changes(args: argparse.Namespace, out: Output) -> int:
+    settings = load_settings()
+    project = args.project or settings.project
+    with make_client(settings) as client:
+        if args.follow:
+            # One line (or one JSON object) per event as it commits, until interrupted; long-polls, never busy-polls.
+            since = args.since  # None: from now on
+            try:
+                for event in client.iter_changes(since=since, project=project):
+                    out.result(event, _event_line(event))
+            except KeyboardInterrupt:
+                pass
+            return EXIT_OK
+        changes = client.changes(since=args.since or 0, project=project, limit=args.limit)
+    lines = [_event_line(event) for event in changes["events"]]
     lines.append(f"latest_event_id={changes['latest_event_id']}" + (" (more)" if changes["has_more"] else ""))
     out.result(changes, "\n".join(lines))
     return EXIT_OK

@@ -28,6 +28,13 @@ one of them. Usage reported with `report_usage` rides on the next renewal
 finish; a renewal that got no answer is retried with the same usage under
 the same Idempotency-Key, so a report is counted once.
 
+With `watch_changes=True` a second thread follows the changes feed
+(`LeaseholdClient.iter_changes`, a long-poll) and, the moment an event says
+this attempt was revoked or expired (or its task reassigned), renews at once:
+the server's refusal ends the lease then, instead of at the next renewal.
+An event is only a prompt to ask; the loss is decided by the server's answer,
+as always.
+
 The keeper's `note`/`checkpoint`/`set_git`/`renew`/`finish`/`release` are the
 holder calls to use while it runs: they raise `LeaseLost` once the lease is
 lost or the attempt ended, without a request. `finish` and `release` stop the
@@ -57,6 +64,8 @@ ENDING_CODES = LEASE_LOSS_CODES | {"NOT_FOUND", "LEASE_LOST"}
 BUDGET_CODE = "BUDGET_EXHAUSTED"
 # Usage brings the next renewal forward, but not more often than this.
 USAGE_REPORT_SECONDS = 1.0
+# Events about an attempt after which its holder should ask the server at once.
+ENDING_EVENTS = frozenset({"attempt.revoked", "attempt.expired", "task.reassigned"})
 
 
 class LeaseKeeper:
@@ -72,8 +81,10 @@ class LeaseKeeper:
         renew_every_seconds: float | None = None,
         failure_retry_seconds: float | None = None,
         request_timeout: float | None = None,
+        watch_changes: bool = False,
     ) -> None:
         self.client = client
+        self.watch_changes = watch_changes
         self.lease = lease
         self.on_lost = on_lost
         self.on_renewed = on_renewed
@@ -93,11 +104,13 @@ class LeaseKeeper:
         # A renewal's usage that got no answer: (Idempotency-Key, usage), resent as it was.
         self._usage_in_flight: tuple[str, dict[str, Any]] | None = None
         self._last_usage_report = 0.0
+        # Renew now: usage to report, or a change said the attempt may have ended.
         self._wake = threading.Event()
         self._notified = False
         self._stop = threading.Event()
         self._lock = threading.RLock()
         self._thread: threading.Thread | None = None
+        self._watcher: threading.Thread | None = None
 
     # --- the renewal loop -----------------------------------------------------------
 
@@ -105,6 +118,11 @@ class LeaseKeeper:
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name=f"lease-keeper-{self.lease.attempt_id}", daemon=True)
             self._thread.start()
+        if self.watch_changes and self._watcher is None:
+            self._watcher = threading.Thread(
+                target=self._watch, name=f"lease-watcher-{self.lease.attempt_id}", daemon=True
+            )
+            self._watcher.start()
         return self
 
     def stop(self) -> None:
@@ -152,6 +170,20 @@ class LeaseKeeper:
                     self.on_renewed(str(self.lease_expires_at))
                 except Exception as exc:  # the callback's trouble must not stop the renewals
                     print(f"leasehold: on_renewed callback failed: {exc}", file=sys.stderr)
+
+    def _watch(self) -> None:
+        """Follow the feed from now on; an ending event about this attempt (or its task) prompts a renewal."""
+        try:
+            for event in self.client.iter_changes(wait=25, stop=self._stop):
+                about_us = event.get("attempt") == self.lease.attempt_id or (
+                    event["type"] == "task.reassigned" and event.get("task") == self.lease.task
+                )
+                if about_us and event["type"] in ENDING_EVENTS:
+                    self._wake.set()
+                if self._stop.is_set():
+                    return
+        except Exception as exc:  # the watcher is an accelerator: without it the renewals still find out
+            print(f"leasehold: the lease watcher stopped: {exc}", file=sys.stderr)
 
     def _renew_once(self) -> float | None:
         """One renewal; the delay before the next one, or None to stop."""

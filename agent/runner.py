@@ -146,7 +146,7 @@ def _supervise(
     args: argparse.Namespace,
     out: Output,
 ) -> int:
-    keeper = LeaseKeeper(client.clone(), held.lease)
+    keeper = LeaseKeeper(client.clone(), held.lease, watch_changes=True)
     heartbeat = Heartbeat(client.clone(), every_seconds=args.heartbeat_seconds)
     received: list[int] = []
     child: Supervised | None = None

@@ -81,6 +81,10 @@ def run_workloads(
         ("w5", workloads.w5),
         ("bytes", workloads.context_bytes),
     ]
+    if "push" in only:
+        from bench.push import push
+
+        steps.append(("push", push))
     if "http" in only:
         from bench import http
 

@@ -34,6 +34,8 @@ from typing import Any
 from gunicorn.http.message import DEFAULT_MAX_HEADERFIELD_SIZE, MAX_HEADERS, MAX_REQUEST_LINE
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from config.parking import PARKED, ParkingMixin
+
 HEAD_END = b"\r\n\r\n"
 # Large enough that a few reads take a whole head, small enough that a
 # thousand connections mid-head do not add up to much more than their heads.
@@ -75,8 +77,12 @@ def head_limit(cfg: Any) -> int:
     return (line or MAX_REQUEST_LINE) + 2 + fields * (field_size + 2) + 4
 
 
-class HeadFirstWorker(ThreadWorker):
-    """gthread, except that a connection takes a thread only once its request head is here."""
+class HeadFirstWorker(ParkingMixin, ThreadWorker):
+    """gthread, except that a connection takes a thread only once its request head is here.
+
+    Long-poll and stream waiters are parked in the event loop, holding no
+    thread while they wait (`config.parking`).
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -86,6 +92,15 @@ class HeadFirstWorker(ThreadWorker):
         # Connections whose head is being read, and when each must be complete.
         # Only the event loop's thread touches it.
         self._heads: dict[TConn, float] = {}
+
+    def run(self) -> None:
+        self.init_parking()  # the poller exists now (init_process made it) and the loop has not started
+        super().run()
+
+    def finish_request(self, fs: Any) -> None:
+        if not fs.cancelled() and fs.exception() is None and fs.result()[0] is PARKED:
+            return  # the connection is in the parking lot, neither kept alive nor closed
+        super().finish_request(fs)
 
     def accept(self, server: Any, listener: Any) -> None:
         if self.cfg.is_ssl:
@@ -164,7 +179,7 @@ class HeadFirstWorker(ThreadWorker):
 
     def handle(self, conn: TConn) -> tuple[bool, TConn]:
         keepalive, conn = super().handle(conn)
-        while keepalive and not self.cfg.is_ssl:
+        while keepalive and keepalive is not PARKED and not self.cfg.is_ssl:
             # Back in the event loop the next bytes must be the next head:
             # read what is left of this body here, under the socket timeout.
             try:

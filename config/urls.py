@@ -14,6 +14,8 @@ urlpatterns = [
     path("api/", include(("api.urls", "api"), namespace="api")),
     # /healthz and /readyz for load balancers and orchestrators (no login).
     path("", include("console.health_urls")),
+    # Prometheus' scrape endpoint (SPEC §18), outside the agent API.
+    path("", include("leases.apis.prometheus")),
 ]
 
 # Django-level errors (outside DRF views) under /api/ get the envelope as well.

@@ -26,10 +26,11 @@ from console.reviews import ReviewRequestAdmin
 from console.runs import ReconciliationRunAdmin
 from console.site import install
 from console.tasks import TaskAdmin
+from console.webhooks import WebhookDeliveryAdmin, WebhookEndpointAdmin
 from environments.models import Environment
 from leases.models import Allocation, Attempt, ReviewRequest
 from leases.reconciliation.models import Finding, ReconciliationRun
-from ledger.models import Agent, Decision, Event, Project, Task
+from ledger.models import Agent, Decision, Event, Project, Task, WebhookDelivery, WebhookEndpoint
 
 install(admin.site)
 
@@ -44,6 +45,8 @@ admin.site.register(Finding, FindingAdmin)
 admin.site.register(ReconciliationRun, ReconciliationRunAdmin)
 admin.site.register(ReviewRequest, ReviewRequestAdmin)
 admin.site.register(Decision, DecisionAdmin)
+admin.site.register(WebhookEndpoint, WebhookEndpointAdmin)
+admin.site.register(WebhookDelivery, WebhookDeliveryAdmin)
 
 # Users, the role groups and django-q2's schedules: nobody deletes them either (console.auth_admin).
 from console.auth_admin import install_no_delete_admins  # noqa: E402

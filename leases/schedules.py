@@ -15,6 +15,8 @@ SCHEDULES: tuple[tuple[str, str, int], ...] = (
     ("ledger.check_queue_wait", "leases.jobs.check_queue_wait_job", 5),
     ("environments.reconcile", "leases.jobs.reconcile_job", 5),
     ("leases.purge_idempotency", "leases.jobs.purge_idempotency_job", 60),
+    # Follows for 50 s of each minute (returns at once with no active endpoint): docs/operations.md, "Webhooks".
+    ("ledger.deliver_webhooks", "ledger.jobs.deliver_webhooks_job", 1),
 )
 
 

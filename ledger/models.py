@@ -236,6 +236,10 @@ class Task(NoDeleteModel):
                 condition=Q(status=TaskStatus.READY),
             ),
             models.Index(fields=["project", "status"], name="task_project_status"),
+            # Serves /metrics' oldest queue wait: a project's ready tasks, longest waiting first.
+            models.Index(
+                fields=["project", "ready_since"], name="task_ready_since", condition=Q(status=TaskStatus.READY)
+            ),
         ]
 
     def __str__(self) -> str:
@@ -328,6 +332,11 @@ class EventType(models.TextChoices):
     TASK_QUARANTINE_RELEASED = "task.quarantine_released"
     DECISION_CREATED = "decision.created"
     DECISION_SUPERSEDED = "decision.superseded"
+    WEBHOOK_CREATED = "webhook.created"
+    WEBHOOK_DISABLED = "webhook.disabled"
+    WEBHOOK_ENABLED = "webhook.enabled"
+    WEBHOOK_REDELIVERED = "webhook.redelivered"
+    WEBHOOK_SECRET_ROLLED = "webhook.secret_rolled"  # noqa: S105 - an event name
 
 
 class Event(NoDeleteModel):
@@ -468,3 +477,13 @@ class TaskComment(NoDeleteModel):
         if self.author_agent is not None:
             return self.author_agent.handle
         return f"user:{self.author_user.get_username()}" if self.author_user is not None else "system"
+
+
+# Webhooks live in their own module (SPEC §18); importing them here registers them with the app.
+from ledger.webhook_models import (  # noqa: E402, F401
+    DeliveryStatus,
+    EventTally,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookFormat,
+)

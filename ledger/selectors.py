@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Max, Q, QuerySet
 from django.db.models.functions import Length, Substr
 
 from config.errors import NotFound, ValidationFailed
@@ -135,6 +135,34 @@ def event_horizon() -> int | None:
         cursor.execute("SELECT ledger_event_horizon()")
         (horizon,) = cursor.fetchone()
     return int(horizon)
+
+
+def feed_position() -> int:
+    """An event id through which the feed already holds every event it ever will (read *before* the events).
+
+    A waiter that read the feed after this call and found nothing new for
+    itself waits for an event beyond it: the horizon on PostgreSQL, the
+    highest id on SQLite (its writers are serialized).
+    """
+    horizon = event_horizon()
+    if horizon is not None:
+        return horizon
+    return Event.objects.aggregate(latest=Max("id"))["latest"] or 0
+
+
+def latest_visible_event_id(*, agent: Agent | None, project: Project | None = None) -> int:
+    """The newest event the caller may see among those the feed already serves (0: none): where a tail starts."""
+    events = events_visible_to(agent).filter(id__lte=feed_position())
+    if project is not None:
+        events = events.filter(project=project)
+    return events.aggregate(latest=Max("id"))["latest"] or 0
+
+
+def visible_project_ids(agent: Agent | None) -> frozenset[int] | None:
+    """The ids of the projects the agent may see; None for staff (every project, and events of none)."""
+    if agent is None:
+        return None
+    return frozenset(projects_visible_to(agent).values_list("id", flat=True))
 
 
 def changes_since(

@@ -72,6 +72,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "api.request_log.RequestLogMiddleware",
     "config.deadline.StorageDeadlineMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -195,6 +196,18 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
 }
+if env_str("LEASEHOLD_LOG_FORMAT", "text") == "json":
+    from config.logs import logging_config
+
+    # One JSON object per line (docs/operations.md, "Logs"); the request log is INFO even without DEBUG.
+    LOGGING = logging_config(json_lines=True, level="INFO" if DEBUG else "WARNING")
+    LOGGING["loggers"] = {
+        "leasehold.request": {"level": "INFO"},
+        # Django's own default handler for "django" (and django-q's, which it adds when it finds none) write
+        # plain text: these loggers get the JSON handler instead.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        "django-q": {"handlers": ["console"], "level": "INFO", "propagate": False},
+    }
 
 # --- HTTPS, behind a TLS-terminating proxy (docs/operations.md, "Deploying") --
 
@@ -261,6 +274,22 @@ LEASEHOLD_STORAGE_DEADLINE_SECONDS = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS
 LEASEHOLD_CONTEXT_MAX_BYTES = env_int("LEASEHOLD_CONTEXT_MAX_BYTES", 16384, minimum=2048)
 LEASEHOLD_AGENT_SILENCE_SECONDS = env_int("LEASEHOLD_AGENT_SILENCE_SECONDS", 600, minimum=1)
 LEASEHOLD_STALL_SECONDS = env_int("LEASEHOLD_STALL_SECONDS", 1800, minimum=1)
+# --- Push and observability (SPEC §18) ---------------------------------------
+# Webhook targets resolving to loopback, private or link-local addresses are refused unless this is set.
+LEASEHOLD_WEBHOOK_ALLOW_PRIVATE = env_bool("LEASEHOLD_WEBHOOK_ALLOW_PRIVATE", False)
+# Where the admin is reached from outside, for links in Slack messages (e.g. https://leasehold.example.com).
+LEASEHOLD_PUBLIC_URL = env_str("LEASEHOLD_PUBLIC_URL").rstrip("/")
+if LEASEHOLD_PUBLIC_URL and not LEASEHOLD_PUBLIC_URL.startswith(("https://", "http://")):
+    raise ImproperlyConfigured(
+        f"LEASEHOLD_PUBLIC_URL must start with https:// or http://; got {LEASEHOLD_PUBLIC_URL!r}."
+    )
+# Bearer token Prometheus presents at GET /metrics (a staff session works too); empty: staff only.
+LEASEHOLD_METRICS_TOKEN = env_str("LEASEHOLD_METRICS_TOKEN")
+if LEASEHOLD_METRICS_TOKEN and len(LEASEHOLD_METRICS_TOKEN) < 16:
+    raise ImproperlyConfigured("LEASEHOLD_METRICS_TOKEN must be at least 16 characters long.")
+LEASEHOLD_LOG_FORMAT = env_str("LEASEHOLD_LOG_FORMAT", "text")
+if LEASEHOLD_LOG_FORMAT not in ("text", "json"):
+    raise ImproperlyConfigured(f"LEASEHOLD_LOG_FORMAT must be text or json; got {LEASEHOLD_LOG_FORMAT!r}.")
 LEASEHOLD_REDIS_URL = env_str("LEASEHOLD_REDIS_URL")
 if LEASEHOLD_REDIS_URL and not LEASEHOLD_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"LEASEHOLD_REDIS_URL must be a redis:// URL; got {LEASEHOLD_REDIS_URL!r}.")

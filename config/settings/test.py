@@ -29,3 +29,6 @@ STORAGES = {
 # WhiteNoise warns about a missing static root; tests serve static files through the finders.
 WHITENOISE_USE_FINDERS = True
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
+
+# The tests' webhook receivers listen on loopback (SPEC §18: "tests set it").
+LEASEHOLD_WEBHOOK_ALLOW_PRIVATE = True

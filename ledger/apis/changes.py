@@ -1,7 +1,16 @@
-"""`GET /api/v1/changes/`: the delta feed of events, one sequence for every event type."""
+"""`GET /api/v1/changes/`: the delta feed of events, one sequence for every event type; `wait=S` long-polls.
+
+A waiting request that finds nothing new is parked by the server's worker
+(`config.parking`: no thread is held) and read again when the process's
+event watcher (`ledger.waiting`) sees a commit in one of the caller's
+projects, or at the deadline. Under a server that cannot park (runserver,
+the test client) it waits in its thread instead.
+"""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -13,10 +22,19 @@ from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import MAX_PAGE_SIZE, query_input
 from api.schema import READ_ERRORS, error_responses
+from config.parking import DEADLINE_KEY, PARK_KEY
 from ledger.models import Severity
-from ledger.selectors import changes_since, project_by_slug
+from ledger.selectors import (
+    changes_since,
+    feed_position,
+    latest_visible_event_id,
+    project_by_slug,
+    visible_project_ids,
+)
+from ledger.waiting import event_watcher
 
 BIGINT_MAX = 2**63 - 1
+MAX_WAIT_SECONDS = 30
 
 
 class ActorField(serializers.CharField):
@@ -44,13 +62,26 @@ class ChangesApi(ApiView):
     """Delta feed: events with id > since, ascending, one sequence for every event type.
 
     Pass `latest_event_id` back as `since`; it is the last event returned, or
-    `since` itself when nothing is new.
+    `since` itself when nothing is new. With `wait` (seconds, at most 30) an
+    answer with no event is held back until an event arrives or the time is up.
     """
 
     class FilterSerializer(serializers.Serializer[Any]):
         since = serializers.IntegerField(required=False, min_value=0, max_value=BIGINT_MAX, default=0)
         project = serializers.SlugField(required=False, max_length=50)
         limit = serializers.IntegerField(required=False, min_value=1, max_value=MAX_PAGE_SIZE, default=100)
+        wait = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=MAX_WAIT_SECONDS,
+            default=0,
+            help_text="Seconds to wait for an event when there is none yet (0: answer at once).",
+        )
+        tail = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="Start at the newest event you can see instead of `since`: with `wait`, only what comes next.",
+        )
 
     class OutputSerializer(serializers.Serializer[Any]):
         events = ChangeSerializer(many=True)
@@ -66,8 +97,42 @@ class ChangesApi(ApiView):
         params = query_input(self.FilterSerializer, request)
         agent = caller_of(request).agent
         project = project_by_slug(params["project"], agent=agent) if "project" in params else None
-        rows, more = changes_since(agent=agent, since=params["since"], limit=params["limit"], project=project)
-        latest_event_id = rows[-1]["id"] if rows else params["since"]
+        since, wait = params["since"], params["wait"]
+        if params["tail"]:
+            since = max(since, latest_visible_event_id(agent=agent, project=project))
+        deadline = request.META.get(DEADLINE_KEY) or time.monotonic() + wait
+        projects = frozenset({project.pk}) if project is not None else None
+        if wait and projects is None:
+            projects = visible_project_ids(agent)
+        while True:
+            position = feed_position() if wait else since
+            rows, more = changes_since(agent=agent, since=since, limit=params["limit"], project=project)
+            remaining = deadline - time.monotonic()
+            if rows or not wait or remaining <= 0:
+                break
+            park = request.META.get(PARK_KEY)
+
+            def subscribe(wake: Any, position: int = max(since, position)) -> Any:
+                return event_watcher().subscribe(since=position, projects=projects, wake=wake)
+
+            if park is not None:
+                park(deadline=deadline, subscribe=subscribe)
+                return Response(status=204)  # never sent: the worker runs this request again when woken
+            woken = threading_wait(subscribe, remaining)
+            if not woken:
+                rows, more = changes_since(agent=agent, since=since, limit=params["limit"], project=project)
+                break
+        latest_event_id = rows[-1]["id"] if rows else since
         return Response(
             self.OutputSerializer({"events": rows, "latest_event_id": latest_event_id, "has_more": more}).data
         )
+
+
+def threading_wait(subscribe: Any, seconds: float) -> bool:
+    """Wait in this thread (no parking server) until woken or `seconds`; returns whether it was woken."""
+    woken = threading.Event()
+    unsubscribe = subscribe(woken.set)
+    try:
+        return woken.wait(seconds)
+    finally:
+        unsubscribe()

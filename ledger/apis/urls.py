@@ -7,6 +7,7 @@ from django.urls import path
 from api.base import route
 from ledger.apis.agents import AgentHeartbeatApi
 from ledger.apis.changes import ChangesApi
+from ledger.apis.changes_stream import ChangesStreamApi
 from ledger.apis.discussion import (
     DecisionCreateApi,
     DecisionDetailApi,
@@ -20,6 +21,7 @@ from ledger.apis.projects import ProjectListApi
 urlpatterns = [
     path("projects/", ProjectListApi.as_view(), name="projects"),
     path("changes/", ChangesApi.as_view(), name="changes"),
+    path("changes/stream/", ChangesStreamApi.as_view(), name="changes-stream"),
     path("agents/me/heartbeat/", AgentHeartbeatApi.as_view(), name="agent-heartbeat"),
     path("decisions/", route(get=DecisionListApi, post=DecisionCreateApi), name="decisions"),
     path("decisions/<attemptid:decision_id>/", DecisionDetailApi.as_view(), name="decision"),

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -79,8 +80,12 @@ class Command(BaseCommand):
                     # the arbiter only kills a worker that is stuck past that.
                     "--timeout",
                     str(settings.LEASEHOLD_STORAGE_DEADLINE_SECONDS + 10),
-                    "--access-logfile",
-                    "-",
+                    *(
+                        # JSON lines: gunicorn's own lines as JSON, and the request log replaces its access log.
+                        ["--config", "python:config.gunicorn_json_logging"]
+                        if settings.LEASEHOLD_LOG_FORMAT == "json"
+                        else ["--access-logfile", "-"]
+                    ),
                     "--graceful-timeout",
                     "10",
                     # The API's longest valid query string (search text and a
@@ -97,7 +102,11 @@ class Command(BaseCommand):
             children["cluster"] = subprocess.Popen(
                 [sys.executable, "-m", "django", "qcluster"], env=env, cwd=cwd, start_new_session=True
             )
-        self.stdout.write(f"Leasehold is serving on http://{bind}/ (admin at /admin/, API at /api/v1/).")
+        banner = f"Leasehold is serving on http://{bind}/ (admin at /admin/, API at /api/v1/)."
+        if settings.LEASEHOLD_LOG_FORMAT == "json":
+            logging.getLogger("leasehold.serve").warning(banner)  # a JSON line like every other
+        else:
+            self.stdout.write(banner)
         self.stdout.flush()
 
         stopping = False

@@ -1,0 +1,187 @@
+"""The fleet in Prometheus' terms (SPEC §18), read from the database at scrape time so every server answers the same.
+
+`FleetCollector.collect()` issues a fixed handful of aggregate statements,
+each served by an index (named in each reader); none scans the event table:
+the counters come from the running tally (`ledger.services.tally`), which a
+scrape advances by the events since the previous scrape.
+
+Metrics (all prefixed `leasehold_`):
+- `tasks{project, effective_status}`: tasks per project and effective status
+  (`in_progress` while a live lease exists, else the stored status).
+- `live_leases`, `leases_expiring_soon` (within 10 minutes).
+- counters: `claims_total`, `lease_conflicts_total` (claims refused as taken
+  plus contested writes), `contested_writes_total`,
+  `attempts_finished_total{status}`, `expiries_total`, `revocations_total`.
+- `open_findings{condition}`, `queue_wait_oldest_seconds{project}` (the
+  longest a ready, unleased task has waited), `webhook_deliveries{status}`,
+  `last_reconciliation_timestamp_seconds` and `last_reconciliation_errors` (the last finished run).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
+from django.db.models import Count, Exists, OuterRef, Sum
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from leases.models import AttemptStatus, ClaimRefusalTally
+from leases.reconciliation.models import Finding, FindingStatus, ReconciliationRun
+from leases.selectors import IN_PROGRESS, live_attempts
+from ledger import clock
+from ledger.models import DeliveryStatus, EventType, Project, Task, TaskStatus, WebhookDelivery
+from ledger.services.tally import event_tally_advance
+
+EXPIRING_SOON = timedelta(minutes=10)
+FINISHED_STATUSES = (
+    AttemptStatus.COMPLETED,
+    AttemptStatus.FAILED,
+    AttemptStatus.INTERRUPTED,
+    AttemptStatus.RELEASED,
+    AttemptStatus.EXPIRED,
+    AttemptStatus.REVOKED,
+)
+
+
+def _tasks(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "leasehold_tasks", "Tasks by project and effective status.", labels=["project", "effective_status"]
+    )
+    counts: dict[tuple[int, str], int] = {}
+    # Index task_project_status; count(*), not count(id), so that PostgreSQL can read the index alone.
+    for row in Task.objects.order_by().values("project_id", "status").annotate(n=Count("*")):
+        counts[(row["project_id"], row["status"])] = row["n"]
+    # Partial index attempt_active_expiry: a live lease moves its task from its stored status to in_progress.
+    live = live_attempts(now).order_by().values("task__project_id", "task__status").annotate(n=Count("id"))
+    for row in live:
+        stored = (row["task__project_id"], row["task__status"])
+        counts[stored] = counts.get(stored, 0) - row["n"]
+        held = (row["task__project_id"], IN_PROGRESS)
+        counts[held] = counts.get(held, 0) + row["n"]
+    for project_id, slug in sorted(slugs.items(), key=lambda item: item[1]):
+        for status in [*TaskStatus.values, IN_PROGRESS]:
+            family.add_metric([slug, status], counts.get((project_id, status), 0))
+    return family
+
+
+def _leases(now: datetime) -> Iterator[Metric]:
+    live = live_attempts(now)
+    yield GaugeMetricFamily("leasehold_live_leases", "Active attempts whose lease has not lapsed.", value=live.count())
+    soon = live.filter(lease_expires_at__lte=now + EXPIRING_SOON).count()
+    yield GaugeMetricFamily("leasehold_leases_expiring_soon", "Live leases lapsing within 10 minutes.", value=soon)
+
+
+def _counters() -> Iterator[Metric]:
+    tally = event_tally_advance()
+
+    def total(event_type: str) -> int:
+        return sum(count for (kind, _), count in tally.items() if kind == event_type)
+
+    claims = total(EventType.ATTEMPT_CLAIMED)
+    contested = total(EventType.TASK_CONTESTED)
+    refused = ClaimRefusalTally.objects.aggregate(n=Sum("count"))["n"] or 0
+    yield CounterMetricFamily("leasehold_claims", "Claims granted (attempt.claimed events).", value=claims)
+    yield CounterMetricFamily(
+        "leasehold_lease_conflicts", "Claims refused as TASK_TAKEN plus contested writes.", value=refused + contested
+    )
+    yield CounterMetricFamily("leasehold_contested_writes", "Writes under another agent's live lease.", value=contested)
+    finished = CounterMetricFamily("leasehold_attempts_finished", "Attempts ended, by status.", labels=["status"])
+    by_status: dict[str, int] = {str(status): 0 for status in FINISHED_STATUSES}
+    for (kind, status), count in tally.items():
+        if kind == EventType.ATTEMPT_FINISHED and status in by_status:
+            by_status[status] += count
+    by_status[AttemptStatus.RELEASED] += total(EventType.ATTEMPT_RELEASED)
+    by_status[AttemptStatus.EXPIRED] += total(EventType.ATTEMPT_EXPIRED)
+    by_status[AttemptStatus.REVOKED] += total(EventType.ATTEMPT_REVOKED)
+    for status, count in by_status.items():
+        finished.add_metric([status], count)
+    yield finished
+    yield CounterMetricFamily("leasehold_expiries", "Leases that lapsed (attempt.expired).", value=by_status["expired"])
+    yield CounterMetricFamily("leasehold_revocations", "Leases revoked (attempt.revoked).", value=by_status["revoked"])
+
+
+def _findings() -> GaugeMetricFamily:
+    family = GaugeMetricFamily("leasehold_open_findings", "Unresolved reconciliation findings.", labels=["condition"])
+    # Partial index finding_unresolved.
+    rows = Finding.objects.exclude(status=FindingStatus.RESOLVED).order_by().values("condition").annotate(n=Count("id"))
+    for row in sorted(rows, key=lambda r: r["condition"]):
+        family.add_metric([row["condition"]], row["n"])
+    return family
+
+
+def _queue_wait(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
+    family = GaugeMetricFamily(
+        "leasehold_queue_wait_oldest_seconds",
+        "How long the longest-waiting ready task without a live lease has waited, per project.",
+        labels=["project"],
+    )
+    held = live_attempts(now).filter(task=OuterRef("pk"))
+    oldest: dict[int, datetime] = {}
+    for project_id in slugs:
+        # Partial index task_ready_since, walked from the longest waiting: it stops at the first task not held.
+        first = (
+            Task.objects.filter(project_id=project_id, status=TaskStatus.READY, ready_since__isnull=False)
+            .exclude(Exists(held))
+            .order_by("ready_since")
+            .values_list("ready_since", flat=True)
+            .first()
+        )
+        if first is not None:
+            oldest[project_id] = first
+    for project_id, slug in sorted(slugs.items(), key=lambda item: item[1]):
+        since = oldest.get(project_id)
+        family.add_metric([slug], max(0.0, (now - since).total_seconds()) if since else 0.0)
+    return family
+
+
+def _deliveries() -> GaugeMetricFamily:
+    family = GaugeMetricFamily("leasehold_webhook_deliveries", "Webhook deliveries by status.", labels=["status"])
+    # Index webhook_delivery_status.
+    counts = {
+        row["status"]: row["n"] for row in WebhookDelivery.objects.order_by().values("status").annotate(n=Count("id"))
+    }
+    for status in DeliveryStatus.values:
+        family.add_metric([status], counts.get(status, 0))
+    return family
+
+
+def _last_reconciliation() -> Iterator[Metric]:
+    last = (
+        ReconciliationRun.objects.filter(finished_at__isnull=False)
+        .order_by("-id")
+        .values("finished_at", "errors")
+        .first()
+    )
+    yield GaugeMetricFamily(
+        "leasehold_last_reconciliation_timestamp_seconds",
+        "When the last reconciliation run finished (Unix time; 0: never).",
+        value=last["finished_at"].timestamp() if last and last["finished_at"] else 0.0,
+    )
+    yield GaugeMetricFamily(
+        "leasehold_last_reconciliation_errors",
+        "Errors of the last finished reconciliation run (a check that could not run).",
+        value=len(last["errors"] or []) if last else 0,
+    )
+
+
+class FleetCollector(Collector):
+    """Everything of SPEC §18's list, against one reading of the clock."""
+
+    def collect(self) -> Iterator[Metric]:
+        now = clock.now()
+        slugs = dict(Project.objects.values_list("id", "slug"))
+        yield _tasks(now, slugs)
+        yield from _leases(now)
+        yield from _counters()
+        yield _findings()
+        yield _queue_wait(now, slugs)
+        yield _deliveries()
+        yield from _last_reconciliation()
+
+
+def fleet_registry() -> CollectorRegistry:
+    """A registry of its own per scrape: no process-global state, so every server reports the database alone."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FleetCollector())
+    return registry

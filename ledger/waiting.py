@@ -1,0 +1,224 @@
+"""Waking the waiters of the changes feed when events commit (SPEC §18), one watcher per server process.
+
+`event_watcher()` is the process's one `EventWatcher`. A waiter subscribes
+with the feed position it has already read through and the projects it may
+see (None: staff, every project); it is woken once, at the first committed
+event beyond that position in one of those projects, and then reads the feed
+again itself (the feed's own visibility and horizon rules decide what it
+gets; a wake is only a hint, and a spurious one costs a re-read).
+
+- PostgreSQL: one dedicated connection per process runs `LISTEN
+  ledger_event`; the event table's statement trigger (migration
+  `ledger.0008`) sends `NOTIFY ledger_event, '<highest id> <project ids>'`,
+  which PostgreSQL delivers at COMMIT (never for a rolled-back insert).
+  If the connection drops, every waiter is woken (it re-reads, and parks
+  again) and the watcher reconnects.
+- SQLite: no notifications exist; while anyone waits, the watcher reads
+  the new events' ids and projects every 50 ms (`POLL_SECONDS`) — one
+  indexed statement per process, not one per waiter.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connection, connections
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "ledger_event"
+POLL_SECONDS = 0.05
+RECONNECT_SECONDS = 1.0
+# Events not tied to a project (agent and webhook administration) are visible to staff only.
+NO_PROJECT = 0
+
+
+@dataclass
+class _Subscription:
+    since: int
+    projects: frozenset[int] | None
+    wake: Callable[[], None]
+
+
+class EventWatcher:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._has_subscribers = threading.Condition(self._lock)
+        self._subscriptions: dict[int, _Subscription] = {}
+        self._next_key = 0
+        # The highest committed event id seen, overall and per project: a
+        # subscriber whose events already arrived is woken at once.
+        self._latest = 0
+        self._latest_by_project: dict[int, int] = {}
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    def stop(self) -> None:
+        """End the watcher's thread and close its connection (tests, before dropping their database)."""
+        with self._lock:
+            self._stopping = True
+            self._has_subscribers.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout=5.0)
+        with self._lock:
+            self._thread, self._stopping = None, False
+
+    def subscribe(self, *, since: int, projects: frozenset[int] | None, wake: Callable[[], None]) -> Callable[[], None]:
+        """Call `wake()` once an event beyond `since` in one of `projects` commits; returns the unsubscribe."""
+        subscription = _Subscription(since, projects, wake)
+        with self._lock:
+            self._ensure_thread()
+            if self._seen_beyond(subscription):
+                fire = True
+            else:
+                fire = False
+                key = self._next_key
+                self._next_key += 1
+                self._subscriptions[key] = subscription
+                self._has_subscribers.notify_all()
+        if fire:
+            wake()
+            return lambda: None
+        return lambda: self._unsubscribe(key)
+
+    def wait(self, *, since: int, projects: frozenset[int] | None, timeout: float) -> bool:
+        """Block this thread until woken or `timeout`; for servers that cannot park a request (runserver, tests)."""
+        woken = threading.Event()
+        unsubscribe = self.subscribe(since=since, projects=projects, wake=woken.set)
+        try:
+            return woken.wait(max(0.0, timeout))
+        finally:
+            unsubscribe()
+
+    def waiting(self) -> int:
+        with self._lock:
+            return len(self._subscriptions)
+
+    def _unsubscribe(self, key: int) -> None:
+        with self._lock:
+            self._subscriptions.pop(key, None)
+
+    def _seen_beyond(self, subscription: _Subscription) -> bool:
+        if subscription.projects is None:
+            return self._latest > subscription.since
+        return any(self._latest_by_project.get(p, 0) > subscription.since for p in subscription.projects)
+
+    def _ensure_thread(self) -> None:
+        if self._thread is None or not self._thread.is_alive():
+            target = self._listen if connection.vendor == "postgresql" else self._poll
+            self._thread = threading.Thread(target=target, name="leasehold-event-watcher", daemon=True)
+            self._thread.start()
+
+    def _committed(self, latest: dict[int, int] | int) -> None:
+        """Events committed: the highest new id per project, or (an int) up to this id in projects unknown."""
+        to_wake: list[Callable[[], None]] = []
+        with self._lock:
+            by_project = latest if isinstance(latest, dict) else {}
+            highest = max(by_project.values(), default=0) if isinstance(latest, dict) else latest
+            self._latest = max(self._latest, highest)
+            for project, event_id in by_project.items():
+                self._latest_by_project[project] = max(self._latest_by_project.get(project, 0), event_id)
+            for key, subscription in list(self._subscriptions.items()):
+                if subscription.projects is None or not isinstance(latest, dict):
+                    beyond = highest > subscription.since
+                else:
+                    beyond = any(by_project.get(p, 0) > subscription.since for p in subscription.projects)
+                if beyond:
+                    del self._subscriptions[key]
+                    to_wake.append(subscription.wake)
+        for wake in to_wake:
+            try:
+                wake()
+            except Exception:
+                logger.exception("A change waiter's wake-up failed.")
+
+    def _wake_everyone(self) -> None:
+        with self._lock:
+            woken = [s.wake for s in self._subscriptions.values()]
+            self._subscriptions.clear()
+        for wake in woken:
+            wake()
+
+    # --- PostgreSQL: LISTEN on a connection of its own ----------------------
+
+    def _listen(self) -> None:
+        import psycopg
+
+        params: dict[str, Any] = dict(connections["default"].get_connection_params())
+        params.pop("cursor_factory", None)
+        params.pop("prepare_threshold", None)
+        while not self._stopping:
+            try:
+                with psycopg.connect(**params, autocommit=True) as listener:
+                    listener.execute(f"LISTEN {CHANNEL}")
+                    # Anything committed while there was no listener: let every waiter look.
+                    self._wake_everyone()
+                    while not self._stopping:
+                        for notification in listener.notifies(timeout=1.0):
+                            self._committed(_parse(notification.payload))
+            except Exception:
+                if self._stopping:
+                    break
+                logger.warning("The change listener lost its connection; reconnecting.", exc_info=True)
+                self._wake_everyone()
+                time.sleep(RECONNECT_SECONDS)
+
+    # --- SQLite: a short poll while anyone waits ----------------------------
+
+    def _poll(self) -> None:
+        last = self._max_event_id()
+        while not self._stopping:
+            with self._lock:
+                while not self._subscriptions and not self._stopping:
+                    self._has_subscribers.wait()
+            if self._stopping:
+                break
+            try:
+                with connection.cursor() as cursor:
+                    cursor.execute(
+                        "SELECT coalesce(project_id, 0), max(id) FROM ledger_event WHERE id > %s GROUP BY 1", [last]
+                    )
+                    rows = cursor.fetchall()
+                if rows:
+                    latest = {int(project): int(event_id) for project, event_id in rows}
+                    last = max(latest.values())
+                    self._committed(latest)
+            except Exception:
+                logger.warning("The change poll failed; trying again.", exc_info=True)
+                connection.close()
+                self._wake_everyone()
+            time.sleep(POLL_SECONDS)
+        connection.close()
+
+    @staticmethod
+    def _max_event_id() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT coalesce(max(id), 0) FROM ledger_event")
+            (latest,) = cursor.fetchone()
+        return int(latest)
+
+
+def _parse(payload: str) -> dict[int, int] | int:
+    """`'<highest id> <project ids>'` from the trigger: the statement's highest id, for each of its projects."""
+    latest, _, projects = payload.partition(" ")
+    if not projects or projects == "*":
+        return int(latest)
+    return {int(p): int(latest) for p in projects.split(",")}
+
+
+_watcher: EventWatcher | None = None
+_watcher_lock = threading.Lock()
+
+
+def event_watcher() -> EventWatcher:
+    global _watcher
+    with _watcher_lock:
+        if _watcher is None:
+            _watcher = EventWatcher()
+        return _watcher

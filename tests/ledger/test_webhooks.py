@@ -1,0 +1,318 @@
+"""Webhooks (SPEC §18): delivery rows made in the event's transaction, signed POSTs to a real receiver, retries.
+
+The receiver is a real http.server on loopback (tests/webhook_receiver.py)
+that checks every signature; the delivery run is called in-process with the
+fake clock, so backoff is walked without sleeping. The cluster delivering is
+tests/ledger/test_webhook_cluster.py.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.core.management import call_command
+from django.db import connection, transaction
+from django.test import override_settings
+from django.test.utils import CaptureQueriesContext
+
+from config.errors import ValidationFailed
+from leases.services import lease_claim, task_update
+from ledger.actors import SYSTEM, Actor
+from ledger.models import DeliveryStatus, Event, EventType, WebhookDelivery, WebhookEndpoint
+from ledger.services.events import event_append
+from ledger.services.webhooks import (
+    BACKOFF_SECONDS,
+    DISABLE_AFTER_FAILURES,
+    MAX_TRIES,
+    delivery_redeliver,
+    webhook_create,
+    webhook_deliveries_run,
+    webhook_roll_secret,
+    webhook_set_active,
+)
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.webhook_receiver import running_receiver, signature_valid
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def project():
+    return ProjectFactory()
+
+
+@pytest.fixture
+def receiver():
+    with running_receiver() as running:
+        yield running
+
+
+def subscribe(receiver, **options):
+    endpoint, secret = webhook_create(url=receiver.url, actor=SYSTEM, **options)
+    receiver.secrets.append(secret)
+    return endpoint
+
+
+def test_a_matching_event_gets_a_delivery_row_in_its_own_transaction(clock, project):
+    everything = webhook_create(url="http://127.0.0.1:9/a", actor=SYSTEM)[0]
+    this_project = webhook_create(url="http://127.0.0.1:9/b", project=project, actor=SYSTEM)[0]
+    other_project = webhook_create(url="http://127.0.0.1:9/c", project=ProjectFactory(), actor=SYSTEM)[0]
+    claims_only = webhook_create(url="http://127.0.0.1:9/d", event_types=["attempt.claimed"], actor=SYSTEM)[0]
+    warnings = webhook_create(url="http://127.0.0.1:9/e", min_severity="warn", actor=SYSTEM)[0]
+    off = webhook_create(url="http://127.0.0.1:9/f", actor=SYSTEM)[0]
+    webhook_set_active(endpoint=off, active=False, actor=SYSTEM)
+    WebhookDelivery.objects.all().update(status=DeliveryStatus.DEAD)  # the endpoints' own events
+    agent = AgentFactory(projects=[project])
+    grant = lease_claim(task=TaskFactory(project=project), agent=agent)
+    claimed = Event.objects.get(type="attempt.claimed", attempt_id=grant.attempt.pk)
+    got = set(WebhookDelivery.objects.filter(event=claimed).values_list("endpoint_id", flat=True))
+    assert got == {everything.pk, this_project.pk, claims_only.pk}
+    row = WebhookDelivery.objects.get(event=claimed, endpoint=everything)
+    assert (row.status, row.attempts, row.next_attempt_at) == (DeliveryStatus.PENDING, 0, claimed.created_at)
+    task_update(
+        task=grant.task,
+        actor=Actor(agent=AgentFactory(projects=[project])),
+        changes={"status": "blocked", "blocked_reason": "x"},
+    )
+    contested = Event.objects.get(type="task.contested")
+    got = set(WebhookDelivery.objects.filter(event=contested).values_list("endpoint_id", flat=True))
+    assert got == {everything.pk, this_project.pk, warnings.pk}
+    assert other_project.pk not in got
+    assert off.pk not in got
+
+
+def test_a_rolled_back_event_leaves_no_delivery(project):
+    webhook_create(url="http://127.0.0.1:9/a", actor=SYSTEM)
+    before = WebhookDelivery.objects.count()
+    seen_inside = []
+
+    def append_then_fail():
+        with transaction.atomic():
+            event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
+            seen_inside.append(WebhookDelivery.objects.count())
+            raise RuntimeError("roll back")
+
+    with pytest.raises(RuntimeError):
+        append_then_fail()
+    assert seen_inside == [before + 1]
+    assert WebhookDelivery.objects.count() == before
+
+
+def test_with_no_endpoint_the_event_path_issues_no_extra_statement(project):
+    with CaptureQueriesContext(connection) as queries:
+        event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
+    assert len(queries) == 1  # the INSERT; the trigger runs inside it
+    assert not WebhookDelivery.objects.exists()
+
+
+def test_endpoint_input_is_validated(project):
+    with pytest.raises(ValidationFailed, match="Unknown event type"):
+        webhook_create(url="http://127.0.0.1:9/", event_types=["task.nonsense"], actor=SYSTEM)
+    with pytest.raises(ValidationFailed, match="min_severity"):
+        webhook_create(url="http://127.0.0.1:9/", min_severity="loud", actor=SYSTEM)
+    with pytest.raises(ValidationFailed, match="format"):
+        webhook_create(url="http://127.0.0.1:9/", format="xml", actor=SYSTEM)
+    with pytest.raises(ValidationFailed, match="http"):
+        webhook_create(url="ftp://example.com/", actor=SYSTEM)
+    assert not WebhookEndpoint.objects.exists()
+
+
+@override_settings(LEASEHOLD_WEBHOOK_ALLOW_PRIVATE=False)
+@pytest.mark.parametrize(
+    "url",
+    ["http://127.0.0.1:8000/", "http://localhost/x", "http://10.1.2.3/", "http://169.254.169.254/", "http://[::1]/"],
+)
+def test_loopback_private_and_link_local_targets_are_refused(url):
+    with pytest.raises(ValidationFailed, match="LEASEHOLD_WEBHOOK_ALLOW_PRIVATE"):
+        webhook_create(url=url, actor=SYSTEM)
+
+
+def test_the_secret_never_reaches_an_event(receiver):
+    endpoint = subscribe(receiver)
+    rolled, new = webhook_roll_secret(endpoint=endpoint, actor=SYSTEM)
+    text = json.dumps(list(Event.objects.values_list("payload", flat=True)))
+    assert receiver.secrets[0] not in text
+    assert new not in text
+    assert rolled.secret == new
+
+
+def test_a_claim_reaches_the_receiver_signed_with_the_full_event(clock, project, receiver):
+    subscribe(receiver, project=project, event_types=["attempt.claimed"])
+    agent = AgentFactory(projects=[project])
+    grant = lease_claim(task=TaskFactory(project=project), agent=agent)
+    run = webhook_deliveries_run()
+    assert (run.tries, run.delivered) == (1, 1)
+    (got,) = receiver.requests
+    assert got.valid
+    assert got.headers["Leasehold-Event-Id"] == str(got.document["id"])
+    assert got.headers["Leasehold-Signature"].startswith(f"t={int(clock.now().timestamp())},v1=")
+    assert set(got.document) == {
+        "id",
+        "type",
+        "severity",
+        "project",
+        "task",
+        "attempt",
+        "actor",
+        "payload",
+        "created_at",
+    }
+    assert got.document["type"] == "attempt.claimed"
+    assert (got.document["project"], got.document["task"]) == (project.slug, grant.task.key)
+    assert (got.document["attempt"], got.document["actor"]) == (grant.attempt.pk, agent.handle)
+    row = WebhookDelivery.objects.get(event_id=got.document["id"])
+    assert (row.status, row.attempts, row.last_status_code) == (DeliveryStatus.DELIVERED, 1, 200)
+
+
+def test_failing_three_times_then_succeeding_takes_exactly_four_tries(clock, project, receiver):
+    subscribe(receiver, event_types=["task.created"])
+    TaskFactory(project=project)
+    receiver.fail_next(3)
+    delivery = WebhookDelivery.objects.get(event__type="task.created")
+    for wait in (0, *BACKOFF_SECONDS[:3]):
+        clock.advance(wait)
+        webhook_deliveries_run()
+        assert webhook_deliveries_run().tries == 0  # not due again before its backoff
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.DELIVERED, 4)
+    assert [r.answered for r in receiver.requests] == [500, 500, 500, 200]
+    assert len({r.headers["Leasehold-Event-Id"] for r in receiver.requests}) == 1
+    clock.advance(86400)
+    assert webhook_deliveries_run().tries == 0
+
+
+def test_a_receiver_down_for_good_ends_dead_after_eight_tries_over_a_day(clock, project, receiver):
+    endpoint = subscribe(receiver, event_types=["task.created"])
+    TaskFactory(project=project)
+    receiver.fail_always = True
+    start = clock.now()
+    while (due := WebhookDelivery.objects.filter(status__in=["pending", "failed"]).first()) is not None:
+        clock.freeze(max(due.next_attempt_at, clock.now()))
+        webhook_deliveries_run()
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.status, delivery.attempts, delivery.last_status_code) == (DeliveryStatus.DEAD, MAX_TRIES, 503)
+    assert MAX_TRIES == 8
+    assert timedelta(hours=23) < delivery.last_attempt_at - start < timedelta(hours=25)
+    endpoint.refresh_from_db()
+    assert endpoint.is_active
+    assert endpoint.consecutive_failures == 8
+
+
+def test_twenty_failures_in_a_row_disable_the_endpoint_with_a_warn_event(clock, project, receiver):
+    endpoint = subscribe(receiver, event_types=["task.created"])
+    for _ in range(3):
+        TaskFactory(project=project)
+    receiver.fail_always = True
+    for _ in range(100):
+        if not WebhookEndpoint.objects.get(pk=endpoint.pk).is_active:
+            break
+        webhook_deliveries_run()
+        due = WebhookDelivery.objects.filter(status__in=["pending", "failed"]).order_by("event_id").first()
+        clock.freeze(max(due.next_attempt_at, clock.now()))
+    endpoint.refresh_from_db()
+    assert not endpoint.is_active
+    assert len(receiver.requests) == DISABLE_AFTER_FAILURES
+    statuses = list(WebhookDelivery.objects.order_by("event_id").values_list("status", "attempts"))
+    assert statuses == [("dead", 8), ("dead", 8), ("failed", 4)]  # in event-id order, one head at a time
+    disabled = Event.objects.get(type="webhook.disabled")
+    assert disabled.severity == "warn"
+    assert disabled.payload["endpoint"] == endpoint.pk
+    clock.advance(86400)
+    assert webhook_deliveries_run().tries == 0  # a disabled endpoint gets nothing
+    receiver.fail_always = False
+    webhook_set_active(endpoint=endpoint, active=True, actor=SYSTEM)
+    webhook_deliveries_run()
+    assert WebhookDelivery.objects.get(status__in=["delivered"]).attempts == 5
+
+
+def test_a_warn_endpoint_gets_only_warnings(clock, project, receiver):
+    subscribe(receiver, min_severity="warn")
+    grant = lease_claim(task=TaskFactory(project=project), agent=AgentFactory(projects=[project]))
+    task_update(
+        task=grant.task,
+        actor=Actor(agent=AgentFactory(projects=[project])),
+        changes={"status": "blocked", "blocked_reason": "x"},
+    )
+    webhook_deliveries_run()
+    assert receiver.requests
+    assert all(r.document["severity"] in ("warn", "error") for r in receiver.requests)
+    assert "task.contested" in [r.document["type"] for r in receiver.requests]
+
+
+def test_deliveries_of_one_endpoint_go_in_event_id_order(clock, project, receiver):
+    subscribe(receiver, event_types=["task.created"])
+    for _ in range(5):
+        TaskFactory(project=project)
+    webhook_deliveries_run()
+    ids = [r.document["id"] for r in receiver.requests]
+    assert ids == sorted(ids)
+    assert len(ids) == 5
+
+
+def test_after_a_roll_both_secrets_sign_for_a_day(clock, project, receiver):
+    endpoint = subscribe(receiver, event_types=["task.created"])
+    old = receiver.secrets[0]
+    _, new = webhook_roll_secret(endpoint=endpoint, actor=SYSTEM)
+    TaskFactory(project=project)
+    webhook_deliveries_run()
+    header, body = receiver.requests[-1].headers["Leasehold-Signature"], receiver.requests[-1].body
+    assert header.count("v1=") == 2
+    assert signature_valid(header, body, old)
+    assert signature_valid(header, body, new)
+    clock.advance(86401)
+    TaskFactory(project=project)
+    webhook_deliveries_run()
+    header, body = receiver.requests[-1].headers["Leasehold-Signature"], receiver.requests[-1].body
+    assert header.count("v1=") == 1
+    assert signature_valid(header, body, new)
+    assert not signature_valid(header, body, old)
+
+
+def test_slack_format_posts_one_line_with_the_task_key_and_an_admin_link(clock, project, receiver):
+    subscribe(receiver, format="slack", event_types=["task.created"])
+    task = TaskFactory(project=project)
+    webhook_deliveries_run()
+    text = receiver.requests[0].document["text"]
+    assert "\n" not in text
+    assert task.key in text
+    assert "task.created" in text
+    assert f"/admin/ledger/task/{task.pk}/change/" in text
+
+
+def test_redeliver_posts_a_delivered_event_again(clock, project, receiver):
+    subscribe(receiver, event_types=["task.created"])
+    TaskFactory(project=project)
+    webhook_deliveries_run()
+    delivery = WebhookDelivery.objects.get()
+    assert delivery_redeliver(deliveries=[delivery], actor=SYSTEM) == 1
+    webhook_deliveries_run()
+    assert len(receiver.delivered()) == 2
+    assert WebhookDelivery.objects.get().status == DeliveryStatus.DELIVERED
+
+
+def test_create_webhook_prints_the_secret_alone_on_the_last_line(project, capsys):
+    call_command(
+        "create_webhook",
+        "http://127.0.0.1:9/hook",
+        "--project",
+        project.slug,
+        "--events",
+        "attempt.claimed,finding.opened",
+        "--min-severity",
+        "warn",
+        "--format",
+        "slack",
+    )
+    lines = capsys.readouterr().out.strip().splitlines()
+    endpoint = WebhookEndpoint.objects.get()
+    assert lines[-1] == endpoint.secret
+    assert lines[-1].startswith("lhwh_")
+    assert endpoint.secret not in "\n".join(lines[:-1])
+    assert (endpoint.project, endpoint.event_types, endpoint.min_severity, endpoint.format) == (
+        project,
+        ["attempt.claimed", "finding.opened"],
+        "warn",
+        "slack",
+    )
