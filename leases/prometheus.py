@@ -15,6 +15,12 @@ Metrics (all prefixed `leasehold_`):
 - `open_findings{condition}`, `queue_wait_oldest_seconds{project}` (the
   longest a ready, unleased task has waited), `webhook_deliveries{status}`,
   `last_reconciliation_timestamp_seconds` and `last_reconciliation_errors` (the last finished run).
+- spend (SPEC §19): `spent_tokens_total{project}` and `spent_cost_usd_total{project}`
+  (counters over the daily totals), `spent_tokens_today{project}` and
+  `spent_cost_usd_today{project}` (the current UTC day, the unit of the daily budgets).
+- jobs: `last_sweep_timestamp_seconds` (the last successful expiry sweep) and
+  `scheduler_heartbeat_timestamp_seconds` (the last start of any scheduled
+  job), from the job heartbeats that `/readyz` reads too (0: never).
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from django.db.models import Count, Exists, OuterRef, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from leases.models import AttemptStatus, ClaimRefusalTally
+from leases.jobhealth.models import JobName
+from leases.jobhealth.selectors import job_health
+from leases.models import AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
 from leases.reconciliation.models import Finding, FindingStatus, ReconciliationRun
 from leases.selectors import IN_PROGRESS, live_attempts
 from ledger import clock
@@ -165,6 +173,47 @@ def _last_reconciliation() -> Iterator[Metric]:
     )
 
 
+def _spend(now: datetime, slugs: dict[int, str]) -> Iterator[Metric]:
+    # One row per project and UTC day (unique index project_daily_usage_unique): small, whatever the history.
+    totals: dict[int, tuple[int, float]] = {}
+    today: dict[int, tuple[int, float]] = {}
+    rows = ProjectDailyUsage.objects.order_by().values_list(
+        "project_id", "day", "input_tokens", "output_tokens", "cost_usd"
+    )
+    for project_id, day, input_tokens, output_tokens, cost in rows:
+        tokens, dollars = totals.get(project_id, (0, 0.0))
+        totals[project_id] = (tokens + input_tokens + output_tokens, dollars + float(cost))
+        if day == now.date():
+            today[project_id] = (input_tokens + output_tokens, float(cost))
+    families = (
+        (CounterMetricFamily, "leasehold_spent_tokens", "Tokens reported spent (input + output), all time.", totals, 0),
+        (CounterMetricFamily, "leasehold_spent_cost_usd", "US dollars reported spent, all time.", totals, 1),
+        (GaugeMetricFamily, "leasehold_spent_tokens_today", "Tokens spent in the current UTC day.", today, 0),
+        (GaugeMetricFamily, "leasehold_spent_cost_usd_today", "US dollars spent in the current UTC day.", today, 1),
+    )
+    for kind, name, documentation, values, index in families:
+        family = kind(name, documentation, labels=["project"])
+        for project_id, slug in sorted(slugs.items(), key=lambda item: item[1]):
+            family.add_metric([slug], values.get(project_id, (0, 0.0))[index])
+        yield family
+
+
+def _jobs(now: datetime) -> Iterator[Metric]:
+    health = job_health(now)
+    swept = health.jobs[JobName.SWEEP].last_succeeded_at
+    yield GaugeMetricFamily(
+        "leasehold_last_sweep_timestamp_seconds",
+        "When the expiry sweep last succeeded (Unix time; 0: never).",
+        value=swept.timestamp() if swept else 0.0,
+    )
+    beat = health.last_heartbeat_at
+    yield GaugeMetricFamily(
+        "leasehold_scheduler_heartbeat_timestamp_seconds",
+        "When any scheduled job last started (Unix time; 0: never).",
+        value=beat.timestamp() if beat else 0.0,
+    )
+
+
 class FleetCollector(Collector):
     """Everything of SPEC §18's list, against one reading of the clock."""
 
@@ -178,6 +227,8 @@ class FleetCollector(Collector):
         yield _queue_wait(now, slugs)
         yield _deliveries()
         yield from _last_reconciliation()
+        yield from _spend(now, slugs)
+        yield from _jobs(now)
 
 
 def fleet_registry() -> CollectorRegistry:

@@ -138,3 +138,38 @@ def test_open_findings_by_condition(clock, fleet):
     assert samples[("leasehold_last_reconciliation_timestamp_seconds", ())] > 0
     run = ReconciliationRun.objects.order_by("-id").first()
     assert samples[("leasehold_last_reconciliation_errors", ())] == len(run.errors)
+
+
+def test_spend_and_the_job_heartbeats_are_served_from_the_database(clock):
+    from decimal import Decimal
+
+    from leases.jobhealth.models import JobName, JobOutcome
+    from leases.jobhealth.services import job_finished, job_started
+    from leases.models import ProjectDailyUsage
+
+    web = ProjectFactory(slug="spendy")
+    today = clock.now().date()
+    ProjectDailyUsage.objects.create(
+        project=web,
+        day=today - timedelta(days=1),
+        input_tokens=100,
+        output_tokens=20,
+        cost_usd=Decimal("1.5"),
+        updated_at=clock.now(),
+    )
+    ProjectDailyUsage.objects.create(
+        project=web, day=today, input_tokens=7, output_tokens=3, cost_usd=Decimal("0.25"), updated_at=clock.now()
+    )
+    before = scrape()
+    assert before[("leasehold_last_sweep_timestamp_seconds", ())] == 0
+    assert before[("leasehold_spent_tokens_total", (("project", "spendy"),))] == 130
+    assert before[("leasehold_spent_cost_usd_total", (("project", "spendy"),))] == 1.75
+    assert before[("leasehold_spent_tokens_today", (("project", "spendy"),))] == 10
+    assert before[("leasehold_spent_cost_usd_today", (("project", "spendy"),))] == 0.25
+
+    started = job_started(name=JobName.SWEEP)
+    clock.advance(2)
+    job_finished(name=JobName.SWEEP, outcome=JobOutcome.SUCCEEDED, result={})
+    after = scrape()
+    assert after[("leasehold_scheduler_heartbeat_timestamp_seconds", ())] == started.timestamp()
+    assert after[("leasehold_last_sweep_timestamp_seconds", ())] == clock.now().timestamp()
