@@ -36,17 +36,17 @@ INSTRUCTIONS = (
 )
 
 Key = Annotated[str, Field(description="task key, e.g. WEB-412")]
-OptKey = Annotated[str | None, Field(description="task key (default: the held task)")]
+OptKey = Annotated[str | None, Field(description="default: the held task")]
 Project = Annotated[str | None, Field(description="project slug (default: the server's)")]
 TaskClass = Annotated[str | None, Field(description="only tasks of this class")]
 Limit = Annotated[int, Field(description="at most this many")]
-LeaseSeconds = Annotated[int | None, Field(description="lease length asked for")]
+LeaseSeconds = Annotated[int | None, Field(description="lease length")]
 Branch = Annotated[str | None, Field(description="branch")]
 BaseCommit = Annotated[str | None, Field(description="40-hex start commit")]
 Environment = Annotated[str | None, Field(description="environment name")]
 EnvironmentKind = Annotated[str | None, Field(description="environment kind")]
-AttemptId = Annotated[int | None, Field(description="attempt id (default: the held one)")]
-Content = Annotated[str, Field(description="the text, at most 8000 chars")]
+AttemptId = Annotated[int | None, Field(description="default: the held attempt")]
+Content = Annotated[str, Field(description="at most 8000 chars")]
 Steps = Annotated[list[str] | None, Field(description="next steps, in order")]
 NoteKindChoice = Annotated[Literal["progress", "finding", "warning"], Field(description="note kind")]
 Important = Annotated[bool, Field(description="flag it as important")]
@@ -124,7 +124,7 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return answer(run)
 
-    @tool("Claim a task by key: the attempt and its work context.")
+    @tool("Claim a task by key; answers its work context.")
     def claim(
         key: Key,
         lease_seconds: LeaseSeconds = None,
@@ -149,7 +149,7 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return answer(run)
 
-    @tool("Claim the next claimable task of a project; {} when there is none.")
+    @tool("Claim the next claimable task; {} if none.")
     def claim_next(
         project: Project = None,
         review: Annotated[bool, Field(description="claim a review instead")] = False,
@@ -177,11 +177,11 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return answer(run)
 
-    @tool("Read a task's bounded work context (default: the held task).")
+    @tool("Read a task's work context (default: the held task).")
     def context(key: OptKey = None) -> str:
         return answer(lambda: compact(client.context(key or holdings.keeper(None).lease.task)))
 
-    @tool("Read a range of a task's long text (what the context cut).")
+    @tool("Read part of a task's long text (what the context cut).")
     def task(key: OptKey = None, field: TextField = "description", offset: Offset = 0, limit: TextLimit = 8000) -> str:
         def run() -> Any:
             return client.task_text(key or holdings.keeper(None).lease.task, field=field, offset=offset, limit=limit)
@@ -201,7 +201,7 @@ def build_server(holdings: Holdings) -> MCPServer:
     def noted(written: Any) -> dict[str, Any]:
         return {"note": written["note"]["id"], "lease_expires_at": written["lease_expires_at"]}
 
-    @tool("Add a progress, finding or warning note to the held attempt.")
+    @tool("Add a note to the held attempt.")
     def note(
         content: Content,
         kind: NoteKindChoice = "progress",
@@ -217,11 +217,11 @@ def build_server(holdings: Holdings) -> MCPServer:
             ),
         )
 
-    @tool("Save a checkpoint: where the work stands and the next steps.")
+    @tool("Save a checkpoint: where the work stands, next steps.")
     def checkpoint(content: Content, next_steps: Steps = None, attempt: AttemptId = None) -> str:
         return holder(attempt, lambda keeper: noted(keeper.checkpoint(content, next_steps=next_steps)))
 
-    @tool("Renew the held lease now (also done in the background).")
+    @tool("Renew the held lease now (also done by itself).")
     def renew(attempt: AttemptId = None, usage: Spent = None) -> str:
         return holder(attempt, lambda keeper: keeper.renew(usage=_usage(usage)))
 
@@ -231,10 +231,10 @@ def build_server(holdings: Holdings) -> MCPServer:
         branch: Annotated[str | None, Field(description="branch")] = None,
         base_commit: Annotated[str | None, Field(description="40-hex start commit")] = None,
         head_commit: Annotated[str | None, Field(description="40-hex head commit")] = None,
-        commits_ahead: Annotated[int | None, Field(description="commits beyond the base")] = None,
+        commits_ahead: Annotated[int | None, Field(description="commits ahead of base")] = None,
         dirty: Annotated[bool | None, Field(description="uncommitted changes")] = None,
         pushed: Annotated[bool | None, Field(description="head is pushed")] = None,
-        worktree_path: Annotated[str | None, Field(description="absolute worktree path")] = None,
+        worktree_path: Annotated[str | None, Field(description="worktree path")] = None,
         attempt: AttemptId = None,
     ) -> str:
         given = {
@@ -263,7 +263,7 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return holder(attempt, record)
 
-    @tool("Finish the held attempt (a review attempt: approved, changes_requested, blocked).")
+    @tool("Finish the held attempt.")
     def finish(
         outcome: OutcomeChoice = "done",
         summary: Summary = None,
