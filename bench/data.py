@@ -83,9 +83,23 @@ def make_project(slug: str, *, agents: int = 0, agent_prefix: str | None = None)
     return Fleet(project=project, agents=made)
 
 
+# Columns without a database default that every bulk row of a table carries the same value in
+# (the model's default): the row generators stay as they were when the columns were added.
+CONSTANT_COLUMNS: dict[str, dict[str, Any]] = {
+    "ledger_task": {"paths": "[]", "paths_mode": "exclusive"},
+    "leases_attempt": {"kind": "work"},
+}
+
+
 def _copy_rows(table: str, columns: Sequence[str], rows: Iterator[tuple[Any, ...]]) -> None:
     """Write rows in one statement stream: COPY on PostgreSQL, executemany on SQLite."""
     from django.db import connection, transaction
+
+    constants = {name: value for name, value in CONSTANT_COLUMNS.get(table, {}).items() if name not in columns}
+    if constants:
+        columns = (*columns, *constants)
+        extra = tuple(constants.values())
+        rows = (row + extra for row in rows)
 
     with transaction.atomic(), connection.cursor() as cursor:
         if connection.vendor == "postgresql":

@@ -35,4 +35,8 @@ REMEDIES: dict[str, str] = {
         "find the work (the agent's machine, `detail.head_commit`) and push the branch, or re-open the task"
     ),
     Condition.ORPHAN_WORKTREE: ("its `detail.disposition` says `removable` or `quarantined`, and `detail.reasons` why"),
+    Condition.UNRESERVED_CHANGE: (
+        "the two agents' work collides: review the change with the reservation's holder before merging; it "
+        "resolves when that reservation ends"
+    ),
 }
