@@ -18,7 +18,7 @@ from ledger import clock
 from ledger.actors import SYSTEM
 from ledger.models import Event
 from ledger.permissions import LEDGER_ADMINS
-from ledger.services import agent_heartbeat
+from ledger.services import agent_heartbeat, event_append
 from tests.console.browser.conftest import login, screenshot
 from tests.console.conftest import PASSWORD
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -145,6 +145,14 @@ def test_the_events_list_and_dashboard_fit_1400_px(page: Page, operator, fleet):
     long_reason = "a very long reason " * 40
     task_update(task=held, actor=SYSTEM, changes={"status": "ready"})
     task_update(task=held, actor=SYSTEM, changes={"status": "blocked", "blocked_reason": long_reason})
+    # Unbreakable values (a long branch, a URL) are what ran the details column off the screen.
+    event_append(
+        type="attempt.updated",
+        actor=SYSTEM,
+        at=clock.now(),
+        task=held,
+        payload={"branch": "feature/" + "x" * 110, "worktree_path": "/srv/" + "y" * 110, "head_commit": "a" * 40},
+    )
     assert Event.objects.count() > 10
     page.set_viewport_size({"width": 1400, "height": 900})
     login(page, "ops")
@@ -153,4 +161,9 @@ def test_the_events_list_and_dashboard_fit_1400_px(page: Page, operator, fleet):
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= 1400, f"{url} is {width} px wide at 1400 px"
     page.goto("/admin/ledger/event/")
+    # Nor does the events table scroll (or clip) inside its box: every column is on screen.
+    inner = page.evaluate(
+        "(() => { const r = document.querySelector('#changelist .results'); return [r.scrollWidth, r.clientWidth]; })()"
+    )
+    assert inner[0] <= inner[1], f"the events table is {inner[0]} px wide in a {inner[1]} px box"
     screenshot(page, "events-1400.png")
