@@ -12,6 +12,7 @@ import anyio
 from mcp import Client, StdioServerParameters
 from mcp.types import TextContent
 
+from agent.client import LeaseholdClient
 from tests.agent.live import REPO, leasehold
 from tests.agent.mcp_client import Session, with_session
 
@@ -184,3 +185,30 @@ def test_mcp_tools_read_text_ranges_record_git_facts_and_file_a_blocking_follow_
     assert "abandoned" in text or "outcome" in text
     assert seen["finish"]["status"] == "failed"
     assert attempt["id"] == seen["finish"]["attempt"]
+
+
+def test_a_reviewer_over_mcp_claims_a_review_requests_changes_comments_and_decides(fleet, logged_in):
+    worker_token = fleet.server.create_agent("mcp-worker", project=fleet.project)
+    with LeaseholdClient(fleet.server.url, worker_token) as worker:
+        key = str(worker.create_task(fleet.project, "Reviewed over MCP", status="ready")["key"])
+        claim = worker.claim(key)
+        worker.finish(claim.lease, "review", result_summary="please look")
+
+    async def work(session: Session) -> dict:
+        seen: dict = {"review": await session.json("claim_next", {"review": True})}
+        seen["comment"] = await session.json("comment", {"body": "one more thing"})
+        seen["decide"] = await session.json("decide", {"title": "Keep the old API", "key": key})
+        seen["finish"] = await session.json(
+            "finish", {"outcome": "changes_requested", "summary": "Nearly", "findings": ["add a test"]}
+        )
+        return seen
+
+    seen = anyio.run(lambda: with_session(logged_in, work))
+    assert seen["review"]["context"]["review"]["worker"] == "mcp-worker"
+    assert seen["finish"]["task_status"] == "ready"
+    with LeaseholdClient(fleet.server.url, worker_token) as worker:
+        again = worker.claim(key)
+        assert again.context["review_findings"]["findings"] == ["add a test"]
+        assert [c["body"] for c in again.context["comments"]] == ["one more thing"]
+        assert "Keep the old API" in [d["title"] for d in again.context["decisions"]]
+        worker.release(again.lease)
