@@ -29,7 +29,8 @@ from console.jobs_health import JobsView, jobs_view
 from leases.metrics import fleet_metrics, pooled_orphan_rate
 from leases.models import Attempt
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
-from leases.selectors import IN_PROGRESS, claimable_tasks, live_attempts
+from leases.models import AttemptKind
+from leases.selectors import IN_PROGRESS, IN_REVIEW, claimable_tasks, live_attempts
 from leases.spending import Spend, spend_per_day, top_agents, top_tasks
 from ledger import clock
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
@@ -45,6 +46,7 @@ CHART_DAYS = 30
 # Columns of the status table, in the order a reader scans a fleet.
 STATUS_COLUMNS: tuple[tuple[str, str], ...] = (
     (IN_PROGRESS, "In progress"),
+    (IN_REVIEW, "In review"),
     (TaskStatus.READY, "Ready"),
     (TaskStatus.OPEN, "Open"),
     (TaskStatus.BLOCKED, "Blocked"),
@@ -126,7 +128,7 @@ class Dashboard:
 
     @property
     def live_leases(self) -> int:
-        return next((cell.count for cell in self.status_totals if cell.status == IN_PROGRESS), 0)
+        return sum(cell.count for cell in self.status_totals if cell.status in (IN_PROGRESS, IN_REVIEW))
 
     # Tasks somebody can claim now, by the one rule (leases.selectors.claimable_tasks): not a
     # stored-ready task that is blocked, or reserved for an agent who cannot claim it.
@@ -168,12 +170,14 @@ def status_table(now: datetime) -> tuple[list[ProjectRow], list[StatusCell]]:
         live_attempts(now)
         .filter(task__project__archived_at__isnull=True)
         .order_by()
-        .values("task__project_id", "task__status")
+        .values("task__project_id", "task__status", "kind")
         .annotate(n=Count("id"))
     )
     for row in live:
+        # A live lease makes the task in progress, or in review when a reviewer holds it (SPEC §16.1).
+        effective = IN_REVIEW if row["kind"] == AttemptKind.REVIEW else IN_PROGRESS
         counts[row["task__project_id"]][row["task__status"]] -= row["n"]
-        counts[row["task__project_id"]][IN_PROGRESS] += row["n"]
+        counts[row["task__project_id"]][effective] += row["n"]
     table = []
     totals: dict[str, int] = defaultdict(int)
     for project in projects:

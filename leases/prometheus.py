@@ -7,7 +7,7 @@ scrape advances by the events since the previous scrape.
 
 Metrics (all prefixed `leasehold_`):
 - `tasks{project, effective_status}`: tasks per project and effective status
-  (`in_progress` while a live lease exists, else the stored status).
+  (`in_progress` while a live lease exists, `in_review` while a reviewer holds one, else the stored status).
 - `live_leases`, `leases_expiring_soon` (within 10 minutes).
 - counters: `claims_total`, `lease_conflicts_total` (claims refused as taken
   plus contested writes), `contested_writes_total`,
@@ -34,9 +34,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from leases.jobhealth.models import JobName
 from leases.jobhealth.selectors import job_health
-from leases.models import AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
+from leases.models import AttemptKind, AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
 from leases.reconciliation.models import Finding, FindingStatus, ReconciliationRun
-from leases.selectors import IN_PROGRESS, live_attempts
+from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
 from ledger import clock
 from ledger.models import DeliveryStatus, EventType, Project, Task, TaskStatus, WebhookDelivery
 from ledger.services.tally import event_tally_advance
@@ -61,14 +61,15 @@ def _tasks(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
     for row in Task.objects.order_by().values("project_id", "status").annotate(n=Count("*")):
         counts[(row["project_id"], row["status"])] = row["n"]
     # Partial index attempt_active_expiry: a live lease moves its task from its stored status to in_progress.
-    live = live_attempts(now).order_by().values("task__project_id", "task__status").annotate(n=Count("id"))
+    live = live_attempts(now).order_by().values("task__project_id", "task__status", "kind").annotate(n=Count("id"))
     for row in live:
         stored = (row["task__project_id"], row["task__status"])
         counts[stored] = counts.get(stored, 0) - row["n"]
-        held = (row["task__project_id"], IN_PROGRESS)
+        # A reviewer's live lease makes the task in_review (SPEC §16.1), any other in_progress.
+        held = (row["task__project_id"], IN_REVIEW if row["kind"] == AttemptKind.REVIEW else IN_PROGRESS)
         counts[held] = counts.get(held, 0) + row["n"]
     for project_id, slug in sorted(slugs.items(), key=lambda item: item[1]):
-        for status in [*TaskStatus.values, IN_PROGRESS]:
+        for status in [*TaskStatus.values, IN_PROGRESS, IN_REVIEW]:
             family.add_metric([slug, status], counts.get((project_id, status), 0))
     return family
 

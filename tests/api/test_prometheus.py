@@ -173,3 +173,17 @@ def test_spend_and_the_job_heartbeats_are_served_from_the_database(clock):
     after = scrape()
     assert after[("leasehold_scheduler_heartbeat_timestamp_seconds", ())] == started.timestamp()
     assert after[("leasehold_last_sweep_timestamp_seconds", ())] == clock.now().timestamp()
+
+
+def test_a_task_held_by_a_reviewer_is_scraped_as_in_review(clock):
+    from leases.services.reviews import review_claim_next
+
+    project = ProjectFactory(slug="rev")
+    worker, reviewer = AgentFactory(projects=[project]), AgentFactory(projects=[project])
+    work = lease_claim(task=TaskFactory(project=project), agent=worker)
+    attempt_finish(proof=proof_of(work), outcome="review")
+    assert review_claim_next(project=project, agent=reviewer) is not None
+    samples = scrape()
+    assert samples[("leasehold_tasks", (("effective_status", "in_review"), ("project", "rev")))] == 1
+    assert samples[("leasehold_tasks", (("effective_status", "review"), ("project", "rev")))] == 0
+    assert samples[("leasehold_tasks", (("effective_status", "in_progress"), ("project", "rev")))] == 0

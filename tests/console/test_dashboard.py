@@ -117,3 +117,23 @@ def test_the_status_table_equals_grouping_by_the_effective_status_annotation(clo
         (task.project_id, task.effective_status) for task in with_lease_state(Task.objects.all(), now=clock.now())
     )
     assert shown == dict(rule)
+
+
+def test_a_task_held_by_a_reviewer_counts_as_in_review_not_in_progress(clock):
+    from leases.services import attempt_finish
+    from leases.services.reviews import review_claim_next
+    from tests.leases.helpers import proof_of
+
+    project = ProjectFactory(slug="rev")
+    worker, reviewer = AgentFactory(projects=[project]), AgentFactory(projects=[project])
+    work = lease_claim(task=TaskFactory(project=project), agent=worker)
+    attempt_finish(proof=proof_of(work), outcome="review")
+    lease_claim(task=TaskFactory(project=project), agent=worker)  # one task in progress beside it
+    assert review_claim_next(project=project, agent=reviewer) is not None
+
+    dashboard = build_dashboard(now=clock.now())
+    totals = {cell.status: cell.count for cell in dashboard.status_totals}
+    assert totals["in_review"] == 1
+    assert totals["in_progress"] == 1
+    assert totals["review"] == 0
+    assert dashboard.live_leases == 2
