@@ -27,9 +27,8 @@ from console.alerts import AlertPanel, event_groups, events_url, finding_groups,
 from console.charts import Stack, bar_chart, rate_chart
 from console.jobs_health import JobsView, jobs_view
 from leases.metrics import fleet_metrics, pooled_orphan_rate
-from leases.models import Attempt
+from leases.models import Attempt, AttemptKind
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
-from leases.models import AttemptKind
 from leases.selectors import IN_PROGRESS, IN_REVIEW, claimable_tasks, live_attempts
 from leases.spending import Spend, spend_per_day, top_agents, top_tasks
 from ledger import clock
