@@ -233,14 +233,25 @@ def claimable_condition(
 
 
 def is_claimable(*, task: Task, agent: Agent | None, blocked_by: int, live: bool) -> bool:
-    """`claimable_condition` for a task whose blocker count and lease are known (a finish's answer)."""
+    """`claimable_condition` for a task whose blocker count and lease are known (a finish's answer).
+
+    The spent task budget is read only for a task that has a budget (one probe of its usage row).
+    """
     return (
         task.status == TaskStatus.READY
         and task.project.archived_at is None
         and task.reserved_for_id in (None, agent.pk if agent is not None else None)
         and blocked_by == 0
         and not live
+        and not task_budget_is_spent(task)
     )
+
+
+def task_budget_is_spent(task: Task) -> bool:
+    """Whether `task` has a budget and its usage reached it (`task_budget_spent`, for one task)."""
+    if task.budget_tokens is None and task.budget_cost_usd is None:
+        return False
+    return Task.objects.filter(pk=task.pk).filter(Exists(task_budget_spent())).exists()
 
 
 def comments_since_claim() -> Coalesce:

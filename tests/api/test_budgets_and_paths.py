@@ -45,6 +45,7 @@ def test_budget_tokens_1000_renewals_600_then_500_exhaust_it(client, other_clien
         **holder(claim),
     )
     assert finished.status_code == 200
+    assert finished.json()["task"]["claimable"] is False  # the answer knows the budget is spent
     assert client.get(attempt_url(claim)).json()["spent"] == {
         "input_tokens": 600,
         "output_tokens": 500,
