@@ -11,6 +11,8 @@ handed out before, or one about what is stored, so the schema says these in desc
 - `POST /tasks/{key}/dependencies/` (and `remove/`): both tasks exist and the edge closes no cycle;
 - `POST /tasks/{key}/reservation/clear/`: the task exists (the fuzzer's own tasks are never reserved
   for another agent, so clearing answers the task);
+- `POST /decisions/{id}/supersede/`: `by` is another active decision of the same project (the
+  seeded one);
 - `cursor`: only a `next_cursor` the API answered;
 - `Idempotency-Key`: unique per request (the same key with another request is IDEMPOTENCY_CONFLICT).
 
@@ -22,9 +24,11 @@ generated: they are meant to be refused.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
+import requests
 import schemathesis
 from schemathesis import Case, GenerationMode, HookContext
 from schemathesis.generation.meta import TestPhase
@@ -37,6 +41,8 @@ SEEDED_TASK = "FUZZ-1"
 DEPENDENT_TASK = "FUZZ-2"
 SEEDED_PROJECT = "fuzz"
 PART_ONE_GIT_FACTS = frozenset({"branch", "base_commit"})
+# The active decision `scripts/api-fuzz` seeds: what a positive supersede names as `by`.
+SEEDED_DECISION = int(os.environ.get("FUZZ_DECISION_ID") or 0)
 
 
 def _positive(case: Case) -> bool:
@@ -83,6 +89,15 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
         case.body = {**_body(case), "blocked_by": SEEDED_TASK}
     elif operation_id == "tasks_reservation_clear":
         case.path_parameters = {**(case.path_parameters or {}), "key": SEEDED_TASK}
+    elif operation_id == "tasks_claim" and not re.fullmatch(r"FUZZ-\d+", str((case.path_parameters or {}).get("key"))):
+        # A generated key names no task (404 every time): claim one of the seeded ready targets
+        # instead (FUZZ-3 to FUZZ-100; a taken one answers TASK_TAKEN, which is the API at work).
+        target = 3 + sum(map(ord, case.id)) % 98
+        case.path_parameters = {**(case.path_parameters or {}), "key": f"FUZZ-{target}"}
+    elif operation_id == "decisions_supersede" and SEEDED_DECISION:
+        # `by` is an active decision of the same project: the seeded one (the superseded one is made
+        # fresh for each positive case just before it is sent, see `send_each_request_as_a_client_would`).
+        case.body = {**_body(case), "by": SEEDED_DECISION}
     return case
 
 
@@ -133,6 +148,25 @@ def send_each_request_as_a_client_would(context: HookContext, case: Case, kwargs
     wait = str((case.query or {}).get("wait", ""))
     if case.operation.definition.raw.get("operationId") == "changes_list" and wait.isdigit() and 1 < int(wait) <= 30:
         case.query["wait"] = 1
+    # A decision can be superseded once: a positive supersede gets a fresh active decision to supersede
+    # (a generated id names one superseded before, or none), made through the API with the case's token.
+    if (
+        case.operation.definition.raw.get("operationId") == "decisions_supersede"
+        and SEEDED_DECISION
+        and _positive(case)
+        and isinstance(kwargs.get("url"), str)
+    ):
+        base = kwargs["url"].split("/api/v1/")[0]
+        auth = {name: value for name, value in (kwargs.get("headers") or {}).items() if name.lower() == "authorization"}
+        made = requests.post(
+            f"{base}/api/v1/decisions/",
+            json={"project": SEEDED_PROJECT, "title": "Superseded by the fuzzer"},
+            headers=auth,
+            timeout=10,
+        )
+        if made.status_code == 201:
+            fresh = made.json()["id"]
+            kwargs["url"] = re.sub(r"/decisions/[^/]+/supersede/", f"/decisions/{fresh}/supersede/", kwargs["url"])
     # Generated keys repeat ("0", "00"); a client sends a fresh one per request.
     key = case.headers.get("Idempotency-Key")
     if isinstance(key, str) and IDEMPOTENCY_KEY.fullmatch(key):
