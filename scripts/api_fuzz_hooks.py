@@ -41,6 +41,7 @@ SEEDED_TASK = "FUZZ-1"
 DEPENDENT_TASK = "FUZZ-2"
 SEEDED_PROJECT = "fuzz"
 PART_ONE_GIT_FACTS = frozenset({"branch", "base_commit"})
+REVIEW_DECISIONS = frozenset({"approved", "changes_requested", "blocked"})
 # The active decision `scripts/api-fuzz` seeds: what a positive supersede names as `by`.
 SEEDED_DECISION = int(os.environ.get("FUZZ_DECISION_ID") or 0)
 
@@ -70,6 +71,12 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
         body = _body(case)
         if isinstance(body.get("git"), dict):
             body["git"] = {name: value for name, value in body["git"].items() if name in PART_ONE_GIT_FACTS}
+        # SPEC §16.1: a review decision (with findings) finishes a review attempt only, and most
+        # attempts the fuzzer holds are work attempts: positive cases finish those as work (the
+        # decisions are pinned by tests/api/test_reviews.py); findings belong to a decision.
+        if body.get("outcome") in REVIEW_DECISIONS:
+            body["outcome"] = "done"
+        body.pop("findings", None)
         case.body = body
     elif operation_id == "attempts_git":
         body = {name: value for name, value in _body(case).items() if name in PART_ONE_GIT_FACTS}
