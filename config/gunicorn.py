@@ -25,15 +25,18 @@ from __future__ import annotations
 import contextlib
 import errno
 import io
+import json
 import os
 import selectors
 import time
 from functools import partial
 from typing import Any
 
+from gunicorn import util as gunicorn_util
 from gunicorn.http.message import DEFAULT_MAX_HEADERFIELD_SIZE, MAX_HEADERS, MAX_REQUEST_LINE
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
+from config.errors import LedgerError, PayloadTooLarge, PermissionDenied, ValidationFailed
 from config.parking import PARKED, ParkingMixin
 
 HEAD_END = b"\r\n\r\n"
@@ -75,6 +78,34 @@ def head_limit(cfg: Any) -> int:
     # limit_request_line=0 means "unlimited" to gunicorn; past this many bytes
     # the thread then waits for the line's end, bounded by the socket timeout.
     return (line or MAX_REQUEST_LINE) + 2 + fields * (field_size + 2) + 4
+
+
+# A head gunicorn refuses before Django sees it (a request line over --limit-request-line, too
+# many or too long header fields, a bad method or version) is answered in the API's envelope,
+# with gunicorn's status, instead of gunicorn's HTML page (SPEC §8: one error shape).
+_ERROR_BY_STATUS: dict[int, type[LedgerError]] = {
+    400: ValidationFailed,
+    403: PermissionDenied,
+    431: PayloadTooLarge,
+    501: ValidationFailed,
+}
+
+
+def write_json_error(sock: Any, status_int: int, reason: str, mesg: str) -> None:
+    """`gunicorn.util.write_error`, writing `{"error": {...}}` as JSON."""
+    message = f"{reason}: {mesg[:200]}" if mesg else reason
+    error = _ERROR_BY_STATUS.get(status_int, LedgerError)(message)
+    body = json.dumps({"error": error.as_dict()}).encode()
+    head = (
+        f"HTTP/1.1 {status_int} {reason}\r\nConnection: close\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    gunicorn_util.write_nonblock(sock, head.encode("latin-1") + body)
+
+
+# gunicorn's worker calls `util.write_error` from its `handle_error`; this module is loaded only
+# in the server's processes (as the worker class), so the replacement reaches no one else.
+gunicorn_util.write_error = write_json_error
 
 
 class HeadFirstWorker(ParkingMixin, ThreadWorker):

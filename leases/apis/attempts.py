@@ -68,6 +68,9 @@ class GitFactsSerializer(serializers.Serializer[Any]):
     The door checks shapes; `leases.services.git_facts` keeps the rules.
     """
 
+    # Unknown names are refused (`to_internal_value`): the schema says so of this nested object too.
+    schema_rules: ClassVar[dict[str, Any]] = {"additionalProperties": False}
+
     branch = BranchNameField(required=False, max_length=200, help_text="Conventional Branch name.")
     base_commit = CommitIdField(required=False, max_length=64, help_text="40-hex commit the branch started from.")
     head_commit = serializers.RegexField(

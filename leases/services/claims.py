@@ -40,7 +40,7 @@ RENEW_ATTEMPTS = 3
 CLAIM_NEXT_MAX_CANDIDATES = 64
 
 
-class _ClaimCollided(TaskTaken):
+class ClaimCollided(TaskTaken):
     """The active-attempt index refused the insert: TASK_TAKEN, and the transaction is spoiled."""
 
 
@@ -120,7 +120,7 @@ def _refuse_unless_claimable(
         raise refusal
 
 
-def _claim_locked(
+def claim_locked(
     state: ClaimState,
     *,
     agent: Agent,
@@ -129,6 +129,12 @@ def _claim_locked(
     review: ReviewClaim | None = None,
     budget_scopes: tuple[str, ...] = ("task", "agent", "project"),
 ) -> LeaseGrant:
+    """The claim of a task whose row this transaction has locked, for work or (with `review`) for a
+    review: refuse unless claimable, reserve paths, expire the lapsed attempt, open the next epoch.
+
+    Raises `ClaimCollided` when a concurrent claim won the active-attempt index; the transaction
+    is then spoiled and the caller must leave it.
+    """
     # A review is not refused for the work's spent task budget (its request would wait for ever);
     # the reviewer's and the project's daily budgets still apply.
     scopes = budget_scopes if review is None else tuple(scope for scope in budget_scopes if scope != "task")
@@ -207,7 +213,7 @@ def _claim_locked(
         )
     except IntegrityError:
         # Unreachable while claims lock the task row; the index still decides.
-        raise _ClaimCollided(f"{task.key} was claimed concurrently.", details={"task": task.key}) from None
+        raise ClaimCollided(f"{task.key} was claimed concurrently.", details={"task": task.key}) from None
     event_append(
         type=EventType.ATTEMPT_CLAIMED,
         actor=Actor(agent=agent),
@@ -239,7 +245,7 @@ def _claim_locked(
 def _claim(*, task_id: int, agent: Agent, request: ClaimRequest) -> LeaseGrant | TaskNotClaimable:
     now = clock.now()
     try:
-        return _claim_locked(claim_state(lock_task(task_id)), agent=agent, now=now, request=request)
+        return claim_locked(claim_state(lock_task(task_id)), agent=agent, now=now, request=request)
     except _Quarantined as refusal:
         return refusal  # answered after the quarantine commits
 
@@ -311,8 +317,8 @@ def _claim_next(
         # The candidate query's NOT EXISTS saw its statement's snapshot; a claim
         # that committed since is only visible to a new statement. Re-verify.
         try:
-            return _claim_locked(claim_state(candidate), agent=agent, now=now, request=request, budget_scopes=("task",))
-        except _ClaimCollided:
+            return claim_locked(claim_state(candidate), agent=agent, now=now, request=request, budget_scopes=("task",))
+        except ClaimCollided:
             raise  # the transaction is spoiled; the caller sees TASK_TAKEN
         except PathsReserved:
             reserved.append(candidate.pk)

@@ -44,7 +44,7 @@ from leases.models import (
 )
 from leases.selectors import live_attempts
 from leases.services.claim_state import ClaimRequest, claim_state, validate_claim_request
-from leases.services.claims import LeaseGrant, ReviewClaim, _claim_locked, _ClaimCollided
+from leases.services.claims import ClaimCollided, LeaseGrant, ReviewClaim, claim_locked
 from leases.services.ending import end_attempt
 from leases.services.tallies import tally_claim_refusal
 from ledger import clock
@@ -210,7 +210,7 @@ def _claim_request_locked(request: ReviewRequest, *, task: Task, agent: Agent, c
         )
     _refuse_self_review(request, agent, task.project)
     work = request.work_attempt
-    grant = _claim_locked(
+    grant = claim_locked(
         claim_state(task),
         agent=agent,
         now=now,
@@ -272,7 +272,7 @@ def _review_claim_next(*, project: Project, agent: Agent, claim: ClaimRequest) -
         try:
             # Re-verified after the lock, as claim-next does for work (SPEC §3's trap).
             return _claim_request_locked(candidate, task=candidate.task, agent=agent, claim=claim)
-        except _ClaimCollided:
+        except ClaimCollided:
             raise
         except LedgerError as refusal:
             if refusal.code not in ("TASK_TAKEN", "TASK_NOT_CLAIMABLE", "VALIDATION_ERROR"):

@@ -6,6 +6,7 @@ every client is a raw socket on 127.0.0.1 and every wait is bounded.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -276,8 +277,11 @@ def test_keep_alive_serves_several_requests_on_one_connection(server):
 def test_a_head_over_the_limits_is_answered_with_gunicorns_4xx(server):
     with server.connect() as sock:
         sock.sendall(b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-        status, _ = Responses(sock).next()
+        status, body = Responses(sock).next()
     assert status == 400  # request line over --limit-request-line 8190
+    # In the API's envelope, not gunicorn's HTML page.
+    assert json.loads(body)["error"]["code"] == "VALIDATION_ERROR", body
+    assert "Request Line is too large" in json.loads(body)["error"]["message"]
 
     # A head that never ends: past gunicorn's header buffer limit the parser
     # takes over and refuses it instead of anyone waiting for its end.
@@ -285,3 +289,4 @@ def test_a_head_over_the_limits_is_answered_with_gunicorns_4xx(server):
         sock.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Padding: " + b"a" * 830_000)
         status, body = Responses(sock).next()
     assert status == 431, body
+    assert json.loads(body)["error"]["code"] == "PAYLOAD_TOO_LARGE", body

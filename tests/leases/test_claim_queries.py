@@ -90,7 +90,7 @@ def test_renew_and_note_answer_from_what_they_locked(clock, project, agent, djan
     with django_assert_num_queries(0):
         assert (renewed.renew_count, renewed.last_renewed_at) == (1, clock.now())
         assert renewed.lease_expires_at == written.lease_expires_at
-        assert (renewed.task.key, renewed.agent.handle) == (grant.task.key, "agent-07")
+        assert (renewed.task.key, renewed.agent.handle) == (grant.task.key, agent.handle)
 
 
 def test_finishing_with_an_environment_still_releases_it(project, agent):
