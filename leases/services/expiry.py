@@ -3,13 +3,15 @@
 Expiry never changes a task's stored status and keeps every note (SPEC §3).
 It only marks the attempt `expired`, marks its allocations `stale`, appends
 `attempt.expired`, and records that the task became claimable again
-(`ready_since`). `expire_lapsed` writes that with the ORM; on PostgreSQL a
-sweep batch writes exactly the same rows in one statement (`SWEEP_BATCH_SQL`).
+(`ready_since`). `expire_lapsed` writes that with the ORM; a sweep batch
+writes exactly the same rows set-based, with no Python per row: one statement on
+PostgreSQL (`SWEEP_BATCH_SQL`), four on SQLite (`SQLITE_SWEEP_SQL`).
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -160,32 +162,105 @@ SELECT expired.task_id FROM expired
 
 @functools.cache
 def _sweep_batch_sql() -> str:
-    return SWEEP_BATCH_SQL.format(
-        attempt=Attempt._meta.db_table,
-        allocation=Allocation._meta.db_table,
-        event=Event._meta.db_table,
-        task=Task._meta.db_table,
-        agent=Agent._meta.db_table,
-        attempt_active=AttemptStatus.ACTIVE.value,
-        attempt_expired=AttemptStatus.EXPIRED.value,
-        allocation_active=AllocationStatus.ACTIVE.value,
-        allocation_stale=AllocationStatus.STALE.value,
-        event_type=EXPIRED_EVENT,
-        severity=Severity.INFO.value,
-        task_ready=TaskStatus.READY.value,
+    return SWEEP_BATCH_SQL.format(**_sweep_sql_constants())
+
+
+# One sweep batch on SQLite, set-based as on PostgreSQL (SQLite has no data-modifying CTEs, so
+# the batch is four statements, still with no Python per row): the UPDATE picks and ends the
+# batch and RETURNS it; the others read the ended attempts by id (a JSON array, one parameter).
+# The batch holds SQLite's write lock from its first statement, so nothing else can end or take
+# these rows meanwhile. Django stores a datetime as 'YYYY-MM-DD HH:MM:SS[.ffffff]' in UTC, so
+# `lapsed_at` is Python's isoformat() of it: a 'T' and '+00:00'. `json_object` writes the
+# payload without spaces; the JSON field reads it back as the same value.
+SQLITE_SWEEP_SQL = (
+    """
+    UPDATE {attempt} SET status = '{attempt_expired}', finished_at = lease_expires_at
+    WHERE id IN (
+        SELECT id FROM {attempt} WHERE status = '{attempt_active}' AND lease_expires_at <= %(now)s
+        ORDER BY lease_expires_at LIMIT %(batch_size)s
     )
+    RETURNING id, task_id
+    """,
+    """
+    UPDATE {allocation} SET status = '{allocation_stale}'
+    WHERE attempt_id IN (SELECT value FROM json_each(%(ids)s)) AND status = '{allocation_active}'
+    """,
+    """
+    INSERT INTO {event} (project_id, task_id, attempt_id, type, severity, payload, created_at)
+    SELECT task.project_id, a.task_id, a.id, '{event_type}', '{severity}',
+           json_object(
+               'agent', agent.handle,
+               'epoch', a.epoch,
+               'lapsed_at', replace(a.lease_expires_at, ' ', 'T') || '+00:00'
+           ),
+           %(now)s
+    FROM {attempt} AS a
+    JOIN {task} AS task ON task.id = a.task_id
+    JOIN {agent} AS agent ON agent.id = a.agent_id
+    WHERE a.id IN (SELECT value FROM json_each(%(ids)s))
+    ORDER BY a.id DESC
+    """,
+    """
+    UPDATE {task} SET ready_since = ended.lease_expires_at
+    FROM (SELECT task_id, lease_expires_at FROM {attempt} WHERE id IN (SELECT value FROM json_each(%(ids)s)))
+        AS ended
+    WHERE {task}.id = ended.task_id AND {task}.status = '{task_ready}'
+    """,
+)
+
+
+def _sweep_sql_constants() -> dict[str, str]:
+    return {
+        "attempt": Attempt._meta.db_table,
+        "allocation": Allocation._meta.db_table,
+        "event": Event._meta.db_table,
+        "task": Task._meta.db_table,
+        "agent": Agent._meta.db_table,
+        "attempt_active": AttemptStatus.ACTIVE.value,
+        "attempt_expired": AttemptStatus.EXPIRED.value,
+        "allocation_active": AllocationStatus.ACTIVE.value,
+        "allocation_stale": AllocationStatus.STALE.value,
+        "event_type": EXPIRED_EVENT,
+        "severity": Severity.INFO.value,
+        "task_ready": TaskStatus.READY.value,
+    }
+
+
+@functools.cache
+def _sqlite_sweep_sql() -> tuple[str, ...]:
+    constants = _sweep_sql_constants()
+    return tuple(statement.format(**constants) for statement in SQLITE_SWEEP_SQL)
+
+
+def _sqlite_sweep_batch(*, now: datetime, batch_size: int) -> list[int]:
+    """`SQLITE_SWEEP_SQL` inside the caller's write transaction; returns the ended attempts' task ids."""
+    pick, stale, events, ready = _sqlite_sweep_sql()
+    moment = connection.ops.adapt_datetimefield_value(now)
+    with connection.cursor() as cursor:
+        cursor.execute(pick, {"now": moment, "batch_size": batch_size})
+        ended = cursor.fetchall()
+        if not ended:
+            return []
+        ids = json.dumps([attempt_id for attempt_id, _ in ended])
+        cursor.execute(stale, {"ids": ids})
+        cursor.execute(events, {"ids": ids, "now": moment})
+        cursor.execute(ready, {"ids": ids})
+    return [task_id for _, task_id in ended]
 
 
 def _sweeps_in_one_statement() -> bool:
-    return connection.vendor == "postgresql"
+    return connection.vendor in ("postgresql", "sqlite")
 
 
 @write_transaction
 def _sweep_batch(*, now: datetime, batch_size: int) -> int:
     if _sweeps_in_one_statement():
-        with connection.cursor() as cursor:
-            cursor.execute(_sweep_batch_sql(), {"now": now, "batch_size": batch_size})
-            task_ids = [task_id for (task_id,) in cursor.fetchall()]
+        if connection.vendor == "sqlite":
+            task_ids = _sqlite_sweep_batch(now=now, batch_size=batch_size)
+        else:
+            with connection.cursor() as cursor:
+                cursor.execute(_sweep_batch_sql(), {"now": now, "batch_size": batch_size})
+                task_ids = [task_id for (task_id,) in cursor.fetchall()]
         # SPEC §16.4, in the batch's transaction, as `expire_lapsed` does on the ORM path.
         quarantine_failing(task_ids, now=now)
         return len(task_ids)
@@ -210,9 +285,10 @@ def sweep_expired(*, batch_size: int | None = None) -> SweepReport:
 
     Uses the partial index on active leases. Each batch is its own
     transaction and takes its rows with SKIP LOCKED on PostgreSQL, so two
-    sweeps at once split the work and each attempt gets one event. On
-    PostgreSQL a batch is one statement (`SWEEP_BATCH_SQL`); elsewhere it is
-    `expire_lapsed`, which writes the same rows.
+    sweeps at once split the work and each attempt gets one event (on SQLite
+    the write lock serialises them). A batch is set-based: one statement on
+    PostgreSQL (`SWEEP_BATCH_SQL`), four on SQLite (`SQLITE_SWEEP_SQL`); both
+    write the rows `expire_lapsed` writes.
     """
     now = clock.now()
     batch_size = batch_size or default_sweep_batch_size()
