@@ -244,9 +244,9 @@ class _Importer:
         elif section.type == "attempt":
             values["token_salt"] = secrets.token_hex(16)
             values["token_hash"] = hash_token(secrets.token_urlsafe(32))  # nobody holds it: see the docstring
-            claimed_at = values.pop(EVENT_ID_COLUMNS["attempt"])
-            if claimed_at is not None:
-                insort(self.claims, (claimed_at, source))  # type: ignore[arg-type]
+            claimed_at: int | None = values.pop(EVENT_ID_COLUMNS["attempt"])
+            if claimed_at is not None and source is not None:
+                insort(self.claims, (claimed_at, source))
             values[EVENT_ID_COLUMNS["attempt"]] = None
         elif section.type == "decision" and values["superseded_by_id"] is not None:
             self.supersessions.append((line, source, values["superseded_by_id"], values["status"]))  # type: ignore[arg-type]
@@ -356,5 +356,5 @@ def project_import(
     except _Rollback:
         pass
     project = importer.project
-    assert project is not None  # noqa: S101 - the project row precedes the end row
+    assert project is not None
     return ImportResult(slug=project.slug, key_prefix=project.key_prefix, counts=importer.counts, dry_run=dry_run)

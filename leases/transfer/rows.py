@@ -18,6 +18,7 @@ are not part of a project's export.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -58,7 +59,7 @@ def payload_references(event_type: str) -> dict[str, str]:
 @dataclass(frozen=True)
 class Section:
     type: str
-    model: type[models.Model]
+    model: builtins.type[models.Model]
     rows_of: Callable[[Project], models.QuerySet[Any]]
 
 

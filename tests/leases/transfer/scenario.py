@@ -4,25 +4,25 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
-from typing import Any
+from typing import Any, cast
 
 from environments.services import environment_create
 from leases.models import ReviewRequest
 from leases.services import attempt_finish, lease_claim, note_add, review_decide
 from leases.transfer.rows import SECTION_BY_TYPE, columns, payload_references
 from ledger.actors import Actor
-from ledger.models import Project, TaskStatus
+from ledger.models import Project, Task, TaskStatus
 from ledger.services import comment_add, decision_create, decision_supersede, dependency_add
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 
 def build_project(user: Any, slug: str = "src") -> Project:
-    project = ProjectFactory(slug=slug, key_prefix=slug.upper())
+    project = cast(Project, ProjectFactory(slug=slug, key_prefix=slug.upper()))
     worker = AgentFactory(handle=f"{slug}-worker", projects=[project])
     other = AgentFactory(handle=f"{slug}-other", projects=[project])
     environment_create(project=project, name="db-1", kind="database", actor=Actor(agent=worker))
-    first = TaskFactory(project=project, title="First — ünïcode", description="x" * 300)
+    first = cast(Task, TaskFactory(project=project, title="First — ünïcode", description="x" * 300))
     second = TaskFactory(project=project, title="Second", labels=["a", "b"])
     third = TaskFactory(project=project, title="Third", status=TaskStatus.READY)
     dependency_add(task=second, blocked_by=first, actor=Actor(agent=worker))

@@ -27,7 +27,12 @@ def exported(admin_user) -> list[str]:
 def _refused(tmp_path, lines: list[str], match: str) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text("".join(lines))
-    projects, tasks, events, agents = Project.objects.count(), Task.objects.count(), Event.objects.count(), Agent.objects.count()
+    projects, tasks, events, agents = (
+        Project.objects.count(),
+        Task.objects.count(),
+        Event.objects.count(),
+        Agent.objects.count(),
+    )
     with pytest.raises(CommandError, match=match):
         call_command("import_project", str(path), "--as", "copy", "--key-prefix", "CPY", stdout=io.StringIO())
     assert (Project.objects.count(), Task.objects.count(), Event.objects.count(), Agent.objects.count()) == (
@@ -68,7 +73,9 @@ def test_a_newer_format_is_refused(tmp_path, exported):
 
 
 def test_a_row_of_an_unknown_type_is_refused(tmp_path, exported):
-    _refused(tmp_path, [*exported[:3], '{"type":"spaceship"}\n', *exported[3:]], r"line 4: unknown row type 'spaceship'")
+    _refused(
+        tmp_path, [*exported[:3], '{"type":"spaceship"}\n', *exported[3:]], r"line 4: unknown row type 'spaceship'"
+    )
 
 
 def test_an_unknown_field_is_refused(tmp_path, exported):

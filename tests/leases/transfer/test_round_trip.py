@@ -12,8 +12,8 @@ from leases.models import Attempt, AttemptStatus
 from leases.services import sweep_expired
 from leases.transfer.export import project_export
 from ledger.models import Agent, Event, Project, Task
-from ledger.webhook_models import DeliveryStatus, WebhookDelivery
 from ledger.services.webhooks import webhook_create
+from ledger.webhook_models import DeliveryStatus, WebhookDelivery
 from tests.leases.transfer.scenario import build_project, lines_of, normalized
 
 pytestmark = pytest.mark.django_db
@@ -65,11 +65,13 @@ def test_an_imported_live_attempt_holds_no_token_and_the_sweep_expires_it(admin_
     build_project(admin_user)
     path = tmp_path / "src.jsonl"
     path.write_text(_export("src"))
-    assert "token_hash" not in path.read_text() and "token_salt" not in path.read_text()
+    assert "token_hash" not in path.read_text()
+    assert "token_salt" not in path.read_text()
     call_command("import_project", str(path), "--as", "copy", "--key-prefix", "CPY", stdout=io.StringIO())
     live = Attempt.objects.get(task__project__slug="copy", status=AttemptStatus.ACTIVE)
     source = Attempt.objects.get(task__project__slug="src", status=AttemptStatus.ACTIVE)
-    assert live.token_hash != source.token_hash and live.lease_expires_at == source.lease_expires_at
+    assert live.token_hash != source.token_hash
+    assert live.lease_expires_at == source.lease_expires_at
     clock.freeze(live.lease_expires_at + timedelta(seconds=1))
     sweep_expired()
     live.refresh_from_db()
@@ -83,7 +85,8 @@ def test_agents_missing_on_the_target_are_created_inactive_and_kept_ones_stay_as
     path.write_text(text)
     call_command("import_project", str(path), "--as", "copy", "--key-prefix", "CPY", stdout=io.StringIO())
     newcomer = Agent.objects.get(handle="newcomer")
-    assert not newcomer.is_active and newcomer.projects.filter(slug="copy").exists()
+    assert not newcomer.is_active
+    assert newcomer.projects.filter(slug="copy").exists()
     assert Agent.objects.get(handle="src-worker").is_active
     assert Attempt.objects.filter(task__project__slug="copy", agent=newcomer).exists()
 
@@ -109,7 +112,8 @@ def test_dry_run_checks_everything_and_writes_nothing(admin_user, tmp_path):
     out = io.StringIO()
     call_command("import_project", str(path), "--as", "copy", "--key-prefix", "CPY", "--dry-run", stdout=out)
     assert "dry run" in out.getvalue()
-    assert not Project.objects.filter(slug="copy").exists() and Event.objects.count() == events
+    assert not Project.objects.filter(slug="copy").exists()
+    assert Event.objects.count() == events
 
 
 def test_export_command_refuses_an_existing_output_file_and_an_unknown_project(admin_user, tmp_path):
