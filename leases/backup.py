@@ -62,6 +62,7 @@ def backup_sqlite(*, source: Path, dest: Path) -> Path:
     try:
         with closing(sqlite3.connect(source, timeout=30)) as reader, closing(sqlite3.connect(partial)) as writer:
             reader.backup(writer)  # pages=-1: one step, one snapshot
+            writer.execute("PRAGMA journal_mode=DELETE")  # one self-contained file, no -wal beside it
         problems = integrity_problems(partial)
         if problems:
             raise BackupRefused(f"the copy failed PRAGMA integrity_check: {'; '.join(problems[:5])}")
