@@ -308,8 +308,8 @@ class _Importer:
         WebhookDelivery.objects.filter(event__project=self.project).update(
             status=DeliveryStatus.DEAD, last_error="imported history: not delivered"
         )
-        if declared != self.counts:
-            differing = sorted(k for k in set(declared) | set(self.counts) if declared.get(k) != self.counts.get(k))
+        differing = sorted(k for k in set(declared) | set(self.counts) if declared.get(k, 0) != self.counts.get(k, 0))
+        if differing:
             detail = ", ".join(f"{k}: {declared.get(k, 0)} declared, {self.counts.get(k, 0)} read" for k in differing)
             raise _fail(line, f"the end row's counts do not match the rows read ({detail})")
 

@@ -9,7 +9,7 @@ import subprocess
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.core.management import call_command
@@ -64,7 +64,7 @@ class _Writer(threading.Thread):
 
 def _backup_while_writing(dest: Path) -> tuple[int, int, int]:
     """Back up with a writer running; (tasks before, tasks written during the backup, tasks after)."""
-    project = ProjectFactory(slug="busy")
+    project = cast(Project, ProjectFactory(slug="busy"))
     bulk_ready_tasks(project, 20_000, body_bytes=400)
     writer = _Writer(project)
     writer.start()
@@ -104,7 +104,7 @@ def test_a_backup_taken_while_the_server_writes_is_sound_and_migrates(tmp_path):
         try:
             subprocess.run(["pg_restore", "--dbname", f"{base}/{database}", str(dest)], check=True)
             with psycopg.connect(f"{base}/{database}") as restored:
-                copied = restored.execute("SELECT count(*) FROM ledger_task").fetchone()[0]  # type: ignore[index]
+                copied = restored.execute("SELECT count(*) FROM ledger_task").fetchone()[0]
             assert 20_000 < copied <= after
             manage(_base_env(DATABASE_URL=f"{base}/{database}", LEASEHOLD_DATA_DIR=str(tmp_path)), "migrate", "--check")
         finally:

@@ -129,3 +129,30 @@ def test_export_command_refuses_an_existing_output_file_and_an_unknown_project(a
         call_command("export_project", "nope", "--output", str(tmp_path / "x.jsonl"))
     call_command("export_project", "src", "--output", str(tmp_path / "ok.jsonl"), stderr=io.StringIO())
     assert lines_of((tmp_path / "ok.jsonl").read_text())[-1]["type"] == "end"
+
+
+def test_the_export_holds_no_token_hash_salt_or_webhook_secret(admin_user):
+    from ledger.actors import SYSTEM
+
+    project = build_project(admin_user)
+    endpoint, secret = webhook_create(url="https://hooks.example.com/src", actor=SYSTEM, project=project)
+    text = _export("src")
+    hashes = [
+        *Agent.objects.values_list("token_hash", flat=True),
+        *Attempt.objects.values_list("token_hash", flat=True),
+    ]
+    salts = list(Attempt.objects.values_list("token_salt", flat=True))
+    assert [value for value in [*hashes, *salts, secret, endpoint.secret] if value in text] == []
+    assert "token" not in {key for row in lines_of(text) for key in row}
+
+
+def test_a_project_with_nothing_but_tasks_round_trips(tmp_path):
+    from tests.factories import ProjectFactory, TaskFactory
+
+    project = ProjectFactory(slug="bare", key_prefix="BARE")
+    TaskFactory(project=project, title="alone")
+    first = _export("bare")
+    path = tmp_path / "bare.jsonl"
+    path.write_text(first)
+    call_command("import_project", str(path), "--as", "bare2", "--key-prefix", "BARE2", stdout=io.StringIO())
+    assert normalized(_export("bare2"), ("BARE",)) == normalized(first)
