@@ -3,15 +3,17 @@
 Each section is read with `.values(...).iterator(chunk_size=...)` in id order
 and written line by line; what is held is the handle of every agent and the
 username of every user the project names (one string each). Read in one
-transaction, so on PostgreSQL (REPEATABLE READ) the file is one consistent
-snapshot of a serving database; on SQLite a read transaction is a snapshot
-under WAL anyway.
+read transaction, so the file is one consistent snapshot of a serving
+database: REPEATABLE READ on PostgreSQL; on SQLite a deferred transaction
+(WAL gives it a snapshot at its first read and it never takes the write lock,
+where Django's own transactions here are IMMEDIATE and would hold writers off).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, TextIO
 
 from django.contrib.auth import get_user_model
@@ -90,13 +92,28 @@ def _section_rows(
         yield row
 
 
+@contextmanager
+def _snapshot() -> Iterator[None]:
+    """One consistent read of the whole export (see the module's docstring)."""
+    if connection.in_atomic_block:  # a caller's transaction (tests): read inside it
+        yield
+    elif connection.vendor == "postgresql":
+        with transaction.atomic():
+            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+            try:
+                yield
+            finally:
+                cursor.execute("COMMIT")  # nothing was written: commit and rollback end it alike
+
+
 def project_export(*, project: Project, out: TextIO) -> dict[str, int]:
     """Write `project` to `out`, header first and counts last; returns the counts written."""
     counts: dict[str, int] = {}
-    outermost = not connection.in_atomic_block
-    with transaction.atomic():
-        if outermost and connection.vendor == "postgresql":
-            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    with _snapshot():
         agent_ids = _agent_ids(project)
         members = set(project.agents.values_list("id", flat=True))
         agents = list(
