@@ -176,7 +176,9 @@ class _Importer:
             except ValidationError as exc:
                 raise _fail(line, f"not a valid agent: {exc.messages}") from None
             agent.save()
-        if row["member"] is True:
+        if not isinstance(row["member"], bool):
+            raise _fail(line, "member: expected true or false")
+        if row["member"]:
             agent.projects.add(self.project)  # type: ignore[arg-type]
         self.handles[handle] = agent.pk
 
@@ -286,6 +288,8 @@ class _Importer:
         if self.pending_type != "event":
             known = self.ids.setdefault(self.pending_type, {})
             for obj, source in self.pending:
+                if source in known:
+                    raise _fail(line, f"two {self.pending_type} rows with id {source} before this line")
                 if source is not None:
                     known[source] = obj.pk
         self.pending = []
@@ -293,6 +297,8 @@ class _Importer:
     # --- the end ---------------------------------------------------------------
 
     def finish(self, line: int, declared: dict[str, int]) -> None:
+        if self.project is None:
+            raise _fail(line, "the end row before any project row: the file holds no project")
         self.flush(line)
         for at, decision, by, status in self.supersessions:
             target = self.ids.get("decision", {}).get(by)

@@ -120,3 +120,13 @@ def test_a_section_out_of_order_is_refused(tmp_path, exported):
     moved = [*exported[:first_note], *exported[first_note + 1 :]]
     moved.insert(first_note + 1, exported[first_task])  # a task row again, after the notes
     _refused(tmp_path, moved, rf"line {first_note + 2}: a task row after \w+ rows: the file is out of order")
+
+
+def test_a_file_without_a_project_row_is_refused_and_touches_no_other_delivery(tmp_path, exported):
+    _refused(tmp_path, [exported[0], '{"type":"end","counts":{}}\n'], r"line 2: the end row before any project row")
+
+
+def test_two_rows_with_one_id_are_refused(tmp_path, exported):
+    index = next(i for i, line in enumerate(exported) if '"type":"note"' in line)
+    exported.insert(index + 1, exported[index])
+    _refused(tmp_path, exported, r"two note rows with id \d+")
