@@ -47,6 +47,7 @@ PAYLOAD_REFERENCES: dict[str, str] = {
     "comment": "comment",
     "finding": "finding",
     "last_attempt": "attempt",
+    "inherited_from_attempt": "attempt",
 }
 # `decision.superseded` names the superseding decision as `by` (an id); elsewhere `by` is a label.
 PAYLOAD_REFERENCES_BY_TYPE: dict[str, dict[str, str]] = {"decision.superseded": {"by": "decision"}}
