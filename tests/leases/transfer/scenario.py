@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_right
+from datetime import timedelta
 from typing import Any, cast
 
 from environments.services import environment_create
 from leases.models import ReviewRequest
+from leases.reconciliation.services import reconcile
+from leases.reconciliation.triage import attempt_discard
 from leases.services import attempt_finish, lease_claim, note_add, review_decide
 from leases.transfer.rows import SECTION_BY_TYPE, columns, payload_references
+from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Project, Task, TaskStatus
 from ledger.services import comment_add, decision_create, decision_supersede, dependency_add
@@ -40,6 +44,15 @@ def build_project(user: Any, slug: str = "src") -> Project:
     decision_supersede(decision=older, by=newer, actor=Actor(user=user))
     comment_add(task=second, body="blocked on the first", actor=Actor(agent=other))
     lease_claim(task=third, agent=other, lease_seconds=600)  # live at export time
+    attempt_discard(attempt=grant.attempt, actor=Actor(user=user), reason="superseded by a rewrite")
+    # A lapsed lease the sweep has not expired yet: reconciliation opens a finding for it.
+    lapsing = cast(Task, TaskFactory(project=project, title="Lapsing"))
+    lease_claim(task=lapsing, agent=worker, lease_seconds=60)
+    clock.freeze(clock.now() + timedelta(seconds=120))
+    try:
+        reconcile()
+    finally:
+        clock.unfreeze()
     return project
 
 

@@ -36,6 +36,7 @@ def test_export_then_import_then_export_is_identical_but_for_ids_slug_and_prefix
     kinds = {row["type"] for row in lines_of(first)}
     assert {"task", "dependency", "attempt", "note", "allocation", "review", "decision", "comment", "event"} <= kinds
     assert {"attempt_usage", "task_usage", "project_usage", "reservation", "environment", "agent", "user"} <= kinds
+    assert {"finding", "discard"} <= kinds
     copied = Task.objects.filter(project__slug="copy").order_by("number")
     original = Task.objects.filter(project__slug="src").order_by("number")
     assert [(t.key, t.epoch, t.version, t.status) for t in copied] == [
@@ -68,8 +69,8 @@ def test_an_imported_live_attempt_holds_no_token_and_the_sweep_expires_it(admin_
     assert "token_hash" not in path.read_text()
     assert "token_salt" not in path.read_text()
     call_command("import_project", str(path), "--as", "copy", "--key-prefix", "CPY", stdout=io.StringIO())
-    live = Attempt.objects.get(task__project__slug="copy", status=AttemptStatus.ACTIVE)
-    source = Attempt.objects.get(task__project__slug="src", status=AttemptStatus.ACTIVE)
+    live = Attempt.objects.get(task__project__slug="copy", task__title="Third", status=AttemptStatus.ACTIVE)
+    source = Attempt.objects.get(task__project__slug="src", task__title="Third", status=AttemptStatus.ACTIVE)
     assert live.token_hash != source.token_hash
     assert live.lease_expires_at == source.lease_expires_at
     clock.freeze(live.lease_expires_at + timedelta(seconds=1))
