@@ -75,3 +75,18 @@ def reconcile_job() -> dict[str, Any]:
 
     _recorded(JobName.RECONCILE, run_it, summary)
     return result
+
+
+def backup_job() -> dict[str, Any]:
+    """The daily backup (scheduled while LEASEHOLD_BACKUP_DIR is set): a new file; the oldest beyond KEEP go."""
+    from pathlib import Path
+
+    from django.conf import settings
+
+    from leases.backup import backup_scheduled
+    from ledger import clock
+
+    made, removed = backup_scheduled(
+        directory=Path(settings.LEASEHOLD_BACKUP_DIR), keep=settings.LEASEHOLD_BACKUP_KEEP, now=clock.now()
+    )
+    return {"backup": str(made), "removed": [str(path) for path in removed]}

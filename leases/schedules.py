@@ -20,7 +20,12 @@ SCHEDULES: tuple[tuple[str, str, int], ...] = (
 )
 
 
+# Daily, and only while LEASEHOLD_BACKUP_DIR is set (docs/operations.md, "Backup and restore").
+BACKUP_SCHEDULE = ("leases.backup", "leases.jobs.backup_job")
+
+
 def ensure_schedules(sender: Any = None, **kwargs: Any) -> None:
+    from django.conf import settings
     from django_q.models import Schedule
 
     using = kwargs.get("using", "default")
@@ -29,3 +34,11 @@ def ensure_schedules(sender: Any = None, **kwargs: Any) -> None:
             name=name,
             defaults={"func": func, "schedule_type": Schedule.MINUTES, "minutes": minutes, "repeats": -1},
         )
+    name, func = BACKUP_SCHEDULE
+    if settings.LEASEHOLD_BACKUP_DIR:
+        Schedule.objects.using(using).update_or_create(
+            name=name, defaults={"func": func, "schedule_type": Schedule.DAILY, "repeats": -1}
+        )
+    else:
+        # A schedule row, not a ledger row: unsetting the directory stops the backups.
+        Schedule.objects.using(using).filter(name=name).delete()

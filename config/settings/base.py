@@ -274,6 +274,11 @@ LEASEHOLD_STORAGE_DEADLINE_SECONDS = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS
 LEASEHOLD_CONTEXT_MAX_BYTES = env_int("LEASEHOLD_CONTEXT_MAX_BYTES", 16384, minimum=2048)
 LEASEHOLD_AGENT_SILENCE_SECONDS = env_int("LEASEHOLD_AGENT_SILENCE_SECONDS", 600, minimum=1)
 LEASEHOLD_STALL_SECONDS = env_int("LEASEHOLD_STALL_SECONDS", 1800, minimum=1)
+# --- Backups (SPEC §17) -------------------------------------------------------
+# Set: a daily django-q2 backup into this directory (leases.schedules), keeping the newest LEASEHOLD_BACKUP_KEEP.
+_backup_dir = env_str("LEASEHOLD_BACKUP_DIR").strip()
+LEASEHOLD_BACKUP_DIR = str(Path(_backup_dir).resolve()) if _backup_dir else ""
+LEASEHOLD_BACKUP_KEEP = env_int("LEASEHOLD_BACKUP_KEEP", 7, minimum=1)
 # --- Push and observability (SPEC §18) ---------------------------------------
 # Webhook targets resolving to loopback, private or link-local addresses are refused unless this is set.
 LEASEHOLD_WEBHOOK_ALLOW_PRIVATE = env_bool("LEASEHOLD_WEBHOOK_ALLOW_PRIVATE", False)

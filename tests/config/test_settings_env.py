@@ -35,6 +35,7 @@ def start_django(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]
         ("LEASEHOLD_CONTEXT_MAX_BYTES", "12k"),
         ("LEASEHOLD_AGENT_SILENCE_SECONDS", "0"),
         ("LEASEHOLD_STALL_SECONDS", "0"),
+        ("LEASEHOLD_BACKUP_KEEP", "0"),
         ("LEASEHOLD_ALLOWED_HOSTS", " , "),
         ("LEASEHOLD_REDIS_URL", "http://nope"),
         ("LEASEHOLD_SECRET_KEY", "short"),
