@@ -202,9 +202,7 @@ class PlanApplyApi(ApiView):
         dry_run = query_input(PlanQuery, request).get("dry_run") == "true"
         data = plan_input(request)
         caller = caller_of(request)
-        tasks = [
-            PlannedTask(**{**item, "blocked_by": tuple(item["blocked_by"])}) for item in data["tasks"]
-        ]
+        tasks = [PlannedTask(**{**item, "blocked_by": tuple(item["blocked_by"])}) for item in data["tasks"]]
         decisions = [PlannedDecision(**item) for item in data.get("decisions", [])]
 
         def work() -> Outcome:

@@ -49,10 +49,10 @@ from ledger.services.validation import validate_model
 __all__ = [
     "ACKNOWLEDGED_FIELDS",
     "INITIAL_STATUSES",
+    "LAST_SEEN_THROTTLE",
     "MAX_PLAN_DECISIONS",
     "MAX_PLAN_EDGES",
     "MAX_PLAN_TASKS",
-    "LAST_SEEN_THROTTLE",
     "UPDATABLE_TASK_FIELDS",
     "PlanResult",
     "PlannedDecision",

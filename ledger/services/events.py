@@ -35,9 +35,7 @@ def event_append(
     )
 
 
-def events_append(
-    *, type: EventType, actor: Actor, at: datetime, rows: Sequence[tuple[Task, dict[str, Any]]]
-) -> None:
+def events_append(*, type: EventType, actor: Actor, at: datetime, rows: Sequence[tuple[Task, dict[str, Any]]]) -> None:
     """Append one event of `type` per (task, payload), in one INSERT, in the order given.
 
     For a write that changes many tasks at once (a plan); each row is the

@@ -120,7 +120,11 @@ def _problems_of(error: ValidationFailed, *, path: str, ref: str | None) -> list
     fields = error.details.get("fields")
     if isinstance(fields, dict) and fields:
         return [
-            PlanProblem(f"{path}.{name}", " ".join(str(m) for m in messages) if isinstance(messages, list) else str(messages), ref)
+            PlanProblem(
+                f"{path}.{name}",
+                " ".join(str(m) for m in messages) if isinstance(messages, list) else str(messages),
+                ref,
+            )
             for name, messages in fields.items()
         ]
     return [PlanProblem(path, error.message, ref)]

@@ -55,7 +55,8 @@ def test_a_fifty_task_plan_with_eighty_edges_applies_in_one_call_with_keys_by_re
     numbers = [int(key.split("-")[1]) for key in keys.values()]
     assert numbers == list(range(existing.number + 1, existing.number + 51))  # gap-free, in plan order
     stored = {task.key: task for task in Task.objects.filter(key__in=keys.values())}
-    assert stored[keys["t1"]].status == "ready" and stored[keys["t1"]].ready_since is not None
+    assert stored[keys["t1"]].status == "ready"
+    assert stored[keys["t1"]].ready_since is not None
     assert stored[keys["t2"]].blocked_reason == "waiting for a vendor"
     for item in planned:
         expected = {keys.get(entry, entry) for entry in item["blocked_by"]}
@@ -86,7 +87,8 @@ def test_the_same_plan_with_one_cycle_writes_nothing_and_names_the_cycle(client,
 
     path = error["details"]["path"]
     assert path[0] == path[-1]
-    assert set(path) == {"t0", "t49", "t30"} and len(path) == 4
+    assert set(path) == {"t0", "t49", "t30"}
+    assert len(path) == 4
     assert error["details"]["ref"] == path[0]
     assert (Task.objects.count(), Event.objects.count(), TaskDependency.objects.count()) == before
     project.refresh_from_db()
@@ -125,19 +127,28 @@ def test_a_dry_run_checks_the_plan_and_writes_nothing(client, project):
     project.refresh_from_db()
     assert project.task_sequence == 0
     cyclic = [{"ref": "a", "title": "A", "blocked_by": ["b"]}, {"ref": "b", "title": "B", "blocked_by": ["a"]}]
-    error = assert_error(apply(client, {"project": project.slug, "tasks": cyclic}, dry_run=True), 409, "DEPENDENCY_CYCLE")
+    error = assert_error(
+        apply(client, {"project": project.slug, "tasks": cyclic}, dry_run=True), 409, "DEPENDENCY_CYCLE"
+    )
     assert error["details"]["path"] in (["a", "b", "a"], ["b", "a", "b"])
 
 
 def test_a_plan_carries_decisions_about_its_own_tasks_and_the_project(client, project):
-    planned = [{"ref": "schema", "title": "Design the schema"}, {"ref": "api", "title": "API", "blocked_by": ["schema"]}]
-    decisions = [{"title": "PostgreSQL only features are fine", "body": "We run PG in prod."}, {"title": "UUIDs", "task": "schema"}]
+    planned = [
+        {"ref": "schema", "title": "Design the schema"},
+        {"ref": "api", "title": "API", "blocked_by": ["schema"]},
+    ]
+    decisions = [
+        {"title": "PostgreSQL only features are fine", "body": "We run PG in prod."},
+        {"title": "UUIDs", "task": "schema"},
+    ]
     response = apply(client, {"project": project.slug, "tasks": planned, "decisions": decisions})
     assert response.status_code == 201, response.content
     body = response.json()
     made = list(Decision.objects.filter(pk__in=body["decisions"]).order_by("id"))
     assert [d.title for d in made] == ["PostgreSQL only features are fine", "UUIDs"]
-    assert made[0].task is None and made[1].task.key == body["keys"]["schema"]
+    assert made[0].task is None
+    assert made[1].task.key == body["keys"]["schema"]
     assert Event.objects.filter(type="decision.created", project=project).count() == 2
 
 
@@ -169,20 +180,25 @@ def test_every_problem_is_named_by_path_and_ref_and_nothing_is_written(client, p
     listed = problems(apply(client, {"project": project.slug, "tasks": planned}))
     by_path = {p["path"]: p for p in listed}
     assert set(by_path) == {"tasks[1].ref", "tasks[2].blocked_by[1]", "tasks[6].blocked_reason", "tasks[7].ref"}
-    assert by_path["tasks[1].ref"]["ref"] == "a" and "duplicate" in by_path["tasks[1].ref"]["message"]
-    assert by_path["tasks[2].blocked_by[1]"]["ref"] == "c" and "nowhere" in by_path["tasks[2].blocked_by[1]"]["message"]
+    assert by_path["tasks[1].ref"]["ref"] == "a"
+    assert "duplicate" in by_path["tasks[1].ref"]["message"]
+    assert by_path["tasks[2].blocked_by[1]"]["ref"] == "c"
+    assert "nowhere" in by_path["tasks[2].blocked_by[1]"]["message"]
     assert by_path["tasks[6].blocked_reason"]["ref"] == "g"
-    assert Task.objects.count() == 0 and Event.objects.count() == events_before
+    assert Task.objects.count() == 0
+    assert Event.objects.count() == events_before
 
 
 def test_limits_are_clear_errors(client, project):
     too_many = [{"ref": f"t{i}", "title": "T"} for i in range(201)]
     listed = problems(apply(client, {"project": project.slug, "tasks": too_many}))
-    assert listed[0]["path"] == "tasks" and "200" in listed[0]["message"]
+    assert listed[0]["path"] == "tasks"
+    assert "200" in listed[0]["message"]
 
     edges = [{"ref": f"t{i}", "title": "T", "blocked_by": [f"t{j}" for j in range(i)]} for i in range(33)]
     listed = problems(apply(client, {"project": project.slug, "tasks": edges}))  # 528 edges
-    assert listed[0]["path"] == "tasks[].blocked_by" and "500" in listed[0]["message"]
+    assert listed[0]["path"] == "tasks[].blocked_by"
+    assert "500" in listed[0]["message"]
 
     assert problems(apply(client, {"project": project.slug, "tasks": []}))[0]["path"] == "tasks"
     assert_error(apply(client, {"project": project.slug, "tasks": [], "extra": 1}), 400, "VALIDATION_ERROR")
@@ -199,7 +215,8 @@ def test_existing_keys_must_be_tasks_of_the_same_project(client, project, agent)
     foreign = TaskFactory(project=other)
     planned = [{"ref": "a", "title": "A", "blocked_by": [foreign.key]}]
     listed = problems(apply(client, {"project": project.slug, "tasks": planned}))
-    assert listed[0]["path"] == "tasks[0].blocked_by[0]" and foreign.key in listed[0]["message"]
+    assert listed[0]["path"] == "tasks[0].blocked_by[0]"
+    assert foreign.key in listed[0]["message"]
 
 
 def test_a_project_the_agent_cannot_see_is_not_found(project):
