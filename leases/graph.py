@@ -49,8 +49,11 @@ class TaskGraph:
     total: int  # the nodes there were to show (at least len(rows))
 
 
-def _walk(start: int, *, direction: Direction, depth: int, max_nodes: int) -> tuple[list[int], bool, int]:
-    """Task ids within `depth` steps of `start`, nearest first, at most `max_nodes`; whether some were left out.
+def _walk(
+    start: int, *, direction: Direction, depth: int, max_nodes: int, count_all: bool = False
+) -> tuple[list[int], bool, int]:
+    """Task ids within `depth` steps of `start`, nearest first, at most `max_nodes`; whether some were
+    left out; and how many there were (with `count_all` the walk goes on to count them, else a lower bound).
 
     `both` is the union of the two walks: the task's blockers and theirs, and the
     tasks waiting for it and for them (not a blocker's other dependents).
@@ -59,6 +62,7 @@ def _walk(start: int, *, direction: Direction, depth: int, max_nodes: int) -> tu
     seen = {start}
     up = {start} if direction in ("up", "both") else set()
     down = {start} if direction in ("down", "both") else set()
+    truncated = False
     for _level in range(depth):
         if not up and not down:
             break
@@ -75,14 +79,14 @@ def _walk(start: int, *, direction: Direction, depth: int, max_nodes: int) -> tu
         new = sorted((reached_up | reached_down) - seen)
         room = max_nodes - len(chosen)
         if len(new) > room:
-            kept = new[:room]
-            chosen.extend(kept)
-            return chosen, True, len(seen) + len(new)
-        chosen.extend(new)
+            truncated = True
+        chosen.extend(new[: max(room, 0)])
         seen.update(new)
+        if truncated and not count_all:
+            break
         up = reached_up & set(new)
         down = reached_down & set(new)
-    return chosen, False, len(chosen)
+    return chosen, truncated, len(seen)
 
 
 def _edges_among(ids: Sequence[int], key_of: dict[int, str]) -> list[tuple[str, str]]:
@@ -123,12 +127,14 @@ def task_graph(
     direction: Direction = "both",
     depth: int = DEFAULT_GRAPH_DEPTH,
     max_nodes: int = DEFAULT_GRAPH_NODES,
+    count_all: bool = False,
 ) -> TaskGraph:
     """The task, its blockers (`up`), the tasks waiting for it (`down`) or both, `depth` steps out.
 
-    `total` is a lower bound when truncated: the walk stops at the level that overflowed.
+    When truncated, `total` is a lower bound (the walk stops at the level that overflowed)
+    unless `count_all` walks on to count every node within `depth` (the admin's "of N").
     """
-    ids, truncated, total = _walk(task.pk, direction=direction, depth=depth, max_nodes=max_nodes)
+    ids, truncated, total = _walk(task.pk, direction=direction, depth=depth, max_nodes=max_nodes, count_all=count_all)
     return _graph(ids, fields=fields, now=now, agent=agent, truncated=truncated, total=total)
 
 

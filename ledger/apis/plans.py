@@ -167,8 +167,9 @@ def plan_input(request: Request) -> dict[str, Any]:
 
 class PlanInputSerializer(serializers.Serializer[Any]):
     project = serializers.SlugField(max_length=50)
-    tasks = PlanTaskSerializer(many=True, min_length=1, max_length=MAX_PLAN_TASKS)
-    decisions = PlanDecisionSerializer(many=True, required=False, max_length=MAX_PLAN_DECISIONS)
+    # many=True passes min_length/max_length to the ListSerializer (the stubs do not say so).
+    tasks = PlanTaskSerializer(many=True, min_length=1, max_length=MAX_PLAN_TASKS)  # type: ignore[call-arg]
+    decisions = PlanDecisionSerializer(many=True, required=False, max_length=MAX_PLAN_DECISIONS)  # type: ignore[call-arg]
 
 
 class PlanApplyApi(ApiView):

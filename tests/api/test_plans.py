@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from typing import Any
 
 import pytest
 from django.db import connection
@@ -25,7 +26,7 @@ def layered_plan(tasks: int = 50, edges: int = 80, *, seed: int = 7) -> list[dic
     while len(pairs) < edges:
         later = chooser.randrange(1, tasks)
         pairs.add((later, chooser.randrange(0, later)))
-    planned = [{"ref": f"t{i}", "title": f"Step {i}", "blocked_by": []} for i in range(tasks)]
+    planned: list[dict[str, Any]] = [{"ref": f"t{i}", "title": f"Step {i}", "blocked_by": []} for i in range(tasks)]
     for later, earlier in sorted(pairs):
         planned[later]["blocked_by"].append(f"t{earlier}")
     return planned
