@@ -99,6 +99,13 @@ class PlanQuery(serializers.Serializer[Any]):
     dry_run = serializers.ChoiceField(choices=["true", "false"], required=False)
 
 
+class PlanInputSerializer(serializers.Serializer[Any]):
+    project = serializers.SlugField(max_length=50)
+    # many=True passes min_length/max_length to the ListSerializer (the stubs do not say so).
+    tasks = PlanTaskSerializer(many=True, min_length=1, max_length=MAX_PLAN_TASKS)  # type: ignore[call-arg]
+    decisions = PlanDecisionSerializer(many=True, required=False, max_length=MAX_PLAN_DECISIONS)  # type: ignore[call-arg]
+
+
 PART_FIELDS = {"tasks": PlanTaskSerializer, "decisions": PlanDecisionSerializer}
 
 
@@ -163,13 +170,6 @@ def plan_input(request: Request) -> dict[str, Any]:
     if problems:
         raise plan_refused(problems)
     return dict(serializer.validated_data)
-
-
-class PlanInputSerializer(serializers.Serializer[Any]):
-    project = serializers.SlugField(max_length=50)
-    # many=True passes min_length/max_length to the ListSerializer (the stubs do not say so).
-    tasks = PlanTaskSerializer(many=True, min_length=1, max_length=MAX_PLAN_TASKS)  # type: ignore[call-arg]
-    decisions = PlanDecisionSerializer(many=True, required=False, max_length=MAX_PLAN_DECISIONS)  # type: ignore[call-arg]
 
 
 class PlanApplyApi(ApiView):

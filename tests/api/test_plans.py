@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ledger.models import Decision, Event, Task, TaskDependency
 from tests.api.conftest import assert_error, client_for
@@ -244,3 +247,63 @@ def test_two_plans_in_parallel_on_one_project_both_succeed_with_distinct_gap_fre
     # Each plan's keys are one run: the other plan's keys come before or after it, never in between.
     for own in numbers:
         assert own == list(range(own[0], own[0] + 30))
+
+
+def test_decision_problems_are_named_by_path_too(client, project):
+    planned = [{"ref": "a", "title": "A"}]
+    decisions = [
+        {"title": "Fine"},
+        {"title": "x" * 201},
+        {"title": "About nothing", "task": "zzz"},
+        {"title": "Odd", "colour": "blue"},
+    ]
+    found = {
+        p["path"] for p in problems(apply(client, {"project": project.slug, "tasks": planned, "decisions": decisions}))
+    }
+    assert found == {"decisions[1].title", "decisions[3].colour"}
+    decisions = [{"title": "About nothing", "task": "zzz"}, {"title": "Fine", "task": "a"}]
+    found = {
+        p["path"] for p in problems(apply(client, {"project": project.slug, "tasks": planned, "decisions": decisions}))
+    }
+    assert found == {"decisions[0].task"}
+    assert Decision.objects.count() == 0
+
+
+def test_two_hundred_problems_are_counted_and_the_details_stay_small(client, project):
+    planned = [{"ref": f"t{i}", "title": "T", "blocked_by": [f"missing-{i}"]} for i in range(200)]
+    response = apply(client, {"project": project.slug, "tasks": planned})
+    error = assert_error(response, 400, "VALIDATION_ERROR")
+    assert error["details"]["error_count"] == 200
+    assert error["details"]["truncated"] is True
+    assert 10 <= len(error["details"]["errors"]) < 200
+    assert error["details"]["errors"][0] == {
+        "path": "tasks[0].blocked_by[0]",
+        "ref": "t0",
+        "message": "'missing-0' is neither a ref of this plan nor a task of web",
+    }
+    assert len(response.content) < 5000
+
+
+odd_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+    max_leaves=12,
+)
+task_items = st.dictionaries(
+    st.sampled_from(["ref", "title", "status", "priority", "blocked_by", "blocked_reason", "task_class"]),
+    odd_values,
+    max_size=6,
+)
+odd_plans = st.fixed_dictionaries(
+    {"project": st.just("web")},
+    optional={"tasks": st.lists(task_items, max_size=5) | odd_values, "decisions": odd_values},
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=odd_plans)
+def test_no_plan_however_odd_answers_5xx(client, project, body):
+    response = client.post(PLANS, json.dumps(body), content_type="application/json")
+    assert response.status_code in (201, 400, 409), (body, response.content[:300])
+    if response.status_code >= 400:
+        assert set(response.json()) == {"error"}
