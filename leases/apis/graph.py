@@ -130,7 +130,8 @@ MAX_NODES_PARAMETER = OpenApiParameter(
 GRAPH_RESPONSES: dict[Any, Any] = {
     (200, "application/json"): OpenApiResponse(GraphSerializer, description="The graph."),
     (200, "text/plain"): OpenApiResponse(OpenApiTypes.STR, description="With format=mermaid: a Mermaid flowchart."),
-    **error_responses(*READ_ERRORS),
+    # Errors are always the JSON envelope, also with format=mermaid.
+    **{(status, "application/json"): response for status, response in error_responses(*READ_ERRORS).items()},
 }
 
 
