@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from agent import __version__, connect, hooks, review_commands, task_commands
+from agent import __version__, connect, hooks, plan_commands, review_commands, task_commands
 from agent.commands import (
     cmd_changes,
     cmd_claim,
@@ -245,6 +245,7 @@ def _add_reach_commands(command: Callable[..., argparse.ArgumentParser]) -> None
     """The commands beyond the lease: task show/create, git, block/unblock, connect, hook (SPEC §15.3, §15.4)."""
     task_commands.add_parsers(command)
     review_commands.add_parsers(command)
+    plan_commands.add_parsers(command)
     connect.add_parser(command)
     hooks.add_parser(command)
 

@@ -103,6 +103,14 @@ class LeaseholdClient(ApiConnection):
         body = {"project": project, "title": title, **drop_none(fields)}
         return cast(dict[str, Any], self.request("POST", "/tasks/", body=body, idempotency_key=idempotency_key))
 
+    def apply_plan(
+        self, plan: dict[str, Any], *, dry_run: bool = False, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """File a plan (SPEC §17): `{"project", "tasks": [{"ref", "title", ..., "blocked_by"}], "decisions"?}`."""
+        params = {"dry_run": "true"} if dry_run else None
+        answer = self.request("POST", "/plans/", body=plan, params=params, idempotency_key=idempotency_key)
+        return cast(dict[str, Any], answer)
+
     def task(self, key: str) -> dict[str, Any]:
         """One task, full (description, acceptance criteria, blockers)."""
         return cast(dict[str, Any], self.request("GET", f"/tasks/{key}/"))

@@ -36,20 +36,20 @@ INSTRUCTIONS = (
 )
 
 Key = Annotated[str, Field(description="task key, e.g. WEB-412")]
-OptKey = Annotated[str | None, Field(description="default: the held task")]
-Project = Annotated[str | None, Field(description="project slug (default: the server's)")]
-TaskClass = Annotated[str | None, Field(description="only tasks of this class")]
-Limit = Annotated[int, Field(description="at most this many")]
-LeaseSeconds = Annotated[int | None, Field(description="lease length")]
+OptKey = Annotated[str | None, Field(description="default: held task")]
+Project = Annotated[str | None, Field(description="slug (default: server's)")]
+TaskClass = Annotated[str | None, Field(description="only this class")]
+Limit = Annotated[int, Field(description="max results")]
+LeaseSeconds = Annotated[int | None, Field(description="seconds")]
 Branch = Annotated[str | None, Field(description="branch")]
 BaseCommit = Annotated[str | None, Field(description="40-hex start commit")]
 Environment = Annotated[str | None, Field(description="environment name")]
 EnvironmentKind = Annotated[str | None, Field(description="environment kind")]
-AttemptId = Annotated[int | None, Field(description="default: the held attempt")]
-Content = Annotated[str, Field(description="at most 8000 chars")]
-Steps = Annotated[list[str] | None, Field(description="next steps, in order")]
+AttemptId = Annotated[int | None, Field(description="default: held")]
+Content = Annotated[str, Field(description="max 8000 chars")]
+Steps = Annotated[list[str] | None, Field(description="in order")]
 NoteKindChoice = Annotated[Literal["progress", "finding", "warning"], Field(description="note kind")]
-Important = Annotated[bool, Field(description="flag it as important")]
+Important = Annotated[bool, Field(description="flag as important")]
 OutcomeChoice = Annotated[Outcome, Field(description="how the attempt ends")]
 Summary = Annotated[str | None, Field(description="result summary")]
 Failure = Annotated[FailureReason | None, Field(description="for failed")]
@@ -59,7 +59,7 @@ TextField = Annotated[TaskTextField, Field(description="which text")]
 Offset = Annotated[int, Field(description="first character")]
 TextLimit = Annotated[int, Field(description="characters, at most 16000")]
 Since = Annotated[int, Field(description="last latest_event_id seen")]
-Spent = Annotated[dict[str, Any] | None, Field(description="new input_tokens, output_tokens, cost_usd")]
+Spent = Annotated[dict[str, Any] | None, Field(description="new {input,output}_tokens, cost_usd")]
 
 
 def slim_schema(schema: Any) -> Any:
@@ -68,11 +68,14 @@ def slim_schema(schema: Any) -> Any:
         return [slim_schema(item) for item in schema]
     if not isinstance(schema, dict):
         return schema
-    # `additionalProperties: true` is JSON Schema's default: saying it costs bytes of the 8 KB.
+    # `additionalProperties: true` is JSON Schema's default, and a flag left out is false, text
+    # left out empty: saying so costs bytes of the 8 KB.
     slimmed = {
         name: slim_schema(value)
         for name, value in schema.items()
-        if name != "title" and not (name == "additionalProperties" and value is True)
+        if name != "title"
+        and not (name == "additionalProperties" and value is True)
+        and not (name == "default" and (value is False or value == "") and schema.get("type") in ("boolean", "string"))
     }
     variants = slimmed.get("anyOf")
     if isinstance(variants, list) and {"type": "null"} in variants and slimmed.get("default", ...) is None:
@@ -114,7 +117,7 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return register
 
-    @tool("List claimable tasks of a project (compact).")
+    @tool("Claimable tasks of a project (compact).")
     def ready(project: Project = None, task_class: TaskClass = None, limit: Limit = 20) -> str:
         def run() -> Any:
             page = client.tasks(project=holdings.project_or(project), ready=True, task_class=task_class, limit=limit)
@@ -177,11 +180,11 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return answer(run)
 
-    @tool("Read a task's work context (default: the held task).")
+    @tool("A task's work context (default: held task).")
     def context(key: OptKey = None) -> str:
         return answer(lambda: compact(client.context(key or holdings.keeper(None).lease.task)))
 
-    @tool("Read part of a task's long text (what the context cut).")
+    @tool("Part of a task's long text (what context cut).")
     def task(key: OptKey = None, field: TextField = "description", offset: Offset = 0, limit: TextLimit = 8000) -> str:
         def run() -> Any:
             return client.task_text(key or holdings.keeper(None).lease.task, field=field, offset=offset, limit=limit)
@@ -217,11 +220,11 @@ def build_server(holdings: Holdings) -> MCPServer:
             ),
         )
 
-    @tool("Save a checkpoint: where the work stands, next steps.")
+    @tool("Checkpoint: where work stands, next steps.")
     def checkpoint(content: Content, next_steps: Steps = None, attempt: AttemptId = None) -> str:
         return holder(attempt, lambda keeper: noted(keeper.checkpoint(content, next_steps=next_steps)))
 
-    @tool("Renew the held lease now (also done by itself).")
+    @tool("Renew the held lease now (also automatic).")
     def renew(attempt: AttemptId = None, usage: Spent = None) -> str:
         return holder(attempt, lambda keeper: keeper.renew(usage=_usage(usage)))
 
@@ -231,7 +234,7 @@ def build_server(holdings: Holdings) -> MCPServer:
         branch: Annotated[str | None, Field(description="branch")] = None,
         base_commit: Annotated[str | None, Field(description="40-hex start commit")] = None,
         head_commit: Annotated[str | None, Field(description="40-hex head commit")] = None,
-        commits_ahead: Annotated[int | None, Field(description="commits ahead of base")] = None,
+        commits_ahead: Annotated[int | None, Field(description="ahead of base")] = None,
         dirty: Annotated[bool | None, Field(description="uncommitted changes")] = None,
         pushed: Annotated[bool | None, Field(description="head is pushed")] = None,
         worktree_path: Annotated[str | None, Field(description="worktree path")] = None,
@@ -314,7 +317,7 @@ def build_server(holdings: Holdings) -> MCPServer:
 
     @tool("Create a follow-up task.")
     def create_task(
-        title: Annotated[str, Field(description="the new task's title")],
+        title: Annotated[str, Field(description="short title")],
         description: Annotated[str | None, Field(description="what it is about")] = None,
         acceptance_criteria: Annotated[str | None, Field(description="when it is done")] = None,
         status: Annotated[Literal["open", "ready"], Field(description="ready: claimable at once")] = "open",
@@ -344,7 +347,7 @@ def build_server(holdings: Holdings) -> MCPServer:
     def block(
         blocked_by: Annotated[str, Field(description="the task to wait for")],
         key: OptKey = None,
-        remove: Annotated[bool, Field(description="remove the dependency instead")] = False,
+        remove: Annotated[bool, Field(description="remove it instead")] = False,
     ) -> str:
         def run() -> Any:
             waiting = key or holdings.keeper(None).lease.task
@@ -372,6 +375,16 @@ def build_server(holdings: Holdings) -> MCPServer:
         return answer(
             lambda: {"decision": client.decide(holdings.project_or(project), title, body=body, task=key)["id"]}
         )
+
+    @tool("File a plan: tasks by ref with blockers, decisions; all or nothing.")
+    def plan(
+        tasks: Annotated[list[dict[str, Any]], Field(description="[{ref,title,blocked_by:[ref|KEY],...}]")],
+        decisions: Annotated[list[dict[str, Any]] | None, Field(description="[{title,body,task:ref|KEY}]")] = None,
+        dry_run: Annotated[bool, Field(description="check, write nothing")] = False,
+        project: Project = None,
+    ) -> str:
+        body = {"project": holdings.project_or(project), "tasks": tasks, "decisions": decisions}
+        return answer(lambda: client.apply_plan(compact(body), dry_run=dry_run))
 
     @tool("Events after an event id.")
     def changes(since: Since = 0, project: Project = None, limit: Limit = 50) -> str:

@@ -107,4 +107,13 @@ def error_text(error: LeaseholdError) -> str:
             f"{task} is at epoch {current}; attempt {attempt} belongs to an earlier epoch "
             "(another holder has the task now): stop working on it."
         )
+    problems = details.get("errors")
+    if isinstance(problems, list) and len(problems) > 1:
+        # A plan's problems (SPEC §17): every one, by path and ref, not just the first.
+        lines = [
+            f"  {item.get('path')}" + (f" (ref {item['ref']})" if item.get("ref") else "") + f": {item.get('message')}"
+            for item in problems
+            if isinstance(item, dict)
+        ]
+        return "\n".join([error.message, *lines])
     return error.message

@@ -208,12 +208,24 @@ def _variants(name: str, components: dict[str, Any]) -> list[str]:
     return [_component_name(variant["$ref"]) for variant in one_of] if one_of else [name]
 
 
+def _nested_components(component: dict[str, Any], components: dict[str, Any]) -> list[dict[str, Any]]:
+    """The object components a request component holds in its fields (a plan's tasks), recursively."""
+    found: list[dict[str, Any]] = []
+    for shown in component.get("properties", {}).values():
+        ref = shown.get("$ref") or (shown.get("items") or {}).get("$ref")
+        if ref and components[_component_name(ref)].get("type") == "object":
+            inner = components[_component_name(ref)]
+            found.extend([inner, *_nested_components(inner, components)])
+    return found
+
+
 def close_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any]:
     """drf-spectacular postprocessing hook: a request body holds only the fields its component names,
     and a body that must hold a field is required.
 
     The API refuses an unknown body field (`api.inputs.body_input`, VALIDATION_ERROR), so every
-    request-body component says `additionalProperties: false` (a `oneOf`, on each variant). A
+    request-body component says `additionalProperties: false` (a `oneOf`, on each variant), and
+    so does every object it nests (a plan's tasks and decisions: `ledger.apis.plans.plan_input`). A
     missing body reads as `{}`, which a component with required fields (or `minProperties`) refuses.
     """
     components = result.get("components", {}).get("schemas", {})
@@ -224,6 +236,8 @@ def close_request_bodies(result: dict[str, Any], **kwargs: Any) -> dict[str, Any
         variants = [components[variant] for variant in _variants(name, components)]
         for variant in variants:
             variant["additionalProperties"] = False
+            for nested in _nested_components(variant, components):
+                nested["additionalProperties"] = False
         if all(variant.get("required") or variant.get("minProperties", 0) > 0 for variant in variants):
             body["required"] = True
     return result

@@ -1,4 +1,4 @@
-"""Projects: listed read-only; added through `ledger.services.project_create`.
+"""Projects: listed read-only; added through `ledger.services.project_create`; the page shows the dependency graph.
 
 The key prefix is derived from the slug when left empty (the service does it).
 """
@@ -17,6 +17,7 @@ from django.utils.safestring import SafeString
 
 from console.base import ServiceFormAdmin, actor_of, badge
 from console.budgets import set_budget_action
+from console.graph import project_graph_panel
 from ledger.models import Project
 from ledger.services import project_create
 
@@ -49,6 +50,15 @@ class ProjectAdmin(ServiceFormAdmin):
     @admin.action(description="Set daily budget…", permissions=["operate"])
     def set_budget(self, request: HttpRequest, queryset: QuerySet[Project]) -> HttpResponse | None:
         return set_budget_action(self, request, queryset, action_name="set_budget")
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        project = self.get_object(request, object_id)
+        extra = dict(extra_context or {})
+        if project is not None:
+            extra["graph"] = project_graph_panel(project)
+        return super().change_view(request, object_id, form_url, extra)
 
     def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
         return self.add_fields if obj is None else self.view_fields

@@ -47,6 +47,7 @@ from console.confirm import (
     reassign_form_for,
     render_confirmation,
 )
+from console.graph import task_graph_panel
 from console.quarantine import release_quarantined
 from console.task_cancel import TaskCancelMixin
 from console.task_parts import (
@@ -198,6 +199,7 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
                 can_cancel=TaskStatus.CANCELLED in ALLOWED_TRANSITIONS[task.status],
                 blockers=present_blockers(task, now=clock.now()),
                 queue_url=reverse("admin:ledger_task_queue", args=[task.project.slug]),
+                graph=task_graph_panel(task),
             )
         return super().change_view(request, object_id, form_url, extra)
 

@@ -13,6 +13,9 @@ handed out before, or one about what is stored, so the schema says these in desc
   for another agent, so clearing answers the task);
 - `POST /decisions/{id}/supersede/`: `by` is another active decision of the same project (the
   seeded one);
+- `POST /plans/`: refs unique, each `blocked_by` entry an earlier ref of the plan or an existing
+  key (no cycle), a `blocked` task with its reason, a decision's task an existing key;
+- `GET /tasks/{key}/graph/`, `GET /projects/{slug}/graph/`: a task and project that exist;
 - `cursor`: only a `next_cursor` the API answered;
 - `Idempotency-Key`: unique per request (the same key with another request is IDEMPOTENCY_CONFLICT).
 
@@ -94,6 +97,12 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
         # The dependency names two tasks the fuzzer can see, and never a cycle: FUZZ-2 waits for FUZZ-1.
         case.path_parameters = {**(case.path_parameters or {}), "key": DEPENDENT_TASK}
         case.body = {**_body(case), "blocked_by": SEEDED_TASK}
+    elif operation_id == "plans_apply":
+        _keep_the_plan_rules(case)
+    elif operation_id == "tasks_graph":
+        case.path_parameters = {**(case.path_parameters or {}), "key": SEEDED_TASK}
+    elif operation_id == "projects_graph":
+        case.path_parameters = {**(case.path_parameters or {}), "slug": SEEDED_PROJECT}
     elif operation_id == "tasks_reservation_clear":
         case.path_parameters = {**(case.path_parameters or {}), "key": SEEDED_TASK}
     elif operation_id == "tasks_claim" and not re.fullmatch(r"FUZZ-\d+", str((case.path_parameters or {}).get("key"))):
@@ -140,6 +149,27 @@ def _keep_the_task_create_rules(case: Case) -> None:
         body["blocked_reason"] = "Waits for the fuzzer."
     if body.get("blocked_by"):
         body["blocked_by"] = [SEEDED_TASK]
+    case.body = body
+
+
+def _keep_the_plan_rules(case: Case) -> None:
+    """SPEC §17: refs made unique (`r0`, `r1`, …), blockers earlier refs or the seeded task, at most 500."""
+    body = {**_body(case), "project": SEEDED_PROJECT}
+    tasks = [dict(task) for task in body.get("tasks") or [] if isinstance(task, dict)]
+    edges = 0
+    for index, task in enumerate(tasks):
+        task["ref"] = f"r{index}"
+        if task.get("status") == "blocked" and not str(task.get("blocked_reason", "")).strip():
+            task["blocked_reason"] = "Waits for the fuzzer."
+        wanted = len(task.get("blocked_by") or [])
+        allowed = [SEEDED_TASK, *(f"r{earlier}" for earlier in range(index))]
+        blockers = allowed[: min(wanted, 500 - edges)]
+        edges += len(blockers)
+        task["blocked_by"] = blockers
+    body["tasks"] = tasks or [{"ref": "r0", "title": "Planned by the fuzzer"}]
+    for decision in body.get("decisions") or []:
+        if isinstance(decision, dict) and "task" in decision:
+            decision["task"] = SEEDED_TASK
     case.body = body
 
 

@@ -18,6 +18,7 @@ from leases.apis.attempts import (
 )
 from leases.apis.claims import ClaimNextApi, TaskClaimApi
 from leases.apis.dependencies import TaskDependencyAddApi, TaskDependencyRemoveApi
+from leases.apis.graph import ProjectGraphApi, TaskGraphApi
 from leases.apis.metrics import MetricsApi
 from leases.apis.reservation_clear import TaskReservationClearApi
 from leases.apis.reservations import ReservationListApi
@@ -38,6 +39,8 @@ urlpatterns = [
     path("tasks/<taskkey:key>/claim/", TaskClaimApi.as_view(), name="task-claim"),
     path("tasks/<taskkey:key>/context/", TaskContextApi.as_view(), name="task-context"),
     path("tasks/<taskkey:key>/text/", TaskTextApi.as_view(), name="task-text"),
+    path("tasks/<taskkey:key>/graph/", TaskGraphApi.as_view(), name="task-graph"),
+    path("projects/<slug:slug>/graph/", ProjectGraphApi.as_view(), name="project-graph"),
     path("tasks/<taskkey:key>/dependencies/", TaskDependencyAddApi.as_view(), name="task-dependencies"),
     path(
         "tasks/<taskkey:key>/dependencies/remove/", TaskDependencyRemoveApi.as_view(), name="task-dependencies-remove"

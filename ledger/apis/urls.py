@@ -16,10 +16,12 @@ from ledger.apis.discussion import (
     TaskCommentCreateApi,
     TaskCommentListApi,
 )
+from ledger.apis.plans import PlanApplyApi
 from ledger.apis.projects import ProjectListApi
 
 urlpatterns = [
     path("projects/", ProjectListApi.as_view(), name="projects"),
+    path("plans/", PlanApplyApi.as_view(), name="plans"),
     path("changes/", ChangesApi.as_view(), name="changes"),
     path("changes/stream/", ChangesStreamApi.as_view(), name="changes-stream"),
     path("agents/me/heartbeat/", AgentHeartbeatApi.as_view(), name="agent-heartbeat"),

@@ -21,6 +21,16 @@ from ledger.services.budgets import budget_set
 from ledger.services.dependencies import dependency_add, dependency_remove
 from ledger.services.discussion import comment_add, decision_create, decision_supersede
 from ledger.services.events import event_append
+from ledger.services.plans import (
+    MAX_PLAN_DECISIONS,
+    MAX_PLAN_EDGES,
+    MAX_PLAN_TASKS,
+    PlannedDecision,
+    PlannedTask,
+    PlanResult,
+    plan_apply,
+    plan_check,
+)
 from ledger.services.projects import key_prefix_from_slug, project_create
 from ledger.services.reservations import reservations_clear_for, task_reservation_clear
 from ledger.services.tasks import (
@@ -40,7 +50,13 @@ __all__ = [
     "ACKNOWLEDGED_FIELDS",
     "INITIAL_STATUSES",
     "LAST_SEEN_THROTTLE",
+    "MAX_PLAN_DECISIONS",
+    "MAX_PLAN_EDGES",
+    "MAX_PLAN_TASKS",
     "UPDATABLE_TASK_FIELDS",
+    "PlanResult",
+    "PlannedDecision",
+    "PlannedTask",
     "ProjectsChanged",
     "agent_create",
     "agent_deactivate",
@@ -59,6 +75,8 @@ __all__ = [
     "event_append",
     "key_prefix_from_slug",
     "lock_task",
+    "plan_apply",
+    "plan_check",
     "project_create",
     "reservations_clear_for",
     "task_create",

@@ -47,13 +47,23 @@ def _bounded(value: object, *, field: str, limit: int, required: bool) -> str:
     return value
 
 
+def decision_text_check(*, title: object, body: object) -> tuple[str, str]:
+    """A decision's title (required) and body within their bounds, else VALIDATION_ERROR.
+
+    `decision_create` checks here, and so does a plan before it writes anything.
+    """
+    return (
+        _bounded(title, field="title", limit=DECISION_TITLE_MAX_CHARS, required=True),
+        _bounded(body, field="body", limit=DECISION_BODY_MAX_CHARS, required=False),
+    )
+
+
 @write_transaction
 def decision_create(
     *, project: Project, title: str, actor: Actor, body: str = "", task: Task | None = None
 ) -> Decision:
     """Record a decision of the project (optionally about one of its tasks)."""
-    title = _bounded(title, field="title", limit=DECISION_TITLE_MAX_CHARS, required=True)
-    body = _bounded(body, field="body", limit=DECISION_BODY_MAX_CHARS, required=False)
+    title, body = decision_text_check(title=title, body=body)
     if task is not None and task.project_id != project.pk:
         raise ValidationFailed(
             f"{task.key} is not a task of {project.slug}.", details={"fields": {"task": ["other project"]}}

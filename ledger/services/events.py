@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -31,4 +32,25 @@ def event_append(
         actor_user=actor.user,
         payload=payload or {},
         created_at=at,
+    )
+
+
+def events_append(*, type: EventType, actor: Actor, at: datetime, rows: Sequence[tuple[Task, dict[str, Any]]]) -> None:
+    """Append one event of `type` per (task, payload), in one INSERT, in the order given.
+
+    For a write that changes many tasks at once (a plan); each row is the
+    event `event_append` would have written for that task.
+    """
+    Event.objects.bulk_create(
+        Event(
+            type=type,
+            severity=Severity.INFO,
+            project_id=task.project_id,
+            task=task,
+            actor_agent=actor.agent,
+            actor_user=actor.user,
+            payload=payload,
+            created_at=at,
+        )
+        for task, payload in rows
     )

@@ -103,6 +103,89 @@ def tasks_wait_again(ended_at: Mapping[int, datetime]) -> None:
     Task.objects.filter(pk__in=ended_at, status=TaskStatus.READY).update(ready_since=Case(*moments))
 
 
+def task_prepare(
+    *,
+    project: Project,
+    title: str,
+    now: datetime,
+    description: str = "",
+    acceptance_criteria: str = "",
+    status: str = TaskStatus.OPEN,
+    priority: int = 0,
+    task_class: str = "",
+    labels: Sequence[str] = (),
+    blocked_reason: str = "",
+    budget_tokens: int | None = None,
+    budget_cost_usd: Any = None,
+    paths: Sequence[str] = (),
+    paths_mode: str = PathsMode.EXCLUSIVE,
+) -> Task:
+    """A new task of `project`, checked by every creation rule but without its key and unsaved.
+
+    The one place the creation rules live: `task_create` saves what this
+    answers, and a plan (`ledger.services.plans`) checks each of its tasks here
+    before it writes any of them. Reads nothing from the database.
+    """
+    if project.archived_at is not None:
+        raise ValidationFailed(f"Project {project.slug} is archived.")
+    if status not in INITIAL_STATUSES:
+        raise ValidationFailed(
+            f"A new task starts as open, ready or blocked, not {status!r}.",
+            details={"fields": {"status": [f"must be one of {sorted(INITIAL_STATUSES)}"]}},
+        )
+    if status == TaskStatus.BLOCKED and not blocked_reason.strip():
+        raise ValidationFailed(
+            "A blocked task needs a blocked_reason.", details={"fields": {"blocked_reason": ["required"]}}
+        )
+    if not isinstance(labels, list | tuple) or not all(isinstance(label, str) for label in labels):
+        raise ValidationFailed("labels must be a list of strings.", details={"fields": {"labels": ["list of strings"]}})
+    spending = task_spending_and_paths(
+        {"budget_tokens": budget_tokens, "budget_cost_usd": budget_cost_usd, "paths": paths, "paths_mode": paths_mode}
+    )
+    task = Task(
+        project=project,
+        title=title,
+        description=description,
+        acceptance_criteria=acceptance_criteria,
+        status=status,
+        priority=priority,
+        task_class=task_class,
+        labels=list(labels),
+        blocked_reason=blocked_reason if status == TaskStatus.BLOCKED else "",
+        ready_since=waiting_since(old_status=None, new_status=status, current=None, at=now),
+        created_at=now,
+        updated_at=now,
+        number=0,
+        key="-",
+        **spending,
+    )
+    validate_model(task, exclude=["number", "key"])
+    return task
+
+
+def task_numbers_take(project: Project, count: int) -> range:
+    """The next `count` gap-free task numbers of `project`, taken in the caller's transaction.
+
+    The project's sequence is bumped by a conditional UPDATE: concurrent
+    creators queue on the project row (PostgreSQL) or on the write lock
+    (SQLite), and a rollback returns the numbers.
+    """
+    Project.objects.filter(pk=project.pk).update(task_sequence=F("task_sequence") + count)
+    last = Project.objects.filter(pk=project.pk).values_list("task_sequence", flat=True).get()
+    return range(last - count + 1, last + 1)
+
+
+def task_created_payload(task: Task, blocker_keys: Sequence[str]) -> dict[str, Any]:
+    """The payload of `task.created`, the same from every path that creates a task."""
+    return {
+        "key": task.key,
+        "status": task.status,
+        "priority": task.priority,
+        "task_class": task.task_class,
+        "blocked_by": list(blocker_keys),
+    }
+
+
 @write_transaction
 def task_create(
     *,
@@ -122,54 +205,29 @@ def task_create(
     paths: Sequence[str] = (),
     paths_mode: str = PathsMode.EXCLUSIVE,
 ) -> Task:
-    """Create a task with the next gap-free key of its project.
-
-    The project's sequence is bumped by a conditional UPDATE in this
-    transaction: concurrent creators queue on the project row (PostgreSQL) or
-    on the write lock (SQLite), and a rollback returns the number.
-    """
-    if project.archived_at is not None:
-        raise ValidationFailed(f"Project {project.slug} is archived.")
-    if status not in INITIAL_STATUSES:
-        raise ValidationFailed(
-            f"A new task starts as open, ready or blocked, not {status!r}.",
-            details={"fields": {"status": [f"must be one of {sorted(INITIAL_STATUSES)}"]}},
-        )
-    if status == TaskStatus.BLOCKED and not blocked_reason.strip():
-        raise ValidationFailed(
-            "A blocked task needs a blocked_reason.", details={"fields": {"blocked_reason": ["required"]}}
-        )
-    if not isinstance(labels, list | tuple) or not all(isinstance(label, str) for label in labels):
-        raise ValidationFailed("labels must be a list of strings.", details={"fields": {"labels": ["list of strings"]}})
-    spending = task_spending_and_paths(
-        {"budget_tokens": budget_tokens, "budget_cost_usd": budget_cost_usd, "paths": paths, "paths_mode": paths_mode}
-    )
-    foreign = [blocker.key for blocker in blocked_by if blocker.project_id != project.pk]
-    if foreign:
-        raise ValidationFailed(f"Blockers must be in project {project.slug}: {', '.join(foreign)}.")
-
+    """Create a task with the next gap-free key of its project (`task_numbers_take`), by the rules of `task_prepare`."""
     now = clock.now()
-    task = Task(
+    task = task_prepare(
         project=project,
         title=title,
+        now=now,
         description=description,
         acceptance_criteria=acceptance_criteria,
         status=status,
         priority=priority,
         task_class=task_class,
-        labels=list(labels),
-        blocked_reason=blocked_reason if status == TaskStatus.BLOCKED else "",
-        ready_since=waiting_since(old_status=None, new_status=status, current=None, at=now),
-        created_at=now,
-        updated_at=now,
-        number=0,
-        key="-",
-        **spending,
+        labels=labels,
+        blocked_reason=blocked_reason,
+        budget_tokens=budget_tokens,
+        budget_cost_usd=budget_cost_usd,
+        paths=paths,
+        paths_mode=paths_mode,
     )
-    validate_model(task, exclude=["number", "key"])
+    foreign = [blocker.key for blocker in blocked_by if blocker.project_id != project.pk]
+    if foreign:
+        raise ValidationFailed(f"Blockers must be in project {project.slug}: {', '.join(foreign)}.")
 
-    Project.objects.filter(pk=project.pk).update(task_sequence=F("task_sequence") + 1)
-    task.number = Project.objects.filter(pk=project.pk).values_list("task_sequence", flat=True).get()
+    (task.number,) = task_numbers_take(project, 1)
     task.key = f"{project.key_prefix}-{task.number}"
     task.save()
     TaskDependency.objects.bulk_create(
@@ -181,13 +239,7 @@ def task_create(
         actor=actor,
         at=now,
         task=task,
-        payload={
-            "key": task.key,
-            "status": status,
-            "priority": priority,
-            "task_class": task_class,
-            "blocked_by": [blocker.key for blocker in blocked_by],
-        },
+        payload=task_created_payload(task, [blocker.key for blocker in blocked_by]),
     )
     return task
 

@@ -28,6 +28,7 @@ SUBCOMMANDS = {
     "release",
     "changes",
     "search",
+    "plan",
     "run",
     "workspace",
     "mcp",

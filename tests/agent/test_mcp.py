@@ -34,6 +34,7 @@ EXPECTED_TOOLS = {
     "search",
     "comment",
     "decide",
+    "plan",
 }
 
 
@@ -115,7 +116,7 @@ def test_print_config_for_each_client(tmp_path):
 
 
 # The whole tools/list answer as the SDK client receives it, measured; a change to a tool changes it on purpose.
-TOOLS_LIST_BYTES = 8103
+TOOLS_LIST_BYTES = 8171
 CHOICES = {
     ("note", "kind"): {"progress", "finding", "warning"},
     ("finish", "outcome"): {"done", "review", "failed", "handoff", "approved", "changes_requested", "blocked"},
@@ -212,3 +213,41 @@ def test_a_reviewer_over_mcp_claims_a_review_requests_changes_comments_and_decid
         assert [c["body"] for c in again.context["comments"]] == ["one more thing"]
         assert "Keep the old API" in [d["title"] for d in again.context["decisions"]]
         worker.release(again.lease)
+
+
+def test_a_planner_over_mcp_files_a_whole_plan_in_one_call(fleet, api, logged_in):
+    existing = fleet.ready_task()
+    tasks = [
+        {"ref": "schema", "title": "Design the schema", "status": "ready", "blocked_by": [existing]},
+        {"ref": "api", "title": "Serve it", "blocked_by": ["schema"], "description": None},
+        {"ref": "docs", "title": "Document it", "blocked_by": ["api", "schema"]},
+    ]
+
+    async def work(session: Session) -> dict:
+        return {
+            "dry": await session.json("plan", {"tasks": tasks, "dry_run": True}),
+            "cycle": await session.call("plan", {"tasks": [{"ref": "a", "title": "A", "blocked_by": ["a"]}]}),
+            "bad": await session.call(
+                "plan", {"tasks": [{"ref": "a", "title": "A"}, {"ref": "a", "title": "B", "blocked_by": ["x"]}]}
+            ),
+            "made": await session.json("plan", {"tasks": tasks, "decisions": [{"title": "REST", "task": "api"}]}),
+        }
+
+    seen = anyio.run(lambda: with_session(logged_in, work))
+    assert seen["dry"]["dry_run"] is True
+    assert seen["dry"]["would_create"] == {"tasks": 3, "edges": 4, "decisions": 0}
+    failed, text = seen["cycle"]
+    assert failed
+    assert "DEPENDENCY_CYCLE: " in text
+    failed, text = seen["bad"]
+    assert failed
+    assert "VALIDATION_ERROR: " in text
+    assert "tasks[1].ref (ref a)" in text
+    assert "tasks[1].blocked_by[0] (ref a)" in text
+    made = seen["made"]
+    assert set(made["keys"]) == {"schema", "api", "docs"}
+    assert made["created"] == 3
+    docs = api.task(made["keys"]["docs"])
+    assert {blocker["key"] for blocker in docs["blocked_by"]} == {made["keys"]["api"], made["keys"]["schema"]}
+    assert api.task(made["keys"]["schema"])["blocked_by"] == [{"key": existing, "status": "ready"}]
+    assert len(made["decisions"]) == 1
