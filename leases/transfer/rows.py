@@ -83,6 +83,20 @@ SECTIONS: tuple[Section, ...] = (
     Section("finding", Finding, lambda p: Finding.objects.filter(project=p)),
     Section("event", Event, lambda p: Event.objects.filter(project=p)),
 )
+# Every other model of Leasehold's rooms, and why a project's export leaves it out
+# (tests/leases/transfer/test_round_trip.py checks that no model is forgotten).
+NOT_EXPORTED: dict[str, str] = {
+    "ledger.Agent": "written as `agent` rows by handle, without its token",
+    "ledger.WebhookEndpoint": "the server's own signing secrets and targets",
+    "ledger.WebhookDelivery": "deliveries to this server's endpoints",
+    "ledger.EventTally": "the /metrics position in this server's event log; advanced from the imported events",
+    "leases.IdempotencyRecord": "stored answers to this server's callers",
+    "leases.ClaimRefusalTally": "this server's refusal counters",
+    "leases.AgentDailyUsage": "one agent's spend over all its projects",
+    "leases.ReservationLock": "a lock row, not data",
+    "leases.JobHeartbeat": "this server's scheduler",
+    "leases.ReconciliationRun": "this server's runs; the findings they made are exported",
+}
 # Agents and users come before every section (after the project): rows name them.
 AGENT = "agent"
 USER = "user"

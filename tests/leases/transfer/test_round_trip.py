@@ -157,3 +157,19 @@ def test_a_project_with_nothing_but_tasks_round_trips(tmp_path):
     path.write_text(first)
     call_command("import_project", str(path), "--as", "bare2", "--key-prefix", "BARE2", stdout=io.StringIO())
     assert normalized(_export("bare2"), ("BARE",)) == normalized(first)
+
+
+def test_every_model_of_the_rooms_is_exported_or_left_out_with_a_reason():
+    """A new model must be placed: in a section of the export, or in NOT_EXPORTED with why."""
+    from django.apps import apps
+
+    from leases.transfer.rows import NOT_EXPORTED, SECTIONS
+
+    exported = {section.model._meta.label for section in SECTIONS}
+    models = {
+        model._meta.label
+        for app in ("ledger", "leases", "environments")
+        for model in apps.get_app_config(app).get_models()
+    }
+    assert models - exported == set(NOT_EXPORTED)
+    assert not exported & set(NOT_EXPORTED)
