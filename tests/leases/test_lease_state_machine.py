@@ -143,6 +143,8 @@ class AttemptModel:
     status: str = AttemptStatus.ACTIVE
     notes: int = 0
     kind: str = AttemptKind.WORK
+    # The task's description changed under this work lease: finishing needs acknowledged_version.
+    task_edited: bool = False
 
 
 @dataclass
@@ -239,6 +241,10 @@ class LeaseMachine(RuleBasedStateMachine):
         """Every service call of the machine goes through here, so that `ledger()` knows to read again."""
         self.calls += 1
         return outcome_of(service_call)
+
+    def version_of(self, task: int) -> int:
+        """The task's version as the holder re-reads it."""
+        return Task.objects.values_list("version", flat=True).get(pk=self.model[task].pk)
 
     def ledger(self) -> Ledger:
         """The ledger now: read again after any service call or clock move, else shared by the checks."""
@@ -465,6 +471,8 @@ class LeaseMachine(RuleBasedStateMachine):
             failure = data.draw(st.sampled_from([*FailureReason.values, None]), label="failure reason")
         if outcome == Outcome.HANDOFF:
             interruption = data.draw(st.sampled_from([*InterruptionReason.values, None]), label="interruption")
+        # The holder re-read a task edited under its lease (`edit_under_review` pins the refusal).
+        acknowledged = self.version_of(case.attempt.task) if case.attempt.task_edited else None
         finished = self.fenced(
             case,
             f"finish {outcome}",
@@ -474,6 +482,7 @@ class LeaseMachine(RuleBasedStateMachine):
                 result_summary="did things",
                 failure_reason_code=failure,
                 interruption_reason_code=interruption,
+                acknowledged_version=acknowledged,
             ),
             invalid_input=outcome in (Outcome.FAILED, Outcome.HANDOFF) and not (failure or interruption),
         )
@@ -598,7 +607,21 @@ class LeaseMachine(RuleBasedStateMachine):
         proof = HolderProof(
             attempt_id=attempt.pk, token=attempt.token, epoch=attempt.epoch, agent=self.agents[attempt.agent]
         )
-        _, code = self.call(lambda: attempt_finish(proof=proof, outcome=Outcome.REVIEW, result_summary="please look"))
+        acknowledged = None
+        if attempt.task_edited:
+            # SPEC §4: the task changed under the lease; a finish that has not re-read it is refused.
+            before = self.ledger()
+            _, code = self.call(
+                lambda: attempt_finish(proof=proof, outcome=Outcome.REVIEW, result_summary="please look")
+            )
+            assert code == "ACKNOWLEDGEMENT_REQUIRED", f"finishing edited work unread: {code}"
+            assert self.ledger() == before, "a refused finish wrote something"
+            acknowledged = self.version_of(attempt.task)
+        _, code = self.call(
+            lambda: attempt_finish(
+                proof=proof, outcome=Outcome.REVIEW, result_summary="please look", acknowledged_version=acknowledged
+            )
+        )
         event(f"finish_for_review: {code or 'ok'}")
         assert code is None, f"finishing live work for review: {code}"
         task = self.model[attempt.task]
@@ -618,6 +641,10 @@ class LeaseMachine(RuleBasedStateMachine):
         _, code = self.call(lambda: task_update(task=self.tasks[task], actor=self.admin, changes=changes))
         assert code is None, f"editing a task under review: {code}"
         self.model[task].changed()
+        # A task reopened and claimed again while its review is pending: the edit lands under a work lease.
+        for attempt in self.attempts:
+            if attempt.task == task and attempt.kind == AttemptKind.WORK and attempt.status == AttemptStatus.ACTIVE:
+                attempt.task_edited = True
 
     def review_refusal(self, task: int, agent: int) -> str | None:
         model = self.model[task]
