@@ -18,13 +18,14 @@ X-Forwarded-For through `LEASEHOLD_TRUSTED_PROXIES` proxies.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
+
+from ledger import clock
 
 WINDOW_SECONDS = 60
 
@@ -44,8 +45,8 @@ def client_address(request: Any) -> str:
 
 
 def _window() -> tuple[int, float]:
-    """The current window's number and the seconds left in it."""
-    now = time.time()
+    """The current window's number and the seconds left in it, by the one clock (SPEC §1.9)."""
+    now = clock.now().timestamp()
     return int(now // WINDOW_SECONDS), WINDOW_SECONDS - now % WINDOW_SECONDS
 
 

@@ -128,7 +128,8 @@ def test_holder_calls_refuse_unknown_fields(client, task):
 
 
 @pytest.mark.django_db
-def test_failed_bearer_authentications_are_limited_per_address_and_a_valid_token_waits_too(project, settings):
+def test_failed_bearer_authentications_are_limited_per_address_and_a_valid_token_waits_too(project, settings, clock):
+    # The windows follow the one clock: frozen, the six requests cannot straddle two windows.
     settings.LEASEHOLD_AUTH_FAILURES_PER_MINUTE = 5
     agent = AgentFactory(projects=[project])
     bad = client_for(agent)
@@ -143,10 +144,12 @@ def test_failed_bearer_authentications_are_limited_per_address_and_a_valid_token
     assert_error(client_for(agent).get("/api/v1/projects/"), 429, "RATE_LIMITED")
     other = client_for(agent)
     assert other.get("/api/v1/projects/", REMOTE_ADDR="198.51.100.20").status_code == 200
+    clock.advance(60)  # the next window
+    assert client_for(agent).get("/api/v1/projects/").status_code == 200
 
 
 @pytest.mark.django_db
-def test_requests_per_agent_are_limited(client, settings):
+def test_requests_per_agent_are_limited(client, settings, clock):
     settings.LEASEHOLD_AGENT_REQUESTS_PER_MINUTE = 3
     for _ in range(3):
         assert client.get("/api/v1/projects/").status_code == 200
@@ -156,7 +159,7 @@ def test_requests_per_agent_are_limited(client, settings):
 
 
 @pytest.mark.django_db
-def test_x_forwarded_for_is_ignored_without_trusted_proxies(project, settings):
+def test_x_forwarded_for_is_ignored_without_trusted_proxies(project, settings, clock):
     settings.LEASEHOLD_AUTH_FAILURES_PER_MINUTE = 2
     bad = client_for(AgentFactory(projects=[project]))
     bad.credentials(HTTP_AUTHORIZATION="Bearer lh_wrong")
