@@ -1,9 +1,11 @@
 """The fleet in Prometheus' terms (SPEC §18), read from the database at scrape time so every server answers the same.
 
 `FleetCollector.collect()` issues a fixed handful of aggregate statements,
-each served by an index (named in each reader); none scans the event table:
-the counters come from the running tally (`ledger.services.tally`), which a
-scrape advances by the events since the previous scrape.
+each served by an index (named in each reader); none scans the task or the
+event table: the task counts come from the trigger-kept `TaskCount`
+(`ledger.selectors.task_counts_by_status`, folded at each scrape), the
+counters from the running tally (`ledger.services.tally`), which a scrape
+advances by the events since the previous scrape.
 
 Metrics (all prefixed `leasehold_`):
 - `tasks{project, effective_status}`: tasks per project and effective status
@@ -39,7 +41,9 @@ from leases.reconciliation.models import Finding, FindingStatus, ReconciliationR
 from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
 from ledger import clock
 from ledger.models import DeliveryStatus, EventType, Project, Task, TaskStatus, WebhookDelivery
+from ledger.selectors import task_counts_by_status
 from ledger.services.tally import event_tally_advance
+from ledger.services.task_counts import task_counts_fold
 
 EXPIRING_SOON = timedelta(minutes=10)
 FINISHED_STATUSES = (
@@ -56,10 +60,9 @@ def _tasks(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(
         "leasehold_tasks", "Tasks by project and effective status.", labels=["project", "effective_status"]
     )
-    counts: dict[tuple[int, str], int] = {}
-    # Index task_project_status; count(*), not count(id), so that PostgreSQL can read the index alone.
-    for row in Task.objects.order_by().values("project_id", "status").annotate(n=Count("*")):
-        counts[(row["project_id"], row["status"])] = row["n"]
+    # Kept by the task triggers (ledger/task_count_models.py): a few rows per project, however many tasks.
+    task_counts_fold()
+    counts = task_counts_by_status()
     # Partial index attempt_active_expiry: a live lease moves its task from its stored status to in_progress.
     live = live_attempts(now).order_by().values("task__project_id", "task__status", "kind").annotate(n=Count("id"))
     for row in live:
