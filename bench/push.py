@@ -151,7 +151,7 @@ def wait_latency(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
 
     from ledger.actors import SYSTEM
     from ledger.models import EventType
-    from ledger.selectors import changes_since, feed_position
+    from ledger.selectors import changes_and_position, feed_position
     from ledger.services import event_append
     from ledger.waiting import event_watcher
 
@@ -173,8 +173,7 @@ def wait_latency(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
                 unsubscribe = event_watcher().subscribe(since=position, projects=projects, wake=woken.set)
                 woken.wait(2.0)
                 unsubscribe()
-                reread = feed_position()
-                rows, _ = changes_since(agent=agent, since=position, limit=200)
+                rows, _, reread = changes_and_position(agent=agent, since=position, limit=200)
                 arrived = time.perf_counter()
                 with lock:
                     arrivals.extend((row["id"], arrived) for row in rows)

@@ -177,14 +177,34 @@ def changes_since(
     The horizon is read in a statement of its own *before* the events.
     SQLite serializes its writers and needs no horizon.
     """
-    events = events_visible_to(agent).filter(id__gt=since)
+    rows, more, _ = _changes(agent=agent, since=since, limit=limit, project=project, horizon=event_horizon())
+    return rows, more
+
+
+def changes_and_position(
+    *, agent: Agent | None, since: int, limit: int, project: Project | None = None
+) -> tuple[list[dict[str, Any]], bool, int]:
+    """`changes_since`, and a `feed_position` read before the events: what a waiter that found nothing waits beyond.
+
+    On PostgreSQL the position is the very horizon the events were read
+    under, so a waiter's read costs one horizon statement, not two (a woken
+    waiter is a full request, times every waiter: SPEC §18's waiter budget).
+    """
     horizon = event_horizon()
+    position = horizon if horizon is not None else feed_position()
+    return _changes(agent=agent, since=since, limit=limit, project=project, horizon=horizon, position=position)
+
+
+def _changes(
+    *, agent: Agent | None, since: int, limit: int, project: Project | None, horizon: int | None, position: int = 0
+) -> tuple[list[dict[str, Any]], bool, int]:
+    events = events_visible_to(agent).filter(id__gt=since)
     if horizon is not None:
         events = events.filter(id__lte=horizon)
     if project is not None:
         events = events.filter(project=project)
     rows = list(events.order_by("id").values(*CHANGE_FIELDS)[: limit + 1])
-    return rows[:limit], len(rows) > limit
+    return rows[:limit], len(rows) > limit, position
 
 
 def decisions_visible_to(agent: Agent | None) -> QuerySet[Decision]:
