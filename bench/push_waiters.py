@@ -62,7 +62,9 @@ def waiters(target: Target, sizes: Any, *, workers: int) -> tuple[list[Row], dic
     rows: list[Row] = []
     with http.serving(target, workers=workers) as server:
         run_threads(min(workers, 4), _warm(server, w3.project.slug, tokens), duration=1.0 if smoke else 3.0)
+        rest_idle = _at_rest(server)
         idle, idle_cpu = _phase(server, w3.project.slug, tokens, seconds)
+        idle_cpu["server_cpu_at_rest_s_per_s"] = rest_idle
         idle_row = row_from_run(
             target.vendor, f"W3 claim beside {count} waiters", "idle", idle, kind="claim", **idle_cpu
         )
@@ -70,7 +72,9 @@ def waiters(target: Target, sizes: Any, *, workers: int) -> tuple[list[Row], dic
         child = _start_waiters(target, server, waiter_token, count, seconds=3 * seconds + 60)
         try:
             connected = _read_line(child, "ready")
+            rest_parked = _at_rest(server)
             parked, parked_cpu = _phase(server, w3.project.slug, tokens, seconds, child)
+            parked_cpu["server_cpu_at_rest_s_per_s"] = rest_parked
             commits: dict[int, float] = {}
             stop = threading.Event()
             writer = threading.Thread(target=_wake_writer, args=(quiet.project, commits, stop))
@@ -144,6 +148,13 @@ def _phase(server: http.Server, slug: str, tokens: list[str], seconds: float, ch
     if child is not None:
         cpu["waiter_process_cpu_s"] = round(cpu_seconds(child.pid) - child_before, 2)
     return run, cpu
+
+
+def _at_rest(server: http.Server, seconds: float = 3.0) -> float:
+    """CPU seconds per second the server uses with no request coming in (waiters parked or not)."""
+    before = cpu_seconds(server.pid)
+    time.sleep(seconds)
+    return round((cpu_seconds(server.pid) - before) / seconds, 3)
 
 
 def _warm(server: http.Server, slug: str, tokens: list[str]) -> Any:
