@@ -129,11 +129,14 @@ def _part_timings() -> dict[str, float]:
     readers = {
         "tasks": lambda: prometheus._tasks(now, slugs),
         "leases": lambda: list(prometheus._leases(now)),
-        "counters": lambda: list(prometheus._counters()),
+        "advance_tallies": prometheus.advance_tallies,
+        "counters": lambda: list(prometheus._counters(prometheus.advance_tallies())),
         "findings": prometheus._findings,
         "queue_wait": lambda: prometheus._queue_wait(now, slugs),
         "deliveries": prometheus._deliveries,
         "reconciliation": lambda: list(prometheus._last_reconciliation()),
+        "spend": lambda: list(prometheus._spend(now, slugs)),
+        "jobs": lambda: list(prometheus._jobs(now)),
     }
     timings = {}
     for name, reader in readers.items():

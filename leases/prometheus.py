@@ -34,6 +34,7 @@ from django.db.models import Count, Exists, OuterRef, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from config.db import write_transaction
 from leases.jobhealth.models import JobName
 from leases.jobhealth.selectors import job_health
 from leases.models import AttemptKind, AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
@@ -61,7 +62,6 @@ def _tasks(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
         "leasehold_tasks", "Tasks by project and effective status.", labels=["project", "effective_status"]
     )
     # Kept by the task triggers (ledger/task_count_models.py): a few rows per project, however many tasks.
-    task_counts_fold()
     counts = task_counts_by_status()
     # Partial index attempt_active_expiry: a live lease moves its task from its stored status to in_progress.
     live = live_attempts(now).order_by().values("task__project_id", "task__status", "kind").annotate(n=Count("id"))
@@ -84,8 +84,14 @@ def _leases(now: datetime) -> Iterator[Metric]:
     yield GaugeMetricFamily("leasehold_leases_expiring_soon", "Live leases lapsing within 10 minutes.", value=soon)
 
 
-def _counters() -> Iterator[Metric]:
-    tally = event_tally_advance()
+@write_transaction
+def advance_tallies() -> dict[tuple[str, str], int]:
+    """Fold the task-count changes and advance the event tally: the scrape's writes, in one commit."""
+    task_counts_fold()
+    return event_tally_advance()
+
+
+def _counters(tally: dict[tuple[str, str], int]) -> Iterator[Metric]:
 
     def total(event_type: str) -> int:
         return sum(count for (kind, _), count in tally.items() if kind == event_type)
@@ -224,9 +230,10 @@ class FleetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = clock.now()
         slugs = dict(Project.objects.values_list("id", "slug"))
+        tally = advance_tallies()
         yield _tasks(now, slugs)
         yield from _leases(now)
-        yield from _counters()
+        yield from _counters(tally)
         yield _findings()
         yield _queue_wait(now, slugs)
         yield _deliveries()
