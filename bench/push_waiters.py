@@ -19,6 +19,8 @@ project every `WAKE_EVERY_SECONDS` wakes all 500 at once, each re-reading the
 feed and parking again). The parked and waking rows' ratio is their claim p99
 over the idle one (budget ≤ 2); the waking row also reports how long after
 an event's commit the waiters had it (p50/p99 over every waiter and event).
+`LEASEHOLD_BENCH_WAITERS=20` runs the same with 20 waiters: the HTTP path's
+wake latency without a herd of 500.
 """
 
 from __future__ import annotations
@@ -50,6 +52,8 @@ def waiters(target: Target, sizes: Any, *, workers: int) -> tuple[list[Row], dic
 
     smoke = sizes is workloads.SMOKE
     count, agents, seconds = (50, 2, 2.0) if smoke else (WAITERS, 4, 10.0)
+    # Another number of waiters (e.g. 20, for the HTTP path's wake latency without a herd).
+    count = int(os.environ.get("LEASEHOLD_BENCH_WAITERS", "") or count)
     w3 = workloads.fresh_fleet("w3wait", agents=0, tasks=sizes.w3_tasks)
     w3_agents = http.create_agents(w3.project, agents, prefix=f"{w3.project.slug}-a")
     quiet = workloads.fresh_fleet("quiet", agents=0, tasks=1)
