@@ -38,12 +38,12 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from config.db import write_transaction
 from leases.jobhealth.models import JobName
 from leases.jobhealth.selectors import job_health
-from leases.models import AttemptKind, AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
+from leases.models import AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
 from leases.reconciliation.models import Finding, FindingStatus, ReconciliationRun
 from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
+from leases.status_counts import task_counts_by_effective_status
 from ledger import clock
 from ledger.models import DeliveryStatus, EventType, Project, Task, TaskStatus, WebhookDelivery
-from ledger.selectors import task_counts_by_status
 from ledger.services.tally import event_tally_advance
 from ledger.services.task_counts import task_counts_fold
 
@@ -62,16 +62,8 @@ def _tasks(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(
         "leasehold_tasks", "Tasks by project and effective status.", labels=["project", "effective_status"]
     )
-    # Kept by the task triggers (ledger/task_count_models.py): a few rows per project, however many tasks.
-    counts = task_counts_by_status()
-    # Partial index attempt_active_expiry: a live lease moves its task from its stored status to in_progress.
-    live = live_attempts(now).order_by().values("task__project_id", "task__status", "kind").annotate(n=Count("id"))
-    for row in live:
-        stored = (row["task__project_id"], row["task__status"])
-        counts[stored] = counts.get(stored, 0) - row["n"]
-        # A reviewer's live lease makes the task in_review (SPEC §16.1), any other in_progress.
-        held = (row["task__project_id"], IN_REVIEW if row["kind"] == AttemptKind.REVIEW else IN_PROGRESS)
-        counts[held] = counts.get(held, 0) + row["n"]
+    # Trigger-kept counts (ledger/task_count_models.py) and the live leases: a few rows, however many tasks.
+    counts = task_counts_by_effective_status(now)
     for project_id, slug in sorted(slugs.items(), key=lambda item: item[1]):
         for status in [*TaskStatus.values, IN_PROGRESS, IN_REVIEW]:
             family.add_metric([slug, status], counts.get((project_id, status), 0))

@@ -13,7 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from config.errors import LedgerError
+from leases.selectors import with_lease_state
 from leases.services import attempt_finish, attempt_release, lease_claim, sweep_expired, task_update
+from leases.status_counts import task_counts_by_effective_status
 from ledger.actors import SYSTEM
 from ledger.models import ALLOWED_TRANSITIONS, Project, Task, TaskCount, TaskCountChange, TaskStatus
 from ledger.selectors import task_counts_by_status
@@ -33,6 +35,15 @@ def counted_from_the_table() -> dict[tuple[int, str], int]:
 
 def assert_counts_exact() -> None:
     assert task_counts_by_status() == counted_from_the_table()
+
+
+def assert_effective_counts_exact(now) -> None:
+    """The metric's counts equal grouping the effective-status annotation that the API and admin use."""
+    annotated = with_lease_state(Task.objects.all(), now=now).values_list("project_id", "effective_status")
+    expected: dict[tuple[int, str], int] = {}
+    for key in annotated:
+        expected[key] = expected.get(key, 0) + 1
+    assert task_counts_by_effective_status(now) == expected
 
 
 def status_change(task: Task, rng: random.Random) -> None:
@@ -127,6 +138,7 @@ def test_random_writes_never_make_the_counts_drift(clock, seed, steps):
         with contextlib.suppress(LedgerError):  # a refused write changes nothing, and must count nothing
             one_write(step, rng, projects, agents, clock)
         assert_counts_exact()
+        assert_effective_counts_exact(clock.now())
 
 
 @pytest.mark.django_db(transaction=True)
