@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.results import RESULTS_DIR, Row, machine, markdown_table, table, write_json
 
-WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push")
+WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push", "waiters")
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
 
@@ -52,6 +52,10 @@ def main(argv: list[str] | None = None) -> int:
     show = commands.add_parser("table", help="print a results file's table (--markdown for the docs)")
     show.add_argument("path", type=Path, nargs="?", default=RESULTS_DIR / "latest.json")
     show.add_argument("--markdown", action="store_true")
+    waiters = commands.add_parser("waiters", help=argparse.SUPPRESS)
+    waiters.add_argument("--port", type=int, required=True)
+    waiters.add_argument("--count", type=int, required=True)
+    waiters.add_argument("--seconds", type=float, required=True)
     sweep = commands.add_parser("sweep", help=argparse.SUPPRESS)
     sweep.add_argument("--batch-size", type=int, default=None)
     args = parser.parse_args(argv)
@@ -68,6 +72,11 @@ def main(argv: list[str] | None = None) -> int:
         from bench.processes import sweep_main
 
         sweep_main(args.batch_size)
+        return 0
+    if args.command == "waiters":
+        from bench.push_waiters import waiters_main
+
+        waiters_main(args.port, args.count, args.seconds)
         return 0
     if args.command == "agents":
         from bench.processes import agents_main
@@ -174,6 +183,7 @@ def _find(rows: list[Row], *, database: str, workload: str, mode: str, concurren
 
 
 FULL_SWEEP = 100_000
+WAITERS = 500
 
 
 def evaluate_targets(rows: list[Row]) -> list[dict[str, Any]]:
@@ -221,6 +231,13 @@ def evaluate_targets(rows: list[Row]) -> list[dict[str, Any]]:
         None if during is None or during.ratio is None else during.ratio <= 2,
         "-" if during is None else f"p99 {during.p99_ms} ms, x{during.ratio}",
     )
+    for database, label in ((pg, "PostgreSQL"), ("sqlite", "SQLite")):
+        parked = _find(rows, database=database, workload=f"W3 claim beside {WAITERS} waiters", mode="parked")
+        add(
+            f"{label}: W3 claim p99 beside {WAITERS} parked waiters <= 2x idle",
+            None if parked is None or parked.ratio is None else parked.ratio <= 2 and not parked.errors,
+            "-" if parked is None else f"p99 {parked.p99_ms} ms, x{parked.ratio}, errors {len(parked.errors)}",
+        )
     procs = _find(rows, database="sqlite", workload="W3 full cycle, 4 processes", mode="service", concurrency=16)
     pg16 = service16
     if procs is None:

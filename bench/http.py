@@ -43,6 +43,7 @@ class HttpError(RuntimeError):
 class Server:
     host: str
     port: int
+    pid: int = 0  # `manage.py serve`'s, whose descendants are the gunicorn master and workers
 
     def call(
         self, method: str, path: str, *, token: str, body: Any = None, headers: dict[str, str] | None = None
@@ -79,7 +80,7 @@ def serving(target: Target, *, workers: int) -> Iterator[Server]:
         stderr=subprocess.PIPE,
         start_new_session=True,
     )
-    server = Server("127.0.0.1", port)
+    server = Server("127.0.0.1", port, process.pid)
     try:
         deadline = time.monotonic() + 60
         while True:

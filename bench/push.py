@@ -129,11 +129,14 @@ def _part_timings() -> dict[str, float]:
     readers = {
         "tasks": lambda: prometheus._tasks(now, slugs),
         "leases": lambda: list(prometheus._leases(now)),
-        "counters": lambda: list(prometheus._counters()),
+        "advance_tallies": prometheus.advance_tallies,
+        "counters": lambda: list(prometheus._counters(prometheus.advance_tallies())),
         "findings": prometheus._findings,
         "queue_wait": lambda: prometheus._queue_wait(now, slugs),
         "deliveries": prometheus._deliveries,
         "reconciliation": lambda: list(prometheus._last_reconciliation()),
+        "spend": lambda: list(prometheus._spend(now, slugs)),
+        "jobs": lambda: list(prometheus._jobs(now)),
     }
     timings = {}
     for name, reader in readers.items():
@@ -151,7 +154,7 @@ def wait_latency(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
 
     from ledger.actors import SYSTEM
     from ledger.models import EventType
-    from ledger.selectors import changes_since, feed_position
+    from ledger.selectors import changes_and_position, feed_position
     from ledger.services import event_append
     from ledger.waiting import event_watcher
 
@@ -173,8 +176,7 @@ def wait_latency(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
                 unsubscribe = event_watcher().subscribe(since=position, projects=projects, wake=woken.set)
                 woken.wait(2.0)
                 unsubscribe()
-                reread = feed_position()
-                rows, _ = changes_since(agent=agent, since=position, limit=200)
+                rows, _, reread = changes_and_position(agent=agent, since=position, limit=200)
                 arrived = time.perf_counter()
                 with lock:
                     arrivals.extend((row["id"], arrived) for row in rows)

@@ -85,6 +85,10 @@ def run_workloads(
         from bench.push import push
 
         steps.append(("push", push))
+    if "waiters" in only:
+        from bench.push_waiters import waiters
+
+        steps.append(("waiters", lambda target, sizes: waiters(target, sizes, workers=workers)))
     if "http" in only:
         from bench import http
 

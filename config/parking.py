@@ -18,6 +18,13 @@ yet calls one and returns a placeholder response:
   `stream.heartbeat_seconds` pass with nothing written it writes a comment
   line. `poll()` returning None ends the stream.
 
+Resumed requests run on a pool of their own (a quarter of the worker's
+threads, at least one), not on the request threads: one event can wake every
+waiter of a project at once, and hundreds of re-reads queued ahead of them
+would hold back every claim and renewal behind a herd (bench `waiters`,
+docs/performance.md). The herd then takes longer to drain, and plain
+requests keep their threads.
+
 A parked connection is watched for readability: a client that hangs up (or
 sends anything) is dropped and its subscription cancelled. Wake-ups may come
 from any thread; they are handed to the event loop's thread through a pipe,
@@ -35,6 +42,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
@@ -48,6 +56,11 @@ STREAM_KEY = "leasehold.stream"
 DEADLINE_KEY = "leasehold.wait_deadline"
 TICK_SECONDS = 0.05
 HEARTBEAT = b": keepalive\n\n"
+
+
+def resume_threads(request_threads: int) -> int:
+    """Threads that re-run woken waiters: a quarter of the request threads, at least one."""
+    return max(1, request_threads // 4)
 
 
 class Stream(Protocol):
@@ -110,6 +123,9 @@ class ParkingMixin:
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
         self.poller.register(self._wake_read, selectors.EVENT_READ, self._on_wake_pipe)
+        self._resume_pool = ThreadPoolExecutor(
+            max_workers=resume_threads(self.cfg.threads), thread_name_prefix="leasehold-resume"
+        )
         threading.Thread(target=self._tick, name="leasehold-parking-clock", daemon=True).start()
 
     # --- in a pool thread ---------------------------------------------------
@@ -278,7 +294,7 @@ class ParkingMixin:
             self.poller.unregister(lot.conn.sock)
 
     def _submit_resume(self, lot: _Lot) -> None:
-        self._wrap_future(self.tpool.submit(self._resume, lot), lot.conn)  # type: ignore[attr-defined]
+        self._wrap_future(self._resume_pool.submit(self._resume, lot), lot.conn)  # type: ignore[attr-defined]
 
     def parked_count(self) -> int:
         with self._lock:

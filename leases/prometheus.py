@@ -1,9 +1,11 @@
 """The fleet in Prometheus' terms (SPEC §18), read from the database at scrape time so every server answers the same.
 
 `FleetCollector.collect()` issues a fixed handful of aggregate statements,
-each served by an index (named in each reader); none scans the event table:
-the counters come from the running tally (`ledger.services.tally`), which a
-scrape advances by the events since the previous scrape.
+each served by an index (named in each reader); none scans the task or the
+event table: the task counts come from the trigger-kept `TaskCount`
+(`ledger.selectors.task_counts_by_status`, folded at each scrape), the
+counters from the running tally (`ledger.services.tally`), which a scrape
+advances by the events since the previous scrape.
 
 Metrics (all prefixed `leasehold_`):
 - `tasks{project, effective_status}`: tasks per project and effective status
@@ -28,18 +30,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
+from django.db import connection
 from django.db.models import Count, Exists, OuterRef, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from config.db import write_transaction
 from leases.jobhealth.models import JobName
 from leases.jobhealth.selectors import job_health
-from leases.models import AttemptKind, AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
+from leases.models import AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
 from leases.reconciliation.models import Finding, FindingStatus, ReconciliationRun
 from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
+from leases.status_counts import task_counts_by_effective_status
 from ledger import clock
 from ledger.models import DeliveryStatus, EventType, Project, Task, TaskStatus, WebhookDelivery
 from ledger.services.tally import event_tally_advance
+from ledger.services.task_counts import task_counts_fold
 
 EXPIRING_SOON = timedelta(minutes=10)
 FINISHED_STATUSES = (
@@ -56,18 +62,8 @@ def _tasks(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
     family = GaugeMetricFamily(
         "leasehold_tasks", "Tasks by project and effective status.", labels=["project", "effective_status"]
     )
-    counts: dict[tuple[int, str], int] = {}
-    # Index task_project_status; count(*), not count(id), so that PostgreSQL can read the index alone.
-    for row in Task.objects.order_by().values("project_id", "status").annotate(n=Count("*")):
-        counts[(row["project_id"], row["status"])] = row["n"]
-    # Partial index attempt_active_expiry: a live lease moves its task from its stored status to in_progress.
-    live = live_attempts(now).order_by().values("task__project_id", "task__status", "kind").annotate(n=Count("id"))
-    for row in live:
-        stored = (row["task__project_id"], row["task__status"])
-        counts[stored] = counts.get(stored, 0) - row["n"]
-        # A reviewer's live lease makes the task in_review (SPEC §16.1), any other in_progress.
-        held = (row["task__project_id"], IN_REVIEW if row["kind"] == AttemptKind.REVIEW else IN_PROGRESS)
-        counts[held] = counts.get(held, 0) + row["n"]
+    # Trigger-kept counts (ledger/task_count_models.py) and the live leases: a few rows, however many tasks.
+    counts = task_counts_by_effective_status(now)
     for project_id, slug in sorted(slugs.items(), key=lambda item: item[1]):
         for status in [*TaskStatus.values, IN_PROGRESS, IN_REVIEW]:
             family.add_metric([slug, status], counts.get((project_id, status), 0))
@@ -81,8 +77,23 @@ def _leases(now: datetime) -> Iterator[Metric]:
     yield GaugeMetricFamily("leasehold_leases_expiring_soon", "Live leases lapsing within 10 minutes.", value=soon)
 
 
-def _counters() -> Iterator[Metric]:
-    tally = event_tally_advance()
+@write_transaction
+def advance_tallies() -> dict[tuple[str, str], int]:
+    """Fold the task-count changes and advance the event tally: the scrape's writes, in one commit.
+
+    On PostgreSQL the commit does not wait for its WAL flush (`synchronous_commit
+    = off` for this transaction alone): a crash can lose only this whole
+    transaction (the tally's position moves with its counts), and the next
+    scrape counts the same events again, so no fsync is worth a scrape's wait.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit = off")
+    task_counts_fold()
+    return event_tally_advance()
+
+
+def _counters(tally: dict[tuple[str, str], int]) -> Iterator[Metric]:
 
     def total(event_type: str) -> int:
         return sum(count for (kind, _), count in tally.items() if kind == event_type)
@@ -221,9 +232,10 @@ class FleetCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         now = clock.now()
         slugs = dict(Project.objects.values_list("id", "slug"))
+        tally = advance_tallies()
         yield _tasks(now, slugs)
         yield from _leases(now)
-        yield from _counters()
+        yield from _counters(tally)
         yield _findings()
         yield _queue_wait(now, slugs)
         yield _deliveries()

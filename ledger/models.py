@@ -480,6 +480,8 @@ class TaskComment(NoDeleteModel):
 
 
 # Webhooks live in their own module (SPEC §18); importing them here registers them with the app.
+# Task counts for /metrics, kept by triggers (ledger/task_count_models.py).
+from ledger.task_count_models import TaskCount, TaskCountChange  # noqa: E402, F401
 from ledger.webhook_models import (  # noqa: E402, F401
     DeliveryStatus,
     EventTally,

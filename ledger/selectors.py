@@ -177,14 +177,34 @@ def changes_since(
     The horizon is read in a statement of its own *before* the events.
     SQLite serializes its writers and needs no horizon.
     """
-    events = events_visible_to(agent).filter(id__gt=since)
+    rows, more, _ = _changes(agent=agent, since=since, limit=limit, project=project, horizon=event_horizon())
+    return rows, more
+
+
+def changes_and_position(
+    *, agent: Agent | None, since: int, limit: int, project: Project | None = None
+) -> tuple[list[dict[str, Any]], bool, int]:
+    """`changes_since`, and a `feed_position` read before the events: what a waiter that found nothing waits beyond.
+
+    On PostgreSQL the position is the very horizon the events were read
+    under, so a waiter's read costs one horizon statement, not two (a woken
+    waiter is a full request, times every waiter: SPEC §18's waiter budget).
+    """
     horizon = event_horizon()
+    position = horizon if horizon is not None else feed_position()
+    return _changes(agent=agent, since=since, limit=limit, project=project, horizon=horizon, position=position)
+
+
+def _changes(
+    *, agent: Agent | None, since: int, limit: int, project: Project | None, horizon: int | None, position: int = 0
+) -> tuple[list[dict[str, Any]], bool, int]:
+    events = events_visible_to(agent).filter(id__gt=since)
     if horizon is not None:
         events = events.filter(id__lte=horizon)
     if project is not None:
         events = events.filter(project=project)
     rows = list(events.order_by("id").values(*CHANGE_FIELDS)[: limit + 1])
-    return rows[:limit], len(rows) > limit
+    return rows[:limit], len(rows) > limit, position
 
 
 def decisions_visible_to(agent: Agent | None) -> QuerySet[Decision]:
@@ -214,3 +234,25 @@ def recent_comments(task: Task, *, limit: int) -> list[TaskComment]:
     """The task's latest comments, oldest of them first."""
     latest = TaskComment.objects.filter(task=task).select_related("author_agent", "author_user").order_by("-id")
     return list(reversed(latest[:limit]))
+
+
+TASK_COUNTS = """
+SELECT project_id, status, sum(n) FROM (
+    SELECT project_id, status, count AS n FROM ledger_taskcount
+    UNION ALL
+    SELECT project_id, status, delta FROM ledger_taskcountchange
+) AS counts GROUP BY project_id, status
+"""
+
+
+def task_counts_by_status() -> dict[tuple[int, str], int]:
+    """Tasks per (project id, stored status), exact, without reading the task table (pairs with none left out).
+
+    The folded counts plus the changes not folded yet (ledger/task_count_models.py),
+    in one statement and so one snapshot: two servers reading at once agree.
+    It costs a few rows per project and status, whatever the number of tasks.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(TASK_COUNTS)
+        rows = cursor.fetchall()
+    return {(int(project_id), str(status)): int(n) for project_id, status, n in rows if n}

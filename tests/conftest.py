@@ -19,12 +19,14 @@ START = datetime(2026, 1, 5, 9, 0, tzinfo=UTC)
 
 
 _no_truncate_or_replace = importlib.import_module("ledger.migrations.0006_event_no_truncate_or_replace")
+_task_counts = importlib.import_module("ledger.migrations.0012_task_counts")
 
 
 def _sqlite_trigger_statements(*, create: bool) -> list[str]:
     return [
         *_triggers.statements("sqlite", create=create),
         *_no_truncate_or_replace.statements("sqlite", create=create),
+        *_task_counts.statements("sqlite", create=create),
     ]
 
 
@@ -35,7 +37,9 @@ def _with_event_triggers_suspended(teardown):
     `ledger.0006` refuses: it is disabled for the flush (row triggers do not
     see TRUNCATE). SQLite flushes with DELETE, which the trigger refuses (as it
     must in production), so the triggers are dropped for the flush and
-    recreated right after.
+    recreated right after; so are the task-count triggers of `ledger.0012`,
+    whose DELETE rows would otherwise count the flushed tasks into the next
+    test (TRUNCATE fires no row or DELETE trigger on PostgreSQL).
     """
 
     def wrapped(self: TransactionTestCase) -> None:

@@ -25,8 +25,8 @@ from api.schema import READ_ERRORS, error_responses
 from config.parking import DEADLINE_KEY, PARK_KEY
 from ledger.models import Severity
 from ledger.selectors import (
+    changes_and_position,
     changes_since,
-    feed_position,
     latest_visible_event_id,
     project_by_slug,
     visible_project_ids,
@@ -102,17 +102,21 @@ class ChangesApi(ApiView):
             since = max(since, latest_visible_event_id(agent=agent, project=project))
         deadline = request.META.get(DEADLINE_KEY) or time.monotonic() + wait
         projects = frozenset({project.pk}) if project is not None else None
-        if wait and projects is None:
-            projects = visible_project_ids(agent)
         while True:
-            position = feed_position() if wait else since
-            rows, more = changes_since(agent=agent, since=since, limit=params["limit"], project=project)
+            if wait:
+                rows, more, position = changes_and_position(
+                    agent=agent, since=since, limit=params["limit"], project=project
+                )
+            else:
+                rows, more = changes_since(agent=agent, since=since, limit=params["limit"], project=project)
             remaining = deadline - time.monotonic()
             if rows or not wait or remaining <= 0:
                 break
+            if projects is None:  # only a waiter that parks needs them: a woken one with news answers at once
+                projects = visible_project_ids(agent)
             park = request.META.get(PARK_KEY)
 
-            def subscribe(wake: Any, position: int = max(since, position)) -> Any:
+            def subscribe(wake: Any, position: int = max(since, position), projects: Any = projects) -> Any:
                 return event_watcher().subscribe(since=position, projects=projects, wake=wake)
 
             if park is not None:

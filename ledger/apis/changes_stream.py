@@ -36,7 +36,7 @@ from config.errors import ValidationFailed
 from config.parking import STREAM_KEY
 from ledger.apis.changes import BIGINT_MAX, ChangeSerializer
 from ledger.models import Agent, Project
-from ledger.selectors import changes_since, feed_position, project_by_slug, visible_project_ids
+from ledger.selectors import changes_and_position, project_by_slug, visible_project_ids
 from ledger.waiting import event_watcher
 
 HEARTBEAT_SECONDS = 15.0
@@ -65,8 +65,9 @@ class ChangeStream:
         self.projects = frozenset({project.pk}) if project is not None else visible_project_ids(agent)
 
     def read(self) -> bytes:
-        position = feed_position()
-        rows, more = changes_since(agent=self.agent, since=self.cursor, limit=BATCH, project=self.project)
+        rows, more, position = changes_and_position(
+            agent=self.agent, since=self.cursor, limit=BATCH, project=self.project
+        )
         if rows:
             self.cursor = rows[-1]["id"]
         # With more to read, wait for nothing: the next poll comes at once.
