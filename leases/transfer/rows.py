@@ -90,6 +90,8 @@ NOT_EXPORTED: dict[str, str] = {
     "ledger.WebhookEndpoint": "the server's own signing secrets and targets",
     "ledger.WebhookDelivery": "deliveries to this server's endpoints",
     "ledger.EventTally": "the /metrics position in this server's event log; advanced from the imported events",
+    "ledger.TaskCount": "derived: the task triggers count the imported tasks",
+    "ledger.TaskCountChange": "derived: the task triggers count the imported tasks",
     "leases.IdempotencyRecord": "stored answers to this server's callers",
     "leases.ClaimRefusalTally": "this server's refusal counters",
     "leases.AgentDailyUsage": "one agent's spend over all its projects",

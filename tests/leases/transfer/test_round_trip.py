@@ -42,6 +42,13 @@ def test_export_then_import_then_export_is_identical_but_for_ids_slug_and_prefix
     assert [(t.key, t.epoch, t.version, t.status) for t in copied] == [
         (t.key.replace("SRC-", "CPY-"), t.epoch, t.version, t.status) for t in original
     ]
+    # The derived counts behind /metrics follow the imported rows (the task triggers).
+    from django.db.models import Count
+
+    from ledger.selectors import task_counts_by_status
+
+    counted = Task.objects.values_list("project_id", "status").annotate(n=Count("id")).order_by()
+    assert task_counts_by_status() == {(project_id, status): n for project_id, status, n in counted}
 
 
 def test_imported_events_keep_their_order_and_their_payload_ids_point_at_the_copies(admin_user, tmp_path):
