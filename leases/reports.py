@@ -21,14 +21,18 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
-from django.db.models import Count
+from django.db import connection
+from django.db.models import CharField, Count, QuerySet
+from django.db.models.functions import Cast
 
 from config.errors import ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.reconciliation.models import Condition, Finding
+from ledger.models import Agent
 
 MAX_RANGE_DAYS = 366
 NO_CLASS = "(no class)"
@@ -109,6 +113,29 @@ def _lead_seconds(finished_at: datetime | None, ready_at: datetime | None) -> fl
     return (finished_at - ready_at).total_seconds()
 
 
+def _naive_utc(text: str | None) -> datetime | None:
+    """A stored SQLite datetime as naive UTC (differences are all the lead time needs)."""
+    if text is None:
+        return None
+    moment = datetime.fromisoformat(text)
+    return moment if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def _lead_rows(completed: QuerySet[Attempt]) -> Iterator[tuple[int, str, datetime | None, datetime | None]]:
+    """(agent id, task class, finished at, task first ready at) of each completed attempt."""
+    if connection.vendor != "sqlite":
+        fields = ("agent_id", "task__task_class", "finished_at", "task__first_ready__ready_at")
+        yield from completed.values_list(*fields).iterator(chunk_size=5000)
+        return
+    # Django converts every SQLite datetime in Python (two a row: most of the report's time at 50,000
+    # completed attempts); the stored text is UTC, which the C parser reads ten times faster.
+    as_text = completed.annotate(
+        finished_text=Cast("finished_at", CharField()), ready_text=Cast("task__first_ready__ready_at", CharField())
+    ).values_list("agent_id", "task__task_class", "finished_text", "ready_text")
+    for agent_id, task_class, finished_text, ready_text in as_text.iterator(chunk_size=5000):
+        yield agent_id, task_class, _naive_utc(finished_text), _naive_utc(ready_text)
+
+
 def fleet_report(*, first: date, last: date, project_ids: list[int] | None = None) -> Report:
     start, end = _bounds(first, last)
     ended = Attempt.objects.filter(finished_at__gte=start, finished_at__lt=end).exclude(status=AttemptStatus.ACTIVE)
@@ -125,16 +152,25 @@ def fleet_report(*, first: date, last: date, project_ids: list[int] | None = Non
             total,
         )
 
-    # Counts in the database: one row per agent, class, status and reason, not one per attempt.
-    counts = (
+    # Counts in the database: one row per agent, class, status and reason, not one per attempt;
+    # by agent id (the handles are read once after), which spares a join per attempt.
+    counts = list(
         ended.order_by()
-        .values_list("agent__handle", "task__task_class", "status", "failure_reason_code")
+        .values_list("agent_id", "task__task_class", "status", "failure_reason_code")
         .annotate(n=Count("id"))
     )
+    handles = dict(Agent.objects.filter(pk__in={row[0] for row in counts}).values_list("pk", "handle"))
+
+    def handle(agent_id: int) -> str:
+        # An attempt may have finished between the two reads: its agent is read then.
+        if agent_id not in handles:
+            handles[agent_id] = Agent.objects.values_list("handle", flat=True).get(pk=agent_id)
+        return handles[agent_id]
+
     finished = 0
-    for handle, task_class, status, reason, n in counts:
+    for agent_id, task_class, status, reason, n in counts:
         finished += n
-        for target in targets(handle, task_class):
+        for target in targets(handle(agent_id), task_class):
             if status == AttemptStatus.COMPLETED:
                 target.completed += n
             elif status == AttemptStatus.FAILED:
@@ -146,14 +182,14 @@ def fleet_report(*, first: date, last: date, project_ids: list[int] | None = Non
                 target.revoked += n
     # Lead times need each completed attempt; its task's first ready time is one join away
     # (`TaskFirstReady`, kept by a trigger on the event table).
-    completed = ended.filter(status=AttemptStatus.COMPLETED).values_list(
-        "agent__handle", "task__task_class", "finished_at", "task__first_ready__ready_at"
-    )
-    for handle, task_class, finished_at, ready_at in completed.iterator(chunk_size=5000):
+    leads: dict[tuple[int, str], list[float]] = defaultdict(list)
+    for agent_id, task_class, finished_at, ready_at in _lead_rows(ended.filter(status=AttemptStatus.COMPLETED)):
         lead = _lead_seconds(finished_at, ready_at)
         if lead is not None:
-            for target in targets(handle, task_class):
-                target.lead_times.append(lead)
+            leads[(agent_id, task_class)].append(lead)
+    for (agent_id, task_class), values in leads.items():
+        for target in targets(handle(agent_id), task_class):
+            target.lead_times.extend(values)
     findings = Finding.objects.filter(
         condition=Condition.ORPHAN_BRANCH, first_seen_at__gte=start, first_seen_at__lt=end
     )

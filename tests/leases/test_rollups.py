@@ -17,7 +17,7 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.db import connection
-from django.db.models import Min, Q
+from django.db.models import F, Min, Q
 
 from leases.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_day, orphan_rate_per_day
 from leases.models import Attempt, FleetDayTally, TaskFirstReady
@@ -197,4 +197,25 @@ def test_the_migration_backfill_computes_what_the_triggers_kept(clock):
         cursor.execute(migration._first_ready_backfill(connection.vendor))
 
     assert (tallied_counts(), dict(TaskFirstReady.objects.values_list("task_id", "ready_at"))) == kept
+    assert_rollups_match()
+
+
+def test_an_update_of_many_attempts_moves_their_counts_in_one_statement(clock):
+    """A set-based UPDATE (the sweep's on PostgreSQL, or any correction) takes the old counts back and adds the new."""
+    project = ProjectFactory()
+    agents = [AgentFactory(projects=[project]) for _ in range(2)]
+    for agent in agents * 2:
+        grant = lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=3600)
+        attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+    clock.advance(3600)
+    lease_claim(task=TaskFactory(project=project), agent=agents[0], lease_seconds=60)  # live: no finish yet
+
+    moved = Attempt.objects.exclude(status="active").update(
+        claimed_at=F("claimed_at") - timedelta(days=1), finished_at=F("finished_at") - timedelta(days=2)
+    )
+    Attempt.objects.filter(status="active").update(lease_expires_at=F("lease_expires_at") + timedelta(seconds=30))
+
+    assert moved == 4
+    assert [entry["value"] for entry in claims_per_day(days=3)] == [0, 4, 1]
+    assert [entry["finished"] for entry in orphan_rate_per_day(days=3)] == [4, 0, 0]
     assert_rollups_match()
