@@ -163,7 +163,8 @@ PG_UPSERT = (
 
 POSTGRES_CREATE = [
     # Statement triggers with transition tables: a sweep batch or a COPY adds one row per day, project and
-    # agent it touched, not one per attempt (so one statement leaves one new version of each tally row).
+    # agent it touched, not one per attempt (so one statement leaves one new version of each tally row),
+    # in key order, so two statements that touch the same rows lock them in the same order.
     f"""
     CREATE OR REPLACE FUNCTION leases_attempt_tally() RETURNS trigger AS $$
     BEGIN
@@ -175,7 +176,7 @@ POSTGRES_CREATE = [
                 UNION ALL
                 SELECT {_pg_day("n.finished_at")}, k.project_id, n.agent_id, 0, 1
                 FROM new_rows n JOIN ledger_task k ON k.id = n.task_id WHERE n.finished_at IS NOT NULL
-            ) AS counted GROUP BY d, p, g
+            ) AS counted GROUP BY d, p, g ORDER BY d, p, g
             {PG_UPSERT};
         ELSE
             WITH changed AS (
@@ -199,6 +200,7 @@ POSTGRES_CREATE = [
             )
             INSERT INTO leases_fleetdaytally AS t (day, project_id, agent_id, claims, finished, contested)
             SELECT d, p, g, sum(c), sum(f), 0 FROM counted GROUP BY d, p, g HAVING sum(c) <> 0 OR sum(f) <> 0
+            ORDER BY d, p, g
             {PG_UPSERT};
         END IF;
         RETURN NULL;
@@ -221,14 +223,14 @@ POSTGRES_CREATE = [
         INSERT INTO leases_fleetdaytally AS t (day, project_id, agent_id, claims, finished, contested)
         SELECT (created_at AT TIME ZONE 'UTC')::date, COALESCE(project_id, 0), COALESCE(actor_agent_id, 0),
                0, 0, count(*)
-        FROM new_events WHERE type = '{CONTESTED}' GROUP BY 1, 2, 3
+        FROM new_events WHERE type = '{CONTESTED}' GROUP BY 1, 2, 3 ORDER BY 1, 2, 3
         ON CONFLICT (day, project_id, agent_id) DO UPDATE SET contested = t.contested + EXCLUDED.contested;
         INSERT INTO leases_taskfirstready AS r (task_id, ready_at)
         SELECT task_id, min(created_at) FROM new_events
         WHERE task_id IS NOT NULL
           AND ((type = 'task.created' AND payload -> 'status' = '"ready"'::jsonb)
                OR (type = 'task.status_changed' AND payload -> 'to' = '"ready"'::jsonb))
-        GROUP BY task_id
+        GROUP BY task_id ORDER BY task_id
         ON CONFLICT (task_id) DO UPDATE SET ready_at = LEAST(r.ready_at, EXCLUDED.ready_at);
         RETURN NULL;
     END;
