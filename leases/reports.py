@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
 from django.db import connection
-from django.db.models import CharField, Count, QuerySet
+from django.db.models import BigIntegerField, CharField, Count, Func, QuerySet
 from django.db.models.functions import Cast
 
 from config.errors import ValidationFailed
@@ -121,19 +121,33 @@ def _naive_utc(text: str | None) -> datetime | None:
     return moment if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
 
 
-def _lead_rows(completed: QuerySet[Attempt]) -> Iterator[tuple[int, str, datetime | None, datetime | None]]:
-    """(agent id, task class, finished at, task first ready at) of each completed attempt."""
-    if connection.vendor != "sqlite":
-        fields = ("agent_id", "task__task_class", "finished_at", "task__first_ready__ready_at")
-        yield from completed.values_list(*fields).iterator(chunk_size=5000)
+class _EpochMicroseconds(Func):
+    """PostgreSQL: `a - b` as whole microseconds (EXTRACT returns an exact numeric there)."""
+
+    arg_joiner = " - "
+    template = "(EXTRACT(EPOCH FROM (%(expressions)s)) * 1000000)::bigint"
+    output_field = BigIntegerField()
+
+
+def _lead_rows(completed: QuerySet[Attempt]) -> Iterator[tuple[int, str, float | None]]:
+    """(agent id, task class, lead seconds or None) of each completed attempt.
+
+    Converting two datetimes a row in Python was most of the report's time at 50,000 completed
+    attempts, on both databases; the values are the same `timedelta.total_seconds()` would give.
+    """
+    if connection.vendor == "postgresql":
+        micros = completed.annotate(lead_us=_EpochMicroseconds("finished_at", "task__first_ready__ready_at"))
+        for agent_id, task_class, lead_us in micros.values_list("agent_id", "task__task_class", "lead_us").iterator(
+            chunk_size=5000
+        ):
+            yield agent_id, task_class, (lead_us / 1_000_000 if lead_us is not None and lead_us >= 0 else None)
         return
-    # Django converts every SQLite datetime in Python (two a row: most of the report's time at 50,000
-    # completed attempts); the stored text is UTC, which the C parser reads ten times faster.
+    # SQLite stores UTC text, which the C parser reads ten times faster than Django's converter.
     as_text = completed.annotate(
         finished_text=Cast("finished_at", CharField()), ready_text=Cast("task__first_ready__ready_at", CharField())
     ).values_list("agent_id", "task__task_class", "finished_text", "ready_text")
     for agent_id, task_class, finished_text, ready_text in as_text.iterator(chunk_size=5000):
-        yield agent_id, task_class, _naive_utc(finished_text), _naive_utc(ready_text)
+        yield agent_id, task_class, _lead_seconds(_naive_utc(finished_text), _naive_utc(ready_text))
 
 
 def fleet_report(*, first: date, last: date, project_ids: list[int] | None = None) -> Report:
@@ -183,8 +197,7 @@ def fleet_report(*, first: date, last: date, project_ids: list[int] | None = Non
     # Lead times need each completed attempt; its task's first ready time is one join away
     # (`TaskFirstReady`, kept by a trigger on the event table).
     leads: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for agent_id, task_class, finished_at, ready_at in _lead_rows(ended.filter(status=AttemptStatus.COMPLETED)):
-        lead = _lead_seconds(finished_at, ready_at)
+    for agent_id, task_class, lead in _lead_rows(ended.filter(status=AttemptStatus.COMPLETED)):
         if lead is not None:
             leads[(agent_id, task_class)].append(lead)
     for (agent_id, task_class), values in leads.items():

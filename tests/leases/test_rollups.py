@@ -162,17 +162,19 @@ def test_first_ready_is_the_earliest_ready_event_of_each_task(clock):
 def test_the_report_lead_time_starts_at_the_first_ready_time(clock):
     project = ProjectFactory()
     agent = AgentFactory(projects=[project])
+    clock.advance(0.000007)  # microseconds count: the lead is exact on both databases
+    ready_at = clock.now()
     task = task_create(project=project, title="Lead", actor=SYSTEM, status=TaskStatus.READY)
     clock.advance(2 * 3600)
     grant = lease_claim(task=task, agent=agent, lease_seconds=7200)
-    clock.advance(3600)
+    clock.advance(3600.000013)
     attempt_finish(proof=proof_of(grant), outcome="done", result_summary="Done it")
 
     report = fleet_report(first=clock.now().date(), last=clock.now().date())
 
     assert report.total.completed == 1
     assert report.finished == 1
-    assert report.total.lead_times == [3 * 3600.0]
+    assert report.total.lead_times == [(clock.now() - ready_at).total_seconds()] == [10800.000013]
 
 
 def test_the_migration_backfill_computes_what_the_triggers_kept(clock):
