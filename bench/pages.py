@@ -264,11 +264,13 @@ def plans() -> dict[str, str]:
     )
     queries["report counts (30 d)"] = (
         ended.order_by()
-        .values_list("agent__handle", "task__task_class", "status", "failure_reason_code")
+        .values_list("agent_id", "task__task_class", "status", "failure_reason_code")
         .annotate(n=Count("id"))
     )
-    queries["report lead times (30 d)"] = ended.filter(status="completed").values_list(
-        "agent__handle", "task__task_class", "finished_at", "task__first_ready__ready_at"
+    queries["report lead times (30 d)"] = (
+        ended.filter(status="completed")
+        .order_by()
+        .values_list("agent_id", "task__task_class", "finished_at", "task__first_ready__ready_at")
     )
     from leases.selectors import claimable_tasks
     from ledger.models import Task

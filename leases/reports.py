@@ -197,7 +197,7 @@ def fleet_report(*, first: date, last: date, project_ids: list[int] | None = Non
     # Lead times need each completed attempt; its task's first ready time is one join away
     # (`TaskFirstReady`, kept by a trigger on the event table).
     leads: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for agent_id, task_class, lead in _lead_rows(ended.filter(status=AttemptStatus.COMPLETED)):
+    for agent_id, task_class, lead in _lead_rows(ended.filter(status=AttemptStatus.COMPLETED).order_by()):
         if lead is not None:
             leads[(agent_id, task_class)].append(lead)
     for (agent_id, task_class), values in leads.items():
