@@ -26,6 +26,7 @@ from leases.services import attempt_finish, lease_claim, sweep_expired, task_upd
 from ledger.actors import SYSTEM, Actor
 from ledger.models import Event, EventType, TaskStatus
 from ledger.services import task_create
+from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -220,4 +221,27 @@ def test_an_update_of_many_attempts_moves_their_counts_in_one_statement(clock):
     assert moved == 4
     assert [entry["value"] for entry in claims_per_day(days=3)] == [0, 4, 1]
     assert [entry["finished"] for entry in orphan_rate_per_day(days=3)] == [4, 0, 0]
+    assert_rollups_match()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claims_and_finishes_keep_the_tally_exact(clock):
+    """Threads with their own connections, two per agent (so two writers share each tally row)."""
+    project = ProjectFactory(slug="tally-race")
+    agents = [AgentFactory(projects=[project]) for _ in range(4)]
+    tasks = [TaskFactory(project=project) for _ in range(32)]
+
+    def work(index: int) -> int:
+        agent = agents[index % len(agents)]
+        done = 0
+        for task in tasks[index::8]:
+            grant = lease_claim(task=task, agent=agent, lease_seconds=3600)
+            attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+            done += 1
+        return done
+
+    results = run_in_threads(8, work)
+
+    assert results == [4] * 8, results
+    assert sum(entry["value"] for entry in claims_per_day(days=1)) == 32
     assert_rollups_match()
