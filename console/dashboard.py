@@ -18,7 +18,6 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
-from django.core.cache import cache
 from django.db.models import Count
 from django.urls import reverse
 from django.utils.safestring import SafeString
@@ -31,7 +30,6 @@ from leases.models import Attempt, AttemptKind
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
 from leases.selectors import IN_PROGRESS, IN_REVIEW, claimable_tasks, live_attempts
 from leases.spending import Spend, spend_per_day, top_agents, top_tasks
-from ledger import clock
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 
 EXPIRING_WINDOW = timedelta(minutes=10)
@@ -257,29 +255,13 @@ def recent_alerts(now: datetime) -> AlertPanel:
     )
 
 
-CHART_CACHE_SECONDS = 60
-
-
-def _cached_metrics(days: int) -> Any:
-    """The charts' 30 days of counts, kept 60 s per process (daily bars; counting a month of claims
-    on every load of a 30-second auto-refresh is the dashboard's biggest cost: docs/performance.md)."""
-    now = clock.now()
-    key = f"leasehold:dashboard-metrics:{days}:{now.date().isoformat()}"
-    cached = cache.get(key)
-    if cached is not None and cached[0] > now - timedelta(seconds=CHART_CACHE_SECONDS) and cached[0] <= now:
-        return cached[1]
-    metrics = fleet_metrics(days=days)
-    cache.set(key, (now, metrics), CHART_CACHE_SECONDS)
-    return metrics
-
-
 def charts(days: int = CHART_DAYS) -> tuple[list[Chart], float | None]:
     """Claims, lease conflicts and orphan rate per day, as SVG (from `leases.metrics`), and the pooled orphan rate.
 
     The orphan rate's headline is pooled (all orphans ÷ all finished attempts of the window),
     and a day on which no attempt finished has no rate: it is not drawn (bug 5: it read as 0 %).
     """
-    metrics = _cached_metrics(days)
+    metrics = fleet_metrics(days=days)
     axis = [date.fromisoformat(point["day"]) for point in metrics["claims"]]
     claims = Stack("claims", "lh-bar-claims", "Claims")
     conflicts = Stack("conflicts", "lh-bar-refused", "Conflicts")

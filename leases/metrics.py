@@ -11,6 +11,12 @@ UTC calendar days; the window ends today by the one clock.
 - orphan rate: orphan branches first found that day ÷ attempts finished
   that day. `value` is 0.0 on a day when no attempt finished; the entry also
   carries the raw `orphans` and `finished` counts so nothing is hidden.
+
+Claims, finishes and contested writes are read from `FleetDayTally`, which
+triggers keep in the writing transaction (`leases.rollup_models`): exact and
+live, today included, at the cost of one small row per day, project and
+agent, instead of a month of attempts and events per read (docs/performance.md).
+Refusals and orphan findings are few and counted as they are.
 """
 
 from __future__ import annotations
@@ -24,10 +30,10 @@ from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import Substr, TruncDate
 
 from config.errors import ValidationFailed
-from leases.models import Attempt, ClaimRefusalTally
+from leases.models import ClaimRefusalTally, FleetDayTally
 from leases.reconciliation.models import Condition, Finding
 from ledger import clock
-from ledger.models import Event, EventType, Project
+from ledger.models import Project
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 366
@@ -95,6 +101,17 @@ def _count_per_day(queryset: QuerySet[Any], field: str, window: _Window) -> dict
     return window.per_day(rows)
 
 
+def _tallied(
+    column: str, window: _Window, project: Project | None, project_ids: Collection[int] | None
+) -> dict[date, int]:
+    """One counter of `FleetDayTally` per day of the window (the tally's unique index leads with the day)."""
+    tallies = _scoped(FleetDayTally.objects.all(), "project_id", project, project_ids)
+    rows = (
+        tallies.filter(day__gte=window.first, day__lte=window.last).values("day").annotate(value=Sum(column)).order_by()
+    )
+    return window.per_day(rows)
+
+
 def _scoped(queryset: QuerySet[Any], path: str, project: Project | None, project_ids: Collection[int] | None) -> Any:
     if project is not None:
         queryset = queryset.filter(**{path: project.pk})
@@ -112,8 +129,7 @@ def claims_per_day(
 ) -> list[DayValue]:
     """Attempts claimed per day. `project_ids` limits to the projects a caller may see."""
     window = _Window(days=days, today=today)
-    attempts = _scoped(Attempt.objects.all(), "task__project_id", project, project_ids)
-    totals = _count_per_day(attempts, "claimed_at", window)
+    totals = _tallied("claims", window, project, project_ids)
     return [{"day": day.isoformat(), "value": totals.get(day, 0)} for day in window.days()]
 
 
@@ -133,8 +149,7 @@ def lease_conflicts_per_day(
         .annotate(value=Sum("count"))
         .order_by()
     )
-    events = _scoped(Event.objects.filter(type=EventType.TASK_CONTESTED), "project_id", project, project_ids)
-    contested = _count_per_day(events, "created_at", window)
+    contested = _tallied("contested", window, project, project_ids)
     return [{"day": day.isoformat(), "value": refused.get(day, 0) + contested.get(day, 0)} for day in window.days()]
 
 
@@ -149,10 +164,9 @@ def orphan_rate_per_day(
     window = _Window(days=days, today=today)
     findings = _scoped(Finding.objects.filter(condition=Condition.ORPHAN_BRANCH), "project_id", project, project_ids)
     orphans = _count_per_day(findings, "first_seen_at", window)
-    # A finish time means a terminal attempt (CHECK attempt_finished_at_iff_terminal): no status filter, so
-    # the finished_at index serves the window.
-    attempts = _scoped(Attempt.objects.all(), "task__project_id", project, project_ids)
-    finished = _count_per_day(attempts, "finished_at", window)
+    # A finish time means a terminal attempt (CHECK attempt_finished_at_iff_terminal): the tally counts
+    # finish times.
+    finished = _tallied("finished", window, project, project_ids)
     series: list[OrphanRateDay] = []
     for day in window.days():
         found, ended = orphans.get(day, 0), finished.get(day, 0)

@@ -15,16 +15,6 @@ from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 PASSWORD = "pw-for-tests"
 
 
-@pytest.fixture(autouse=True)
-def _fresh_dashboard_cache():
-    """The dashboard keeps its chart counts 60 s per process; every test starts without them."""
-    from django.core.cache import cache
-
-    cache.clear()
-    yield
-    cache.clear()
-
-
 def make_staff(django_user_model, username: str, group: str | None, *, superuser: bool = False):
     if superuser:
         return django_user_model.objects.create_superuser(username=username, password=PASSWORD)

@@ -73,6 +73,15 @@ def test_findings_alerts_and_charts(clock, fleet_state):
     assert "2026-01-05: 1 conflicts" in dashboard.charts[1].svg
 
 
+def test_the_charts_are_live_a_claim_shows_at_once(clock, fleet_state):
+    """No chart cache: the next load counts a claim made a second ago (the tally is written with the claim)."""
+    assert "2026-01-05: 3 claims" in build_dashboard(now=clock.now()).charts[0].svg
+    project = ProjectFactory()
+    lease_claim(task=TaskFactory(project=project), agent=AgentFactory(projects=[project]))
+    clock.advance(1)
+    assert "2026-01-05: 4 claims" in build_dashboard(now=clock.now()).charts[0].svg
+
+
 def test_the_page_renders_every_part_in_bounded_queries(ops_client, fleet_state):
     with CaptureQueriesContext(connection) as captured:
         body = ops_client.get("/admin/").content.decode()

@@ -1,0 +1,247 @@
+"""The trigger-kept rollups equal the live counts, on both databases, and stay right across midnight.
+
+`FleetDayTally` (claims, finishes, contested writes per UTC day, project and
+agent) and `TaskFirstReady` (when a task first became ready) are written by
+triggers in the writing transaction (`leases.rollup_models`). Each test
+here computes the same figures from the attempts and events themselves and
+asserts equality, after writes made through the services under the fake
+clock; the day-boundary tests are the case a "roll up closed days" job gets
+wrong: an expiry after midnight finishes the attempt on the day before.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections import Counter
+from datetime import UTC, date, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.db.models import F, Min, Q
+
+from leases.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_day, orphan_rate_per_day
+from leases.models import Attempt, FleetDayTally, TaskFirstReady
+from leases.reports import fleet_report
+from leases.services import attempt_finish, lease_claim, sweep_expired, task_update
+from ledger.actors import SYSTEM, Actor
+from ledger.models import Event, EventType, TaskStatus
+from ledger.services import task_create
+from tests.concurrency import run_in_threads
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.leases.helpers import proof_of
+
+pytestmark = pytest.mark.django_db
+
+DAYS = 4
+
+
+def live_counts() -> dict[str, Counter[tuple[date, int]]]:
+    """Claims, finishes and contested writes per (UTC day, project), counted from the rows themselves."""
+    counts: dict[str, Counter[tuple[date, int]]] = {"claims": Counter(), "finished": Counter(), "contested": Counter()}
+    for claimed, finished, project in Attempt.objects.values_list("claimed_at", "finished_at", "task__project_id"):
+        counts["claims"][(claimed.astimezone(UTC).date(), project)] += 1
+        if finished is not None:
+            counts["finished"][(finished.astimezone(UTC).date(), project)] += 1
+    for created, project in Event.objects.filter(type=EventType.TASK_CONTESTED).values_list("created_at", "project_id"):
+        counts["contested"][(created.astimezone(UTC).date(), project or 0)] += 1
+    return counts
+
+
+def tallied_counts() -> dict[str, Counter[tuple[date, int]]]:
+    counts: dict[str, Counter[tuple[date, int]]] = {"claims": Counter(), "finished": Counter(), "contested": Counter()}
+    for row in FleetDayTally.objects.all():
+        for column in counts:
+            if getattr(row, column):
+                counts[column][(row.day, row.project_id)] += getattr(row, column)
+    return counts
+
+
+def live_first_ready() -> dict[int, datetime]:
+    """The report's rule, asked of the events: created ready, or the first status change to ready."""
+    became_ready = Q(type=EventType.TASK_CREATED, payload__status=TaskStatus.READY) | Q(
+        type=EventType.TASK_STATUS_CHANGED, payload__to=TaskStatus.READY
+    )
+    rows = Event.objects.filter(became_ready, task__isnull=False).values("task_id").annotate(first=Min("created_at"))
+    return {row["task_id"]: row["first"] for row in rows.order_by()}
+
+
+def assert_rollups_match() -> None:
+    assert tallied_counts() == live_counts()
+    assert dict(TaskFirstReady.objects.values_list("task_id", "ready_at")) == live_first_ready()
+
+
+def test_claims_finishes_and_contested_writes_are_tallied_exactly_per_day_and_project(clock):
+    mine, theirs = ProjectFactory(), ProjectFactory()
+    agents = {project.pk: AgentFactory(projects=[project]) for project in (mine, theirs)}
+    for day in range(DAYS):
+        for project, claims in ((mine, day + 1), (theirs, 2)):
+            for number in range(claims):
+                grant = lease_claim(task=TaskFactory(project=project), agent=agents[project.pk], lease_seconds=3600)
+                if number % 2 == 0:
+                    attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+        held = lease_claim(task=TaskFactory(project=mine), agent=agents[mine.pk], lease_seconds=3600)
+        task_update(
+            task=held.attempt.task,
+            actor=Actor(agent=AgentFactory(projects=[mine])),
+            changes={"status": "blocked", "blocked_reason": "waiting on QA"},
+        )
+        clock.advance(24 * 3600)
+
+    assert_rollups_match()
+    assert sum(tallied_counts()["contested"].values()) == DAYS
+    live = live_counts()
+    # The metrics read the tally: the same numbers as counting the rows, fleet-wide and per project.
+    assert [entry["value"] for entry in claims_per_day(days=DAYS + 1, project=mine)] == [
+        live["claims"][(clock.now().date() - timedelta(days=DAYS - offset), mine.pk)] for offset in range(DAYS + 1)
+    ]
+    fleet_finished = [entry["finished"] for entry in orphan_rate_per_day(days=DAYS + 1)]
+    assert fleet_finished == [
+        sum(n for (day, _), n in live["finished"].items() if day == clock.now().date() - timedelta(days=DAYS - offset))
+        for offset in range(DAYS + 1)
+    ]
+    assert [entry["value"] for entry in lease_conflicts_per_day(days=DAYS + 1, project_ids=[theirs.pk])] == [0] * 5
+    assert sum(entry["value"] for entry in lease_conflicts_per_day(days=DAYS + 1, project=mine)) == DAYS
+
+
+def test_an_expiry_swept_after_midnight_counts_on_the_day_the_lease_lapsed(clock):
+    """The day boundary: yesterday's finished count grows today, and the tally follows it."""
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    clock.freeze(datetime(2026, 1, 5, 23, 58, tzinfo=UTC))
+    lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=60)  # lapses at 23:59
+    clock.advance(5 * 60)  # 00:03 on the 6th: the lease has lapsed, nobody has noticed yet
+    before = orphan_rate_per_day(days=2)
+    assert [entry["finished"] for entry in before] == [0, 0]
+    assert [entry["value"] for entry in claims_per_day(days=2)] == [1, 0]
+
+    assert sweep_expired().expired == 1
+
+    attempt = Attempt.objects.get()
+    assert attempt.finished_at == datetime(2026, 1, 5, 23, 59, tzinfo=UTC)
+    # The 5th, a closed day, gained its finish after it closed: counted there, live.
+    assert [entry["finished"] for entry in orphan_rate_per_day(days=2)] == [1, 0]
+    assert_rollups_match()
+
+
+def test_a_claim_in_the_last_second_of_a_day_counts_on_that_day_and_its_finish_on_the_next(clock):
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    clock.freeze(datetime(2026, 1, 5, 23, 59, 59, 999999, tzinfo=UTC))
+    grant = lease_claim(task=TaskFactory(project=project), agent=agent)
+    clock.advance(1e-6)  # exactly midnight
+    attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+
+    metrics = fleet_metrics(days=2)
+    assert [entry["value"] for entry in metrics["claims"]] == [1, 0]
+    assert [entry["finished"] for entry in metrics["orphan_rate"]] == [0, 1]
+    assert FleetDayTally.objects.get(day=date(2026, 1, 6)).finished == 1
+    assert_rollups_match()
+
+
+def test_first_ready_is_the_earliest_ready_event_of_each_task(clock):
+    project = ProjectFactory()
+    created_ready = task_create(project=project, title="Ready at once", actor=SYSTEM, status=TaskStatus.READY)
+    later = task_create(project=project, title="Ready later", actor=SYSTEM, status=TaskStatus.OPEN)
+    never = task_create(project=project, title="Never ready", actor=SYSTEM, status=TaskStatus.OPEN)
+    clock.advance(3600)
+    task_update(task=later, actor=SYSTEM, changes={"status": TaskStatus.READY})
+    first = clock.now()
+    clock.advance(3600)
+    later.refresh_from_db()
+    task_update(task=later, actor=SYSTEM, changes={"status": TaskStatus.OPEN})
+    later.refresh_from_db()
+    clock.advance(3600)
+    task_update(task=later, actor=SYSTEM, changes={"status": TaskStatus.READY})  # a second time: not the first
+
+    ready = dict(TaskFirstReady.objects.values_list("task_id", "ready_at"))
+    assert ready[later.pk] == first
+    assert created_ready.pk in ready
+    assert never.pk not in ready
+    assert_rollups_match()
+
+
+def test_the_report_lead_time_starts_at_the_first_ready_time(clock):
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    clock.advance(0.000007)  # microseconds count: the lead is exact on both databases
+    ready_at = clock.now()
+    task = task_create(project=project, title="Lead", actor=SYSTEM, status=TaskStatus.READY)
+    clock.advance(2 * 3600)
+    grant = lease_claim(task=task, agent=agent, lease_seconds=7200)
+    clock.advance(3600.000013)
+    attempt_finish(proof=proof_of(grant), outcome="done", result_summary="Done it")
+
+    report = fleet_report(first=clock.now().date(), last=clock.now().date())
+
+    assert report.total.completed == 1
+    assert report.finished == 1
+    assert report.total.lead_times == [(clock.now() - ready_at).total_seconds()] == [10800.000013]
+
+
+def test_the_migration_backfill_computes_what_the_triggers_kept(clock):
+    """Rows written before the rollups existed are counted by the migration's backfill, by the same rules."""
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    for hours in (0, 20, 30):
+        clock.advance(hours * 3600)
+        grant = lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=60)
+        if hours != 20:
+            attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+    clock.advance(3600)
+    sweep_expired()
+    kept = (tallied_counts(), dict(TaskFirstReady.objects.values_list("task_id", "ready_at")))
+    FleetDayTally.objects.all().delete()
+    TaskFirstReady.objects.all().delete()
+    migration = importlib.import_module("leases.migrations.0011_rollups")
+    postgres = connection.vendor == "postgresql"
+    with connection.cursor() as cursor:
+        for sql in migration._backfill(migration._pg_day if postgres else migration._sqlite_day):
+            cursor.execute(sql)
+        cursor.execute(migration._first_ready_backfill(connection.vendor))
+
+    assert (tallied_counts(), dict(TaskFirstReady.objects.values_list("task_id", "ready_at"))) == kept
+    assert_rollups_match()
+
+
+def test_an_update_of_many_attempts_moves_their_counts_in_one_statement(clock):
+    """A set-based UPDATE (the sweep's on PostgreSQL, or any correction) takes the old counts back and adds the new."""
+    project = ProjectFactory()
+    agents = [AgentFactory(projects=[project]) for _ in range(2)]
+    for agent in agents * 2:
+        grant = lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=3600)
+        attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+    clock.advance(3600)
+    lease_claim(task=TaskFactory(project=project), agent=agents[0], lease_seconds=60)  # live: no finish yet
+
+    moved = Attempt.objects.exclude(status="active").update(
+        claimed_at=F("claimed_at") - timedelta(days=1), finished_at=F("finished_at") - timedelta(days=2)
+    )
+    Attempt.objects.filter(status="active").update(lease_expires_at=F("lease_expires_at") + timedelta(seconds=30))
+
+    assert moved == 4
+    assert [entry["value"] for entry in claims_per_day(days=3)] == [0, 4, 1]
+    assert [entry["finished"] for entry in orphan_rate_per_day(days=3)] == [4, 0, 0]
+    assert_rollups_match()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claims_and_finishes_keep_the_tally_exact(clock):
+    """Threads with their own connections, two per agent (so two writers share each tally row)."""
+    project = ProjectFactory(slug="tally-race")
+    agents = [AgentFactory(projects=[project]) for _ in range(4)]
+    tasks = [TaskFactory(project=project) for _ in range(32)]
+
+    def work(index: int) -> int:
+        agent = agents[index % len(agents)]
+        done = 0
+        for task in tasks[index::8]:
+            grant = lease_claim(task=task, agent=agent, lease_seconds=3600)
+            attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+            done += 1
+        return done
+
+    results = run_in_threads(8, work)
+
+    assert results == [4] * 8, results
+    assert sum(entry["value"] for entry in claims_per_day(days=1)) == 32
+    assert_rollups_match()
