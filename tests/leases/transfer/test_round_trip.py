@@ -49,6 +49,20 @@ def test_export_then_import_then_export_is_identical_but_for_ids_slug_and_prefix
 
     counted = Task.objects.values_list("project_id", "status").annotate(n=Count("id")).order_by()
     assert task_counts_by_status() == {(project_id, status): n for project_id, status, n in counted}
+    # And the console's rollups (leases.rollup_models): the copy counts as the original does.
+    from leases.rollup_models import FleetDayTally, TaskFirstReady
+
+    def tallies(slug):
+        project = Project.objects.get(slug=slug)
+        rows = FleetDayTally.objects.filter(project_id=project.pk)
+        return sorted(rows.values_list("day", "agent_id", "claims", "finished", "contested"))
+
+    def first_ready(slug):
+        rows = TaskFirstReady.objects.filter(task__project__slug=slug)
+        return sorted(rows.values_list("task__number", "ready_at"))
+
+    assert tallies("copy") == tallies("src") != []
+    assert first_ready("copy") == first_ready("src")
 
 
 def test_imported_events_keep_their_order_and_their_payload_ids_point_at_the_copies(admin_user, tmp_path):
