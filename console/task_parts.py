@@ -93,7 +93,10 @@ class WorkFilter(admin.SimpleListFilter):
             return queryset
         if request.method == "POST" and request.POST.get("action"):
             return queryset  # an action runs on the rows that were ticked, whatever the view was
-        return queryset.exclude(Q(status__in=CLOSED) & Q(holder_attempt_id__isnull=True))
+        # Not closed, or held: an `IN` the planner hashes once, not the holder subquery per closed row
+        # (100,000 tasks: 143 ms for the page's count alone, docs/performance.md).
+        held = live_attempts(clock.now()).values("task_id")
+        return queryset.filter(~Q(status__in=CLOSED) | Q(pk__in=held))
 
 
 class ClaimableFilter(admin.SimpleListFilter):

@@ -188,8 +188,13 @@ def test_the_list_defaults_to_active_work(ops_client, fleet):
     task_update(task=done, actor=SYSTEM, changes={"status": "done"})
     cancelled = TaskFactory(project=fleet.project, title="Dropped work")
     task_update(task=cancelled, actor=SYSTEM, changes={"status": "cancelled"})
+    # Closed in the ledger but still under a live lease (its holder has not heard yet): still work.
+    held_closed = TaskFactory(project=fleet.project, title="Closed under a live lease")
+    lease_claim(task=held_closed, agent=AgentFactory(projects=[fleet.project]))
+    Task.objects.filter(pk=held_closed.pk).update(status="cancelled")
     active = page(ops_client, TASKS)
     assert fleet.idle.title in active
+    assert held_closed.title in active
     assert done.title not in active
     assert cancelled.title not in active
     assert "Active (not done, not cancelled)" in active
