@@ -42,18 +42,24 @@ def read_plan(path: Path) -> dict[str, Any]:
     return plan
 
 
+def _counted(number: int, one: str, many: str) -> str:
+    return f"{number} {one if number == 1 else many}"
+
+
 def plan_text(answer: dict[str, Any], *, dry_run: bool) -> str:
     if dry_run:
         would = answer.get("would_create") or {}
         return (
-            f"The plan is valid: it would create {would.get('tasks', 0)} tasks, {would.get('edges', 0)} "
-            f"dependencies and {would.get('decisions', 0)} decisions. Nothing was written."
+            f"The plan is valid: it would create {_counted(would.get('tasks', 0), 'task', 'tasks')}, "
+            f"{_counted(would.get('edges', 0), 'dependency', 'dependencies')} and "
+            f"{_counted(would.get('decisions', 0), 'decision', 'decisions')}. Nothing was written."
         )
     keys = answer.get("keys") or {}
-    lines = [f"Created {answer.get('created', len(keys))} tasks ({answer.get('edges', 0)} dependencies):"]
+    created = _counted(answer.get("created", len(keys)), "task", "tasks")
+    lines = [f"Created {created} ({_counted(answer.get('edges', 0), 'dependency', 'dependencies')}):"]
     lines += [f"  {ref} → {key}" for ref, key in keys.items()]
     if answer.get("decisions"):
-        lines.append("Decisions: " + ", ".join(str(decision) for decision in answer["decisions"]))
+        lines.append("Decision ids: " + ", ".join(str(decision) for decision in answer["decisions"]))
     return "\n".join(lines)
 
 
