@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.results import RESULTS_DIR, Row, machine, markdown_table, table, write_json
 
-WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push", "waiters")
+WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push", "waiters", "cpu")
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
 
@@ -237,6 +237,15 @@ def evaluate_targets(rows: list[Row]) -> list[dict[str, Any]]:
             f"{label}: W3 claim p99 beside {WAITERS} parked waiters <= 2x idle",
             None if parked is None or parked.ratio is None else parked.ratio <= 2 and not parked.errors,
             "-" if parked is None else f"p99 {parked.p99_ms} ms, x{parked.ratio}, errors {len(parked.errors)}",
+        )
+    for database, label in ((pg, "PostgreSQL"), ("sqlite", "SQLite")):
+        # SPEC §20: process CPU per full cycle through the service layer at one agent.
+        spent = _find(rows, database=database, workload="cpu: full cycle at 1 agent", mode="service")
+        per_cycle = None if spent is None else spent.extra.get("cpu_ms_per_cycle")
+        add(
+            f"{label}: CPU per full cycle at 1 agent <= 3 ms (service layer, process CPU)",
+            None if per_cycle is None else per_cycle <= 3,
+            "-" if spent is None else f"{per_cycle} ms per cycle, x{spent.ratio} the raw replay's",
         )
     procs = _find(rows, database="sqlite", workload="W3 full cycle, 4 processes", mode="service", concurrency=16)
     pg16 = service16

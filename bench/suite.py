@@ -81,6 +81,10 @@ def run_workloads(
         ("w5", workloads.w5),
         ("bytes", workloads.context_bytes),
     ]
+    if "cpu" in only:
+        from bench.cpu import cpu
+
+        steps.append(("cpu", cpu))
     if "push" in only:
         from bench.push import push
 

@@ -79,3 +79,30 @@ def test_smoke_mode_runs_every_in_process_workload_against_its_raw_reference_and
     assert all(count == 0 for count in audit().values())
     assert "W3 full cycle" in table(rows)
     assert evaluate_targets(rows)  # evaluates without raising on a partial run
+
+
+def test_the_cpu_workload_reports_cpu_per_cycle_and_per_operation_and_saves_a_profile_of_each(tmp_path, monkeypatch):
+    from bench import data
+
+    data.offset_ids()
+    monkeypatch.setenv("LEASEHOLD_BENCH_PROFILE_DIR", str(tmp_path))
+    payload: dict = {"rows": [], "audits": {}, "captured": {}, "failed": []}
+    rows = run_workloads(_test_database_target(), smoke=True, workers=1, only=["cpu"], payload=payload)
+
+    assert payload["failed"] == [], payload["failed"]
+    by_mode = {row.mode: row for row in rows if row.workload.startswith("cpu")}
+    assert set(by_mode) == {"service", "raw"}
+    for row in by_mode.values():
+        assert row.ops == 30
+        assert row.extra["cpu_ms_per_cycle"] > 0
+        assert {"claim_next", "renew", "note", "finish_done"} <= {
+            name.removesuffix("_cpu_ms") for name in row.extra if name.endswith("_cpu_ms")
+        }, row.extra
+    # The service layer costs more CPU than replaying its statements: the ratio says by how much.
+    assert by_mode["service"].ratio is not None
+    assert by_mode["service"].ratio > 1
+    profiles = sorted(path.name for path in tmp_path.iterdir())
+    assert len([name for name in profiles if name.endswith(".prof")]) == 4, profiles
+    claim = next(path for path in tmp_path.iterdir() if path.name.endswith(".txt") and "claim" in path.name)
+    assert "lease_claim_next" in claim.read_text()
+    assert any("CPU per full cycle" in target["name"] for target in evaluate_targets(rows))
