@@ -18,6 +18,7 @@ from leases.idempotency import idempotency_purge
 from leases.jobhealth.models import JobName, JobOutcome
 from leases.jobhealth.services import job_finished, job_started
 from leases.services import check_queue_wait, sweep_expired
+from ledger.services.task_counts import task_counts_fold
 
 T = TypeVar("T")
 
@@ -40,7 +41,15 @@ def _recorded(name: JobName, work: Callable[[], T], result_of: Callable[[T], tup
 
 
 def sweep_expired_job() -> dict[str, Any]:
-    return _recorded(JobName.SWEEP, lambda: asdict(sweep_expired()), lambda report: (report, ""))
+    """Expire lapsed leases; then fold the task-count changes (`ledger.services.task_counts`), so the
+    change table stays short between /metrics scrapes, or without any scraper."""
+
+    def work() -> dict[str, Any]:
+        report = asdict(sweep_expired())
+        report["task_count_changes_folded"] = task_counts_fold()
+        return report
+
+    return _recorded(JobName.SWEEP, work, lambda report: (report, ""))
 
 
 def check_queue_wait_job() -> int:

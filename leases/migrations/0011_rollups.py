@@ -268,6 +268,11 @@ def _first_ready_backfill(vendor: str) -> str:
 def create_rollups(apps: Any, schema_editor: Any) -> None:
     vendor = schema_editor.connection.vendor
     postgres = vendor == "postgresql"
+    if postgres:
+        # The backfill reads a snapshot and the triggers start only when created: a write committed
+        # between the two would be counted by neither. Writers wait until the migration commits (it is
+        # one transaction); readers do not. (SQLite: the migration holds the only write lock already.)
+        schema_editor.execute("LOCK TABLE leases_attempt, ledger_event IN SHARE ROW EXCLUSIVE MODE")
     for sql in _backfill(_pg_day if postgres else _sqlite_day):
         schema_editor.execute(sql)
     schema_editor.execute(_first_ready_backfill(vendor))

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -249,8 +250,15 @@ def _sqlite_sweep_batch(*, now: datetime, batch_size: int) -> list[int]:
     return [task_id for _, task_id in ended]
 
 
+# `SQLITE_SWEEP_SQL` needs UPDATE … RETURNING (SQLite 3.35) and UPDATE … FROM (3.33); Django 5.2
+# runs on 3.31, so an older SQLite sweeps through `expire_lapsed`, which writes the same rows.
+SQLITE_SET_BASED_SWEEP = sqlite3.sqlite_version_info >= (3, 35, 0)
+
+
 def _sweeps_in_one_statement() -> bool:
-    return connection.vendor in ("postgresql", "sqlite")
+    if connection.vendor == "sqlite":
+        return SQLITE_SET_BASED_SWEEP
+    return connection.vendor == "postgresql"
 
 
 @write_transaction

@@ -22,7 +22,7 @@ import builtins
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import date, datetime
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from django.contrib.auth import get_user_model
@@ -35,6 +35,7 @@ from leases.reconciliation.models import AttemptDiscard, Finding
 from ledger.models import Agent, Decision, Event, Project, Task, TaskComment, TaskDependency
 
 FORMAT_VERSION = 1
+INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
 HEADER = "header"
 END = "end"
 SECRET_FIELDS = frozenset({"token_hash", "token_salt"})
@@ -181,9 +182,15 @@ def decode(field: models.Field[Any, Any], value: Any) -> Any:
             raise ValueError("expected an ISO 8601 date")
         return date.fromisoformat(value)
     if isinstance(field, models.DecimalField):
-        if not isinstance(value, str | int):
+        if not isinstance(value, str | int) or isinstance(value, bool):
             raise ValueError("expected a decimal as a string")
-        return Decimal(str(value))
+        try:
+            number = Decimal(str(value))
+        except InvalidOperation:
+            raise ValueError(f"expected a decimal, not {str(value)[:40]!r}") from None
+        if not number.is_finite():
+            raise ValueError("expected a finite decimal")
+        return number
     if isinstance(field, models.BooleanField):
         if not isinstance(value, bool):
             raise ValueError("expected true or false")
@@ -191,6 +198,8 @@ def decode(field: models.Field[Any, Any], value: Any) -> Any:
     if isinstance(field, models.IntegerField):
         if not isinstance(value, int) or isinstance(value, bool):
             raise ValueError("expected an integer")
+        if not INTEGER_MIN <= value <= INTEGER_MAX:
+            raise ValueError("expected an integer a database column can hold (64 bits)")
         return value
     if isinstance(field, models.CharField | models.TextField):
         if not isinstance(value, str):

@@ -25,7 +25,7 @@ from api.base import ApiView
 from api.inputs import query_input, refuse_unknown
 from api.mutations import Outcome, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
-from config.errors import ValidationFailed
+from config.errors import PermissionDenied, ValidationFailed
 from ledger.models import DECISION_BODY_MAX_CHARS, DECISION_TITLE_MAX_CHARS, TaskStatus
 from ledger.selectors import project_by_slug
 from ledger.services import (
@@ -38,6 +38,8 @@ from ledger.services import (
     plan_check,
 )
 from ledger.services.plans import MAX_PLAN_EDGES, REF_PATTERN, PlanProblem, plan_refused
+
+DECISION_PERMISSION = "ledger.add_decision"
 
 INT32 = 2**31 - 1
 ENTRY_MAX_CHARS = 64
@@ -180,7 +182,7 @@ class PlanApplyApi(ApiView):
     DEPENDENCY_CYCLE with `details.path` in refs. Keys follow the plan's order.
     """
 
-    user_permission = "ledger.add_task"
+    user_permission = "ledger.add_task"  # and DECISION_PERMISSION when the plan has decisions
     InputSerializer = PlanInputSerializer
     OutputSerializer = PlanOutputSerializer
 
@@ -205,6 +207,10 @@ class PlanApplyApi(ApiView):
         caller = caller_of(request)
         tasks = [PlannedTask(**{**item, "blocked_by": tuple(item["blocked_by"])}) for item in data["tasks"]]
         decisions = [PlannedDecision(**item) for item in data.get("decisions", [])]
+        user: Any = request.user  # a session user, or the agent's principal (which has no permissions to ask)
+        if decisions and caller.user is not None and not user.has_perm(DECISION_PERMISSION):
+            # `POST /decisions/` asks for it; a plan's decisions are no side door.
+            raise PermissionDenied(f"Your account lacks the permission {DECISION_PERMISSION} a plan's decisions need.")
 
         def work() -> Outcome:
             project = project_by_slug(data["project"], agent=caller.agent)

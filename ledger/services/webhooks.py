@@ -20,6 +20,7 @@ import time as monotonic_time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from urllib.parse import urlsplit
 
 from django.db.models import Exists, OuterRef, Q
 from django.urls import NoReverseMatch, reverse
@@ -66,11 +67,18 @@ def _clean_choice(value: str, choices: list[str], name: str) -> str:
     return value
 
 
+def url_origin(url: str) -> str:
+    """Scheme, host and port only: a URL's path can be a credential (a Slack incoming-webhook URL
+    is one), and events reach agents, the changes feed, webhooks and exports."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/…" if parts.path.strip("/") or parts.query else url
+
+
 def _endpoint_payload(endpoint: WebhookEndpoint) -> dict[str, object]:
-    # Never the secret (SPEC §18: not in events).
+    # Never the secret (SPEC §18: not in events), nor the URL's path.
     return {
         "endpoint": endpoint.pk,
-        "url": endpoint.url,
+        "url": url_origin(endpoint.url),
         "project": endpoint.project.slug if endpoint.project else None,
         "event_types": endpoint.event_types,
         "min_severity": endpoint.min_severity,
@@ -149,7 +157,7 @@ def webhook_set_active(*, endpoint: WebhookEndpoint, active: bool, actor: Actor,
         at=now,
         project=locked.project,
         severity=Severity.INFO if active else Severity.WARN,
-        payload={"endpoint": locked.pk, "url": locked.url, **({"reason": reason} if reason else {})},
+        payload={"endpoint": locked.pk, "url": url_origin(locked.url), **({"reason": reason} if reason else {})},
     )
     return True
 

@@ -307,3 +307,23 @@ def test_no_plan_however_odd_answers_5xx(client, project, body):
     assert response.status_code in (201, 400, 409), (body, response.content[:300])
     if response.status_code >= 400:
         assert set(response.json()) == {"error"}
+
+
+def test_a_plans_decisions_need_the_decision_permission_a_staff_user_may_lack(project, django_user_model):
+    from django.contrib.auth.models import Permission
+    from rest_framework.test import APIClient
+
+    planner = django_user_model.objects.create_user(username="planner", password="pw", is_staff=True)
+    planner.user_permissions.add(Permission.objects.get(codename="add_task", content_type__app_label="ledger"))
+    staff = APIClient()
+    staff.force_login(planner)
+    body = {"project": project.slug, "tasks": [{"ref": "a", "title": "A"}], "decisions": [{"title": "TOML"}]}
+
+    assert_error(apply(staff, body), 403, "PERMISSION_DENIED")
+    assert not Task.objects.filter(project=project).exists()
+    assert not Decision.objects.exists()
+    assert apply(staff, {**body, "decisions": []}).status_code == 201
+    planner.user_permissions.add(Permission.objects.get(codename="add_decision", content_type__app_label="ledger"))
+    staff.force_login(django_user_model.objects.get(pk=planner.pk))  # permissions are cached per user object
+    assert apply(staff, {**body, "tasks": [{"ref": "b", "title": "B"}]}).status_code == 201
+    assert Decision.objects.count() == 1

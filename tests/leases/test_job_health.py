@@ -81,3 +81,18 @@ def test_a_partial_reconciliation_counts_as_done_but_keeps_its_errors(clock):
     assert "nonexistent" in row.last_error
     assert row.last_succeeded_at == clock.now()
     assert job_health(clock.now()).reconcile.last_run_failed
+
+
+@pytest.mark.django_db
+def test_the_sweep_job_folds_the_task_count_changes(project):
+    from ledger.selectors import task_counts_by_status
+    from ledger.task_count_models import TaskCountChange
+
+    TaskFactory(project=project)
+    TaskFactory(project=project)
+    assert TaskCountChange.objects.exists()
+    before = task_counts_by_status()
+    report = jobs.sweep_expired_job()
+    assert report["task_count_changes_folded"] >= 2
+    assert not TaskCountChange.objects.exists()
+    assert task_counts_by_status() == before  # folding moves the count, never changes it

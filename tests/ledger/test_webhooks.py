@@ -316,3 +316,14 @@ def test_create_webhook_prints_the_secret_alone_on_the_last_line(project, capsys
         "warn",
         "slack",
     )
+
+
+def test_events_about_an_endpoint_name_its_origin_never_its_path(project):
+    """A Slack incoming-webhook URL is a credential: events reach agents, the feed, webhooks and exports."""
+    secret_path = "/services/T0000/B0000/XXXXXXXXXXXXXXXXXXXXXXXX"
+    endpoint, _ = webhook_create(url="http://127.0.0.1:9" + secret_path, project=project, actor=SYSTEM)
+    webhook_set_active(endpoint=endpoint, active=False, actor=SYSTEM)
+    payloads = [event.payload for event in Event.objects.filter(type__startswith="webhook.")]
+    assert len(payloads) == 2
+    assert {payload["url"] for payload in payloads} == {"http://127.0.0.1:9/…"}
+    assert not any("XXXX" in json.dumps(payload) for payload in payloads)

@@ -130,3 +130,21 @@ def test_two_rows_with_one_id_are_refused(tmp_path, exported):
     index = next(i for i, line in enumerate(exported) if '"type":"note"' in line)
     exported.insert(index + 1, exported[index])
     _refused(tmp_path, exported, r"two note rows with id \d+")
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("priority", 2**70, "64 bits"),
+        ("budget_cost_usd", "abc", "expected a decimal"),
+        ("budget_cost_usd", "NaN", "finite"),
+        ("budget_cost_usd", "Infinity", "finite"),
+    ],
+)
+def test_a_number_no_column_can_hold_names_its_field(tmp_path, exported, field, value, says):
+    index = next(i for i, line in enumerate(exported) if '"type":"task"' in line)
+    row = json.loads(exported[index])
+    assert field in row
+    row[field] = value
+    exported[index] = json.dumps(row) + "\n"
+    _refused(tmp_path, exported, rf"line {index + 1}: {field}.*{says}")
