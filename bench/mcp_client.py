@@ -8,11 +8,15 @@ server: the SDK's stdio client spawns `python -m agent mcp` with only
 It speaks one JSON line at a time on stdout, and waits for lines on stdin:
 
 1. connected, `tools/list` read and WARMUP_CYCLES cycles done, it prints
-   `{"ready": ..., "tools_list_bytes": N}` and waits for `go`;
+   `{"ready": ..., "tools_list_bytes": N, "requests": ...}` and waits for `go`;
 2. it repeats claim_next → checkpoint → finish (done) for S seconds (a cycle
    started before the end is completed), prints the results line, and waits
    for `end` (the parent reads the CPU of the MCP server before it goes);
 3. it ends the session as a client does (stdin closed, the server exits).
+
+With `--trace FILE`, a first, separate session runs TRACED_CYCLES cycles with
+`LEASEHOLD_TRACE=FILE` (the toolkit's per-request trace) and reports the HTTP
+requests each tool call made; the measured session is never traced.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from mcp.types import TextContent
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 WARMUP_CYCLES = 3
+TRACED_CYCLES = 2
 MAX_ERRORS = 20
 CHECKPOINT = "Checkpoint: migrated the search index; tests green locally. Next: wire the API and the admin filter."
 NEXT_STEPS = ["wire the API", "admin filter"]
@@ -39,10 +44,9 @@ class CycleError(RuntimeError):
     pass
 
 
-def server_params(config: str) -> StdioServerParameters:
-    return StdioServerParameters(
-        command=sys.executable, args=["-m", "agent", "mcp"], env={"LEASEHOLD_CONFIG": config}, cwd=str(PROJECT_ROOT)
-    )
+def server_params(config: str, *, trace: str | None = None) -> StdioServerParameters:
+    env = {"LEASEHOLD_CONFIG": config, **({"LEASEHOLD_TRACE": trace} if trace else {})}
+    return StdioServerParameters(command=sys.executable, args=["-m", "agent", "mcp"], env=env, cwd=str(PROJECT_ROOT))
 
 
 def tools_list_bytes(listed: Any) -> int:
@@ -87,7 +91,27 @@ async def _wait_for(word: str) -> None:
         raise SystemExit(f"expected {word!r} on stdin, got {line.strip()!r}")
 
 
-async def run(config: str, seconds: float) -> None:
+def _trace_lines(trace: Path) -> list[str]:
+    if not trace.exists():
+        return []
+    return [f"{line['method']} {line['path']}" for line in map(json.loads, trace.read_text().splitlines())]
+
+
+async def traced_requests(config: str, trace: Path) -> dict[str, list[str]]:
+    """The HTTP requests of each tool call in the last of TRACED_CYCLES cycles (paths with their ids)."""
+    made: dict[str, list[str]] = {}
+    arguments = {"claim_next": {}, "checkpoint": {"content": CHECKPOINT, "next_steps": NEXT_STEPS}}
+    async with Client(server_params(config, trace=str(trace)), read_timeout_seconds=60) as client:
+        for _ in range(TRACED_CYCLES):
+            for name in ("claim_next", "checkpoint", "finish"):
+                before = len(_trace_lines(trace))
+                await _call(client, name, arguments.get(name, {"outcome": "done", "summary": "bench"}))
+                made[name] = _trace_lines(trace)[before:]
+    return made
+
+
+async def run(config: str, seconds: float, trace: Path | None = None) -> None:
+    requests = None if trace is None else await traced_requests(config, trace)
     samples: dict[str, list[float]] = {"claim_next": [], "checkpoint": [], "finish": [], "cycle": []}
     errors: list[str] = []
     nothing_claimable = False
@@ -96,7 +120,7 @@ async def run(config: str, seconds: float) -> None:
         for _ in range(WARMUP_CYCLES):
             if await cycle(client) is None:
                 raise SystemExit("nothing claimable during the warm-up")
-        _say({"ready": True, "tools_list_bytes": size})
+        _say({"ready": True, "tools_list_bytes": size, "requests": requests})
         await _wait_for("go")
         began = time.perf_counter()
         deadline = began + seconds
@@ -120,8 +144,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.mcp_client", description=__doc__)
     parser.add_argument("--config", required=True, help="the agent's LEASEHOLD_CONFIG file")
     parser.add_argument("--seconds", type=float, required=True)
+    parser.add_argument("--trace", type=Path, default=None, help="first count each tool call's HTTP requests")
     args = parser.parse_args(argv)
-    anyio.run(run, args.config, args.seconds)
+    anyio.run(run, args.config, args.seconds, args.trace)
     return 0
 
 

@@ -15,6 +15,8 @@ SPEC §20's figure (budget 15 ms); the load generator's processes, PostgreSQL's
 shared processes and the whole machine are reported beside it. The tasks the
 run finished are counted in the database and must match the cycles reported.
 The tools/list size in bytes, as the client receives it, is a row of its own.
+At one client, a separate traced session first counts the HTTP requests of
+each tool call (`requests_per_cycle`; the list is in the JSON results).
 """
 
 from __future__ import annotations
@@ -70,14 +72,16 @@ def _write_config(folder: Path, *, url: str, token: str, project: str) -> Path:
 class Clients:
     """The client processes of one level, and the one-line protocol of `bench.mcp_client`."""
 
-    def __init__(self, configs: list[Path], *, seconds: float, logs: Path) -> None:
+    def __init__(self, configs: list[Path], *, seconds: float, logs: Path, trace: bool = False) -> None:
         env = {name: value for name, value in os.environ.items() if name != "DATABASE_URL"}
         env["PYTHONPATH"] = str(PROJECT_ROOT)
         self.logs = [logs / f"client-{index}.log" for index in range(len(configs))]
         self.processes: list[subprocess.Popen[str]] = []
-        for config, log in zip(configs, self.logs, strict=True):
+        for index, (config, log) in enumerate(zip(configs, self.logs, strict=True)):
             with log.open("w") as stderr:
                 command = [sys.executable, "-m", "bench.mcp_client", "--config", str(config), "--seconds", str(seconds)]
+                if trace and index == 0:
+                    command += ["--trace", str(logs / "trace.jsonl")]
                 self.processes.append(
                     subprocess.Popen(
                         command,
@@ -151,10 +155,10 @@ def _level(
     database: str | None,
 ) -> Row:
     """One run of len(configs) clients: warm up, measure CPU around the timed cycles, count what was done."""
-    from bench.mcp_client import WARMUP_CYCLES
+    from bench.mcp_client import TRACED_CYCLES, WARMUP_CYCLES
 
     before = _done_tasks(project)
-    clients = Clients(configs, seconds=seconds, logs=logs)
+    clients = Clients(configs, seconds=seconds, logs=logs, trace=len(configs) == 1)
     try:
         greetings = clients.read_all(READY_TIMEOUT_SECONDS)
         meter = CpuMeter(Groups(client_pids=clients.pids, web_pid=web_pid, database=database))
@@ -177,7 +181,8 @@ def _level(
         if result["nothing_claimable"]:
             errors.append("a client ran out of claimable tasks: the run is too short of tasks")
     cycles = len(samples["cycle"])
-    expected = cycles + WARMUP_CYCLES * len(configs)
+    requests = greetings[0]["requests"]
+    expected = cycles + WARMUP_CYCLES * len(configs) + (TRACED_CYCLES if requests is not None else 0)
     if done != expected:
         errors.append(f"{done} tasks done in the database, {expected} cycles reported (warm-up included)")
     active = max((result["seconds"] for result in results), default=0.0)
@@ -194,9 +199,11 @@ def _level(
         "cpu_wall_s": round(wall, 2),
         **{f"{name}_p50_ms": round(1000 * statistics.median(samples[name]), 1) for name in OPERATIONS if samples[name]},
         "workers": MCP_WORKERS,
+        **({} if requests is None else {"requests_per_cycle": sum(len(made) for made in requests.values())}),
         "load_average": [round(value, 2) for value in os.getloadavg()],
         "budget_ms": BUDGET_MS,
         "_tools_list_bytes": greetings[0]["tools_list_bytes"],
+        **({} if requests is None else {"_requests": requests}),
     }
     return Row(
         database=target.vendor,

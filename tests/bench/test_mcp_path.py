@@ -48,6 +48,12 @@ def test_the_mcp_workload_times_cycles_and_splits_the_machines_cpu_per_cycle_by_
     assert spent["cpu_ms_per_cycle"] == pytest.approx(total, abs=0.02)
     assert spent["clients_ms"] > 0
     assert spent["machine_ms"] >= spent["cpu_ms_per_cycle"] * 0.9  # ticks are 10 ms; the machine holds it all
+    # Before the measured session, a traced one counted each tool call's HTTP requests: at least one each.
+    requests = cycle.extra["_requests"]
+    assert set(requests) == {"claim_next", "checkpoint", "finish"}
+    assert all(made for made in requests.values()), requests
+    assert "POST /api/v1/claims/next/" in requests["claim_next"]
+    assert cycle.extra["requests_per_cycle"] == sum(len(made) for made in requests.values())
     (listed,) = [row for row in rows if row.workload == TOOLS_WORKLOAD]
     assert listed.extra["bytes"] == TOOLS_LIST_BYTES
     names = {target["name"]: target for target in evaluate_targets(rows)}
