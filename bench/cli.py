@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.results import RESULTS_DIR, Row, machine, markdown_table, table, write_json
 
-WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push", "waiters", "cpu")
+WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push", "waiters", "cpu", "mcp")
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
 
@@ -247,6 +247,7 @@ def evaluate_targets(rows: list[Row]) -> list[dict[str, Any]]:
             None if per_cycle is None else per_cycle <= 3,
             "-" if spent is None else f"{per_cycle} ms per cycle, x{spent.ratio} the raw replay's",
         )
+    targets += _mcp_targets(rows)
     procs = _find(rows, database="sqlite", workload="W3 full cycle, 4 processes", mode="service", concurrency=16)
     pg16 = service16
     if procs is None:
@@ -264,4 +265,40 @@ def evaluate_targets(rows: list[Row]) -> list[dict[str, Any]]:
             None if pg16 is None or not pg16.throughput else (procs.throughput or 0) >= pg16.throughput,
             f"{procs.throughput} vs {None if pg16 is None else pg16.throughput} cycles/s",
         )
+    return targets
+
+
+def _mcp_targets(rows: list[Row]) -> list[dict[str, Any]]:
+    """SPEC §20's MCP path: whole-machine CPU per cycle at 1 and 8 clients, and the tools/list size."""
+    from bench.mcp_path import BUDGET_MS, LEVELS, TOOLS_LIST_BUDGET_BYTES, TOOLS_WORKLOAD, WORKLOAD
+
+    targets: list[dict[str, Any]] = []
+    for database, label in (("postgresql", "PostgreSQL"), ("sqlite", "SQLite")):
+        measured = [_find(rows, database=database, workload=WORKLOAD, mode="mcp", concurrency=n) for n in LEVELS]
+        found = [row for row in measured if row is not None]
+        spent = [row.extra.get("cpu_ms_per_cycle") for row in found]
+        complete = len(found) == len(LEVELS) and None not in spent and not any(row.errors for row in found)
+        targets.append(
+            {
+                "name": f"{label}: MCP path whole-machine CPU per cycle <= {BUDGET_MS} ms at 1 and 8 clients "
+                "(MCP servers + web server + database)",
+                "met": all(value <= BUDGET_MS for value in spent if value is not None) if complete else None,
+                "measured": "; ".join(
+                    f"{row.concurrency} client(s): {row.extra.get('cpu_ms_per_cycle')} ms"
+                    f" (mcp {row.extra.get('mcp_servers_ms')}, web {row.extra.get('web_ms')},"
+                    f" db {row.extra.get('db_ms')}), {row.throughput} cycles/s"
+                    for row in found
+                )
+                or "-",
+            }
+        )
+    listed = next((row for row in rows if row.workload == TOOLS_WORKLOAD), None)
+    size = None if listed is None else listed.extra.get("bytes")
+    targets.append(
+        {
+            "name": f"MCP tools/list <= {TOOLS_LIST_BUDGET_BYTES // 1024} KB with every tool",
+            "met": None if size is None else size <= TOOLS_LIST_BUDGET_BYTES,
+            "measured": "-" if size is None else f"{size} bytes",
+        }
+    )
     return targets

@@ -85,6 +85,10 @@ def run_workloads(
         from bench.cpu import cpu
 
         steps.append(("cpu", cpu))
+    if "mcp" in only:
+        from bench.mcp_path import mcp
+
+        steps.append(("mcp", mcp))
     if "push" in only:
         from bench.push import push
 
