@@ -85,6 +85,10 @@ def run_workloads(
         from bench.cpu import cpu
 
         steps.append(("cpu", cpu))
+    if "fleet" in only:
+        from bench.fleet import fleet
+
+        steps.append(("fleet", fleet))
     if "push" in only:
         from bench.push import push
 
