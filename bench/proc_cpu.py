@@ -100,7 +100,7 @@ class DatabaseCpu:
     """PostgreSQL CPU over a run, from `start()` to `stop()`; nothing for SQLite."""
 
     def __init__(self, target: Target) -> None:
-        self.database = target.dsn.rsplit("/", 1)[1] if target.is_postgres else None
+        self.database = target.env["DATABASE_URL"].rsplit("/", 1)[1] if target.is_postgres else None
         self.first: dict[int, float] = {}
         self.last: dict[int, float] = {}
         self.stopping = threading.Event()
