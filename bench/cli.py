@@ -20,7 +20,7 @@ from typing import Any
 
 from bench.results import RESULTS_DIR, Row, machine, markdown_table, table, write_json
 
-WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push", "waiters", "cpu", "mcp")
+WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push", "waiters", "cpu", "mcp", "fleet")
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
 
@@ -248,6 +248,7 @@ def evaluate_targets(rows: list[Row]) -> list[dict[str, Any]]:
             "-" if spent is None else f"{per_cycle} ms per cycle, x{spent.ratio} the raw replay's",
         )
     targets += _mcp_targets(rows)
+    _fleet_targets(rows, add)
     procs = _find(rows, database="sqlite", workload="W3 full cycle, 4 processes", mode="service", concurrency=16)
     pg16 = service16
     if procs is None:
@@ -302,3 +303,21 @@ def _mcp_targets(rows: list[Row]) -> list[dict[str, Any]]:
         }
     )
     return targets
+
+
+def _fleet_targets(rows: list[Row], add: Any) -> None:
+    """SPEC §20's fleet-shaped race through HTTP (bench/fleet.py): its claim p99, and CPU per cycle at 1 and 8."""
+    for database, label in (("postgresql", "PostgreSQL"), ("sqlite", "SQLite")):
+        race = _find(rows, database=database, workload="fleet race, 8x8", mode="http")
+        add(
+            f"{label}: fleet hot race claim p99 <= 150 ms, no error but TASK_TAKEN (8 processes x 8 agents, HTTP)",
+            None if race is None or race.p99_ms is None else race.p99_ms <= 150 and not race.errors,
+            "-" if race is None else f"p99 {race.p99_ms} ms, errors {race.extra.get('errors_by_code') or 0}",
+        )
+        one = _find(rows, database=database, workload="fleet race, 1x1", mode="http")
+        spent = [None if row is None else row.extra.get("machine_cpu_ms_per_cycle") for row in (one, race)]
+        add(
+            f"{label}: HTTP whole-machine CPU per cycle <= 8 ms (server + database, at 1 and 8x8 clients)",
+            None if None in spent else all(value <= 8 for value in spent if value is not None),
+            f"{spent[0]} ms at 1 client, {spent[1]} ms at 8x8",
+        )

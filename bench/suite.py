@@ -89,6 +89,10 @@ def run_workloads(
         from bench.mcp_path import mcp
 
         steps.append(("mcp", mcp))
+    if "fleet" in only:
+        from bench.fleet import fleet
+
+        steps.append(("fleet", fleet))
     if "push" in only:
         from bench.push import push
 
