@@ -125,7 +125,10 @@ SQLITE_CREATE = [
     END;
     """,
     f"""
-    CREATE TRIGGER IF NOT EXISTS leases_attempt_tally_update AFTER UPDATE ON leases_attempt
+    -- UPDATE OF: a renewal (which sets none of these) does not even test the WHEN. (PostgreSQL's statement
+    -- trigger below cannot take a column list: transition tables forbid one.)
+    CREATE TRIGGER IF NOT EXISTS leases_attempt_tally_update
+    AFTER UPDATE OF claimed_at, finished_at, agent_id, task_id ON leases_attempt
     WHEN OLD.claimed_at IS NOT NEW.claimed_at OR OLD.finished_at IS NOT NEW.finished_at
       OR OLD.agent_id IS NOT NEW.agent_id OR OLD.task_id IS NOT NEW.task_id
     BEGIN {_sqlite_count("OLD", -1)} {_sqlite_count("NEW", 1)}
