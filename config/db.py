@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import ParamSpec, TypeVar
 
-from django.db import Error, InterfaceError, OperationalError, transaction
+from django.db import Error, InterfaceError, OperationalError, connection, transaction
 
 from config.deadline import bounded, seconds_left
 from config.errors import StorageBusy
@@ -144,3 +144,26 @@ def _sqlite_busy_timeout_within_deadline() -> Iterator[None]:
     finally:
         with connection.cursor() as cursor:
             cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
+
+@contextmanager
+def read_snapshot() -> Iterator[None]:
+    """Several reads that must see one snapshot, without taking a write lock.
+
+    PostgreSQL: a REPEATABLE READ transaction. SQLite: `BEGIN DEFERRED` (WAL gives it a snapshot at its
+    first read, and it never takes the write lock that Django's IMMEDIATE transactions take). Inside a
+    caller's transaction (tests, or a caller that already reads one snapshot) it reads in that one.
+    """
+    if connection.in_atomic_block:
+        yield
+    elif connection.vendor == "postgresql":
+        with transaction.atomic():
+            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+            try:
+                yield
+            finally:
+                cursor.execute("COMMIT")  # nothing was written: commit and rollback end it alike

@@ -15,16 +15,21 @@ from datetime import datetime
 
 from django.db.models import Count
 
+from config.db import read_snapshot
 from leases.models import AttemptKind
 from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
 from ledger.selectors import task_counts_by_status
 
 
 def task_counts_by_effective_status(now: datetime) -> dict[tuple[int, str], int]:
-    """{(project id, effective status): tasks}; pairs with no task left out. Two statements."""
-    counts = task_counts_by_status()
-    # Partial index attempt_active_expiry: the live leases by project, stored status and kind.
-    live = live_attempts(now).order_by().values("task__project_id", "task__status", "kind").annotate(n=Count("id"))
+    """{(project id, effective status): tasks}; pairs with no task left out. Two statements, one snapshot
+    (a status changed between them under a live lease would otherwise be moved from the wrong count)."""
+    with read_snapshot():
+        counts = task_counts_by_status()
+        # Partial index attempt_active_expiry: the live leases by project, stored status and kind.
+        live = list(
+            live_attempts(now).order_by().values("task__project_id", "task__status", "kind").annotate(n=Count("id"))
+        )
     for row in live:
         stored = (row["task__project_id"], row["task__status"])
         counts[stored] = counts.get(stored, 0) - row["n"]

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any, TextIO
 
 from django.contrib.auth import get_user_model
-from django.db import connection, transaction
 
+from config.db import read_snapshot
 from leases.models import Attempt, ReviewRequest
 from leases.transfer.rows import (
     AGENT,
@@ -92,28 +91,10 @@ def _section_rows(
         yield row
 
 
-@contextmanager
-def _snapshot() -> Iterator[None]:
-    """One consistent read of the whole export (see the module's docstring)."""
-    if connection.in_atomic_block:  # a caller's transaction (tests): read inside it
-        yield
-    elif connection.vendor == "postgresql":
-        with transaction.atomic():
-            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
-            yield
-    else:
-        with connection.cursor() as cursor:
-            cursor.execute("BEGIN DEFERRED")
-            try:
-                yield
-            finally:
-                cursor.execute("COMMIT")  # nothing was written: commit and rollback end it alike
-
-
 def project_export(*, project: Project, out: TextIO) -> dict[str, int]:
     """Write `project` to `out`, header first and counts last; returns the counts written."""
     counts: dict[str, int] = {}
-    with _snapshot():
+    with read_snapshot():
         agent_ids = _agent_ids(project)
         members = set(project.agents.values_list("id", flat=True))
         agents = list(
