@@ -38,6 +38,7 @@ from typing import Any
 from bench import http
 from bench.environment import Target
 from bench.harness import percentile, run_threads
+from bench.proc_cpu import process_cpu_seconds
 from bench.processes import PROJECT_ROOT
 from bench.results import Row, row_from_run
 
@@ -121,38 +122,14 @@ def waiters(target: Target, sizes: Any, *, workers: int) -> tuple[list[Row], dic
     return rows, {}
 
 
-def cpu_seconds(root: int) -> float:
-    """User + system CPU seconds used so far by `root` and every process descended from it (Linux /proc)."""
-    parents: dict[int, int] = {}
-    times: dict[int, float] = {}
-    ticks = os.sysconf("SC_CLK_TCK")
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # ended meanwhile
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = (int(fields[11]) + int(fields[12])) / ticks
-    family, frontier = {root}, [root]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in family]
-        family.update(children)
-        frontier += children
-    return sum(times.get(pid, 0.0) for pid in family)
-
-
 def _phase(server: http.Server, slug: str, tokens: list[str], seconds: float, child: Any = None) -> tuple[Any, dict]:
     """W3 for `seconds`; and the CPU seconds the server (and the waiter process) used meanwhile."""
-    server_before = cpu_seconds(server.pid)
-    child_before = cpu_seconds(child.pid) if child is not None else 0.0
+    server_before = process_cpu_seconds(server.pid)
+    child_before = process_cpu_seconds(child.pid) if child is not None else 0.0
     run = _claims(server, slug, tokens, seconds)
-    cpu = {"server_cpu_s": round(cpu_seconds(server.pid) - server_before, 2)}
+    cpu = {"server_cpu_s": round(process_cpu_seconds(server.pid) - server_before, 2)}
     if child is not None:
-        cpu["waiter_process_cpu_s"] = round(cpu_seconds(child.pid) - child_before, 2)
+        cpu["waiter_process_cpu_s"] = round(process_cpu_seconds(child.pid) - child_before, 2)
     return run, cpu
 
 
@@ -164,18 +141,18 @@ def _settle(server: http.Server, *, quiet: float = 0.05, longest: float = 60.0) 
     """
     started = time.monotonic()
     while time.monotonic() - started < longest:
-        before = cpu_seconds(server.pid)
+        before = process_cpu_seconds(server.pid)
         time.sleep(0.5)
-        if cpu_seconds(server.pid) - before <= quiet * 0.5:
+        if process_cpu_seconds(server.pid) - before <= quiet * 0.5:
             break
     return round(time.monotonic() - started, 1)
 
 
 def _at_rest(server: http.Server, seconds: float = 3.0) -> float:
     """CPU seconds per second the server uses with no request coming in (waiters parked or not)."""
-    before = cpu_seconds(server.pid)
+    before = process_cpu_seconds(server.pid)
     time.sleep(seconds)
-    return round((cpu_seconds(server.pid) - before) / seconds, 3)
+    return round((process_cpu_seconds(server.pid) - before) / seconds, 3)
 
 
 def _warm(server: http.Server, slug: str, tokens: list[str]) -> Any:
