@@ -69,3 +69,20 @@ def pytest_collection_modifyitems(items):
     for item in items:
         if "tests/api/" in str(item.path):
             item.add_marker(pytest.mark.filterwarnings("ignore:No directory at:UserWarning"))
+
+
+# The compact task item's fields (SPEC §8): lists, graphs and finishes answer exactly these.
+COMPACT_KEYS = {
+    "key",
+    "title",
+    "status",
+    "effective_status",
+    "priority",
+    "task_class",
+    "version",
+    "epoch",
+    "holder",
+    "lease_expires_at",
+    "blocked_by",
+    "claimable",
+}

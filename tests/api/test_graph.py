@@ -9,25 +9,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from ledger.models import Task, TaskDependency
-from tests.api.conftest import assert_error, client_for
+from tests.api.conftest import COMPACT_KEYS, assert_error, client_for
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
-
-COMPACT_KEYS = {
-    "key",
-    "title",
-    "status",
-    "effective_status",
-    "priority",
-    "task_class",
-    "version",
-    "epoch",
-    "holder",
-    "lease_expires_at",
-    "blocked_by",
-    "claimable",
-}
 
 
 def depend(task, blocked_by, clock):

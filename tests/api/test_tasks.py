@@ -7,25 +7,10 @@ import json
 import pytest
 
 from ledger.models import Event, Task
-from tests.api.conftest import assert_error, attempt_url, holder
+from tests.api.conftest import COMPACT_KEYS, assert_error, attempt_url, holder
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
-
-COMPACT_KEYS = {
-    "key",
-    "title",
-    "status",
-    "effective_status",
-    "priority",
-    "task_class",
-    "version",
-    "epoch",
-    "holder",
-    "lease_expires_at",
-    "blocked_by",
-    "claimable",
-}
 
 
 def test_compact_list_items_have_exactly_the_compact_fields(client, project, task):
