@@ -13,9 +13,10 @@ import functools
 from dataclasses import dataclass, replace
 from datetime import datetime
 
-from django.db.models import Exists, OuterRef, Q, Subquery
+from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
 from config.errors import ValidationFailed
+from config.prepared import SAMPLE_INT, Prepared
 from environments.models import EnvironmentKind
 from leases.branches import validate_branch_name
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
@@ -150,6 +151,34 @@ _ROW_COLUMNS = (
 )
 
 
+def _state_of(task_id: int) -> QuerySet[Task]:
+    columns = _state_columns()
+    return Task.objects.filter(pk=task_id).annotate(**columns).values_list(*columns)
+
+
+def _attempt_rows(task_id: int, latest_attempt_id: int) -> QuerySet[Attempt]:
+    latest_with_work = Attempt.objects.filter(left_work(), task=task_id).order_by("-id").values("id")[:1]
+    stale = (
+        Allocation.objects.filter(attempt__task=task_id, status=AllocationStatus.STALE).order_by("-id").values("id")[:1]
+    )
+    return (
+        Attempt.objects.filter(Q(pk=latest_attempt_id) | Q(pk=Subquery(latest_with_work)))
+        .order_by("-id")
+        .values_list(*_ROW_COLUMNS, Subquery(stale))
+    )
+
+
+# Both statements compiled once (SPEC §20).
+_STATE: Prepared[Task] = Prepared(_state_of, samples=({"task_id": SAMPLE_INT[0]}, {"task_id": SAMPLE_INT[1]}))
+_ATTEMPT_ROWS: Prepared[Attempt] = Prepared(
+    _attempt_rows,
+    samples=(
+        {"task_id": SAMPLE_INT[0], "latest_attempt_id": SAMPLE_INT[1]},
+        {"task_id": SAMPLE_INT[1], "latest_attempt_id": SAMPLE_INT[0]},
+    ),
+)
+
+
 def claim_state(task: Task) -> ClaimState:
     """The claim state of `task`, whose row this transaction has locked already.
 
@@ -167,22 +196,11 @@ def claim_state(task: Task) -> ClaimState:
     the task has none active, and a terminal attempt never becomes active
     again.
     """
-    columns = _state_columns()
-    has_unresolved_blockers, latest_attempt_id, last_event_id = (
-        Task.objects.filter(pk=task.pk).annotate(**columns).values_list(*columns).get()
-    )
+    ((has_unresolved_blockers, latest_attempt_id, last_event_id),) = _STATE.rows(task_id=task.pk)
     state = ClaimState(task=task, has_unresolved_blockers=has_unresolved_blockers, last_event_id=last_event_id)
     if latest_attempt_id is None:
         return state
-    latest_with_work = Attempt.objects.filter(left_work(), task=task.pk).order_by("-id").values("id")[:1]
-    stale = (
-        Allocation.objects.filter(attempt__task=task.pk, status=AllocationStatus.STALE).order_by("-id").values("id")[:1]
-    )
-    rows = list(
-        Attempt.objects.filter(Q(pk=latest_attempt_id) | Q(pk=Subquery(latest_with_work)))
-        .order_by("-id")
-        .values_list(*_ROW_COLUMNS, Subquery(stale))
-    )
+    rows = _ATTEMPT_ROWS.rows(task_id=task.pk, latest_attempt_id=latest_attempt_id)
     attempts = [AttemptRow(*row[:-1]) for row in rows]
     state = replace(state, stale_allocation_id=rows[0][-1])
     latest = next(attempt for attempt in attempts if attempt.id == latest_attempt_id)

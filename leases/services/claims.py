@@ -14,11 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import IntegrityError
+from django.db.models import QuerySet
 
 from config.db import write_transaction
 from config.errors import PathsReserved, PermissionDenied, TaskNotClaimable, TaskTaken
+from config.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared, PreparedUpdate, insert
 from leases.branches import suggest_branch_name
 from leases.labels import Label, render_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptKind, AttemptStatus
@@ -120,6 +123,12 @@ def _refuse_unless_claimable(
         raise refusal
 
 
+_EPOCH_BUMP = PreparedUpdate(
+    lambda task_id, epoch: (Task.objects.filter(pk=task_id), {"epoch": epoch}),
+    samples=({"task_id": SAMPLE_INT[0], "epoch": SAMPLE_INT[1]}, {"task_id": SAMPLE_INT[1], "epoch": SAMPLE_INT[0]}),
+)
+
+
 def claim_locked(
     state: ClaimState,
     *,
@@ -174,7 +183,7 @@ def claim_locked(
         stale_allocation_id=stale_allocation_id,
     )
     epoch = task.epoch + 1
-    Task.objects.filter(pk=task.pk).update(epoch=epoch)  # claims bump the epoch, never the version
+    _EPOCH_BUMP.run(task_id=task.pk, epoch=epoch)  # claims bump the epoch, never the version
     task.epoch = epoch
     seconds = lease_seconds_for(task=task, requested=request.lease_seconds)
     branch_name = (
@@ -194,22 +203,24 @@ def claim_locked(
         )
     )
     try:
-        attempt = Attempt.objects.create(
-            task=task,
-            agent=agent,
-            epoch=epoch,
-            status=AttemptStatus.ACTIVE,
-            kind=AttemptKind.REVIEW if review is not None else AttemptKind.WORK,
-            token_hash=token_hash,
-            token_salt=salt,
-            lease_seconds=seconds,
-            lease_expires_at=now + timedelta(seconds=seconds),
-            claimed_at=now,
-            branch=branch_name,
-            base_commit=base_commit,
-            label=label,
-            task_version_at_claim=task.version,
-            event_id_at_claim=state.last_event_id,
+        attempt = insert(
+            Attempt(
+                task=task,
+                agent=agent,
+                epoch=epoch,
+                status=AttemptStatus.ACTIVE,
+                kind=AttemptKind.REVIEW if review is not None else AttemptKind.WORK,
+                token_hash=token_hash,
+                token_salt=salt,
+                lease_seconds=seconds,
+                lease_expires_at=now + timedelta(seconds=seconds),
+                claimed_at=now,
+                branch=branch_name,
+                base_commit=base_commit,
+                label=label,
+                task_version_at_claim=task.version,
+                event_id_at_claim=state.last_event_id,
+            )
         )
     except IntegrityError:
         # Unreachable while claims lock the task row; the index still decides.
@@ -294,6 +305,33 @@ def _refuse_inactive(agent: Agent) -> None:
         raise PermissionDenied(f"Agent {agent.handle} is deactivated.")
 
 
+def _candidates(*, project: Project, agent: Agent, now: datetime, task_class: str | None = None) -> QuerySet[Task]:
+    """Claim-next's candidates in order, each locked as it is read (SKIP LOCKED: agents do not queue)."""
+    return (
+        claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
+        .select_related("project")
+        .select_for_update(skip_locked=True, no_key=True, of=("self",))
+    )
+
+
+def _first_candidate(*, by_class: bool) -> Prepared[Task]:
+    samples = tuple(
+        {
+            "project": Project(pk=SAMPLE_INT[index]),
+            "agent": Agent(pk=SAMPLE_INT[1 - index]),
+            "now": SAMPLE_TIME[index],
+            **({"task_class": f"sample-class-{index}"} if by_class else {}),
+        }
+        for index in (0, 1)
+    )
+    return Prepared(lambda **values: _candidates(**values)[:1], samples=(samples[0], samples[1]))
+
+
+# The first candidate, with and without a task class, compiled once (SPEC §20); a walk past a
+# candidate builds its query afresh (the excluded list changes the statement).
+_FIRST_CANDIDATE = {by_class: _first_candidate(by_class=by_class) for by_class in (False, True)}
+
+
 @write_transaction
 def _claim_next(
     *, project: Project, agent: Agent, task_class: str | None, request: ClaimRequest
@@ -302,16 +340,20 @@ def _claim_next(
     daily = claim_budget_refusal(task=None, agent=agent, project=project, now=now, scopes=("agent", "project"))
     if daily is not None:
         raise daily
-    candidates = (
-        claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
-        .select_related("project")
-        .select_for_update(skip_locked=True, no_key=True, of=("self",))
-    )
+    values: dict[str, Any] = {
+        "project": project,
+        "agent": agent,
+        "now": now,
+        **({"task_class": task_class} if task_class else {}),
+    }
     passed_over: list[int] = []
     reserved: list[int] = []
     for _ in range(CLAIM_NEXT_MAX_CANDIDATES):
         # The row comes back locked (SKIP LOCKED) and as locked: its own columns are current.
-        candidate = (candidates.exclude(pk__in=passed_over) if passed_over else candidates).first()
+        if passed_over:
+            candidate = _candidates(**values).exclude(pk__in=passed_over).first()
+        else:
+            candidate = _FIRST_CANDIDATE[bool(task_class)].first(**values)
         if candidate is None:
             break
         # The candidate query's NOT EXISTS saw its statement's snapshot; a claim

@@ -9,6 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from config.prepared import update_row
 from leases.models import Attempt, AttemptStatus
 from ledger.models import Task, TaskStatus
 from ledger.services import tasks_wait_again
@@ -17,9 +18,9 @@ from ledger.services import tasks_wait_again
 def end_attempt(attempt: Attempt, *, now: datetime, status: str, **outcome: Any) -> None:
     """Move the active attempt to a terminal `status`; `finished_at` is set exactly then."""
     fields = {"status": status, "finished_at": now, **outcome}
-    Attempt.objects.filter(pk=attempt.pk, status=AttemptStatus.ACTIVE).update(**fields)
     for name, value in fields.items():
         setattr(attempt, name, value)
+    update_row(attempt, list(fields), status=AttemptStatus.ACTIVE)
 
 
 def task_claimable_again(task: Task, *, now: datetime) -> Task:

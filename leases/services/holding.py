@@ -29,6 +29,7 @@ from config.errors import (
     StaleEpoch,
     ValidationFailed,
 )
+from config.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared, PreparedUpdate
 from leases.models import Attempt, AttemptStatus
 from leases.selectors import clamp_lease_seconds, comments_since_claim
 from leases.services.expiry import expire_lapsed
@@ -95,6 +96,38 @@ _LEASE_FIELDS = (
 )
 
 
+def _held_attempt_query(*, lock_task: bool, lean: bool, count_comments: bool) -> Prepared[Attempt]:
+    def build(attempt_id: int, agent_id: int) -> QuerySet[Attempt]:
+        lock_of = ("self", "task") if lock_task else ("self",)
+        attempts: QuerySet[Attempt] = (
+            Attempt.objects.select_for_update(no_key=True, of=lock_of)
+            .select_related("task__project")
+            .filter(pk=attempt_id, agent_id=agent_id)
+        )
+        if count_comments:
+            attempts = attempts.annotate(new_comments=comments_since_claim())
+        return (attempts.only(*_LEASE_FIELDS) if lean else attempts).order_by("pk")[:1]
+
+    return Prepared(
+        build,
+        samples=(
+            {"attempt_id": SAMPLE_INT[0], "agent_id": SAMPLE_INT[1]},
+            {"attempt_id": SAMPLE_INT[1], "agent_id": SAMPLE_INT[0]},
+        ),
+    )
+
+
+# The shapes holder calls use: (lock_task, lean, count_comments), each compiled once (SPEC §20).
+_HELD_QUERIES = {
+    (lock_task, lean, count_comments): _held_attempt_query(
+        lock_task=lock_task, lean=lean, count_comments=count_comments
+    )
+    for lock_task in (False, True)
+    for lean in (False, True)
+    for count_comments in (False, True)
+}
+
+
 def held_attempt(
     proof: HolderProof, *, now: datetime, lock_task: bool, lean: bool = False, count_comments: bool = False
 ) -> Attempt | LeaseExpired:
@@ -107,15 +140,8 @@ def held_attempt(
     `count_comments` (renew) reads `new_comments`, the task's comments since
     the claim (SPEC §16.2), in the same statement.
     """
-    lock_of = ("self", "task") if lock_task else ("self",)
-    attempts: QuerySet[Attempt] = (
-        Attempt.objects.select_for_update(no_key=True, of=lock_of)
-        .select_related("task__project")
-        .filter(pk=proof.attempt_id, agent=proof.agent)
-    )
-    if count_comments:
-        attempts = attempts.annotate(new_comments=comments_since_claim())
-    attempt = (attempts.only(*_LEASE_FIELDS) if lean else attempts).first()
+    query = _HELD_QUERIES[(lock_task, lean, count_comments)]
+    attempt = query.first(attempt_id=proof.attempt_id, agent_id=proof.agent.pk)
     if attempt is None:
         raise NotFound(f"No attempt {proof.attempt_id} of yours.", details={"attempt": proof.attempt_id})
     attempt.agent = proof.agent
@@ -162,6 +188,29 @@ def held_attempt(
     return attempt
 
 
+def _extend_update(*, renewal: bool) -> PreparedUpdate:
+    def build(attempt_id: int, expires: datetime, now: datetime) -> tuple[QuerySet[Attempt], dict[str, Any]]:
+        work: dict[str, Any] = {} if renewal else {"last_worked_at": now}
+        changes = {
+            "lease_expires_at": expires,
+            "last_renewed_at": now,
+            "renew_count": F("renew_count") + (1 if renewal else 0),
+            **work,
+        }
+        return Attempt.objects.filter(pk=attempt_id), changes
+
+    return PreparedUpdate(
+        build,
+        samples=(
+            {"attempt_id": SAMPLE_INT[0], "expires": SAMPLE_TIME[0], "now": SAMPLE_TIME[1]},
+            {"attempt_id": SAMPLE_INT[1], "expires": SAMPLE_TIME[1], "now": SAMPLE_TIME[0]},
+        ),
+    )
+
+
+_EXTEND = {renewal: _extend_update(renewal=renewal) for renewal in (False, True)}
+
+
 def extend_lease(attempt: Attempt, *, now: datetime, seconds: int, renewal: bool) -> datetime:
     """Push the lease to at least now + seconds; never shorter (the attempt is locked).
 
@@ -169,13 +218,7 @@ def extend_lease(attempt: Attempt, *, now: datetime, seconds: int, renewal: bool
     is work: it moves `last_worked_at`, which `stalled_attempt` reads.
     """
     expires = max(attempt.lease_expires_at, now + timedelta(seconds=seconds))
-    work: dict[str, Any] = {} if renewal else {"last_worked_at": now}
-    Attempt.objects.filter(pk=attempt.pk).update(
-        lease_expires_at=expires,
-        last_renewed_at=now,
-        renew_count=F("renew_count") + (1 if renewal else 0),
-        **work,
-    )
+    _EXTEND[renewal].run(attempt_id=attempt.pk, expires=expires, now=now)
     attempt.lease_expires_at = expires
     attempt.last_renewed_at = now
     if renewal:

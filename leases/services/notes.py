@@ -8,6 +8,7 @@ from datetime import datetime
 from typing import Any
 
 from config.errors import LedgerError, ValidationFailed
+from config.prepared import insert
 from leases.models import NEXT_STEP_MAX_CHARS, NEXT_STEPS_MAX_ITEMS, NOTE_MAX_CHARS, Attempt, Note, NoteKind
 from leases.services.git_facts import GIT_FACT_FIELDS, git_facts, record_git_facts
 from leases.services.holding import HolderProof, extend_lease, held_attempt, refusals_after_commit
@@ -74,8 +75,8 @@ def note_add(
     if refusal is not None:
         return refusal
     expires = extend_lease(held, now=now, seconds=held.lease_seconds, renewal=False)
-    note = Note.objects.create(
-        attempt=held, kind=kind, content=content, next_steps=steps, important=bool(important), created_at=now
+    note = insert(
+        Note(attempt=held, kind=kind, content=content, next_steps=steps, important=bool(important), created_at=now)
     )
     event_append(
         type=EventType.NOTE_ADDED,

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from config.prepared import insert
 from ledger.actors import Actor
 from ledger.models import Event, EventType, Project, Severity, Task
 
@@ -22,16 +23,18 @@ def event_append(
     payload: dict[str, Any] | None = None,
 ) -> Event:
     """Append one event. Call it inside the transaction of the change it records."""
-    return Event.objects.create(
-        type=type,
-        severity=severity,
-        project=project if project is not None else (task.project if task is not None else None),
-        task=task,
-        attempt_id=attempt_id,
-        actor_agent=actor.agent,
-        actor_user=actor.user,
-        payload=payload or {},
-        created_at=at,
+    return insert(
+        Event(
+            type=type,
+            severity=severity,
+            project=project if project is not None else (task.project if task is not None else None),
+            task=task,
+            attempt_id=attempt_id,
+            actor_agent=actor.agent,
+            actor_user=actor.user,
+            payload=payload or {},
+            created_at=at,
+        )
     )
 
 

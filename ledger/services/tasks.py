@@ -17,6 +17,7 @@ from django.db.models import Case, F, Value, When
 
 from config.db import write_transaction
 from config.errors import InvalidStatusTransition, ValidationFailed, VersionConflict
+from config.prepared import update_row
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import (
@@ -321,8 +322,9 @@ def apply_task_update(
     locked.ready_since = waiting_since(old_status=old_status, new_status=new_status, current=locked.ready_since, at=now)
     locked.version += 1
     locked.updated_at = now
-    validate_model(locked)
-    locked.save(update_fields=[*changed, "version", "updated_at", "ready_since"])
+    # Only what changes is validated: the stored fields were when they were written.
+    validate_model(locked, exclude=[field.name for field in locked._meta.fields if field.name not in changed])
+    update_row(locked, [*changed, "version", "updated_at", "ready_since"])
 
     if new_status != old_status:
         event_append(

@@ -1,0 +1,288 @@
+"""Hot statements compiled once: the ORM builds the query, later calls only swap its values.
+
+Building and compiling a queryset (`add_q`, `resolve_expression`, `as_sql`) is
+most of the CPU of a hot operation (SPEC §20). A `Prepared` statement builds
+its queryset once per database from two sets of sample values, checks that
+both compile to the same SQL and that the parameters differ exactly where a
+sample went in, and afterwards runs that SQL with the call's values put in
+those places. The rule stays written once, as a queryset; only its
+compilation is cached.
+
+What it refuses at preparation, so a wrong cache can never run: SQL that
+differs between the samples (a value that changes the statement's shape, such
+as a list's length, belongs in the key, not in the values), a parameter that
+differs but is no sample's (a value computed from a sample, such as
+`now + delta`, must be passed in ready-made), and a sample that went in
+nowhere. Sample values should be unlike any constant of the statement
+(`SAMPLE_INT`, `SAMPLE_TIME`).
+
+Rows come back through the compiler's converters (the types `values_list()` or
+the model would give); `objects()` builds model instances with their
+`select_related` relations, as Django's model iterable does.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from django.db import connections, models, transaction
+from django.db.models.query import QuerySet, get_related_populators  # type: ignore[attr-defined]
+from django.db.models.sql.subqueries import InsertQuery, UpdateQuery
+from django.db.transaction import TransactionManagementError
+
+M = TypeVar("M", bound=models.Model)
+
+SAMPLE_INT = (7_340_033, 7_340_057)
+SAMPLE_TIME = (
+    dt.datetime(2001, 2, 3, 4, 5, 6, 789_011, tzinfo=dt.UTC),
+    dt.datetime(2002, 3, 4, 5, 6, 7, 890_123, tzinfo=dt.UTC),
+)
+
+
+class NotPreparable(Exception):
+    """The statement cannot be prepared as asked (a programming error, found at first use)."""
+
+
+def _transforms(connection: Any) -> list[Callable[[Any], Any]]:
+    """How a value can become a statement parameter: as is, its primary key, or adapted as a datetime."""
+
+    def pk(value: Any) -> Any:
+        return value.pk if isinstance(value, models.Model) else _NOTHING
+
+    def as_datetime(value: Any) -> Any:
+        return connection.ops.adapt_datetimefield_value(value) if isinstance(value, dt.datetime) else _NOTHING
+
+    return [lambda value: value, pk, as_datetime]
+
+
+_NOTHING = object()
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    params: tuple[Any, ...]
+    # position in params -> (sample name, how its value becomes the parameter)
+    slots: tuple[tuple[int, str, Callable[[Any], Any]], ...]
+    compiler: Any
+    for_update: bool
+
+    def params_for(self, values: Mapping[str, Any]) -> list[Any]:
+        params = list(self.params)
+        for position, name, transform in self.slots:
+            params[position] = transform(values[name])
+        return params
+
+
+def _compile_query(query: Any, using: str) -> tuple[Any, str, tuple[Any, ...]]:
+    compiler = query.get_compiler(using=using)
+    sql, params = compiler.as_sql()
+    return compiler, sql, tuple(params)
+
+
+def _prepare(
+    build: Callable[[Mapping[str, Any]], Any],
+    samples: tuple[Mapping[str, Any], Mapping[str, Any]],
+    using: str,
+    to_query: Callable[[Any], Any],
+) -> _Compiled:
+    first, second = samples
+    if set(first) != set(second):
+        raise NotPreparable("Both sample sets must name the same values.")
+    compiled = [_compile_query(to_query(build(sample)), using) for sample in samples]
+    (compiler, sql, params), (_, other_sql, other_params) = compiled
+    if sql != other_sql or len(params) != len(other_params):
+        raise NotPreparable(f"The statement's shape depends on a value: {sql!r} vs {other_sql!r}.")
+    transforms = _transforms(connections[using])
+    slots: list[tuple[int, str, Callable[[Any], Any]]] = []
+    for position, (param, other) in enumerate(zip(params, other_params, strict=True)):
+        if param == other and type(param) is type(other):
+            continue
+        found = [
+            (name, _typed(transform, type(param)))
+            for name in first
+            for transform in transforms
+            if _same(transform(first[name]), param) and _same(transform(second[name]), other)
+        ]
+        names = {name for name, _ in found}
+        if len(names) != 1:
+            raise NotPreparable(f"Parameter {position} ({param!r}) is not exactly one sample's value: {names}.")
+        slots.append((position, *found[0]))
+    missing = set(first) - {name for _, name, _ in slots}
+    if missing:
+        raise NotPreparable(f"Samples {sorted(missing)} go into no parameter of the statement.")
+    for_update = bool(getattr(compiler.query, "select_for_update", False))
+    return _Compiled(sql=sql, params=params, slots=tuple(slots), compiler=compiler, for_update=for_update)
+
+
+def _same(value: Any, param: Any) -> bool:
+    """Whether `value` is the parameter, or the parameter is it wrapped in a subtype (psycopg's `Int4`)."""
+    return value is not _NOTHING and isinstance(param, type(value)) and value == param
+
+
+def _typed(transform: Callable[[Any], Any], wrapper: type) -> Callable[[Any], Any]:
+    """The transform, then the parameter's own type when the backend wraps values (`Int8(7)`)."""
+    if wrapper in (int, str, float, bool, dt.datetime, type(None)):
+        return transform
+    return lambda value: wrapper(transform(value))
+
+
+class _PreparedBase:
+    def __init__(self, build: Callable[..., Any], *, samples: tuple[Mapping[str, Any], Mapping[str, Any]]) -> None:
+        self._build = build
+        self._samples = samples
+        self._compiled: dict[tuple[str, str], _Compiled] = {}
+
+    def _to_query(self, built: Any) -> Any:
+        raise NotImplementedError
+
+    def compiled(self, using: str = "default") -> _Compiled:
+        connection = connections[using]
+        key = (using, connection.vendor)
+        found = self._compiled.get(key)
+        if found is None:
+            found = _prepare(lambda values: self._build(**values), self._samples, using, self._to_query)
+            self._compiled[key] = found
+        return found
+
+    def _execute(self, values: Mapping[str, Any], using: str) -> tuple[_Compiled, Any]:
+        compiled = self.compiled(using)
+        connection = connections[using]
+        if compiled.for_update and connection.features.has_select_for_update and connection.get_autocommit():
+            raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
+        cursor = connection.cursor()
+        cursor.execute(compiled.sql, compiled.params_for(values))
+        return compiled, cursor
+
+
+class Prepared(_PreparedBase, Generic[M]):
+    """A SELECT: `build(**values)` returns the queryset; `rows()` or `objects()` run it."""
+
+    def _to_query(self, built: QuerySet[Any]) -> Any:
+        # What the model iterable would attach to each row: not done here.
+        if built._known_related_objects:  # type: ignore[attr-defined]
+            raise NotPreparable("Querysets with known related objects are not prepared.")
+        return built.query
+
+    def rows(self, *, using: str = "default", **values: Any) -> list[tuple[Any, ...]]:
+        """The rows, converted, in the statement's column order."""
+        compiled, cursor = self._execute(values, using)
+        with cursor:
+            fetched = cursor.fetchall()
+        return [tuple(row) for row in compiled.compiler.results_iter(results=[fetched])]
+
+    def objects(self, *, using: str = "default", **values: Any) -> Iterator[M]:
+        """Model instances with their select_related relations and annotations."""
+        compiled, cursor = self._execute(values, using)
+        with cursor:
+            fetched = cursor.fetchall()
+        compiler = compiled.compiler
+        select, klass_info, annotation_col_map = compiler.select, compiler.klass_info, compiler.annotation_col_map
+        model_cls = klass_info["model"]
+        start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+        init_list = [column[0].target.attname for column in select[start:end]]
+        populators = get_related_populators(klass_info, select, using)
+        for row in compiler.results_iter(results=[fetched]):
+            obj = model_cls.from_db(using, init_list, row[start:end])
+            for populator in populators:
+                populator.populate(row, obj)
+            for name, position in (annotation_col_map or {}).items():
+                setattr(obj, name, row[position])
+            yield obj
+
+    def first(self, *, using: str = "default", **values: Any) -> M | None:
+        return next(self.objects(using=using, **values), None)
+
+
+class PreparedUpdate(_PreparedBase):
+    """An UPDATE: `build(**values)` returns (queryset, {field: value or expression}); `run()` → rows changed."""
+
+    def _to_query(self, built: tuple[QuerySet[Any], dict[str, Any]]) -> Any:
+        queryset, changes = built
+        query = queryset.query.chain(UpdateQuery)
+        query.add_update_values(changes)  # type: ignore[attr-defined]
+        query.annotations = {}
+        return query
+
+    def run(self, *, using: str = "default", **values: Any) -> int:
+        _, cursor = self._execute(values, using)
+        with cursor:
+            return int(cursor.rowcount)
+
+
+_INSERTS: dict[tuple[type[models.Model], str, str], tuple[str, tuple[Any, ...]]] = {}
+
+
+def insert(obj: M, using: str = "default") -> M:
+    """INSERT the unsaved `obj` as `Model.objects.create()` would, with a statement compiled once per
+    model and database; sets its primary key.
+
+    Every concrete field but an unset auto primary key goes in, through the field's own `pre_save`
+    and `get_db_prep_save` (defaults, `auto_now_add`, JSON and datetime adaptation). No signals are
+    sent: the models inserted this way have no receivers (a test pins it).
+    """
+    meta = obj._meta
+    connection = connections[using]
+    key = (type(obj), using, connection.vendor)
+    found = _INSERTS.get(key)
+    if found is None:
+        fields = tuple(field for field in meta.local_concrete_fields if field is not meta.auto_field)
+        query = InsertQuery(type(obj))
+        query.insert_values(fields, [obj])
+        compiler = query.get_compiler(using=using)
+        compiler.returning_fields = [meta.pk]
+        if not connection.features.can_return_columns_from_insert:
+            raise NotPreparable(f"{connection.vendor} cannot return the inserted id.")
+        ((sql, _),) = compiler.as_sql()
+        found = _INSERTS[key] = (sql, fields)
+    sql, fields = found
+    params = [field.get_db_prep_save(field.pre_save(obj, add=True), connection) for field in fields]
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        (pk,) = cursor.fetchone()
+    obj.pk = pk
+    obj._state.adding = False
+    obj._state.db = using
+    return obj
+
+
+_UPDATES: dict[
+    tuple[type[models.Model], tuple[str, ...], tuple[str, ...], str, str], tuple[str, list[Any], list[Any]]
+] = {}
+
+
+def update_row(obj: models.Model, fields: Sequence[str], using: str = "default", **where: Any) -> int:
+    """UPDATE `obj`'s row, setting `fields` from its attributes, where its primary key and each `where`
+    field equal the values given (a compare-and-set); the rows changed (0 or 1).
+
+    What `obj.save(update_fields=fields)` writes, through each field's `pre_save` and
+    `get_db_prep_save`, with the statement written once per model, field list and condition. No
+    signals are sent (see `insert`).
+    """
+    meta = obj._meta
+    connection = connections[using]
+    key = (type(obj), tuple(fields), tuple(where), using, connection.vendor)
+    found = _UPDATES.get(key)
+    if found is None:
+        quote = connection.ops.quote_name
+        setting: list[Any] = [meta.get_field(name) for name in fields]
+        matching: list[Any] = [meta.pk, *(meta.get_field(name) for name in where)]
+        # Only quoted names of the model's own table and columns go into the text; values are parameters.
+        sql = "UPDATE {} SET {} WHERE {}".format(  # noqa: S608
+            quote(meta.db_table),
+            ", ".join(f"{quote(field.column)} = %s" for field in setting),
+            " AND ".join(f"{quote(field.column)} = %s" for field in matching),
+        )
+        found = _UPDATES[key] = (sql, setting, matching)
+    sql, setting, matching = found
+    params = [field.get_db_prep_save(field.pre_save(obj, add=False), connection) for field in setting]
+    params += [matching[0].get_db_prep_value(obj.pk, connection)]
+    params += [
+        field.get_db_prep_value(value, connection) for field, value in zip(matching[1:], where.values(), strict=True)
+    ]
+    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return int(cursor.rowcount)
