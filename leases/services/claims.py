@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
 from django.db.models import QuerySet
 
 from config.db import write_transaction
@@ -332,6 +332,45 @@ def _first_candidate(*, by_class: bool) -> Prepared[Task]:
 _FIRST_CANDIDATE = {by_class: _first_candidate(by_class=by_class) for by_class in (False, True)}
 
 
+def _any_candidate(*, by_class: bool) -> Prepared[Task]:
+    samples = tuple(
+        {
+            "project": Project(pk=SAMPLE_INT[index]),
+            "agent": Agent(pk=SAMPLE_INT[1 - index]),
+            "now": SAMPLE_TIME[index],
+            **({"task_class": f"sample-class-{index}"} if by_class else {}),
+        }
+        for index in (0, 1)
+    )
+
+    def build(**values: Any) -> QuerySet[Task, tuple[int]]:
+        return claimable_tasks(**values).order_by().values_list("pk")[:1]
+
+    return Prepared(build, samples=(samples[0], samples[1]))
+
+
+_ANY_CANDIDATE = {by_class: _any_candidate(by_class=by_class) for by_class in (False, True)}
+
+
+def _nothing_to_claim(*, project: Project, agent: Agent, task_class: str | None) -> bool:
+    """On SQLite, whether a read outside any transaction finds nothing claimable, so claim-next can
+    answer "nothing" without taking the database's one write lock (SPEC §20: in a fleet most claims
+    find nothing). Only a read that finds nothing decides (the answer is true as of that read);
+    one that finds a candidate goes on to the claim, which decides afresh. An agent or project
+    whose daily budget is spent is still told so. On PostgreSQL the claim's own first statement
+    is as cheap and locks nothing that waits, so this is skipped there.
+    """
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        return False
+    now = clock.now()
+    if claim_budget_refusal(task=None, agent=agent, project=project, now=now, scopes=("agent", "project")):
+        return False
+    values: dict[str, Any] = {"project": project, "agent": agent, "now": now}
+    if task_class:
+        values["task_class"] = task_class
+    return not _ANY_CANDIDATE[bool(task_class)].rows(**values)
+
+
 @write_transaction
 def _claim_next(
     *, project: Project, agent: Agent, task_class: str | None, request: ClaimRequest
@@ -411,6 +450,8 @@ def lease_claim_next(
         )
     )
     _refuse_inactive(agent)
+    if _nothing_to_claim(project=project, agent=agent, task_class=task_class):
+        return None
     try:
         granted = _claim_next(project=project, agent=agent, task_class=task_class, request=request)
         if isinstance(granted, TaskTaken):

@@ -9,10 +9,13 @@ row and event; finish without an environment spends nothing on allocations.
 
 from __future__ import annotations
 
+import sqlite3
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from config.errors import BudgetExhausted, StorageBusy, TaskNotClaimable
 from environments.services import environment_create
 from leases.models import Allocation, AllocationStatus
 from leases.services import (
@@ -26,7 +29,8 @@ from leases.services import (
 )
 from ledger.actors import SYSTEM
 from ledger.models import Event
-from tests.factories import AgentFactory, TaskFactory
+from ledger.services import budget_set
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
@@ -111,3 +115,51 @@ def test_a_reclaim_after_a_revocation_inherits_the_stale_environment(project, ag
     assert "env=preview-b" in again.attempt.label
     statuses = dict(Allocation.objects.values_list("attempt_id", "status"))
     assert statuses == {grant.attempt.pk: AllocationStatus.RELEASED, again.attempt.pk: AllocationStatus.ACTIVE}
+
+
+def _hold_sqlite_write_lock() -> sqlite3.Connection:
+    raw = sqlite3.connect(connection.settings_dict["NAME"], isolation_level=None, check_same_thread=False)
+    raw.execute("BEGIN IMMEDIATE")
+    return raw
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's one write lock")
+@pytest.mark.django_db(transaction=True)
+def test_on_sqlite_an_empty_claim_next_reads_once_and_takes_no_write_lock(clock):
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    TaskFactory(project=project, status="open")  # not claimable
+    connection.ensure_connection()
+    connection.cursor().execute("PRAGMA busy_timeout = 10")
+    raw = _hold_sqlite_write_lock()
+    try:
+        with CaptureQueriesContext(connection) as captured:
+            assert lease_claim_next(project=project, agent=agent) is None
+        assert len(captured.captured_queries) == 1
+        assert "FROM" in captured.captured_queries[0]["sql"]
+        # A claimable task needs the lock: the claim waits for it and gives up (STORAGE_BUSY).
+        raw.rollback()
+        ready = TaskFactory(project=project)
+        raw.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StorageBusy):
+            lease_claim_next(project=project, agent=agent)
+    finally:
+        raw.rollback()
+        raw.close()
+    grant = lease_claim_next(project=project, agent=agent)
+    assert grant is not None
+    assert grant.task.pk == ready.pk
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's one write lock")
+@pytest.mark.django_db(transaction=True)
+def test_on_sqlite_a_spent_daily_budget_is_told_even_with_nothing_to_claim(clock):
+    project = ProjectFactory()
+    agent = budget_set(subject=AgentFactory(projects=[project]), actor=SYSTEM, daily_cost_usd="1.00")
+    grant = lease_claim(task=TaskFactory(project=project), agent=agent)
+    with pytest.raises(BudgetExhausted):
+        note_add(proof=proof_of(grant), kind="progress", content="x", usage={"cost_usd": "1.5"})
+    attempt_finish(proof=proof_of(grant), outcome="done")  # nothing is left to claim
+    with pytest.raises(TaskNotClaimable) as refused:
+        lease_claim_next(project=project, agent=agent)
+    assert refused.value.details["reason"] == "budget"
