@@ -17,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
+from config.prepared import SAMPLE_INT, Prepared
 from leases.context_parts import discussion_parts, review_parts
 from leases.models import Allocation, Attempt, AttemptKind, AttemptStatus
 from leases.selectors import (
@@ -80,6 +81,13 @@ def encoded_size(value: Any) -> int:
 _UNKNOWN: Any = object()
 
 
+# The first MAX_BLOCKERS + 1 unresolved blockers (one more tells that there are more): compiled once.
+_BLOCKERS: Prepared[Any] = Prepared(
+    lambda task: unresolved_blockers_of(task).values_list("blocked_by__key", "blocked_by__title")[: MAX_BLOCKERS + 1],
+    samples=({"task": Task(pk=SAMPLE_INT[0])}, {"task": Task(pk=SAMPLE_INT[1])}),
+)
+
+
 def work_context(
     *,
     task: Task,
@@ -101,9 +109,7 @@ def work_context(
     (SPEC §19: the agent's own reservation is named in `reservation`).
     """
     current = attempt or live_attempts(now).filter(task=task).select_related("agent").first()
-    blockers = list(
-        unresolved_blockers_of(task).values_list("blocked_by__key", "blocked_by__title")[: MAX_BLOCKERS + 1]
-    )
+    blockers = _BLOCKERS.rows(task=task)
     first_ever = just_claimed and attempt is not None and attempt.epoch == 1
     checkpoint = None if first_ever else latest_checkpoint(task)
     recent = [] if first_ever else recent_terminal_attempts(task, limit=RUNS_OF_TROUBLE)

@@ -9,6 +9,7 @@ PERMISSION_DENIED, so an agent cannot learn that another project's task exists.
 
 from __future__ import annotations
 
+import functools
 import hmac
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from django.db.models import Max, Q, QuerySet
 from django.db.models.functions import Length, Substr
 
 from config.errors import NotFound, ValidationFailed
+from config.prepared import SAMPLE_INT, Prepared
 from ledger.models import Agent, Decision, DecisionStatus, Event, Project, Task, TaskComment
 from ledger.tokens import AGENT_TOKEN_PREFIX, hash_token
 
@@ -220,20 +222,51 @@ def decision_by_id(decision_id: int, *, agent: Agent | None) -> Decision:
     return decision
 
 
-def active_decisions_for(task: Task, *, limit: int) -> list[Decision]:
-    """The active decisions of the task and of its project as a whole, newest first (SPEC §16.2)."""
-    return list(
-        Decision.objects.filter(project_id=task.project_id, status=DecisionStatus.ACTIVE)
-        .filter(Q(task__isnull=True) | Q(task=task))
+def _active_decisions(project_id: int, task_id: int, limit: int) -> QuerySet[Decision]:
+    return (
+        Decision.objects.filter(project_id=project_id, status=DecisionStatus.ACTIVE)
+        .filter(Q(task__isnull=True) | Q(task_id=task_id))
         .select_related("author_agent", "author_user")
         .order_by("-id")[:limit]
     )
 
 
+def _latest_comments(task_id: int, limit: int) -> QuerySet[TaskComment]:
+    return (
+        TaskComment.objects.filter(task_id=task_id)
+        .select_related("author_agent", "author_user")
+        .order_by("-id")[:limit]
+    )
+
+
+_TWO_IDS = (
+    {"project_id": SAMPLE_INT[0], "task_id": SAMPLE_INT[1]},
+    {"project_id": SAMPLE_INT[1], "task_id": SAMPLE_INT[0]},
+)
+
+
+@functools.cache
+def _prepared_decisions(limit: int) -> Prepared[Decision]:
+    """Every work context reads these (SPEC §20: compiled once per limit)."""
+    return Prepared(lambda project_id, task_id: _active_decisions(project_id, task_id, limit), samples=_TWO_IDS)
+
+
+@functools.cache
+def _prepared_comments(limit: int) -> Prepared[TaskComment]:
+    return Prepared(
+        lambda task_id: _latest_comments(task_id, limit),
+        samples=({"task_id": SAMPLE_INT[0]}, {"task_id": SAMPLE_INT[1]}),
+    )
+
+
+def active_decisions_for(task: Task, *, limit: int) -> list[Decision]:
+    """The active decisions of the task and of its project as a whole, newest first (SPEC §16.2)."""
+    return list(_prepared_decisions(limit).objects(project_id=task.project_id, task_id=task.pk))
+
+
 def recent_comments(task: Task, *, limit: int) -> list[TaskComment]:
     """The task's latest comments, oldest of them first."""
-    latest = TaskComment.objects.filter(task=task).select_related("author_agent", "author_user").order_by("-id")
-    return list(reversed(latest[:limit]))
+    return list(reversed(list(_prepared_comments(limit).objects(task_id=task.pk))))
 
 
 TASK_COUNTS = """

@@ -17,7 +17,7 @@ from django.db.models import Case, F, Value, When
 
 from config.db import write_transaction
 from config.errors import InvalidStatusTransition, ValidationFailed, VersionConflict
-from config.prepared import update_row
+from config.prepared import SAMPLE_INT, Prepared, update_row
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import (
@@ -255,10 +255,21 @@ def check_status_transition(old: str, new: str) -> None:
         )
 
 
+_LOCK_TASK: Prepared[Task] = Prepared(
+    lambda task_id: (
+        Task.objects.select_for_update(no_key=True, of=("self",)).select_related("project").filter(pk=task_id)
+    ),
+    samples=({"task_id": SAMPLE_INT[0]}, {"task_id": SAMPLE_INT[1]}),
+)
+
+
 def lock_task(task_id: int) -> Task:
     """The task row, locked for the rest of the transaction (FOR NO KEY UPDATE: inserts that
-    reference the task still proceed)."""
-    return Task.objects.select_for_update(no_key=True, of=("self",)).select_related("project").get(pk=task_id)
+    reference the task still proceed); compiled once (SPEC §20). `Task.DoesNotExist` as `get()`."""
+    task = _LOCK_TASK.first(task_id=task_id)
+    if task is None:
+        raise Task.DoesNotExist(f"No task {task_id}.")
+    return task
 
 
 def apply_task_update(
