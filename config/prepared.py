@@ -69,6 +69,22 @@ class _Compiled:
     slots: tuple[tuple[int, str, Callable[[Any], Any]], ...]
     compiler: Any
     for_update: bool
+    # position -> (converters, expression): what `results_iter` would work out on every call
+    converters: tuple[tuple[int, tuple[Any, ...], Any], ...]
+
+    def convert(self, rows: list[Any]) -> list[list[Any]]:
+        """The rows as the compiler's `results_iter` gives them (converted), from converters found once."""
+        connection = self.compiler.connection
+        converted = []
+        for fetched in rows:
+            row = list(fetched)
+            for position, functions, expression in self.converters:
+                value = row[position]
+                for function in functions:
+                    value = function(value, expression, connection)
+                row[position] = value
+            converted.append(row)
+        return converted
 
     def params_for(self, values: Mapping[str, Any]) -> list[Any]:
         params = list(self.params)
@@ -115,7 +131,18 @@ def _prepare(
     if missing:
         raise NotPreparable(f"Samples {sorted(missing)} go into no parameter of the statement.")
     for_update = bool(getattr(compiler.query, "select_for_update", False))
-    return _Compiled(sql=sql, params=params, slots=tuple(slots), compiler=compiler, for_update=for_update)
+    converters: tuple[tuple[int, tuple[Any, ...], Any], ...] = ()
+    if getattr(compiler, "select", None) is not None and hasattr(compiler, "col_count"):
+        fields = [column[0] for column in compiler.select[0 : compiler.col_count]]
+        if compiler.has_composite_fields(fields):
+            raise NotPreparable("Composite fields are not prepared.")
+        converters = tuple(
+            (position, tuple(functions), expression)
+            for position, (functions, expression) in compiler.get_converters(fields).items()
+        )
+    return _Compiled(
+        sql=sql, params=params, slots=tuple(slots), compiler=compiler, for_update=for_update, converters=converters
+    )
 
 
 def _same(value: Any, param: Any) -> bool:
@@ -172,7 +199,7 @@ class Prepared(_PreparedBase, Generic[M]):
         compiled, cursor = self._execute(values, using)
         with cursor:
             fetched = cursor.fetchall()
-        return [tuple(row) for row in compiled.compiler.results_iter(results=[fetched])]
+        return [tuple(row) for row in compiled.convert(fetched)]
 
     def objects(self, *, using: str = "default", **values: Any) -> Iterator[M]:
         """Model instances with their select_related relations and annotations."""
@@ -185,7 +212,7 @@ class Prepared(_PreparedBase, Generic[M]):
         start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
         init_list = [column[0].target.attname for column in select[start:end]]
         populators = get_related_populators(klass_info, select, using)
-        for row in compiler.results_iter(results=[fetched]):
+        for row in compiled.convert(fetched):
             obj = model_cls.from_db(using, init_list, row[start:end])
             for populator in populators:
                 populator.populate(row, obj)
