@@ -20,9 +20,10 @@ from django.db import connection
 from django.db.models import F, Min, Q
 
 from leases.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_day, orphan_rate_per_day
-from leases.models import Attempt, FleetDayTally, TaskFirstReady
+from leases.models import Attempt, FleetDayTally, FleetDayTallyChange, TaskFirstReady
 from leases.reports import fleet_report
 from leases.services import attempt_finish, lease_claim, sweep_expired, task_update
+from leases.services.rollups import fleet_tally_fold
 from ledger.actors import SYSTEM, Actor
 from ledger.models import Event, EventType, TaskStatus
 from ledger.services import task_create
@@ -48,12 +49,13 @@ def live_counts() -> dict[str, Counter[tuple[date, int]]]:
 
 
 def tallied_counts() -> dict[str, Counter[tuple[date, int]]]:
+    """The tally as the readers see it: the folded rows plus the changes not folded yet."""
     counts: dict[str, Counter[tuple[date, int]]] = {"claims": Counter(), "finished": Counter(), "contested": Counter()}
-    for row in FleetDayTally.objects.all():
+    for row in [*FleetDayTally.objects.all(), *FleetDayTallyChange.objects.all()]:
         for column in counts:
-            if getattr(row, column):
-                counts[column][(row.day, row.project_id)] += getattr(row, column)
-    return counts
+            counts[column][(row.day, row.project_id)] += getattr(row, column)
+    # A folded key whose changes net to zero leaves no entry (negative ones stay: a drift to see).
+    return {column: Counter({key: n for key, n in counter.items() if n}) for column, counter in counts.items()}
 
 
 def live_first_ready() -> dict[int, datetime]:
@@ -134,7 +136,9 @@ def test_a_claim_in_the_last_second_of_a_day_counts_on_that_day_and_its_finish_o
     metrics = fleet_metrics(days=2)
     assert [entry["value"] for entry in metrics["claims"]] == [1, 0]
     assert [entry["finished"] for entry in metrics["orphan_rate"]] == [0, 1]
+    assert fleet_tally_fold() == 2  # the claim's row (the 5th) and the finish's (the 6th)
     assert FleetDayTally.objects.get(day=date(2026, 1, 6)).finished == 1
+    assert fleet_metrics(days=2) == metrics
     assert_rollups_match()
 
 
@@ -191,6 +195,7 @@ def test_the_migration_backfill_computes_what_the_triggers_kept(clock):
     sweep_expired()
     kept = (tallied_counts(), dict(TaskFirstReady.objects.values_list("task_id", "ready_at")))
     FleetDayTally.objects.all().delete()
+    FleetDayTallyChange.objects.all().delete()
     TaskFirstReady.objects.all().delete()
     migration = importlib.import_module("leases.migrations.0011_rollups")
     postgres = connection.vendor == "postgresql"
@@ -244,4 +249,52 @@ def test_concurrent_claims_and_finishes_keep_the_tally_exact(clock):
 
     assert results == [4] * 8, results
     assert sum(entry["value"] for entry in claims_per_day(days=1)) == 32
+    assert_rollups_match()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_takeover_claims_crosswise_do_not_deadlock_on_the_tally(clock, monkeypatch):
+    """Two agents each take over the other's lapsed lease at once, many rounds, from real threads.
+
+    Each claim ends the old holder's attempt (a finish on the old holder's tally key) and then inserts its
+    own (a claim on its own key): with counters updated in place, two such claims crosswise lock the two
+    agents' rows in opposite orders and PostgreSQL breaks the deadlock after `deadlock_timeout`, which
+    `write_transaction` retries. Writers that only append take no lock a crosswise claim waits on.
+    """
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite serializes writers: there is no lock order to cross")
+    import config.db
+
+    deadlocks: list[str] = []
+    transient = config.db.is_transient_lock_error
+
+    def counting(exc: BaseException) -> bool:
+        if getattr(exc.__cause__, "sqlstate", None) == "40P01":
+            deadlocks.append(str(exc))
+        return transient(exc)
+
+    monkeypatch.setattr(config.db, "is_transient_lock_error", counting)
+    project = ProjectFactory(slug="crosswise")
+    agents = [AgentFactory(projects=[project]) for _ in range(2)]
+    rounds = 12
+    pairs = [(TaskFactory(project=project), TaskFactory(project=project)) for _ in range(rounds)]
+    for first, second in pairs:
+        lease_claim(task=first, agent=agents[0], lease_seconds=60)
+        lease_claim(task=second, agent=agents[1], lease_seconds=60)
+    clock.advance(120)  # every lease has lapsed; nobody swept
+    barrier = __import__("threading").Barrier(2)
+
+    def work(index: int) -> int:
+        taken = 0
+        for pair in pairs:
+            barrier.wait(timeout=30)
+            # Agent 0 takes agent 1's task and agent 1 takes agent 0's, at the same moment.
+            lease_claim(task=pair[1 - index], agent=agents[index], lease_seconds=3600)
+            taken += 1
+        return taken
+
+    results = run_in_threads(2, work)
+
+    assert results == [rounds, rounds], results
+    assert deadlocks == []
     assert_rollups_match()

@@ -1,0 +1,66 @@
+"""Folding the fleet tally's changes, which the attempt and event triggers append, into one row per key.
+
+The triggers of migration `leases.0012_tally_changes` append a
+`FleetDayTallyChange` row for every claim, finish and contested write (and
+-1 / +1 rows when an UPDATE moves an attempt), so the figures are exact
+without this fold (`leases.metrics` adds the pending changes); folding only
+keeps the change table short, so that a chart sums a few rows per day. The
+sweep job (`leases.jobs.sweep_expired_job`) folds every minute.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from config.db import write_transaction
+
+COLUMNS = "day, project_id, agent_id, claims, finished, contested"
+ADDED = (
+    "ON CONFLICT (day, project_id, agent_id) DO UPDATE SET claims = leases_fleetdaytally.claims + excluded.claims,"
+    " finished = leases_fleetdaytally.finished + excluded.finished,"
+    " contested = leases_fleetdaytally.contested + excluded.contested"
+)
+SUMMED = "day, project_id, agent_id, sum(claims), sum(finished), sum(contested)"
+NOT_ZERO = "HAVING sum(claims) <> 0 OR sum(finished) <> 0 OR sum(contested) <> 0"
+
+# In key order: two folds at once (the job run twice) take the tally rows they share in the same order.
+POSTGRES_FOLD = f"""
+WITH moved AS (DELETE FROM leases_fleetdaytallychange RETURNING {COLUMNS}),
+folded AS (
+    INSERT INTO leases_fleetdaytally ({COLUMNS})
+    SELECT {SUMMED} FROM moved GROUP BY day, project_id, agent_id {NOT_ZERO} ORDER BY day, project_id, agent_id
+    {ADDED}
+)
+SELECT count(*) FROM moved
+"""
+SQLITE_FOLD = f"""
+INSERT INTO leases_fleetdaytally ({COLUMNS})
+SELECT {SUMMED} FROM leases_fleetdaytallychange WHERE id <= %s GROUP BY day, project_id, agent_id {NOT_ZERO}
+{ADDED}
+"""
+
+
+@write_transaction
+def fleet_tally_fold() -> int:
+    """Move every committed tally change into `FleetDayTally`; returns how many change rows were folded.
+
+    As `ledger.services.task_counts.task_counts_fold`: on PostgreSQL one
+    statement deletes the changes it can see and adds them up, so a change
+    committed meanwhile stays for the next fold and a second fold at once
+    waits on the first's rows and then skips them; SQLite serializes
+    writers, so every change up to the highest id is committed and moves in
+    two statements. No writer ever waits on a fold: writers only insert
+    changes, and the fold locks tally rows no writer touches.
+    """
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(POSTGRES_FOLD)
+            (moved,) = cursor.fetchone()
+            return int(moved)
+        cursor.execute("SELECT max(id), count(*) FROM leases_fleetdaytallychange")
+        highest, moved = cursor.fetchone()
+        if highest is None:
+            return 0
+        cursor.execute(SQLITE_FOLD, [highest])
+        cursor.execute("DELETE FROM leases_fleetdaytallychange WHERE id <= %s", [highest])
+        return int(moved)
