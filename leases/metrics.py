@@ -127,8 +127,8 @@ def fleet_tally_per_day(
 def _tallied(
     column: str, window: _Window, project: Project | None, project_ids: Collection[int] | None
 ) -> dict[date, int]:
-    scope = {"project": project, "project_ids": project_ids}
-    return window.per_day(fleet_tally_per_day(column, first=window.first, last=window.last, **scope))
+    rows = fleet_tally_per_day(column, first=window.first, last=window.last, project=project, project_ids=project_ids)
+    return window.per_day(rows)
 
 
 def _scoped(queryset: QuerySet[Any], path: str, project: Project | None, project_ids: Collection[int] | None) -> Any:

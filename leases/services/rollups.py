@@ -14,29 +14,30 @@ from django.db import connection
 
 from config.db import write_transaction
 
-COLUMNS = "day, project_id, agent_id, claims, finished, contested"
-ADDED = (
-    "ON CONFLICT (day, project_id, agent_id) DO UPDATE SET claims = leases_fleetdaytally.claims + excluded.claims,"
-    " finished = leases_fleetdaytally.finished + excluded.finished,"
-    " contested = leases_fleetdaytally.contested + excluded.contested"
-)
-SUMMED = "day, project_id, agent_id, sum(claims), sum(finished), sum(contested)"
-NOT_ZERO = "HAVING sum(claims) <> 0 OR sum(finished) <> 0 OR sum(contested) <> 0"
-
 # In key order: two folds at once (the job run twice) take the tally rows they share in the same order.
-POSTGRES_FOLD = f"""
-WITH moved AS (DELETE FROM leases_fleetdaytallychange RETURNING {COLUMNS}),
+POSTGRES_FOLD = """
+WITH moved AS (
+    DELETE FROM leases_fleetdaytallychange RETURNING day, project_id, agent_id, claims, finished, contested
+),
 folded AS (
-    INSERT INTO leases_fleetdaytally ({COLUMNS})
-    SELECT {SUMMED} FROM moved GROUP BY day, project_id, agent_id {NOT_ZERO} ORDER BY day, project_id, agent_id
-    {ADDED}
+    INSERT INTO leases_fleetdaytally (day, project_id, agent_id, claims, finished, contested)
+    SELECT day, project_id, agent_id, sum(claims), sum(finished), sum(contested) FROM moved
+    GROUP BY day, project_id, agent_id HAVING sum(claims) <> 0 OR sum(finished) <> 0 OR sum(contested) <> 0
+    ORDER BY day, project_id, agent_id
+    ON CONFLICT (day, project_id, agent_id) DO UPDATE SET claims = leases_fleetdaytally.claims + EXCLUDED.claims,
+        finished = leases_fleetdaytally.finished + EXCLUDED.finished,
+        contested = leases_fleetdaytally.contested + EXCLUDED.contested
 )
 SELECT count(*) FROM moved
 """
-SQLITE_FOLD = f"""
-INSERT INTO leases_fleetdaytally ({COLUMNS})
-SELECT {SUMMED} FROM leases_fleetdaytallychange WHERE id <= %s GROUP BY day, project_id, agent_id {NOT_ZERO}
-{ADDED}
+SQLITE_FOLD = """
+INSERT INTO leases_fleetdaytally (day, project_id, agent_id, claims, finished, contested)
+SELECT day, project_id, agent_id, sum(claims), sum(finished), sum(contested) FROM leases_fleetdaytallychange
+WHERE id <= %s
+GROUP BY day, project_id, agent_id HAVING sum(claims) <> 0 OR sum(finished) <> 0 OR sum(contested) <> 0
+ON CONFLICT (day, project_id, agent_id) DO UPDATE SET claims = leases_fleetdaytally.claims + excluded.claims,
+    finished = leases_fleetdaytally.finished + excluded.finished,
+    contested = leases_fleetdaytally.contested + excluded.contested
 """
 
 

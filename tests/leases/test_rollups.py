@@ -55,9 +55,13 @@ def live_counts() -> dict[str, Counter[tuple[date, int]]]:
 def tallied_counts() -> dict[str, Counter[tuple[date, int]]]:
     """The tally as the readers see it: the folded rows plus the changes not folded yet."""
     counts: dict[str, Counter[tuple[date, int]]] = {"claims": Counter(), "finished": Counter(), "contested": Counter()}
-    for row in [*FleetDayTally.objects.all(), *FleetDayTallyChange.objects.all()]:
-        for column in counts:
-            counts[column][(row.day, row.project_id)] += getattr(row, column)
+    rows = [
+        *FleetDayTally.objects.values_list("day", "project_id", *counts),
+        *FleetDayTallyChange.objects.values_list("day", "project_id", *counts),
+    ]
+    for day, project, *values in rows:
+        for column, value in zip(counts, values, strict=True):
+            counts[column][(day, project)] += value
     # A folded key whose changes net to zero leaves no entry (negative ones stay: a drift to see).
     return {column: Counter({key: n for key, n in counter.items() if n}) for column, counter in counts.items()}
 
@@ -267,7 +271,8 @@ def test_concurrent_claims_and_finishes_keep_the_tally_exact(clock):
     results = run_in_threads(9, work)
 
     assert results[:8] == [4] * 8, results
-    assert isinstance(results[8], int) and results[8] > 0, results
+    assert isinstance(results[8], int), results
+    assert results[8] > 0  # the fold moved what the writers appended
     assert sum(entry["value"] for entry in claims_per_day(days=1)) == 32
     assert_rollups_match()
 
@@ -372,7 +377,8 @@ def test_a_renewal_or_a_note_appends_no_change_and_runs_no_tally_trigger(clock):
         attempt_renew(proof=proof_of(grant), lease_seconds=600)
         note_add(proof=proof_of(grant), kind="progress", content="Half way")
         # Any UPDATE that leaves the counted columns alone, set-based too.
-        Attempt.objects.filter(pk=grant.attempt.pk).update(lease_expires_at=F("lease_expires_at") + timedelta(seconds=1))
+        renewed = F("lease_expires_at") + timedelta(seconds=1)
+        Attempt.objects.filter(pk=grant.attempt.pk).update(lease_expires_at=renewed)
 
     assert runs == Counter()
     assert FleetDayTallyChange.objects.count() == changes
@@ -444,3 +450,54 @@ def test_the_tally_triggers_exist_after_migrate():
     else:
         expected |= {"leases_event_tally_contested", "leases_event_first_ready"}
     assert names == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_to_appended_changes_keeps_every_count_both_ways(clock):
+    """0012 forward starts from 0011's in-place tally (the folded state); backward folds the pending changes."""
+    from django.core.management import call_command
+
+    project = ProjectFactory()
+    agents = [AgentFactory(projects=[project]) for _ in range(2)]
+
+    def activity() -> None:
+        for agent in agents:
+            grant = lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=60)
+            attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+            lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=60)
+        task_update(
+            task=TaskFactory(project=project),
+            actor=Actor(agent=agents[1]),
+            changes={"status": "blocked", "blocked_reason": "waiting"},
+        )
+        clock.advance(23 * 3600)
+        sweep_expired()
+
+    def tally_rows() -> Counter[tuple[date, int]]:
+        counts: Counter[tuple[date, int]] = Counter()
+        for row in FleetDayTally.objects.all():
+            counts[(row.day, row.project_id)] += row.claims + 10 * row.finished + 100 * row.contested
+        return counts
+
+    def live() -> Counter[tuple[date, int]]:
+        counts = live_counts()
+        weights = {"claims": 1, "finished": 10, "contested": 100}
+        return Counter({k: sum(weights[c] * counts[c][k] for c in counts) for c in counts for k in counts[c]})
+
+    activity()
+    fleet_tally_fold()
+    activity()  # pending changes at the migration
+    assert FleetDayTallyChange.objects.exists()
+    try:
+        call_command("migrate", "leases", "0011_rollups", verbosity=0)
+        assert tally_rows() == live()  # folded into the in-place table
+        activity()  # 0011's triggers, in place
+        assert tally_rows() == live()
+    finally:
+        call_command("migrate", "leases", verbosity=0)
+    assert not FleetDayTallyChange.objects.exists()
+    assert_rollups_match()
+    activity()
+    assert FleetDayTallyChange.objects.exists()
+    assert_rollups_match()
+    test_the_tally_triggers_exist_after_migrate()
