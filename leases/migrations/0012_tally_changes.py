@@ -106,6 +106,12 @@ POSTGRES_CREATE = [
         old_project bigint := (SELECT project_id FROM ledger_task WHERE id = OLD.task_id);
         new_project bigint := old_project;
     BEGIN
+        IF OLD.finished_at IS NULL AND NEW.claimed_at = OLD.claimed_at AND NEW.agent_id = OLD.agent_id
+           AND NEW.task_id = OLD.task_id THEN
+            -- A finish or an expiry (nearly every call): one finish, nothing to net.
+            INSERT INTO {CHANGES} VALUES ({_pg_day("NEW.finished_at")}, old_project, NEW.agent_id, 0, 1, 0);
+            RETURN NULL;
+        END IF;
         IF NEW.task_id <> OLD.task_id THEN
             new_project := (SELECT project_id FROM ledger_task WHERE id = NEW.task_id);
         END IF;
