@@ -14,7 +14,9 @@ from django.db import connection
 
 from config.db import write_transaction
 
-# In key order: two folds at once (the job run twice) take the tally rows they share in the same order.
+# Only folds write the tally now (the triggers append changes): a fold's table lock keeps a second fold
+# out until the first commits, and no writer or reader waits on it (they take no lock it conflicts with).
+POSTGRES_ONE_FOLD = "LOCK TABLE leases_fleetdaytally IN SHARE ROW EXCLUSIVE MODE"
 POSTGRES_FOLD = """
 WITH moved AS (
     DELETE FROM leases_fleetdaytallychange RETURNING day, project_id, agent_id, claims, finished, contested
@@ -23,7 +25,6 @@ folded AS (
     INSERT INTO leases_fleetdaytally (day, project_id, agent_id, claims, finished, contested)
     SELECT day, project_id, agent_id, sum(claims), sum(finished), sum(contested) FROM moved
     GROUP BY day, project_id, agent_id HAVING sum(claims) <> 0 OR sum(finished) <> 0 OR sum(contested) <> 0
-    ORDER BY day, project_id, agent_id
     ON CONFLICT (day, project_id, agent_id) DO UPDATE SET claims = leases_fleetdaytally.claims + EXCLUDED.claims,
         finished = leases_fleetdaytally.finished + EXCLUDED.finished,
         contested = leases_fleetdaytally.contested + EXCLUDED.contested
@@ -47,14 +48,16 @@ def fleet_tally_fold() -> int:
 
     As `ledger.services.task_counts.task_counts_fold`: on PostgreSQL one
     statement deletes the changes it can see and adds them up, so a change
-    committed meanwhile stays for the next fold and a second fold at once
-    waits on the first's rows and then skips them; SQLite serializes
-    writers, so every change up to the highest id is committed and moves in
-    two statements. No writer ever waits on a fold: writers only insert
-    changes, and the fold locks tally rows no writer touches.
+    committed meanwhile stays for the next fold; a second fold at once
+    waits for the first to commit (the tally's table lock: no change row is
+    locked by two folds in two orders) and folds what is left. SQLite
+    serializes writers, so every change up to the highest id is committed
+    and moves in two statements. No writer ever waits on a fold: writers
+    only insert changes, and only a fold writes the tally.
     """
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
+            cursor.execute(POSTGRES_ONE_FOLD)
             cursor.execute(POSTGRES_FOLD)
             (moved,) = cursor.fetchone()
             return int(moved)
