@@ -253,15 +253,13 @@ def plans() -> dict[str, str]:
         .order_by()
         .values("agent_id"),
     }
-    from django.db.models import Count, Sum
+    from django.db.models import Count
 
-    from leases.models import FleetDayTally
+    from leases.metrics import fleet_tally_per_day
 
     month = now - timedelta(days=30)
     ended = Attempt.objects.filter(finished_at__gte=month, finished_at__lt=now).exclude(status="active")
-    queries["fleet tally, claims per day (30 d)"] = (
-        FleetDayTally.objects.filter(day__gte=month.date()).values("day").annotate(value=Sum("claims")).order_by()
-    )
+    queries["fleet tally, claims per day (30 d)"] = fleet_tally_per_day("claims", first=month.date(), last=now.date())
     queries["report counts (30 d)"] = (
         ended.order_by()
         .values_list("agent_id", "task__task_class", "status", "failure_reason_code")

@@ -18,6 +18,7 @@ from leases.idempotency import idempotency_purge
 from leases.jobhealth.models import JobName, JobOutcome
 from leases.jobhealth.services import job_finished, job_started
 from leases.services import check_queue_wait, sweep_expired
+from leases.services.rollups import fleet_tally_fold
 from ledger.services.task_counts import task_counts_fold
 
 T = TypeVar("T")
@@ -42,11 +43,13 @@ def _recorded(name: JobName, work: Callable[[], T], result_of: Callable[[T], tup
 
 def sweep_expired_job() -> dict[str, Any]:
     """Expire lapsed leases; then fold the task-count changes (`ledger.services.task_counts`), so the
-    change table stays short between /metrics scrapes, or without any scraper."""
+    change table stays short between /metrics scrapes, or without any scraper, and the fleet tally's
+    changes (`leases.services.rollups`: the sweep's own expiries are among them)."""
 
     def work() -> dict[str, Any]:
         report = asdict(sweep_expired())
         report["task_count_changes_folded"] = task_counts_fold()
+        report["fleet_tally_changes_folded"] = fleet_tally_fold()
         return report
 
     return _recorded(JobName.SWEEP, work, lambda report: (report, ""))

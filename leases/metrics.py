@@ -12,10 +12,12 @@ UTC calendar days; the window ends today by the one clock.
   that day. `value` is 0.0 on a day when no attempt finished; the entry also
   carries the raw `orphans` and `finished` counts so nothing is hidden.
 
-Claims, finishes and contested writes are read from `FleetDayTally`, which
-triggers keep in the writing transaction (`leases.rollup_models`): exact and
-live, today included, at the cost of one small row per day, project and
-agent, instead of a month of attempts and events per read (docs/performance.md).
+Claims, finishes and contested writes are read from `FleetDayTally` plus the
+changes not folded into it yet (`FleetDayTallyChange`), which triggers append
+in the writing transaction (`leases.rollup_models`), in one statement: exact
+and live, today included, at the cost of one small row per day, project and
+agent (and a minute's changes), instead of a month of attempts and events per
+read (docs/performance.md).
 Refusals and orphan findings are few and counted as they are.
 """
 
@@ -30,7 +32,7 @@ from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import Substr, TruncDate
 
 from config.errors import ValidationFailed
-from leases.models import ClaimRefusalTally, FleetDayTally
+from leases.models import ClaimRefusalTally, FleetDayTally, FleetDayTallyChange
 from leases.reconciliation.models import Condition, Finding
 from ledger import clock
 from ledger.models import Project
@@ -101,14 +103,31 @@ def _count_per_day(queryset: QuerySet[Any], field: str, window: _Window) -> dict
     return window.per_day(rows)
 
 
+def fleet_tally_per_day(
+    column: str, *, first: date, last: date, project: Project | None = None, project_ids: Collection[int] | None = None
+) -> QuerySet[Any]:
+    """One counter of the fleet tally summed per day from `first` to `last`: the folded rows and the changes.
+
+    One statement (UNION ALL of the two sums), so one snapshot: a fold
+    committing meanwhile is seen whole or not at all. A day may come as two
+    rows (folded, pending); `_Window.per_day` adds them. The tally's unique
+    index leads with the day; the change table is a minute of writes.
+    """
+    sums = [
+        _scoped(model.objects.all(), "project_id", project, project_ids)
+        .filter(day__gte=first, day__lte=last)
+        .values("day")
+        .annotate(value=Sum(column))
+        .order_by()
+        for model in (FleetDayTally, FleetDayTallyChange)
+    ]
+    return sums[0].union(sums[1], all=True)
+
+
 def _tallied(
     column: str, window: _Window, project: Project | None, project_ids: Collection[int] | None
 ) -> dict[date, int]:
-    """One counter of `FleetDayTally` per day of the window (the tally's unique index leads with the day)."""
-    tallies = _scoped(FleetDayTally.objects.all(), "project_id", project, project_ids)
-    rows = (
-        tallies.filter(day__gte=window.first, day__lte=window.last).values("day").annotate(value=Sum(column)).order_by()
-    )
+    rows = fleet_tally_per_day(column, first=window.first, last=window.last, project=project, project_ids=project_ids)
     return window.per_day(rows)
 
 

@@ -384,4 +384,4 @@ from leases.budget_models import (  # noqa: E402,F401
 )
 from leases.jobhealth.models import JobHeartbeat  # noqa: E402,F401
 from leases.reconciliation.models import AttemptDiscard, Finding, ReconciliationRun  # noqa: E402,F401
-from leases.rollup_models import FleetDayTally, TaskFirstReady  # noqa: E402,F401
+from leases.rollup_models import FleetDayTally, FleetDayTallyChange, TaskFirstReady  # noqa: E402,F401

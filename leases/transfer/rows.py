@@ -100,6 +100,7 @@ NOT_EXPORTED: dict[str, str] = {
     "leases.JobHeartbeat": "this server's scheduler",
     "leases.ReconciliationRun": "this server's runs; the findings they made are exported",
     "leases.FleetDayTally": "derived: the attempt and event triggers count the imported rows",
+    "leases.FleetDayTallyChange": "derived: the attempt and event triggers count the imported rows",
     "leases.TaskFirstReady": "derived: the event trigger reads the imported task events",
 }
 # Agents and users come before every section (after the project): rows name them.

@@ -12,7 +12,12 @@ wrong: an expiry after midnight finishes the attempt on the day before.
 from __future__ import annotations
 
 import importlib
+import itertools
+import re
+import threading
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, date, datetime, timedelta
 
 import pytest
@@ -20,9 +25,10 @@ from django.db import connection
 from django.db.models import F, Min, Q
 
 from leases.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_day, orphan_rate_per_day
-from leases.models import Attempt, FleetDayTally, TaskFirstReady
+from leases.models import Attempt, FleetDayTally, FleetDayTallyChange, TaskFirstReady
 from leases.reports import fleet_report
-from leases.services import attempt_finish, lease_claim, sweep_expired, task_update
+from leases.services import attempt_finish, attempt_renew, lease_claim, note_add, sweep_expired, task_update
+from leases.services.rollups import fleet_tally_fold
 from ledger.actors import SYSTEM, Actor
 from ledger.models import Event, EventType, TaskStatus
 from ledger.services import task_create
@@ -48,12 +54,17 @@ def live_counts() -> dict[str, Counter[tuple[date, int]]]:
 
 
 def tallied_counts() -> dict[str, Counter[tuple[date, int]]]:
+    """The tally as the readers see it: the folded rows plus the changes not folded yet."""
     counts: dict[str, Counter[tuple[date, int]]] = {"claims": Counter(), "finished": Counter(), "contested": Counter()}
-    for row in FleetDayTally.objects.all():
-        for column in counts:
-            if getattr(row, column):
-                counts[column][(row.day, row.project_id)] += getattr(row, column)
-    return counts
+    rows = [
+        *FleetDayTally.objects.values_list("day", "project_id", *counts),
+        *FleetDayTallyChange.objects.values_list("day", "project_id", *counts),
+    ]
+    for day, project, *values in rows:
+        for column, value in zip(counts, values, strict=True):
+            counts[column][(day, project)] += value
+    # A folded key whose changes net to zero leaves no entry (negative ones stay: a drift to see).
+    return {column: Counter({key: n for key, n in counter.items() if n}) for column, counter in counts.items()}
 
 
 def live_first_ready() -> dict[int, datetime]:
@@ -134,7 +145,9 @@ def test_a_claim_in_the_last_second_of_a_day_counts_on_that_day_and_its_finish_o
     metrics = fleet_metrics(days=2)
     assert [entry["value"] for entry in metrics["claims"]] == [1, 0]
     assert [entry["finished"] for entry in metrics["orphan_rate"]] == [0, 1]
+    assert fleet_tally_fold() == 2  # the claim's row (the 5th) and the finish's (the 6th)
     assert FleetDayTally.objects.get(day=date(2026, 1, 6)).finished == 1
+    assert fleet_metrics(days=2) == metrics
     assert_rollups_match()
 
 
@@ -191,6 +204,7 @@ def test_the_migration_backfill_computes_what_the_triggers_kept(clock):
     sweep_expired()
     kept = (tallied_counts(), dict(TaskFirstReady.objects.values_list("task_id", "ready_at")))
     FleetDayTally.objects.all().delete()
+    FleetDayTallyChange.objects.all().delete()
     TaskFirstReady.objects.all().delete()
     migration = importlib.import_module("leases.migrations.0011_rollups")
     postgres = connection.vendor == "postgresql"
@@ -231,17 +245,263 @@ def test_concurrent_claims_and_finishes_keep_the_tally_exact(clock):
     agents = [AgentFactory(projects=[project]) for _ in range(4)]
     tasks = [TaskFactory(project=project) for _ in range(32)]
 
+    writing = threading.Event()
+    writers_left = [8]
+    lock = threading.Lock()
+
     def work(index: int) -> int:
+        if index == 8:  # a fold beside the writers, as the sweep job's
+            folded = 0
+            while writing.is_set():
+                folded += fleet_tally_fold()
+                assert sum(entry["value"] for entry in claims_per_day(days=1)) <= 32
+            return folded + fleet_tally_fold()
         agent = agents[index % len(agents)]
         done = 0
         for task in tasks[index::8]:
             grant = lease_claim(task=task, agent=agent, lease_seconds=3600)
             attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
             done += 1
+        with lock:
+            writers_left[0] -= 1
+            if not writers_left[0]:
+                writing.clear()
         return done
 
-    results = run_in_threads(8, work)
+    writing.set()
+    results = run_in_threads(9, work)
 
-    assert results == [4] * 8, results
+    assert results[:8] == [4] * 8, results
+    assert isinstance(results[8], int), results
+    assert results[8] > 0  # the fold moved what the writers appended
     assert sum(entry["value"] for entry in claims_per_day(days=1)) == 32
     assert_rollups_match()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_takeover_claims_crosswise_do_not_deadlock_on_the_tally(clock, monkeypatch):
+    """Two agents each take over the other's lapsed lease at once, many rounds, from real threads.
+
+    Each claim ends the old holder's attempt (a finish on the old holder's tally key) and then inserts its
+    own (a claim on its own key): with counters updated in place, two such claims crosswise lock the two
+    agents' rows in opposite orders and PostgreSQL breaks the deadlock after `deadlock_timeout`, which
+    `write_transaction` retries. Writers that only append take no lock a crosswise claim waits on.
+    """
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite serializes writers: there is no lock order to cross")
+    import config.db
+
+    deadlocks: list[str] = []
+    transient = config.db.is_transient_lock_error
+
+    def counting(exc: BaseException) -> bool:
+        if getattr(exc.__cause__, "sqlstate", None) == "40P01":
+            deadlocks.append(str(exc))
+        return transient(exc)
+
+    monkeypatch.setattr(config.db, "is_transient_lock_error", counting)
+    project = ProjectFactory(slug="crosswise")
+    agents = [AgentFactory(projects=[project]) for _ in range(2)]
+    rounds = 12
+    pairs = [(TaskFactory(project=project), TaskFactory(project=project)) for _ in range(rounds)]
+    for first, second in pairs:
+        lease_claim(task=first, agent=agents[0], lease_seconds=60)
+        lease_claim(task=second, agent=agents[1], lease_seconds=60)
+    clock.advance(120)  # every lease has lapsed; nobody swept
+    barrier = threading.Barrier(2)
+
+    def work(index: int) -> int:
+        taken = 0
+        for pair in pairs:
+            barrier.wait(timeout=30)
+            # Agent 0 takes agent 1's task and agent 1 takes agent 0's, at the same moment.
+            lease_claim(task=pair[1 - index], agent=agents[index], lease_seconds=3600)
+            taken += 1
+        return taken
+
+    results = run_in_threads(2, work)
+
+    assert results == [rounds, rounds], results
+    assert deadlocks == []
+    assert_rollups_match()
+
+
+ATTEMPT_UPDATE = re.compile(r'\s*UPDATE\s+"?leases_attempt"?\s', re.IGNORECASE)
+
+
+@contextmanager
+def attempt_trigger_runs() -> Iterator[Counter[str]]:
+    """How often the tally's trigger code ran on `leases_attempt` inside the block.
+
+    PostgreSQL: the calls of each `leases_*` plpgsql function in this
+    transaction (`pg_stat_xact_user_functions`, with `track_functions`
+    on). SQLite: each UPDATE of `leases_attempt` that entered a trigger
+    program (WHEN included) is traced twice or more in a row (the program
+    repeats its statement's text); one whose UPDATE OF columns it does not
+    set is traced once.
+    """
+    runs: Counter[str] = Counter()
+    if connection.vendor == "postgresql":
+        read = "SELECT funcname, calls FROM pg_stat_xact_user_functions WHERE funcname LIKE 'leases%%'"
+        with connection.cursor() as cursor:
+            cursor.execute("SET track_functions = 'pl'")
+            cursor.execute(read)
+            before = dict(cursor.fetchall())
+        try:
+            yield runs
+        finally:
+            with connection.cursor() as cursor:
+                cursor.execute(read)
+                for name, calls in cursor.fetchall():
+                    if calls - before.get(name, 0):
+                        runs[name] += calls - before.get(name, 0)
+                cursor.execute("RESET track_functions")
+        return
+    traced: list[str] = []
+    connection.ensure_connection()
+    connection.connection.set_trace_callback(traced.append)
+    try:
+        yield runs
+    finally:
+        connection.connection.set_trace_callback(None)
+        for line, repeats in itertools.groupby(traced):
+            if ATTEMPT_UPDATE.match(line) and len(list(repeats)) > 1:
+                runs["trigger program"] += 1
+
+
+def test_a_renewal_or_a_note_appends_no_change_and_runs_no_tally_trigger(clock):
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    grant = lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=600)
+    changes = FleetDayTallyChange.objects.count()
+    assert changes == 1  # the claim
+
+    with attempt_trigger_runs() as runs:
+        clock.advance(60)
+        attempt_renew(proof=proof_of(grant), lease_seconds=600)
+        note_add(proof=proof_of(grant), kind="progress", content="Half way")
+        # Any UPDATE that leaves the counted columns alone, set-based too.
+        renewed = F("lease_expires_at") + timedelta(seconds=1)
+        Attempt.objects.filter(pk=grant.attempt.pk).update(lease_expires_at=renewed)
+
+    assert runs == Counter()
+    assert FleetDayTallyChange.objects.count() == changes
+    # The control: the finish runs the UPDATE trigger once and appends one row (+1 finished; the claim nets out).
+    with attempt_trigger_runs() as runs:
+        attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+    expected = "leases_attempt_tally_updated" if connection.vendor == "postgresql" else "trigger program"
+    assert runs[expected] == 1, runs
+    assert list(FleetDayTallyChange.objects.order_by("id").values_list("claims", "finished"))[changes:] == [(0, 1)]
+    assert_rollups_match()
+
+
+def test_the_readers_are_exact_before_and_after_a_fold(clock):
+    """The charts and the report read folded rows plus pending changes: a fold changes no figure."""
+    project, other = ProjectFactory(), ProjectFactory()
+    agents = [AgentFactory(projects=[project, other]) for _ in range(2)]
+
+    def activity() -> None:
+        for number, agent in enumerate(agents * 2):
+            task = TaskFactory(project=project if number % 2 else other)
+            grant = lease_claim(task=task, agent=agent, lease_seconds=60)
+            if number < 3:
+                attempt_finish(proof=proof_of(grant), outcome="done", result_summary="Done")
+        task_update(
+            task=TaskFactory(project=project),
+            actor=Actor(agent=agents[0]),
+            changes={"status": "blocked", "blocked_reason": "waiting"},
+        )
+        clock.advance(20 * 3600)
+        sweep_expired()  # the lapsed ones finish yesterday
+
+    def figures() -> tuple[object, ...]:
+        day = clock.now().date()
+        return (
+            fleet_metrics(days=4),
+            fleet_metrics(days=4, project=project),
+            lease_conflicts_per_day(days=4, project_ids=[other.pk]),
+            fleet_report(first=day - timedelta(days=3), last=day),
+        )
+
+    activity()
+    unfolded = figures()
+    assert FleetDayTallyChange.objects.exists()
+    assert fleet_tally_fold() > 0
+    assert not FleetDayTallyChange.objects.exists()
+    assert figures() == unfolded
+    assert_rollups_match()
+    activity()  # half folded, half pending
+    pending = figures()
+    assert pending != unfolded
+    assert_rollups_match()
+    fleet_tally_fold()
+    assert figures() == pending
+    assert fleet_tally_fold() == 0
+    assert_rollups_match()
+
+
+def test_the_tally_triggers_exist_after_migrate():
+    """A later SQLite migration that rebuilds `leases_attempt` or `ledger_event` drops them silently."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SELECT tgname FROM pg_trigger WHERE tgname LIKE 'leases%%' AND NOT tgisinternal")
+        else:
+            cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'leases%'")
+        names = {name for (name,) in cursor.fetchall()}
+    expected = {"leases_attempt_tally_insert", "leases_attempt_tally_update"}
+    if connection.vendor == "postgresql":
+        expected |= {"leases_event_rollups"}
+    else:
+        expected |= {"leases_event_tally_contested", "leases_event_first_ready"}
+    assert names == expected
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_to_appended_changes_keeps_every_count_both_ways(clock):
+    """0012 forward starts from 0011's in-place tally (the folded state); backward folds the pending changes."""
+    from django.core.management import call_command
+
+    project = ProjectFactory()
+    agents = [AgentFactory(projects=[project]) for _ in range(2)]
+
+    def activity() -> None:
+        for agent in agents:
+            grant = lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=60)
+            attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
+            lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=60)
+        task_update(
+            task=TaskFactory(project=project),
+            actor=Actor(agent=agents[1]),
+            changes={"status": "blocked", "blocked_reason": "waiting"},
+        )
+        clock.advance(23 * 3600)
+        sweep_expired()
+
+    def tally_rows() -> Counter[tuple[date, int]]:
+        counts: Counter[tuple[date, int]] = Counter()
+        for row in FleetDayTally.objects.all():
+            counts[(row.day, row.project_id)] += row.claims + 10 * row.finished + 100 * row.contested
+        return counts
+
+    def live() -> Counter[tuple[date, int]]:
+        counts = live_counts()
+        weights = {"claims": 1, "finished": 10, "contested": 100}
+        return Counter({k: sum(weights[c] * counts[c][k] for c in counts) for c in counts for k in counts[c]})
+
+    activity()
+    fleet_tally_fold()
+    activity()  # pending changes at the migration
+    assert FleetDayTallyChange.objects.exists()
+    try:
+        call_command("migrate", "leases", "0011_rollups", verbosity=0)
+        assert tally_rows() == live()  # folded into the in-place table
+        activity()  # 0011's triggers, in place
+        assert tally_rows() == live()
+    finally:
+        call_command("migrate", "leases", verbosity=0)
+    assert not FleetDayTallyChange.objects.exists()
+    assert_rollups_match()
+    activity()
+    assert FleetDayTallyChange.objects.exists()
+    assert_rollups_match()
+    test_the_tally_triggers_exist_after_migrate()
