@@ -41,6 +41,7 @@ from leases.jobhealth.selectors import job_health
 from leases.models import AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
 from leases.reconciliation.models import Finding, FindingStatus, ReconciliationRun
 from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
+from leases.services.rollups import fleet_tally_fold
 from leases.status_counts import task_counts_by_effective_status
 from ledger import clock
 from ledger.models import DeliveryStatus, EventType, Project, Task, TaskStatus, WebhookDelivery
@@ -79,7 +80,8 @@ def _leases(now: datetime) -> Iterator[Metric]:
 
 @write_transaction
 def advance_tallies() -> dict[tuple[str, str], int]:
-    """Fold the task-count changes and advance the event tally: the scrape's writes, in one commit.
+    """Fold the task-count and fleet-tally changes and advance the event tally: the scrape's writes, in
+    one commit (the sweep job folds too; either keeps the change tables short).
 
     On PostgreSQL the commit does not wait for its WAL flush (`synchronous_commit
     = off` for this transaction alone): a crash can lose only this whole
@@ -90,6 +92,7 @@ def advance_tallies() -> dict[tuple[str, str], int]:
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit = off")
     task_counts_fold()
+    fleet_tally_fold()
     return event_tally_advance()
 
 
