@@ -72,9 +72,12 @@ class _Compiled:
     # position -> (converters, expression): what `results_iter` would work out on every call
     converters: tuple[tuple[int, tuple[Any, ...], Any], ...]
 
-    def convert(self, rows: list[Any]) -> list[list[Any]]:
-        """The rows as the compiler's `results_iter` gives them (converted), from converters found once."""
-        connection = self.compiler.connection
+    def convert(self, rows: list[Any], connection: Any) -> list[list[Any]]:
+        """The rows as the compiler's `results_iter` gives them (converted), from converters found once.
+
+        The converters are found once, on the thread that prepared the statement; they read no
+        connection state (parsing, time zone, JSON), and each call passes its own connection.
+        """
         converted = []
         for fetched in rows:
             row = list(fetched)
@@ -199,7 +202,7 @@ class Prepared(_PreparedBase, Generic[M]):
         compiled, cursor = self._execute(values, using)
         with cursor:
             fetched = cursor.fetchall()
-        return [tuple(row) for row in compiled.convert(fetched)]
+        return [tuple(row) for row in compiled.convert(fetched, connections[using])]
 
     def objects(self, *, using: str = "default", **values: Any) -> Iterator[M]:
         """Model instances with their select_related relations and annotations."""
@@ -212,7 +215,7 @@ class Prepared(_PreparedBase, Generic[M]):
         start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
         init_list = [column[0].target.attname for column in select[start:end]]
         populators = get_related_populators(klass_info, select, using)
-        for row in compiled.convert(fetched):
+        for row in compiled.convert(fetched, connections[using]):
             obj = model_cls.from_db(using, init_list, row[start:end])
             for populator in populators:
                 populator.populate(row, obj)
