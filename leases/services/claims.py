@@ -11,7 +11,7 @@ left work on its branch (SPEC §15.4; `leases.services.claim_state`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -314,42 +314,39 @@ def _candidates(*, project: Project, agent: Agent, now: datetime, task_class: st
     )
 
 
-def _first_candidate(*, by_class: bool) -> Prepared[Task]:
-    samples = tuple(
-        {
-            "project": Project(pk=SAMPLE_INT[index]),
-            "agent": Agent(pk=SAMPLE_INT[1 - index]),
-            "now": SAMPLE_TIME[index],
-            **({"task_class": f"sample-class-{index}"} if by_class else {}),
-        }
+def _candidate_values(*, project: Project, agent: Agent, now: datetime, task_class: str | None) -> dict[str, Any]:
+    """The values of claim-next's candidate statements (a task class only when one is asked for)."""
+    return {"project": project, "agent": agent, "now": now, **({"task_class": task_class} if task_class else {})}
+
+
+def _candidate_statement(build: Callable[..., QuerySet[Task, Any]], *, by_class: bool) -> Prepared[Task]:
+    first, second = (
+        _candidate_values(
+            project=Project(pk=SAMPLE_INT[index]),
+            agent=Agent(pk=SAMPLE_INT[1 - index]),
+            now=SAMPLE_TIME[index],
+            task_class=f"sample-class-{index}" if by_class else None,
+        )
         for index in (0, 1)
     )
-    return Prepared(lambda **values: _candidates(**values)[:1], samples=(samples[0], samples[1]))
+    return Prepared(build, samples=(first, second))
 
 
 # The first candidate, with and without a task class, compiled once (SPEC §20); a walk past a
 # candidate builds its query afresh (the excluded list changes the statement).
-_FIRST_CANDIDATE = {by_class: _first_candidate(by_class=by_class) for by_class in (False, True)}
+_FIRST_CANDIDATE = {
+    by_class: _candidate_statement(lambda **values: _candidates(**values)[:1], by_class=by_class)
+    for by_class in (False, True)
+}
 
 
-def _any_candidate(*, by_class: bool) -> Prepared[Task]:
-    samples = tuple(
-        {
-            "project": Project(pk=SAMPLE_INT[index]),
-            "agent": Agent(pk=SAMPLE_INT[1 - index]),
-            "now": SAMPLE_TIME[index],
-            **({"task_class": f"sample-class-{index}"} if by_class else {}),
-        }
-        for index in (0, 1)
+# Whether anything is claimable, read without a lock (SQLite, `_nothing_to_claim`).
+_ANY_CANDIDATE = {
+    by_class: _candidate_statement(
+        lambda **values: claimable_tasks(**values).order_by().values_list("pk")[:1], by_class=by_class
     )
-
-    def build(**values: Any) -> QuerySet[Task, tuple[int]]:
-        return claimable_tasks(**values).order_by().values_list("pk")[:1]
-
-    return Prepared(build, samples=(samples[0], samples[1]))
-
-
-_ANY_CANDIDATE = {by_class: _any_candidate(by_class=by_class) for by_class in (False, True)}
+    for by_class in (False, True)
+}
 
 
 def _nothing_to_claim(*, project: Project, agent: Agent, task_class: str | None) -> bool:
@@ -365,9 +362,7 @@ def _nothing_to_claim(*, project: Project, agent: Agent, task_class: str | None)
     now = clock.now()
     if claim_budget_refusal(task=None, agent=agent, project=project, now=now, scopes=("agent", "project")):
         return False
-    values: dict[str, Any] = {"project": project, "agent": agent, "now": now}
-    if task_class:
-        values["task_class"] = task_class
+    values = _candidate_values(project=project, agent=agent, now=now, task_class=task_class)
     return not _ANY_CANDIDATE[bool(task_class)].rows(**values)
 
 
@@ -379,12 +374,7 @@ def _claim_next(
     daily = claim_budget_refusal(task=None, agent=agent, project=project, now=now, scopes=("agent", "project"))
     if daily is not None:
         raise daily
-    values: dict[str, Any] = {
-        "project": project,
-        "agent": agent,
-        "now": now,
-        **({"task_class": task_class} if task_class else {}),
-    }
+    values = _candidate_values(project=project, agent=agent, now=now, task_class=task_class)
     passed_over: list[int] = []
     reserved: list[int] = []
     for _ in range(CLAIM_NEXT_MAX_CANDIDATES):
