@@ -40,7 +40,9 @@ NO_AGENT = 0  # `agent_id` of a contested write by a user or the system
 NO_PROJECT = 0  # `project_id` of a contested event without a project
 
 
-class FleetDayTally(models.Model):
+class DayCounts(models.Model):
+    """Counts of one (UTC day, project, agent): the tally's row, or a change to add to it."""
+
     day = models.DateField()
     # Plain ids, not foreign keys: 0 stands for "none" (NO_AGENT, NO_PROJECT).
     project_id = models.BigIntegerField()
@@ -50,6 +52,11 @@ class FleetDayTally(models.Model):
     contested = models.BigIntegerField(default=0)
 
     class Meta:
+        abstract = True
+
+
+class FleetDayTally(DayCounts):
+    class Meta:
         constraints = [
             models.UniqueConstraint(fields=["day", "project_id", "agent_id"], name="fleet_day_tally_unique"),
         ]
@@ -58,16 +65,11 @@ class FleetDayTally(models.Model):
         return f"{self.day} project {self.project_id} agent {self.agent_id}"
 
 
-class FleetDayTallyChange(models.Model):
-    """Counts to add to `FleetDayTally`'s row of (day, project, agent), appended by the triggers; folded away."""
+class FleetDayTallyChange(DayCounts):
+    """Counts to add to `FleetDayTally`'s row of (day, project, agent), appended by the triggers; folded away.
 
-    # No unique key and no index but the primary key: writers only append, the fold reads the whole table.
-    day = models.DateField()
-    project_id = models.BigIntegerField()
-    agent_id = models.BigIntegerField()
-    claims = models.BigIntegerField(default=0)
-    finished = models.BigIntegerField(default=0)
-    contested = models.BigIntegerField(default=0)
+    No unique key and no index but the primary key: writers only append, the fold reads the whole table.
+    """
 
     def __str__(self) -> str:
         return f"{self.day} project {self.project_id} agent {self.agent_id}: {self.claims:+d} {self.finished:+d}"
