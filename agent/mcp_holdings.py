@@ -180,8 +180,10 @@ class Holdings:
         return compact({**summary, "context": self.client.context(held.task)})
 
     def _keeper_for(self, held: HeldAttempt) -> LeaseKeeper:
+        # The server's one client (its keep-alive connection): a client per lease cost a TLS context and a fresh
+        # connection per claim. Renewals in the background share its pool safely (httpx is thread-safe).
         return LeaseKeeper(
-            self.client.clone(),
+            self.client,
             held.lease,
             on_lost=lambda reason: self._lost(held, reason),
             on_renewed=lambda expires: self._renewed(held, expires),
