@@ -34,6 +34,7 @@ import http.client
 import json
 import random
 import select
+import socket
 import ssl
 import threading
 import time
@@ -110,6 +111,15 @@ def _json_body(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
+def _readable(sock: socket.socket) -> bool:
+    """Data (or the end of the stream) waits on `sock`, without blocking; poll has no descriptor limit."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
+
+
 class KeepAliveWire:
     """HTTP/1.1 over `http.client`, keeping connections open between calls (see the module docstring)."""
 
@@ -136,9 +146,8 @@ class KeepAliveWire:
         with self._lock:
             while self._idle:
                 connection = self._idle.pop()
-                sock = connection.sock
                 # Nothing is owed on an idle HTTP/1.1 connection: readable means the server closed it.
-                if sock is not None and not select.select([sock], [], [], 0)[0]:
+                if connection.sock is not None and not _readable(connection.sock):
                     return connection
                 connection.close()
         return None
