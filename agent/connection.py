@@ -111,6 +111,12 @@ def _json_body(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
+def _open(connection: http.client.HTTPConnection) -> None:
+    connection.connect()
+    # As httpx does: a request is one write, but no part of an exchange should wait for an ACK (Nagle).
+    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
 def _readable(sock: socket.socket) -> bool:
     """Data (or the end of the stream) waits on `sock`, without blocking; poll has no descriptor limit."""
     if hasattr(select, "poll"):
@@ -136,7 +142,7 @@ class KeepAliveWire:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _connect(self, timeout: float) -> http.client.HTTPConnection:
+    def _new_connection(self, timeout: float) -> http.client.HTTPConnection:
         if self._https:
             return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=tls_context())
         return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
@@ -173,7 +179,7 @@ class KeepAliveWire:
         elif method in MUTATING_METHODS:
             sent["Content-Length"] = "0"
         reused = self._take()
-        connection = reused or self._connect(timeout)
+        connection = reused or self._new_connection(timeout)
         try:
             try:
                 return self._exchange(connection, method, target, sent, content, timeout)
@@ -182,7 +188,7 @@ class KeepAliveWire:
                     raise
                 # The kept connection was closed under us before an answer: once more on a fresh one.
                 connection.close()
-                connection = self._connect(timeout)
+                connection = self._new_connection(timeout)
                 return self._exchange(connection, method, target, sent, content, timeout)
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
@@ -198,7 +204,9 @@ class KeepAliveWire:
         timeout: float,
     ) -> tuple[int, bytes]:
         connection.timeout = timeout
-        if connection.sock is not None:
+        if connection.sock is None:
+            _open(connection)
+        else:
             connection.sock.settimeout(timeout)
         connection.request(method, target, body=content, headers=headers)
         response = connection.getresponse()

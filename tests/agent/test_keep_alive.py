@@ -134,6 +134,8 @@ def test_calls_go_over_one_kept_alive_connection_with_the_same_headers_httpx_sen
         for _ in range(5):
             assert client.heartbeat() == ANSWER
         client.tasks(project="web", ready=True, limit=3)
+        (kept,) = client._wire._idle
+        assert kept.sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY)  # as httpx: no write waits for an ACK
     assert scripted.accepted == 1
     assert [seen.connection for seen in scripted.seen] == [1] * 6
     first = scripted.seen[0]
