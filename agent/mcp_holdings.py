@@ -181,7 +181,7 @@ class Holdings:
 
     def _keeper_for(self, held: HeldAttempt) -> LeaseKeeper:
         # The server's one client (its keep-alive connection): a client per lease cost a TLS context and a fresh
-        # connection per claim. Renewals in the background share its pool safely (httpx is thread-safe).
+        # connection per claim. Renewals in the background share it safely (a call finding it busy opens another).
         return LeaseKeeper(
             self.client,
             held.lease,
