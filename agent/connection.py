@@ -354,7 +354,7 @@ class ApiConnection:
         line = {
             "at": round(time.time(), 3),
             "method": method,
-            "path": API_PREFIX + path,
+            "path": urllib.parse.urlsplit(self.url).path.rstrip("/") + API_PREFIX + path,  # as sent
             "lease": lease_fingerprint(token) if token else None,
             "idempotency_key": headers.get("Idempotency-Key"),
         }
