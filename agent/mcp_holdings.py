@@ -180,8 +180,10 @@ class Holdings:
         return compact({**summary, "context": self.client.context(held.task)})
 
     def _keeper_for(self, held: HeldAttempt) -> LeaseKeeper:
+        # The server's one client (its keep-alive connection): a client per lease cost a TLS context and a fresh
+        # connection per claim. Renewals in the background share it safely (a call finding it busy opens another).
         return LeaseKeeper(
-            self.client.clone(),
+            self.client,
             held.lease,
             on_lost=lambda reason: self._lost(held, reason),
             on_renewed=lambda expires: self._renewed(held, expires),
@@ -206,7 +208,14 @@ class Holdings:
             state.save(self.directory, held)
 
     def touched(self, keeper: LeaseKeeper) -> None:
-        """After a holder tool: the lease may have moved."""
+        """After a holder tool: the lease may have moved; written to the state file without background renewals.
+
+        With them (the default) the keeper's renewals keep the file's expiry at most one renewal interval behind,
+        never past while they work, and a holder call only moves the lease further: the CLI still judges the
+        attempt live. Writing the file (an fsync) after every note was a fifth of a tool call's CPU.
+        """
+        if self.keep_alive:
+            return
         held = self.records.get(keeper.lease.attempt_id)
         if held is not None and keeper.held and keeper.lease_expires_at != held.lease_expires_at:
             self._renewed(held, str(keeper.lease_expires_at))

@@ -64,7 +64,7 @@ def serve(*, project: str | None = None, keep_alive: bool = True, keep_on_exit: 
 
     threading.Thread(target=take_back, name="leasehold-take-back", daemon=True).start()
     server = build_server(holdings)
-    heartbeat = Heartbeat(client.clone(), every_seconds=HEARTBEAT_SECONDS).start()
+    heartbeat = Heartbeat(client, every_seconds=HEARTBEAT_SECONDS).start()
     previous = signal.signal(signal.SIGTERM, _shutdown_requested)
     clean = signalled = False
     try:
