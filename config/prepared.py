@@ -178,18 +178,35 @@ class _PreparedBase:
             self._compiled[key] = found
         return found
 
-    def _execute(self, values: Mapping[str, Any], using: str) -> tuple[_Compiled, Any]:
+    def _execute(self, values: Mapping[str, Any], using: str, *, fetch: bool) -> tuple[_Compiled, Any, Any]:
+        """Run the statement: (compiled, connection, the fetched rows or the row count)."""
         compiled = self.compiled(using)
         connection = connections[using]
         if compiled.for_update and connection.features.has_select_for_update and connection.get_autocommit():
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
-        cursor = connection.cursor()
-        cursor.execute(compiled.sql, compiled.params_for(values))
-        return compiled, cursor
+        with connection.cursor() as cursor:
+            cursor.execute(compiled.sql, compiled.params_for(values))
+            return compiled, connection, cursor.fetchall() if fetch else cursor.rowcount
+
+
+@dataclass(frozen=True)
+class _ModelRows:
+    """How a row becomes a model instance: what Django's model iterable works out on every call."""
+
+    model: type[models.Model]
+    start: int
+    end: int
+    init_list: list[str]
+    populators: list[Any]
+    annotations: list[tuple[str, int]]
 
 
 class Prepared(_PreparedBase, Generic[M]):
     """A SELECT: `build(**values)` returns the queryset; `rows()` or `objects()` run it."""
+
+    def __init__(self, build: Callable[..., Any], *, samples: tuple[Mapping[str, Any], Mapping[str, Any]]) -> None:
+        super().__init__(build, samples=samples)
+        self._model_rows: dict[tuple[str, str], _ModelRows] = {}
 
     def _to_query(self, built: QuerySet[Any]) -> Any:
         # What the model iterable would attach to each row: not done here.
@@ -199,29 +216,37 @@ class Prepared(_PreparedBase, Generic[M]):
 
     def rows(self, *, using: str = "default", **values: Any) -> list[tuple[Any, ...]]:
         """The rows, converted, in the statement's column order."""
-        compiled, cursor = self._execute(values, using)
-        with cursor:
-            fetched = cursor.fetchall()
-        return [tuple(row) for row in compiled.convert(fetched, connections[using])]
+        compiled, connection, fetched = self._execute(values, using, fetch=True)
+        return [tuple(row) for row in compiled.convert(fetched, connection)]
+
+    def _how(self, compiled: _Compiled, using: str) -> _ModelRows:
+        key = (using, compiled.compiler.connection.vendor)
+        found = self._model_rows.get(key)
+        if found is None:
+            compiler = compiled.compiler
+            select, klass_info = compiler.select, compiler.klass_info
+            start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
+            found = self._model_rows[key] = _ModelRows(
+                model=klass_info["model"],
+                start=start,
+                end=end,
+                init_list=[column[0].target.attname for column in select[start:end]],
+                populators=get_related_populators(klass_info, select, using),
+                annotations=list((compiler.annotation_col_map or {}).items()),
+            )
+        return found
 
     def objects(self, *, using: str = "default", **values: Any) -> Iterator[M]:
         """Model instances with their select_related relations and annotations."""
-        compiled, cursor = self._execute(values, using)
-        with cursor:
-            fetched = cursor.fetchall()
-        compiler = compiled.compiler
-        select, klass_info, annotation_col_map = compiler.select, compiler.klass_info, compiler.annotation_col_map
-        model_cls = klass_info["model"]
-        start, end = klass_info["select_fields"][0], klass_info["select_fields"][-1] + 1
-        init_list = [column[0].target.attname for column in select[start:end]]
-        populators = get_related_populators(klass_info, select, using)
-        for row in compiled.convert(fetched, connections[using]):
-            obj = model_cls.from_db(using, init_list, row[start:end])
-            for populator in populators:
+        compiled, connection, fetched = self._execute(values, using, fetch=True)
+        how = self._how(compiled, using)
+        for row in compiled.convert(fetched, connection):
+            obj = how.model.from_db(using, how.init_list, row[how.start : how.end])
+            for populator in how.populators:
                 populator.populate(row, obj)
-            for name, position in (annotation_col_map or {}).items():
+            for name, position in how.annotations:
                 setattr(obj, name, row[position])
-            yield obj
+            yield obj  # type: ignore[misc]  # a model of the queryset, typed by the caller
 
     def first(self, *, using: str = "default", **values: Any) -> M | None:
         return next(self.objects(using=using, **values), None)
@@ -238,9 +263,8 @@ class PreparedUpdate(_PreparedBase):
         return query
 
     def run(self, *, using: str = "default", **values: Any) -> int:
-        _, cursor = self._execute(values, using)
-        with cursor:
-            return int(cursor.rowcount)
+        _, _, changed = self._execute(values, using, fetch=False)
+        return int(changed)
 
 
 _INSERTS: dict[tuple[type[models.Model], str, str], tuple[str, tuple[Any, ...]]] = {}
