@@ -68,12 +68,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(target: Target, *, workers: int) -> Iterator[Server]:
-    """`manage.py serve --no-cluster` on a free port until the block ends."""
+def serving(target: Target, *, workers: int, threads: int | None = None) -> Iterator[Server]:
+    """`manage.py serve --no-cluster` on a free port until the block ends (`threads`: serve's default if None)."""
     port = free_port()
     env = {**os.environ, **target.env}
+    shape = ["--workers", str(workers), *([] if threads is None else ["--threads", str(threads)])]
     process = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--no-cluster", "--workers", str(workers), "--port", str(port)],
+        [sys.executable, "manage.py", "serve", "--no-cluster", *shape, "--port", str(port)],
         cwd=PROJECT_ROOT,
         env=env,
         stdout=subprocess.DEVNULL,
