@@ -53,6 +53,37 @@ def test_a_deactivated_agent_or_an_unknown_token_reads_no_row(project):
     assert agent_for_token("lh_" + "x" * 43) is None
 
 
+@pytest.mark.django_db
+def test_claim_next_reads_the_project_as_the_orm_does_and_only_the_agents_own(project):
+    from config.errors import NotFound
+    from ledger.models import Project
+    from ledger.selectors import project_by_slug
+    from tests.factories import ProjectFactory
+
+    agent = AgentFactory(projects=[project])
+    elsewhere = ProjectFactory(slug="elsewhere")
+    expected = Project.objects.get(pk=project.pk)
+
+    found = project_by_slug(project.slug, agent=agent)
+
+    for field in Project._meta.concrete_fields:
+        assert getattr(found, field.attname) == getattr(expected, field.attname), field.name
+    with pytest.raises(NotFound):
+        project_by_slug(elsewhere.slug, agent=agent)
+    with pytest.raises(NotFound):
+        project_by_slug("prebuilt:slug", agent=agent)
+    assert project_by_slug(elsewhere.slug).pk == elsewhere.pk  # staff sees every project
+
+
+def test_a_prebuilt_row_refuses_a_placeholder_that_does_not_reach_the_sql():
+    from config.prebuilt import PrebuiltRow
+
+    ignored = PrebuiltRow(lambda p: Agent.objects.filter(is_active=True), digest="never-used")
+
+    with pytest.raises(ValueError, match="one parameter"):
+        ignored.get(digest="x")
+
+
 def _in_another_process(server: LiveServer, statement: str) -> list[str]:
     """Run `statement` in a process of its own, as the admin (or another server worker) would; its last line."""
     return (
@@ -160,3 +191,19 @@ def test_each_accept_header_gets_the_answer_drf_negotiates(client, accept, query
 
     assert (response.status_code, response["Content-Type"]) == (status, content_type)
     assert response.content.startswith(start)
+
+
+def test_rendering_the_data_itself_gives_the_bytes_rendering_its_native_form_gives():
+    """`run_mutation` renders a write's data without `to_native` when nothing is stored."""
+    from api.inputs import JsonRenderer
+    from api.mutations import to_native
+
+    data = {
+        "at": datetime(2026, 3, 4, 5, 6, 7, 890000, tzinfo=UTC),
+        "cost": Decimal("1.250000"),
+        "steps": ("a", "ü", "\ud800"),
+        "nested": {"n": 1, "f": 0.1, "none": None, "flag": True},
+        3: "int key",
+    }
+
+    assert JsonRenderer().render(data) == JsonRenderer().render(to_native(data))
