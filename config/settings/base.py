@@ -76,11 +76,11 @@ MIDDLEWARE = [
     "config.deadline.StorageDeadlineMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    # Sessions, CSRF, the session user and messages: Django's own, except that an API request with an
-    # Authorization header (the bearer token decides it alone) skips them (api/browser_only.py).
-    "api.browser_only.BrowserSessionMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
-    "api.browser_only.BrowserCsrfViewMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    # The session user and messages: Django's own, except that an API request with an Authorization
+    # header (the bearer token decides it alone) skips them (api/browser_only.py).
     "api.browser_only.BrowserAuthenticationMiddleware",
     "api.browser_only.BrowserMessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",

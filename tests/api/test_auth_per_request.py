@@ -3,7 +3,7 @@
 The bearer token is checked by one prebuilt statement on every request, with
 nothing cached: a rotation or deactivation made by any process refuses the
 old token on the very next request to any server process. A request with an
-Authorization header skips the admin's session, CSRF and messages middleware;
+Authorization header skips the admin's session-user and messages middleware;
 a browser's request does not.
 """
 
@@ -15,6 +15,7 @@ from decimal import Decimal
 import httpx
 import pytest
 
+from api.auth import AgentPrincipal
 from ledger.models import Agent
 from ledger.selectors import agent_for_token
 from tests.agent.live import LiveServer
@@ -134,7 +135,8 @@ def test_a_bearer_request_is_answered_without_the_session_middleware(client, pro
     response = client.post("/api/v1/claims/next/", {"project": project.slug}, format="json")
 
     assert response.status_code == 204
-    assert "session" not in response.wsgi_request.__dict__
+    assert "_messages" not in response.wsgi_request.__dict__
+    assert isinstance(response.wsgi_request.user, AgentPrincipal)  # DRF's, not the session's lazy user
     assert "Set-Cookie" not in response
     assert "Cookie" not in response.get("Vary", "")
     assert response["X-Frame-Options"] == "DENY"  # the middleware API answers keep still runs
@@ -151,7 +153,7 @@ def test_a_browser_request_still_gets_the_session_user(project, admin_user):
 
     assert response.status_code == 200
     assert response.wsgi_request.user == admin_user
-    assert "session" in response.wsgi_request.__dict__
+    assert "_messages" in response.wsgi_request.__dict__
 
 
 @pytest.mark.django_db
