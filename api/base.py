@@ -10,11 +10,17 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from django.http import HttpRequest, HttpResponse
+from rest_framework.renderers import BaseRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from api.inputs import MAX_BODY_BYTES
 from config.errors import NotFound, PayloadTooLarge
+
+JSON = "application/json"
+# What agents send (or nothing): DRF's negotiation would answer JSON to these anyway, after
+# parsing the header against every renderer (issue 20, measured: ~20 µs a request).
+JSON_ACCEPTS = frozenset({"*/*", JSON})
 
 
 class ApiView(APIView):
@@ -33,6 +39,18 @@ class ApiView(APIView):
                 f"The request body is larger than {MAX_BODY_BYTES} bytes.", details={"max_bytes": MAX_BODY_BYTES}
             )
         super().initial(request, *args, **kwargs)
+
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> tuple[BaseRenderer, str]:
+        accept = request.META.get("HTTP_ACCEPT")
+        if (
+            (accept is None or accept in JSON_ACCEPTS)
+            and getattr(self, "format_kwarg", None) is None
+            and "format" not in request.GET
+        ):
+            renderer = self.get_renderers()[0]
+            if renderer.media_type == JSON:
+                return renderer, JSON
+        return super().perform_content_negotiation(request, force)
 
 
 class NotFoundApi(APIView):

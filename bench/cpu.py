@@ -11,7 +11,8 @@ floor under the service layer.
 Then a profiled pass: one `cProfile.Profile` per operation, enabled only
 around that operation, saved beside the results as `cpu-<vendor>-<op>.prof`
 (load with `pstats`) and `cpu-<vendor>-<op>.txt` (the top functions by
-cumulative time), timed by process CPU (`time.process_time`, as the rows are), in `LEASEHOLD_BENCH_PROFILE_DIR` (default `bench/results`).
+cumulative time), timed by process CPU (`time.process_time`, as the rows are),
+in `LEASEHOLD_BENCH_PROFILE_DIR` (default `bench/results`).
 
 Process CPU is this process's only: the database server's CPU (PostgreSQL) is
 not in it; SQLite runs in the process, so its engine is.

@@ -38,6 +38,7 @@ from bench.processes import PROJECT_ROOT
 from bench.results import Row
 
 SERVER_DEFAULT_WORKERS = 2  # `manage.py serve --workers`' default
+SERVER_DEFAULT_THREADS = 8  # and `--threads`'
 TASKS = 4
 THINK_SECONDS = 0.1
 FLEET = (8, 8)  # client processes x agents in each
@@ -60,7 +61,8 @@ def fleet(target: Target, sizes: Any) -> tuple[list[Row], dict[str, Any]]:
     data.analyze()
     workloads.release_pool()
     rows: list[Row] = []
-    with served.serving(target, workers=SERVER_DEFAULT_WORKERS) as server:
+    workers, threads = server_shape()
+    with served.serving(target, workers=workers, threads=threads) as server:
         warm, *measured = projects
         race(target, server, *warm, seconds=1.0 if smoke else 3.0)
         rest = at_rest(server, 1.0 if smoke else 3.0)
@@ -69,6 +71,14 @@ def fleet(target: Target, sizes: Any) -> tuple[list[Row], dict[str, Any]]:
             row.extra["server_cpu_at_rest_ms_per_s"] = rest
             rows.append(row)
     return rows, {}
+
+
+def server_shape() -> tuple[int, int]:
+    """The server's default workers and threads, or the shape LEASEHOLD_BENCH_FLEET_WORKERS and
+    LEASEHOLD_BENCH_FLEET_THREADS name (to compare shapes when choosing the defaults, issue 20)."""
+    workers = int(os.environ.get("LEASEHOLD_BENCH_FLEET_WORKERS", "") or SERVER_DEFAULT_WORKERS)
+    threads = int(os.environ.get("LEASEHOLD_BENCH_FLEET_THREADS", "") or SERVER_DEFAULT_THREADS)
+    return workers, threads
 
 
 def at_rest(server: served.Server, seconds: float) -> float:
@@ -146,7 +156,8 @@ def _row(
     extra: dict[str, Any] = {
         "processes": processes,
         "agents_each": agents,
-        "server_workers": SERVER_DEFAULT_WORKERS,
+        "server_workers": server_shape()[0],
+        "server_threads": server_shape()[1],
         "think_ms": round(THINK_SECONDS * 1000),
         "tasks": TASKS,
         "claims": len(claims),

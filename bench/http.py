@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -68,43 +69,48 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(target: Target, *, workers: int) -> Iterator[Server]:
-    """`manage.py serve --no-cluster` on a free port until the block ends."""
+def serving(target: Target, *, workers: int, threads: int | None = None) -> Iterator[Server]:
+    """`manage.py serve --no-cluster` on a free port until the block ends (`threads`: serve's default if None)."""
     port = free_port()
     env = {**os.environ, **target.env}
-    process = subprocess.Popen(
-        [sys.executable, "manage.py", "serve", "--no-cluster", "--workers", str(workers), "--port", str(port)],
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        start_new_session=True,
-    )
-    server = Server("127.0.0.1", port, process.pid)
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            if process.poll() is not None:
-                tail = process.stderr.read().decode()[-500:] if process.stderr else ""
-                raise HttpError(f"the server exited {process.returncode}: {tail}")
-            try:
-                status, _ = server.call("GET", "/api/v1/projects/", token=UNAUTHENTICATED)
-                if status in (200, 401, 403):
-                    break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise HttpError("the server did not answer within 60 s")
-            time.sleep(0.2)
-        yield server
-    finally:
-        if process.poll() is None:
-            process.send_signal(signal.SIGTERM)
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+    shape = ["--workers", str(workers), *([] if threads is None else ["--threads", str(threads)])]
+    # The server's stderr goes to a file, not a pipe nobody reads while it serves: every 4xx is a
+    # Django warning line there, and a full pipe would stall the server mid-run.
+    with tempfile.TemporaryFile() as errors:
+        process = subprocess.Popen(
+            [sys.executable, "manage.py", "serve", "--no-cluster", *shape, "--port", str(port)],
+            cwd=PROJECT_ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=errors,
+            start_new_session=True,
+        )
+        server = Server("127.0.0.1", port, process.pid)
+        try:
+            deadline = time.monotonic() + 60
+            while True:
+                if process.poll() is not None:
+                    errors.seek(0)
+                    tail = errors.read().decode(errors="replace")[-500:]
+                    raise HttpError(f"the server exited {process.returncode}: {tail}")
+                try:
+                    status, _ = server.call("GET", "/api/v1/projects/", token=UNAUTHENTICATED)
+                    if status in (200, 401, 403):
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise HttpError("the server did not answer within 60 s")
+                time.sleep(0.2)
+            yield server
+        finally:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+                    process.wait()
 
 
 def create_agents(project: Any, count: int, *, prefix: str) -> list[tuple[Any, str]]:

@@ -28,15 +28,32 @@ def agent_for_token(token: str) -> Agent | None:
     """The active agent whose API token this is, or None.
 
     Looked up by the token's SHA-256 (unique index), then compared in constant
-    time as a second guard.
+    time as a second guard. Every API request runs it, so its statement is
+    compiled once (`config.prepared`; issue 20: ~20 µs a call instead of ~200).
+    The row itself is never cached: a rotation or deactivation, in any server
+    process, refuses the old token on the very next request.
     """
     if not token.startswith(AGENT_TOKEN_PREFIX) or len(token) > 200:
         return None
     digest = hash_token(token)
-    agent = Agent.objects.filter(token_hash=digest, is_active=True).first()
+    agent = _ACTIVE_AGENT_BY_TOKEN_HASH.first(digest=digest)
     if agent is None or not hmac.compare_digest(agent.token_hash, digest):
         return None
     return agent
+
+
+# Every API request runs these two (the token's agent; claim-next's project): compiled once.
+_ACTIVE_AGENT_BY_TOKEN_HASH: Prepared[Agent] = Prepared(
+    lambda digest: Agent.objects.filter(token_hash=digest, is_active=True)[:1],
+    samples=({"digest": "sample:token-hash-0"}, {"digest": "sample:token-hash-1"}),
+)
+_PROJECT_VISIBLE_TO_AGENT: Prepared[Project] = Prepared(
+    lambda slug, agent_id: projects_visible_to(Agent(pk=agent_id)).filter(slug=slug).order_by("pk")[:1],
+    samples=(
+        {"slug": "sample:slug-0", "agent_id": SAMPLE_INT[0]},
+        {"slug": "sample:slug-1", "agent_id": SAMPLE_INT[1]},
+    ),
+)
 
 
 def projects_visible_to(agent: Agent | None) -> QuerySet[Project]:
@@ -59,7 +76,10 @@ def events_visible_to(agent: Agent | None) -> QuerySet[Event]:
 
 def project_by_slug(slug: str, *, agent: Agent | None = None) -> Project:
     """The project, or NOT_FOUND — also when the agent may not see it."""
-    project = projects_visible_to(agent).filter(slug=slug).first()
+    if agent is None:
+        project = projects_visible_to(agent).filter(slug=slug).first()
+    else:
+        project = _PROJECT_VISIBLE_TO_AGENT.first(slug=slug, agent_id=agent.pk)
     if project is None:
         raise NotFound(f"No project {slug!r}.", details={"project": slug})
     return project

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from bench import fleet
 from bench.cli import evaluate_targets
 from bench.suite import run_workloads
 from tests.bench.test_smoke import _test_database_target
@@ -32,6 +33,7 @@ def test_the_fleet_race_runs_through_http_and_reports_claims_outcomes_and_cpu_pe
         assert row.ops > 0, row  # finished cycles
         assert row.errors == [], row.errors
         assert extra["server_workers"] == 2  # `manage.py serve`'s default, not the suite's --workers
+        assert extra["server_threads"] == fleet.SERVER_DEFAULT_THREADS
         # Every claim is granted, lost to a racer, or found nothing; each granted one made a cycle.
         answers = row.outcomes["granted"] + row.outcomes["task_taken"] + row.outcomes["nothing_claimable"]
         assert answers == extra["claims"]
@@ -54,3 +56,12 @@ def test_the_fleet_race_runs_through_http_and_reports_claims_outcomes_and_cpu_pe
     names = [target["name"] for target in evaluate_targets(rows)]
     assert any("fleet hot race claim p99" in name for name in names)
     assert any("HTTP whole-machine CPU per cycle" in name for name in names)
+
+
+def test_the_fleet_serves_with_the_serve_commands_own_defaults():
+    from ledger.management.commands.serve import Command
+
+    defaults = Command().create_parser("manage.py", "serve").parse_args([])
+
+    assert (defaults.workers, defaults.threads) == (fleet.SERVER_DEFAULT_WORKERS, fleet.SERVER_DEFAULT_THREADS)
+    assert fleet.server_shape() == (defaults.workers, defaults.threads)
