@@ -28,6 +28,7 @@ from leases.selectors import (
     live_attempts,
     predecessor_with_work,
     recent_terminal_attempts,
+    unresolved_blocker_count,
     unresolved_blockers_of,
 )
 from leases.services.allocations import active_allocation_of
@@ -140,7 +141,7 @@ def work_context(
             "acceptance_criteria": task.acceptance_criteria,
         },
         "blockers": [{"key": key, "title": title} for key, title in blockers[:MAX_BLOCKERS]],
-        "blockers_total": len(blockers) if len(blockers) <= MAX_BLOCKERS else unresolved_blockers_of(task).count(),
+        "blockers_total": len(blockers) if len(blockers) <= MAX_BLOCKERS else unresolved_blocker_count(task),
         "latest_checkpoint": None
         if checkpoint is None
         else {

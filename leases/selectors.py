@@ -33,6 +33,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, Length, Substr
 
 from config.errors import NotFound
+from config.prepared import SAMPLE_INT, Prepared
 from leases.models import (
     Allocation,
     AllocationStatus,
@@ -92,6 +93,19 @@ def unresolved_blockers_of(task: Task) -> QuerySet[TaskDependency]:
     return TaskDependency.objects.filter(
         task=task, removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_STATUSES
     ).order_by("blocked_by__number")
+
+
+# Every finish answers it, and a work context with many blockers (SPEC §20: compiled once).
+_UNRESOLVED_COUNT: Prepared[TaskDependency] = Prepared(
+    lambda task: unresolved_blockers_of(task).order_by().values("task").annotate(n=Count("pk")).values_list("n"),
+    samples=({"task": Task(pk=SAMPLE_INT[0])}, {"task": Task(pk=SAMPLE_INT[1])}),
+)
+
+
+def unresolved_blocker_count(task: Task) -> int:
+    """How many unresolved blockers `task` has (`unresolved_blockers_of(task).count()`)."""
+    rows = _UNRESOLVED_COUNT.rows(task=task)
+    return int(rows[0][0]) if rows else 0
 
 
 def with_lease_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:

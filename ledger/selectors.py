@@ -42,7 +42,7 @@ def agent_for_token(token: str) -> Agent | None:
     return agent
 
 
-# Every API request runs these two (the token's agent; claim-next's project): compiled once.
+# Every API request runs the first; claim-next and every task endpoint the others: compiled once.
 _ACTIVE_AGENT_BY_TOKEN_HASH: Prepared[Agent] = Prepared(
     lambda digest: Agent.objects.filter(token_hash=digest, is_active=True)[:1],
     samples=({"digest": "sample:token-hash-0"}, {"digest": "sample:token-hash-1"}),
@@ -52,6 +52,17 @@ _PROJECT_VISIBLE_TO_AGENT: Prepared[Project] = Prepared(
     samples=(
         {"slug": "sample:slug-0", "agent_id": SAMPLE_INT[0]},
         {"slug": "sample:slug-1", "agent_id": SAMPLE_INT[1]},
+    ),
+)
+
+
+_TASK_VISIBLE_TO_AGENT: Prepared[Task] = Prepared(
+    lambda key, agent_id: (
+        tasks_visible_to(Agent(pk=agent_id)).select_related("project").filter(key=key).order_by("pk")[:1]
+    ),
+    samples=(
+        {"key": "SAMPLE-0", "agent_id": SAMPLE_INT[0]},
+        {"key": "SAMPLE-1", "agent_id": SAMPLE_INT[1]},
     ),
 )
 
@@ -87,7 +98,10 @@ def project_by_slug(slug: str, *, agent: Agent | None = None) -> Project:
 
 def task_by_key(key: str, *, agent: Agent | None = None) -> Task:
     """The task, or NOT_FOUND — also when it belongs to a project the agent may not see."""
-    task = tasks_visible_to(agent).select_related("project").filter(key=key).first()
+    if agent is None:
+        task = tasks_visible_to(agent).select_related("project").filter(key=key).first()
+    else:
+        task = _TASK_VISIBLE_TO_AGENT.first(key=key, agent_id=agent.pk)
     if task is None:
         raise NotFound(f"No task {key!r}.", details={"task": key})
     return task

@@ -14,7 +14,7 @@ from typing import Any
 from config.errors import ValidationFailed
 from leases.labels import parse_label
 from leases.models import Allocation, Attempt, AttemptKind
-from leases.selectors import IN_PROGRESS, IN_REVIEW, is_claimable, unresolved_blockers_of
+from leases.selectors import IN_PROGRESS, IN_REVIEW, is_claimable, unresolved_blocker_count
 from ledger import clock
 from ledger.models import Agent, Task
 
@@ -85,7 +85,7 @@ def ended_task_row(task: Task, agent: Agent | None = None) -> dict[str, Any]:
     ended), so the lease columns need no subqueries; only the blocker count
     is read. `claimable` is for `agent` (the holder that ended it).
     """
-    blocked_by = unresolved_blockers_of(task).count()
+    blocked_by = unresolved_blocker_count(task)
     return {
         "id": task.pk,
         "key": task.key,
