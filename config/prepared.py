@@ -92,7 +92,11 @@ class _Compiled:
     def params_for(self, values: Mapping[str, Any]) -> list[Any]:
         params = list(self.params)
         for position, name, transform in self.slots:
-            params[position] = transform(values[name])
+            value = values[name]
+            if value is None:
+                # The ORM would have written `IS NULL`, not `= NULL`: a different statement.
+                raise NotPreparable(f"{name} is None; a prepared statement compares with a value.")
+            params[position] = transform(value)
         return params
 
 

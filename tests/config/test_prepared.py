@@ -82,6 +82,12 @@ def test_what_cannot_be_prepared_is_refused_before_it_runs(build, problem):
         prepared.rows(project=Project(pk=1), now=SAMPLE_TIME[0])
 
 
+def test_none_is_refused_where_the_orm_would_have_written_is_null():
+    prepared = Prepared(lambda project: Task.objects.filter(project=project), samples=PROJECTS)
+    with pytest.raises(NotPreparable, match="None"):
+        prepared.rows(project=None)
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite has no FOR UPDATE")
 @pytest.mark.django_db(transaction=True)
 def test_a_locking_read_outside_a_transaction_is_refused_like_the_orm():
