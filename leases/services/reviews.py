@@ -45,7 +45,7 @@ from leases.models import (
 from leases.selectors import live_attempts
 from leases.services.claim_state import ClaimRequest, claim_state, validate_claim_request
 from leases.services.claims import ClaimCollided, LeaseGrant, ReviewClaim, claim_locked
-from leases.services.ending import end_attempt
+from leases.services.ending import end_attempt, task_claimable_again
 from leases.services.tallies import tally_claim_refusal
 from ledger import clock
 from ledger.actors import Actor
@@ -365,6 +365,10 @@ def review_attempt_finish(
     decided = _decide(request, task=task, outcome=outcome, summary=summary, findings=findings, actor=actor, now=now)
     if isinstance(decided, StaleReviewTarget):
         end_attempt(held, now=now, status=AttemptStatus.RELEASED)
+        # The review's lease ended without a decision: a task reopened to ready meanwhile was held
+        # by it until now, and waits from now (as after any release; a task just moved out of
+        # review is ready from now already).
+        task = task_claimable_again(task, now=now)
         event_append(
             type=EventType.ATTEMPT_RELEASED,
             actor=actor,

@@ -189,3 +189,25 @@ def test_twenty_reviewers_racing_for_one_review_one_wins(clock):
     assert set(results) <= {201, 204, 409}, results
     assert Attempt.objects.filter(task=task, kind=AttemptKind.REVIEW).count() == 1
     assert Event.objects.filter(task=task, type="review.claimed").count() == 1
+
+
+@pytest.mark.django_db
+def test_a_review_of_a_task_reopened_meanwhile_lets_it_wait_from_the_release(
+    client, other_client, task, clock, user_actor
+):
+    """The review attempt held the task (a live lease) after an admin reopened it to ready: when the
+    decision is refused as stale and the attempt released, the task waits from then, as after any release."""
+    from leases.services import task_update
+
+    claim_and_finish_for_review(client, task)
+    request = ReviewRequest.objects.get(task=task)
+    review = other_client.post(f"/api/v1/reviews/{request.pk}/claim/", {}, format="json").json()
+    task_update(task=Task.objects.get(pk=task.pk), actor=user_actor, changes={"status": "ready"})
+    reopened_at = Task.objects.get(pk=task.pk).ready_since
+    clock.advance(30)
+    stale = finish(other_client, review, "approved", result_summary="LGTM")
+    assert_error(stale, 409, "STALE_REVIEW_TARGET")
+    assert Attempt.objects.get(pk=review["attempt"]["id"]).status == AttemptStatus.RELEASED
+    stored = Task.objects.get(pk=task.pk)
+    assert stored.status == "ready"
+    assert stored.ready_since == clock.now() != reopened_at
