@@ -25,10 +25,10 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
 from console.alerts import human_duration, moment_utc
 from console.base import ConfirmationForm, actor_of, plural
 from console.confirm import Confirmation, RevokeForm, is_confirmed, render_confirmation
+from core.errors import LedgerError
 from leases.agent_health import ALIVE, LATE, NEVER, AgentHealth, agent_health, holders_health, silence_limit
 from leases.models import Attempt
 from leases.services import task_force_release

@@ -20,9 +20,9 @@ from django.http import HttpRequest, HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from config.errors import LedgerError
 from console.alerts import human_duration
 from console.exports import ATTEMPT_COLUMNS, TASK_COLUMNS, attempt_rows, csv_download, csv_lines, task_rows
+from core.errors import LedgerError
 from leases.models import Attempt
 from leases.reports import MAX_RANGE_DAYS, Breakdown, Report, fleet_report, report_range
 from ledger import clock

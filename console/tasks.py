@@ -27,7 +27,6 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, linebreaks
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
 from console.agent_health import revoke_liveness
 from console.base import (
     EMPTY,
@@ -63,6 +62,7 @@ from console.task_parts import (
 )
 from console.task_planning import TaskPlanningMixin, present_blockers, status_buttons
 from console.timeline import timeline_of
+from core.errors import LedgerError
 from leases.models import Attempt
 from leases.selectors import with_claimability
 from leases.services import task_force_release, task_reassign, task_update

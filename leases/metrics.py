@@ -31,7 +31,7 @@ from django.db import connection
 from django.db.models import Count, QuerySet, Sum
 from django.db.models.functions import Substr, TruncDate
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.models import ClaimRefusalTally, FleetDayTally, FleetDayTallyChange
 from leases.reconciliation.models import Condition, Finding
 from ledger import clock

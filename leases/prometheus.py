@@ -35,7 +35,7 @@ from django.db.models import Count, Exists, OuterRef, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
-from config.db import write_transaction
+from core.db import write_transaction
 from leases.jobhealth.models import JobName
 from leases.jobhealth.selectors import job_health
 from leases.models import AttemptStatus, ClaimRefusalTally, ProjectDailyUsage

@@ -29,7 +29,7 @@ from django.db import connection
 from django.db.models import BigIntegerField, CharField, Count, Func, QuerySet
 from django.db.models.functions import Cast
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.reconciliation.models import Condition, Finding
 from ledger.models import Agent

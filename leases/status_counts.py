@@ -15,7 +15,7 @@ from datetime import datetime
 
 from django.db.models import Count
 
-from config.db import read_snapshot
+from core.db import read_snapshot
 from leases.models import AttemptKind
 from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
 from ledger.selectors import task_counts_by_status

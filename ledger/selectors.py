@@ -18,8 +18,8 @@ from django.db import connection
 from django.db.models import Max, Q, QuerySet
 from django.db.models.functions import Length, Substr
 
-from config.errors import NotFound, ValidationFailed
-from config.prepared import SAMPLE_INT, Prepared
+from core.errors import NotFound, ValidationFailed
+from core.prepared import SAMPLE_INT, Prepared
 from ledger.models import Agent, Decision, DecisionStatus, Event, Project, Task, TaskComment
 from ledger.tokens import AGENT_TOKEN_PREFIX, hash_token
 
@@ -29,7 +29,7 @@ def agent_for_token(token: str) -> Agent | None:
 
     Looked up by the token's SHA-256 (unique index), then compared in constant
     time as a second guard. Every API request runs it, so its statement is
-    compiled once (`config.prepared`; issue 20: ~20 µs a call instead of ~200).
+    compiled once (`core.prepared`; issue 20: ~20 µs a call instead of ~200).
     The row itself is never cached: a rotation or deactivation, in any server
     process, refuses the old token on the very next request.
     """

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import httpx
 from django.conf import settings
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 SECRET_PREFIX = "lhwh_"  # noqa: S105 - a prefix, not a secret
 TIMEOUT_SECONDS = 5.0

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from config.db import write_transaction
+from core.db import write_transaction
 from leases.jobhealth.models import ERROR_MAX_CHARS, JobHeartbeat, JobName, JobOutcome
 from ledger import clock
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.labels import parse_label
 from leases.models import AttemptStatus
 from leases.reconciliation.conditions import BRANCH_MISSING_GRACE, Observation, attempt_observation

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
-from config.db import write_transaction
+from core.db import write_transaction
 from leases.reconciliation.conditions import Observation
 from leases.reconciliation.git import GitError, LocalRepository, worktree_cleanliness
 from leases.reconciliation.git_conditions import REMOVABLE

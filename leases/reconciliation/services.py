@@ -26,7 +26,7 @@ from typing import Any
 from django.conf import settings
 from django.db import IntegrityError, transaction
 
-from config.db import write_transaction
+from core.db import write_transaction
 from leases.models import Attempt
 from leases.reconciliation import conditions, git_conditions
 from leases.reconciliation.conditions import Observation

@@ -14,7 +14,7 @@ from typing import Any, cast
 
 from django.db.models import Count, Max, Q
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.labels import parse_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.reconciliation.models import AttemptDiscard

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from config.db import write_transaction
-from config.errors import ValidationFailed
+from core.db import write_transaction
+from core.errors import ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.reconciliation.models import UNRESOLVED_STATUSES, AttemptDiscard, Finding, FindingStatus
 from ledger import clock

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from config.db import write_transaction
+from core.db import write_transaction
 
 # Only folds write the tally now (the triggers append changes): a fold's table lock keeps a second fold
 # out until the first commits, and no writer or reader waits on it (they take no lock it conflicts with).

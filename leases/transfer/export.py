@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from django.contrib.auth import get_user_model
 
-from config.db import read_snapshot
+from core.db import read_snapshot
 from leases.models import Attempt, ReviewRequest
 from leases.transfer.rows import (
     AGENT,

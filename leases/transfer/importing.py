@@ -35,7 +35,7 @@ from django.core.exceptions import ValidationError
 from django.db import DatabaseError, models, transaction
 from django.db.models import Max
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.models import Attempt
 from leases.transfer.rows import (
     AGENT,

@@ -16,7 +16,7 @@ from typing import Any
 
 from django.db import connection
 
-from config.db import write_transaction
+from core.db import write_transaction
 from ledger.models import EventTally, EventType
 from ledger.selectors import event_horizon
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from django.db import connection
 
-from config.db import write_transaction
+from core.db import write_transaction
 
 POSTGRES_FOLD = """
 WITH moved AS (DELETE FROM ledger_taskcountchange RETURNING project_id, status, delta),

@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 from django.db.models import Exists, OuterRef, Q
 from django.urls import NoReverseMatch, reverse
 
-from config.db import write_transaction
-from config.errors import ValidationFailed
+from core.db import write_transaction
+from core.errors import ValidationFailed
 from ledger import clock, webhooks
 from ledger.actors import SYSTEM, Actor
 from ledger.models import EventType, Project, Severity

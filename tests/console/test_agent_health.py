@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.agent_health import agent_health
 from leases.models import Attempt, AttemptStatus
 from leases.services import attempt_finish, lease_claim, note_add, sweep_expired

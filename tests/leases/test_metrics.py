@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import TaskTaken, ValidationFailed
+from core.errors import TaskTaken, ValidationFailed
 from leases.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_day, orphan_rate_per_day
 from leases.models import ClaimRefusalTally
 from leases.reconciliation.models import Condition, Finding, FindingStatus, SubjectType

@@ -289,17 +289,17 @@ def test_takeover_claims_crosswise_do_not_deadlock_on_the_tally(clock, monkeypat
     """
     if connection.vendor != "postgresql":
         pytest.skip("SQLite serializes writers: there is no lock order to cross")
-    import config.db
+    import core.db
 
     deadlocks: list[str] = []
-    transient = config.db.is_transient_lock_error
+    transient = core.db.is_transient_lock_error
 
     def counting(exc: BaseException) -> bool:
         if getattr(exc.__cause__, "sqlstate", None) == "40P01":
             deadlocks.append(str(exc))
         return transient(exc)
 
-    monkeypatch.setattr(config.db, "is_transient_lock_error", counting)
+    monkeypatch.setattr(core.db, "is_transient_lock_error", counting)
     project = ProjectFactory(slug="crosswise")
     agents = [AgentFactory(projects=[project]) for _ in range(2)]
     rounds = 12

@@ -12,7 +12,7 @@ from django.db.models import Count
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from config.errors import LedgerError
+from core.errors import LedgerError
 from leases.selectors import with_lease_state
 from leases.services import attempt_finish, attempt_release, lease_claim, sweep_expired, task_update
 from leases.status_counts import task_counts_by_effective_status

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.services import lease_claim, task_update
 from ledger.actors import SYSTEM, Actor
 from ledger.models import DeliveryStatus, Event, EventType, WebhookDelivery, WebhookEndpoint

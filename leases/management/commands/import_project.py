@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.errors import LedgerError
+from core.errors import LedgerError
 from leases.transfer.importing import project_import
 
 

@@ -7,7 +7,7 @@ import io
 import pytest
 from django.core.management import call_command
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun
 from leases.reconciliation.pruning import PRUNED_NOTE
 from leases.reconciliation.services import attempt_discard, reconcile

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, transaction
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, SubjectType
 from leases.reconciliation.services import finding_acknowledge, finding_resolve, reconcile
 from ledger.models import DeletionRefused, Event

@@ -1,6 +1,6 @@
 """A child process for the cross-process SQLite writer test: threads incrementing one counter.
 
-Run as `python -m tests.config.sqlite_writers SLUG THREADS WRITES` with
+Run as `python -m tests.core.sqlite_writers SLUG THREADS WRITES` with
 DJANGO_SETTINGS_MODULE=tests.qcluster_settings and LEASEHOLD_QCLUSTER_TEST_DB
 naming the test's database file. Every connection gets a 1 ms busy timeout,
 so a writer that had to wait inside SQLite would fail almost at once; prints
@@ -21,8 +21,8 @@ def main(slug: str, threads: int, writes: int) -> None:
     from django.db import connection, connections
     from django.db.models import F
 
-    from config.db import write_transaction
-    from config.errors import StorageBusy
+    from core.db import write_transaction
+    from core.errors import StorageBusy
     from ledger.models import Project
 
     @write_transaction

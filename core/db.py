@@ -8,7 +8,7 @@ raises `STORAGE_BUSY`. Domain errors and constraint violations are never
 retried: they propagate on the first try.
 
 Within a request every wait and retry ends by the request's storage deadline
-(`config.deadline`), so contention answers `STORAGE_BUSY`, never a killed
+(`core.deadline`), so contention answers `STORAGE_BUSY`, never a killed
 worker.
 
 A service called inside another transaction runs in a savepoint, so it stays
@@ -27,9 +27,9 @@ from typing import ParamSpec, TypeVar
 
 from django.db import Error, InterfaceError, OperationalError, connection, transaction
 
-from config.deadline import bounded, seconds_left
-from config.errors import StorageBusy
-from config.sqlite_writer import sqlite_writer_turn
+from core.deadline import bounded, seconds_left
+from core.errors import StorageBusy
+from core.sqlite_writer import sqlite_writer_turn
 
 RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.025, 0.075, 0.2)
 # SQLite's busy timeout as the connection sets it (settings: PRAGMA busy_timeout).

@@ -1,6 +1,6 @@
 """The SQLite writer queue: threads on a lock, processes on a file lock, before BEGIN IMMEDIATE.
 
-`config.db.write_transaction` takes a turn here before each write transaction
+`core.db.write_transaction` takes a turn here before each write transaction
 on SQLite; on PostgreSQL this is a no-op.
 """
 
@@ -16,8 +16,8 @@ from contextlib import contextmanager
 
 from django.db import transaction
 
-from config.deadline import bounded
-from config.errors import StorageBusy
+from core.deadline import bounded
+from core.errors import StorageBusy
 
 # How long a thread waits for its process's turn to write to SQLite.
 SQLITE_WRITER_WAIT_SECONDS = 20.0

@@ -9,9 +9,9 @@ import psycopg
 import pytest
 from django.db import connection
 
-from config.db import write_transaction
-from config.deadline import storage_deadline
-from config.errors import StorageBusy
+from core.db import write_transaction
+from core.deadline import storage_deadline
+from core.errors import StorageBusy
 from ledger.models import Project
 from tests.factories import ProjectFactory
 

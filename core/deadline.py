@@ -4,7 +4,7 @@ A request that meets a locked database must end in `STORAGE_BUSY` (503,
 retryable) well before the web server's worker timeout would kill it and
 answer HTML: `StorageDeadlineMiddleware` opens a deadline of
 `LEASEHOLD_STORAGE_DEADLINE_SECONDS` (default 20) for each request, and
-`config.db.write_transaction` and `config.sqlite_writer` bound every wait and
+`core.db.write_transaction` and `core.sqlite_writer` bound every wait and
 retry by what is left of it. Outside a request (jobs, commands) there is no
 deadline and each wait keeps its own bound. `serve` runs gunicorn with a
 timeout above it.

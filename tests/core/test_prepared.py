@@ -1,4 +1,4 @@
-"""Statements compiled once (`config.prepared`): they run what the queryset would, or refuse to prepare."""
+"""Statements compiled once (`core.prepared`): they run what the queryset would, or refuse to prepare."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from django.db import connection, transaction
 from django.db.models import F, signals
 from django.db.transaction import TransactionManagementError
 
-from config.prepared import (
+from core.prepared import (
     SAMPLE_INT,
     SAMPLE_TIME,
     NotPreparable,

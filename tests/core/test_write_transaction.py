@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from config import sqlite_writer
-from config.db import write_transaction
-from config.errors import StorageBusy, ValidationFailed
+from core import sqlite_writer
+from core.db import write_transaction
+from core.errors import StorageBusy, ValidationFailed
 from ledger.models import Project
 from tests.concurrency import run_in_threads
 from tests.factories import ProjectFactory
@@ -147,7 +147,7 @@ def test_writers_of_several_processes_queue_without_waiting_inside_sqlite():
         "DJANGO_SETTINGS_MODULE": "tests.qcluster_settings",
         "LEASEHOLD_QCLUSTER_TEST_DB": str(connection.settings_dict["NAME"]),
     }
-    command = [sys.executable, "-m", "tests.config.sqlite_writers", "counter", "4", "40"]
+    command = [sys.executable, "-m", "tests.core.sqlite_writers", "counter", "4", "40"]
     children = [subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True) for _ in range(4)]
     outputs = [child.communicate(timeout=120)[0].split() for child in children]
     assert [child.returncode for child in children] == [0, 0, 0, 0]
