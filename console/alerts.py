@@ -21,8 +21,8 @@ from urllib.parse import urlencode
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.urls import reverse
 
-from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus, SubjectType
 from ledger.models import Event, EventType, Task
+from reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus, SubjectType
 
 PANEL_SHOWN = 5
 

@@ -4,12 +4,12 @@
   acknowledged, unresolved, resolved and all besides), naming each one's task
   by key and title and its environment or branch.
 - A finding's page shows the **remedy** of its condition
-  (`leases.reconciliation.remedies`, the remedy column of docs/operations.md)
+  (`reconciliation.remedies`, the remedy column of docs/operations.md)
   and buttons for the fitting action, each through the existing service and
   confirmation page: force-release the attempt (the task's revoke
   confirmation), release stale allocations or quarantine the environment
   (the environment actions), discard the attempt's work
-  (`leases.reconciliation.triage.attempt_discard`, with a reason), open the task.
+  (`reconciliation.triage.attempt_discard`, with a reason), open the task.
 - **Acknowledge** with an owner and a note, **resolve** with a note
   (`finding_acknowledge`, `finding_resolve`); the list actions do the same
   without them. A finding resolved while its condition still holds is opened
@@ -38,10 +38,10 @@ from console.confirm import Confirmation, is_confirmed, render_confirmation
 from console.timeline import payload_summary
 from core.errors import LedgerError
 from leases.models import Attempt, AttemptStatus
-from leases.reconciliation.models import UNRESOLVED_STATUSES, Finding, FindingStatus, SubjectType
-from leases.reconciliation.remedies import REMEDIES
-from leases.reconciliation.triage import attempt_discard, finding_acknowledge, finding_resolve
 from ledger import clock
+from reconciliation.models import UNRESOLVED_STATUSES, Finding, FindingStatus, SubjectType
+from reconciliation.remedies import REMEDIES
+from reconciliation.triage import attempt_discard, finding_acknowledge, finding_resolve
 
 # Conditions whose remedy, once the attempt has ended, may be to give up its work.
 DISCARD_CONDITIONS = frozenset({"orphan_branch", "orphan_worktree", "completed_branch_missing"})

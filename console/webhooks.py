@@ -20,8 +20,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from console.base import ReadOnlyAdmin, ServiceFormAdmin, ServiceModelForm, actor_of, badge, plural
-from ledger.models import EventType, WebhookDelivery, WebhookEndpoint
-from ledger.services.webhooks import delivery_redeliver, webhook_create, webhook_roll_secret, webhook_set_active
+from ledger.models import EventType
+from push.models import WebhookDelivery, WebhookEndpoint
+from push.services.webhooks import delivery_redeliver, webhook_create, webhook_roll_secret, webhook_set_active
 
 
 class WebhookEndpointForm(ServiceModelForm):

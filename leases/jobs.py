@@ -14,12 +14,12 @@ from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any, TypeVar
 
+from insight.models.job_heartbeat import JobName, JobOutcome
+from insight.services.job_heartbeat import job_finished, job_started
+from insight.services.rollups import fleet_tally_fold
+from insight.services.task_counts import task_counts_fold
 from leases.idempotency import idempotency_purge
-from leases.jobhealth.models import JobName, JobOutcome
-from leases.jobhealth.services import job_finished, job_started
 from leases.services import check_queue_wait, sweep_expired
-from leases.services.rollups import fleet_tally_fold
-from ledger.services.task_counts import task_counts_fold
 
 T = TypeVar("T")
 
@@ -42,9 +42,9 @@ def _recorded(name: JobName, work: Callable[[], T], result_of: Callable[[T], tup
 
 
 def sweep_expired_job() -> dict[str, Any]:
-    """Expire lapsed leases; then fold the task-count changes (`ledger.services.task_counts`), so the
+    """Expire lapsed leases; then fold the task-count changes (`insight.services.task_counts`), so the
     change table stays short between /metrics scrapes, or without any scraper, and the fleet tally's
-    changes (`leases.services.rollups`: the sweep's own expiries are among them)."""
+    changes (`insight.services.rollups`: the sweep's own expiries are among them)."""
 
     def work() -> dict[str, Any]:
         report = asdict(sweep_expired())
@@ -66,8 +66,8 @@ def purge_idempotency_job() -> int:
 
 def reconcile_job() -> dict[str, Any]:
     """Reconcile the ledger with git and the environments; never prunes (that takes an operator)."""
-    from leases.reconciliation.models import RunStatus
-    from leases.reconciliation.services import reconcile
+    from reconciliation.models import RunStatus
+    from reconciliation.services import reconcile
 
     def summary(run: Any) -> tuple[dict[str, Any], str]:
         counts = {"run": run.pk, "status": run.status, "opened": run.opened, "resolved": run.resolved}
@@ -95,8 +95,8 @@ def backup_job() -> dict[str, Any]:
 
     from django.conf import settings
 
-    from leases.backup import backup_scheduled
     from ledger import clock
+    from operations.backup import backup_scheduled
 
     made, removed = backup_scheduled(
         directory=Path(settings.LEASEHOLD_BACKUP_DIR), keep=settings.LEASEHOLD_BACKUP_KEEP, now=clock.now()

@@ -315,7 +315,7 @@ SELECT project_id, status, sum(n) FROM (
 def task_counts_by_status() -> dict[tuple[int, str], int]:
     """Tasks per (project id, stored status), exact, without reading the task table (pairs with none left out).
 
-    The folded counts plus the changes not folded yet (ledger/task_count_models.py),
+    The folded counts plus the changes not folded yet (insight/models/task_counts.py),
     in one statement and so one snapshot: two servers reading at once agree.
     It costs a few rows per project and status, whatever the number of tasks.
     """

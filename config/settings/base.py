@@ -68,6 +68,10 @@ INSTALLED_APPS = [
     "ledger",
     "environments",
     "leases",
+    "reconciliation",
+    "insight",
+    "push",
+    "operations",
     "console",  # the admin control plane: registers every model's admin (console.admin)
 ]
 
@@ -281,7 +285,7 @@ LEASEHOLD_CONTEXT_MAX_BYTES = env_int("LEASEHOLD_CONTEXT_MAX_BYTES", 16384, mini
 LEASEHOLD_AGENT_SILENCE_SECONDS = env_int("LEASEHOLD_AGENT_SILENCE_SECONDS", 600, minimum=1)
 LEASEHOLD_STALL_SECONDS = env_int("LEASEHOLD_STALL_SECONDS", 1800, minimum=1)
 # --- Backups (SPEC §17) -------------------------------------------------------
-# Set: a daily django-q2 backup into this directory (leases.schedules), keeping the newest LEASEHOLD_BACKUP_KEEP.
+# Set: a daily django-q2 backup into this directory (operations.schedules), keeping the newest LEASEHOLD_BACKUP_KEEP.
 _backup_dir = env_str("LEASEHOLD_BACKUP_DIR").strip()
 LEASEHOLD_BACKUP_DIR = str(Path(_backup_dir).resolve()) if _backup_dir else ""
 LEASEHOLD_BACKUP_KEEP = env_int("LEASEHOLD_BACKUP_KEEP", 7, minimum=1)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.urls import path
 
 from api.base import route
+from insight.apis.metrics import MetricsApi
 from leases.apis.attempts import (
     AttemptDetailApi,
     AttemptFinishApi,
@@ -19,7 +20,6 @@ from leases.apis.attempts import (
 from leases.apis.claims import ClaimNextApi, TaskClaimApi
 from leases.apis.dependencies import TaskDependencyAddApi, TaskDependencyRemoveApi
 from leases.apis.graph import ProjectGraphApi, TaskGraphApi
-from leases.apis.metrics import MetricsApi
 from leases.apis.reservation_clear import TaskReservationClearApi
 from leases.apis.reservations import ReservationListApi
 from leases.apis.reviews import ReviewClaimApi, ReviewDetailApi, ReviewListApi, ReviewNextApi

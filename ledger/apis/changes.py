@@ -2,7 +2,7 @@
 
 A waiting request that finds nothing new is parked by the server's worker
 (`core.parking`: no thread is held) and read again when the process's
-event watcher (`ledger.waiting`) sees a commit in one of the caller's
+event watcher (`push.waiting`) sees a commit in one of the caller's
 projects, or at the deadline. Under a server that cannot park (runserver,
 the test client) it waits in its thread instead.
 """
@@ -31,7 +31,7 @@ from ledger.selectors import (
     project_by_slug,
     visible_project_ids,
 )
-from ledger.waiting import event_watcher
+from push.waiting import event_watcher
 
 BIGINT_MAX = 2**63 - 1
 MAX_WAIT_SECONDS = 30

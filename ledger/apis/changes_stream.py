@@ -37,7 +37,7 @@ from core.parking import STREAM_KEY
 from ledger.apis.changes import BIGINT_MAX, ChangeSerializer
 from ledger.models import Agent, Project
 from ledger.selectors import changes_and_position, project_by_slug, visible_project_ids
-from ledger.waiting import event_watcher
+from push.waiting import event_watcher
 
 HEARTBEAT_SECONDS = 15.0
 BATCH = 200

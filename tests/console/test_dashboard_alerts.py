@@ -10,9 +10,9 @@ import pytest
 from console.alerts import human_duration
 from console.dashboard import build_dashboard
 from leases import jobs
-from leases.reconciliation.models import Condition, Finding, SubjectType
 from leases.services import attempt_finish, check_queue_wait, lease_claim, task_update
 from ledger.actors import SYSTEM
+from reconciliation.models import Condition, Finding, SubjectType
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 

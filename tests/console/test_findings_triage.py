@@ -7,11 +7,11 @@ from django.utils.html import escape
 
 from environments.models import EnvironmentStatus
 from environments.services import environment_create
-from leases.reconciliation.models import AttemptDiscard, Condition, Finding, FindingStatus, SubjectType
-from leases.reconciliation.remedies import REMEDIES
 from leases.services import attempt_release, lease_claim
 from ledger.actors import SYSTEM
 from ledger.models import Event
+from reconciliation.models import AttemptDiscard, Condition, Finding, FindingStatus, SubjectType
+from reconciliation.remedies import REMEDIES
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 

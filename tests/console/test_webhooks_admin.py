@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 
 from ledger.actors import SYSTEM
-from ledger.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
-from ledger.services.webhooks import webhook_create
+from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from push.services.webhooks import webhook_create
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db

@@ -19,11 +19,11 @@ from django.test import override_settings
 from django_q.models import Schedule
 
 from bench.data import bulk_ready_tasks
-from leases.backup import BackupRefused, backup_postgres, backup_scheduled, integrity_problems
-from leases.schedules import BACKUP_SCHEDULE, ensure_schedules
 from ledger.actors import SYSTEM
 from ledger.models import Project, Task
 from ledger.services import task_create
+from operations.backup import BackupRefused, backup_postgres, backup_scheduled, integrity_problems
+from operations.schedules import BACKUP_SCHEDULE, ensure_schedules
 from tests.factories import ProjectFactory
 from tests.served import manage
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from insight.job_health import job_health
+from insight.models.job_heartbeat import JobHeartbeat, JobOutcome
 from leases import jobs
-from leases.jobhealth.models import JobHeartbeat, JobOutcome
-from leases.jobhealth.selectors import job_health
 from leases.services import lease_claim
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
@@ -85,8 +85,8 @@ def test_a_partial_reconciliation_counts_as_done_but_keeps_its_errors(clock):
 
 @pytest.mark.django_db
 def test_the_sweep_job_folds_the_task_count_changes(project):
+    from insight.models.task_counts import TaskCountChange
     from ledger.selectors import task_counts_by_status
-    from ledger.task_count_models import TaskCountChange
 
     TaskFactory(project=project)
     TaskFactory(project=project)

@@ -12,13 +12,13 @@ from environments.models import EnvironmentStatus
 from environments.services import environment_create
 from leases import jobs
 from leases.models import Attempt, AttemptStatus
-from leases.reconciliation.models import Condition, Finding, SubjectType
 from leases.services import lease_claim, note_add, task_update
 from ledger import clock
 from ledger.actors import SYSTEM
 from ledger.models import Event
 from ledger.permissions import LEDGER_ADMINS
 from ledger.services import agent_heartbeat, event_append
+from reconciliation.models import Condition, Finding, SubjectType
 from tests.console.browser.conftest import login, screenshot
 from tests.console.conftest import PASSWORD
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory

@@ -8,8 +8,8 @@ import pytest
 from django.core.management import call_command
 
 from leases.jobs import reconcile_job
-from leases.reconciliation.models import Condition, ReconciliationRun
-from leases.schedules import SCHEDULES
+from operations.schedules import SCHEDULES
+from reconciliation.models import Condition, ReconciliationRun
 from tests.factories import ProjectFactory
 from tests.leases.reconciliation import scenarios
 

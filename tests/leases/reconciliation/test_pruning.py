@@ -8,12 +8,12 @@ import pytest
 from django.core.management import call_command
 
 from core.errors import ValidationFailed
-from leases.reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun
-from leases.reconciliation.pruning import PRUNED_NOTE
-from leases.reconciliation.services import attempt_discard, reconcile
 from leases.services import attempt_finish, lease_claim
 from ledger.actors import SYSTEM
 from ledger.models import Event
+from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun
+from reconciliation.pruning import PRUNED_NOTE
+from reconciliation.services import attempt_discard, reconcile
 from tests.factories import ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 from tests.leases.reconciliation.gitworld import GitWorld, git

@@ -23,10 +23,10 @@ from django_q.models import Schedule
 from django_q.models import Task as QueuedTask
 
 from leases.models import Attempt, AttemptStatus
-from leases.reconciliation.models import ReconciliationRun
-from leases.schedules import ensure_schedules
 from leases.services import lease_claim
 from ledger.models import Event
+from operations.schedules import ensure_schedules
+from reconciliation.models import ReconciliationRun
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -6,9 +6,9 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from core.errors import ValidationFailed
-from leases.reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, SubjectType
-from leases.reconciliation.services import finding_acknowledge, finding_resolve, reconcile
 from ledger.models import DeletionRefused, Event
+from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, SubjectType
+from reconciliation.services import finding_acknowledge, finding_resolve, reconcile
 from tests.factories import ProjectFactory
 from tests.leases.reconciliation import scenarios
 
