@@ -40,7 +40,7 @@ PAGES = (
     ("events list", "/admin/ledger/event/"),
     ("agent health", "/admin/ledger/agent/health/"),
     ("job health", "/admin/jobs/"),
-    ("findings", "/admin/leases/finding/"),
+    ("findings", "/admin/reconciliation/finding/"),
     ("report (30 d)", "/admin/reports/"),
 )
 BASE = {"tasks": 10_000, "attempts": 30_000, "events": 100_000}

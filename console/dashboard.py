@@ -222,7 +222,7 @@ def findings_by_condition() -> list[FindingRow]:
     )
     for row in rows:
         counts[row["condition"]][row["status"]] = row["n"]
-    base = reverse("admin:leases_finding_changelist")
+    base = reverse("admin:reconciliation_finding_changelist")
     return [
         FindingRow(
             condition=condition,

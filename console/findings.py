@@ -161,7 +161,7 @@ def triage_actions(finding: Finding) -> list[TriageAction]:
         actions.append(
             TriageAction(
                 label=f"Discard the work of attempt {discard.task.key} #{discard.epoch}…",
-                url=reverse("admin:leases_finding_discard", args=[finding.pk]),
+                url=reverse("admin:reconciliation_finding_discard", args=[finding.pk]),
                 danger=True,
                 element_id="lh-triage-discard",
             )
@@ -195,7 +195,7 @@ class FindingAdmin(LeaseholdModelAdmin):
     list_select_related = ["project", "task", "attempt__task", "environment"]
     ordering = ["-last_seen_at", "-id"]
     actions = ["acknowledge", "resolve"]
-    change_form_template = "admin/leases/finding/change_form.html"
+    change_form_template = "admin/reconciliation/finding/change_form.html"
     readonly_fields = (
         "condition_label",
         "status_badge",
@@ -292,17 +292,19 @@ class FindingAdmin(LeaseholdModelAdmin):
                 is_open=finding.status == FindingStatus.OPEN,
                 acknowledge_form=AcknowledgeForm(),
                 resolve_form=ResolveForm(),
-                acknowledge_url=reverse("admin:leases_finding_acknowledge", args=[finding.pk]),
-                resolve_url=reverse("admin:leases_finding_resolve", args=[finding.pk]),
+                acknowledge_url=reverse("admin:reconciliation_finding_acknowledge", args=[finding.pk]),
+                resolve_url=reverse("admin:reconciliation_finding_resolve", args=[finding.pk]),
             )
         return super().change_view(request, object_id, form_url, extra)
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         return [
-            path("<path:object_id>/acknowledge/", wrap(self.acknowledge_view), name="leases_finding_acknowledge"),
-            path("<path:object_id>/resolve/", wrap(self.resolve_view), name="leases_finding_resolve"),
-            path("<path:object_id>/discard/", wrap(self.discard_view), name="leases_finding_discard"),
+            path(
+                "<path:object_id>/acknowledge/", wrap(self.acknowledge_view), name="reconciliation_finding_acknowledge"
+            ),
+            path("<path:object_id>/resolve/", wrap(self.resolve_view), name="reconciliation_finding_resolve"),
+            path("<path:object_id>/discard/", wrap(self.discard_view), name="reconciliation_finding_discard"),
             *super().get_urls(),
         ]
 
@@ -312,7 +314,7 @@ class FindingAdmin(LeaseholdModelAdmin):
         return get_object_or_404(Finding, pk=object_id)
 
     def _back(self, finding: Finding) -> HttpResponseRedirect:
-        return HttpResponseRedirect(reverse("admin:leases_finding_change", args=[finding.pk]))
+        return HttpResponseRedirect(reverse("admin:reconciliation_finding_change", args=[finding.pk]))
 
     def acknowledge_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         finding = self._finding_for_operation(request, object_id)
@@ -388,7 +390,7 @@ class FindingAdmin(LeaseholdModelAdmin):
             form=form,
             action_name=None,
             objects=[attempt],
-            cancel_url=reverse("admin:leases_finding_change", args=[finding.pk]),
+            cancel_url=reverse("admin:reconciliation_finding_change", args=[finding.pk]),
         )
 
     # --- list actions ---------------------------------------------------------

@@ -105,7 +105,7 @@ def jobs_page(request: HttpRequest, site: Any) -> TemplateResponse:
         "title": "Job health",
         "jobs": jobs_view(now),
         "runs": troubled_runs(now),
-        "runs_url": reverse("admin:leases_reconciliationrun_changelist"),
+        "runs_url": reverse("admin:reconciliation_reconciliationrun_changelist"),
         "now": now,
     }
     return TemplateResponse(request, "admin/leasehold/jobs.html", context)

@@ -104,7 +104,7 @@ class WebhookEndpointAdmin(ServiceFormAdmin):
 
     @admin.display(description="deliveries")
     def deliveries_link(self, endpoint: WebhookEndpoint) -> SafeString:
-        url = reverse("admin:ledger_webhookdelivery_changelist") + f"?endpoint__id__exact={endpoint.pk}"
+        url = reverse("admin:push_webhookdelivery_changelist") + f"?endpoint__id__exact={endpoint.pk}"
         return format_html('<a href="{}">Deliveries of #{}</a>', url, endpoint.pk)
 
     @admin.action(description="Roll the signing secret (the old one signs along for 24 h)", permissions=["operate"])

@@ -3,7 +3,7 @@
 `FleetCollector.collect()` issues a fixed handful of aggregate statements,
 each served by an index (named in each reader); none scans the task or the
 event table: the task counts come from the trigger-kept `TaskCount`
-(`ledger.selectors.task_counts_by_status`, folded at each scrape), the
+(`insight.status_counts.task_counts_by_status`, folded at each scrape), the
 counters from the running tally (`insight.services.event_tally`), which a scrape
 advances by the events since the previous scrape.
 

@@ -1,7 +1,7 @@
 """Tasks per project and effective status, exact, without reading the task table (for /metrics and the dashboard).
 
 The stored statuses come from the trigger-kept counts
-(`ledger.selectors.task_counts_by_status`, a few rows per project); each
+(`insight.status_counts.task_counts_by_status`, a few rows per project); each
 live lease then moves its task from its stored status to `in_progress`, or
 to `in_review` for a reviewer's lease (SPEC §16.1), as
 `leases.selectors.with_lease_state` decides per task (a task has at most
@@ -13,12 +13,33 @@ from __future__ import annotations
 
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Count
 
 from core.db import read_snapshot
 from leases.models import AttemptKind
 from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
-from ledger.selectors import task_counts_by_status
+
+TASK_COUNTS = """
+SELECT project_id, status, sum(n) FROM (
+    SELECT project_id, status, count AS n FROM ledger_taskcount
+    UNION ALL
+    SELECT project_id, status, delta FROM ledger_taskcountchange
+) AS counts GROUP BY project_id, status
+"""
+
+
+def task_counts_by_status() -> dict[tuple[int, str], int]:
+    """Tasks per (project id, stored status), exact, without reading the task table (pairs with none left out).
+
+    The folded counts plus the changes not folded yet (insight/models/task_counts.py),
+    in one statement and so one snapshot: two servers reading at once agree.
+    It costs a few rows per project and status, whatever the number of tasks.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(TASK_COUNTS)
+        rows = cursor.fetchall()
+    return {(int(project_id), str(status)): int(n) for project_id, status, n in rows if n}
 
 
 def task_counts_by_effective_status(now: datetime) -> dict[tuple[int, str], int]:

@@ -301,25 +301,3 @@ def active_decisions_for(task: Task, *, limit: int) -> list[Decision]:
 def recent_comments(task: Task, *, limit: int) -> list[TaskComment]:
     """The task's latest comments, oldest of them first."""
     return list(reversed(list(_prepared_comments(limit).objects(task_id=task.pk))))
-
-
-TASK_COUNTS = """
-SELECT project_id, status, sum(n) FROM (
-    SELECT project_id, status, count AS n FROM ledger_taskcount
-    UNION ALL
-    SELECT project_id, status, delta FROM ledger_taskcountchange
-) AS counts GROUP BY project_id, status
-"""
-
-
-def task_counts_by_status() -> dict[tuple[int, str], int]:
-    """Tasks per (project id, stored status), exact, without reading the task table (pairs with none left out).
-
-    The folded counts plus the changes not folded yet (insight/models/task_counts.py),
-    in one statement and so one snapshot: two servers reading at once agree.
-    It costs a few rows per project and status, whatever the number of tasks.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(TASK_COUNTS)
-        rows = cursor.fetchall()
-    return {(int(project_id), str(status)): int(n) for project_id, status, n in rows if n}

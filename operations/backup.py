@@ -9,7 +9,7 @@
 
 Every backup is written to `DEST.partial` and renamed to DEST only once it
 passed its check, so DEST is never a half-written file. Nothing here knows an
-app; `leases.jobs.backup_job` runs `backup_rotate` daily when
+app; `operations.jobs.backup_job` runs `backup_rotate` daily when
 `LEASEHOLD_BACKUP_DIR` is set.
 """
 

@@ -13,7 +13,7 @@ from typing import Any
 SCHEDULES: tuple[tuple[str, str, int], ...] = (
     ("leases.sweep_expired", "leases.jobs.sweep_expired_job", 1),
     ("ledger.check_queue_wait", "leases.jobs.check_queue_wait_job", 5),
-    ("environments.reconcile", "leases.jobs.reconcile_job", 5),
+    ("environments.reconcile", "reconciliation.jobs.reconcile_job", 5),
     ("leases.purge_idempotency", "leases.jobs.purge_idempotency_job", 60),
     # Follows for 50 s of each minute (returns at once with no active endpoint): docs/operations.md, "Webhooks".
     ("ledger.deliver_webhooks", "push.jobs.deliver_webhooks_job", 1),
@@ -21,7 +21,7 @@ SCHEDULES: tuple[tuple[str, str, int], ...] = (
 
 
 # Daily, and only while LEASEHOLD_BACKUP_DIR is set (docs/operations.md, "Backup and restore").
-BACKUP_SCHEDULE = ("operations.backup", "leases.jobs.backup_job")
+BACKUP_SCHEDULE = ("leases.backup", "operations.jobs.backup_job")
 
 
 def ensure_schedules(sender: Any = None, **kwargs: Any) -> None:

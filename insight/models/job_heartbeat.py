@@ -14,7 +14,7 @@ from ledger.models import NoDeleteModel
 
 
 class JobName(models.TextChoices):
-    """The jobs of `operations.schedules.SCHEDULES`, by the name their wrapper in `leases.jobs` records."""
+    """The jobs of `operations.schedules.SCHEDULES`, by the name their wrapper (each room's `jobs.py`) records."""
 
     SWEEP = "sweep_expired", "Lease sweep"
     QUEUE_WAIT = "check_queue_wait", "Queue-wait check"

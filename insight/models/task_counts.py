@@ -13,7 +13,7 @@ so two finishes in one project never queue on one counter row.
 `insight.services.task_counts.task_counts_fold` moves the committed changes
 into `TaskCount` (one row per project and status) now and then; the true
 count is always `TaskCount` plus the changes not folded yet, which is what
-`ledger.selectors.task_counts_by_status` reads in one statement.
+`insight.status_counts.task_counts_by_status` reads in one statement.
 """
 
 from __future__ import annotations

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import socket
+import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -19,6 +21,8 @@ from django.db.models import F
 from core.db import write_transaction
 from insight.models.job_heartbeat import ERROR_MAX_CHARS, JobHeartbeat, JobName, JobOutcome
 from ledger import clock
+
+T = TypeVar("T")
 
 
 def runner_label() -> str:
@@ -79,3 +83,23 @@ def job_finished(
     if outcome == JobOutcome.FAILED:
         changes["failures"] = F("failures") + 1
     JobHeartbeat.objects.filter(name=name).update(**changes)
+
+
+def job_recorded(name: JobName, work: Callable[[], T], result_of: Callable[[T], tuple[dict[str, Any], str]]) -> T:
+    """Run `work`, recording its start and end, so the admin's job-health tiles and `/readyz` can tell a
+    stopped scheduler or a failing job. A failure is recorded and raised again (django-q2 records it too).
+    `result_of` turns the work's value into (counts, error text).
+    """
+    job_started(name=name)
+    began = time.monotonic()
+    try:
+        value = work()
+    except Exception as exc:
+        elapsed = int((time.monotonic() - began) * 1000)
+        job_finished(name=name, outcome=JobOutcome.FAILED, error=f"{type(exc).__name__}: {exc}", duration_ms=elapsed)
+        raise
+    elapsed = int((time.monotonic() - began) * 1000)
+    counts, error = result_of(value)
+    outcome = JobOutcome.PARTIAL if error else JobOutcome.SUCCEEDED
+    job_finished(name=name, outcome=outcome, result=counts, error=error, duration_ms=elapsed)
+    return value

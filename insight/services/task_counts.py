@@ -2,7 +2,7 @@
 
 The triggers of migration `ledger.0012_task_counts` append a change row for
 every task insert, delete and status change, so the count is always exact
-without this fold (`ledger.selectors.task_counts_by_status` adds the pending
+without this fold (`insight.status_counts.task_counts_by_status` adds the pending
 changes); folding only keeps the change table short, so that a reader sums a
 few rows per project. `/metrics` folds at each scrape, and the sweep job
 (`leases.jobs.sweep_expired_job`) every minute.

@@ -8,7 +8,6 @@ from __future__ import annotations
 from django.urls import path
 
 from api.base import route
-from insight.apis.metrics import MetricsApi
 from leases.apis.attempts import (
     AttemptDetailApi,
     AttemptFinishApi,
@@ -59,5 +58,4 @@ urlpatterns = [
     path("reviews/<attemptid:review_id>/claim/", ReviewClaimApi.as_view(), name="review-claim"),
     path("search/", SearchApi.as_view(), name="search"),
     path("reservations/", ReservationListApi.as_view(), name="reservations"),
-    path("metrics/", MetricsApi.as_view(), name="metrics"),
 ]

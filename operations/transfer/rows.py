@@ -96,20 +96,20 @@ SECTIONS: tuple[Section, ...] = (
 # (tests/leases/transfer/test_round_trip.py checks that no model is forgotten).
 NOT_EXPORTED: dict[str, str] = {
     "ledger.Agent": "written as `agent` rows by handle, without its token",
-    "ledger.WebhookEndpoint": "the server's own signing secrets and targets",
-    "ledger.WebhookDelivery": "deliveries to this server's endpoints",
-    "ledger.EventTally": "the /metrics position in this server's event log; advanced from the imported events",
-    "ledger.TaskCount": "derived: the task triggers count the imported tasks",
-    "ledger.TaskCountChange": "derived: the task triggers count the imported tasks",
+    "push.WebhookEndpoint": "the server's own signing secrets and targets",
+    "push.WebhookDelivery": "deliveries to this server's endpoints",
+    "insight.EventTally": "the /metrics position in this server's event log; advanced from the imported events",
+    "insight.TaskCount": "derived: the task triggers count the imported tasks",
+    "insight.TaskCountChange": "derived: the task triggers count the imported tasks",
     "leases.IdempotencyRecord": "stored answers to this server's callers",
     "leases.ClaimRefusalTally": "this server's refusal counters",
     "leases.AgentDailyUsage": "one agent's spend over all its projects",
     "leases.ReservationLock": "a lock row, not data",
-    "leases.JobHeartbeat": "this server's scheduler",
-    "leases.ReconciliationRun": "this server's runs; the findings they made are exported",
-    "leases.FleetDayTally": "derived: the attempt and event triggers count the imported rows",
-    "leases.FleetDayTallyChange": "derived: the attempt and event triggers count the imported rows",
-    "leases.TaskFirstReady": "derived: the event trigger reads the imported task events",
+    "insight.JobHeartbeat": "this server's scheduler",
+    "reconciliation.ReconciliationRun": "this server's runs; the findings they made are exported",
+    "insight.FleetDayTally": "derived: the attempt and event triggers count the imported rows",
+    "insight.FleetDayTallyChange": "derived: the attempt and event triggers count the imported rows",
+    "insight.TaskFirstReady": "derived: the event trigger reads the imported task events",
 }
 # Agents and users come before every section (after the project): rows name them.
 AGENT = "agent"

@@ -182,7 +182,7 @@ def test_the_daily_backup_is_scheduled_exactly_while_a_backup_directory_is_set(t
 
 @pytest.mark.django_db
 def test_the_backup_job_writes_into_the_backup_directory(tmp_path):
-    from leases.jobs import backup_job
+    from operations.jobs import backup_job
 
     with override_settings(LEASEHOLD_BACKUP_DIR=str(tmp_path), LEASEHOLD_BACKUP_KEEP=3):
         result = backup_job()

@@ -266,7 +266,7 @@ def test_a_manager_finds_no_way_to_change_or_delete_anything(page, manager):
         "/admin/environments/environment/",
         "/admin/leases/attempt/",
         f"/admin/leases/attempt/{grant.attempt.pk}/change/",
-        "/admin/leases/finding/",
+        "/admin/reconciliation/finding/",
         "/admin/leases/allocation/",
     ]
     for path in pages:

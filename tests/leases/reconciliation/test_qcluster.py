@@ -101,5 +101,5 @@ def test_a_real_cluster_runs_the_due_sweep_and_reconcile_schedules(tmp_path):
     assert Event.objects.filter(type="attempt.expired", attempt_id=grant.attempt.pk).count() == 1
     assert QueuedTask.objects.filter(func="leases.jobs.sweep_expired_job", success=True).exists(), log
     assert ReconciliationRun.objects.filter(finished_at__isnull=False).exists(), log
-    assert QueuedTask.objects.filter(func="leases.jobs.reconcile_job", success=True).exists(), log
+    assert QueuedTask.objects.filter(func="reconciliation.jobs.reconcile_job", success=True).exists(), log
     assert cluster.returncode is not None

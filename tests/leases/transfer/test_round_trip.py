@@ -45,7 +45,7 @@ def test_export_then_import_then_export_is_identical_but_for_ids_slug_and_prefix
     # The derived counts behind /metrics follow the imported rows (the task triggers).
     from django.db.models import Count
 
-    from ledger.selectors import task_counts_by_status
+    from insight.status_counts import task_counts_by_status
 
     counted = Task.objects.values_list("project_id", "status").annotate(n=Count("id")).order_by()
     assert task_counts_by_status() == {(project_id, status): n for project_id, status, n in counted}
@@ -192,7 +192,7 @@ def test_every_model_of_the_rooms_is_exported_or_left_out_with_a_reason():
     exported = {section.model._meta.label for section in SECTIONS}
     models = {
         model._meta.label
-        for app in ("ledger", "leases", "environments")
+        for app in ("ledger", "environments", "leases", "reconciliation", "insight", "push")
         for model in apps.get_app_config(app).get_models()
     }
     assert models - exported == set(NOT_EXPORTED)
