@@ -1,4 +1,4 @@
-"""The insight endpoints of the agent API, included by `api.urls` under /api/v1/ (the Prometheus scrape is at /metrics)."""
+"""The insight endpoints of the agent API, included by `api.urls` under /api/v1/ (Prometheus scrapes /metrics)."""
 
 from __future__ import annotations
 
