@@ -33,10 +33,10 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from config.errors import LedgerError
-from console.alerts import finding_task
+from console.audit.alerts import finding_task
+from console.audit.timeline import payload_summary
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
-from console.timeline import payload_summary
 from leases.models import Attempt, AttemptStatus
 from leases.reconciliation.models import UNRESOLVED_STATUSES, Finding, FindingStatus, SubjectType
 from leases.reconciliation.remedies import REMEDIES

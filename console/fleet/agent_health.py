@@ -26,7 +26,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from config.errors import LedgerError
-from console.alerts import human_duration, moment_utc
+from console.audit.alerts import human_duration, moment_utc
 from console.base import ConfirmationForm, actor_of, plural
 from console.confirm import Confirmation, RevokeForm, is_confirmed, render_confirmation
 from leases.agent_health import ALIVE, LATE, NEVER, AgentHealth, agent_health, holders_health, silence_limit

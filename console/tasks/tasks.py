@@ -8,7 +8,7 @@ force-release" (ticked by default). Force-release and reassign go through
 `leases.services.task_force_release` / `task_reassign` after a confirmation
 page that requires a reason and the tick "I have confirmed the agent process
 is gone"; reassign offers only agents that may claim the task. Planning (edit,
-dependencies, reservation, the queue) is `console.task_planning`.
+dependencies, reservation, the queue) is `console.tasks.planning`.
 
 `inlines` and `actions` are plain lists: append to them.
 """
@@ -28,7 +28,8 @@ from django.utils.html import format_html, linebreaks
 from django.utils.safestring import SafeString
 
 from config.errors import LedgerError
-from console.agent_health import revoke_liveness
+from console.audit.comments import CommentInline
+from console.audit.timeline import timeline_of
 from console.base import (
     EMPTY,
     ServiceFormAdmin,
@@ -38,8 +39,6 @@ from console.base import (
     moment,
     plural,
 )
-from console.budgets import set_budget_action, spent_text
-from console.comments import CommentInline
 from console.confirm import (
     Confirmation,
     RevokeForm,
@@ -47,10 +46,11 @@ from console.confirm import (
     reassign_form_for,
     render_confirmation,
 )
-from console.graph import task_graph_panel
-from console.quarantine import release_quarantined
-from console.task_cancel import TaskCancelMixin
-from console.task_parts import (
+from console.fleet.agent_health import revoke_liveness
+from console.reports.budgets import set_budget_action, spent_text
+from console.reports.graph import task_graph_panel
+from console.tasks.cancel import TaskCancelMixin
+from console.tasks.parts import (
     AttemptInline,
     ClaimableFilter,
     DependencyInline,
@@ -61,8 +61,8 @@ from console.task_parts import (
     claimability_cell,
     status_cell,
 )
-from console.task_planning import TaskPlanningMixin, present_blockers, status_buttons
-from console.timeline import timeline_of
+from console.tasks.planning import TaskPlanningMixin, present_blockers, status_buttons
+from console.tasks.quarantine import release_quarantined
 from leases.models import Attempt
 from leases.selectors import with_claimability
 from leases.services import task_force_release, task_reassign, task_update
@@ -151,7 +151,7 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
         if TaskDependency.objects.filter(blocked_by=obj, removed_at__isnull=True).exists():
             inlines.append(DependentInline)
         if TaskComment.objects.filter(task=obj).exists():
-            inlines.append(CommentInline)  # SPEC §16.2 (console/comments.py)
+            inlines.append(CommentInline)  # SPEC §16.2 (console/audit/comments.py)
         return inlines
 
     def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
@@ -319,7 +319,7 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
 
     @admin.action(description="Release from quarantine", permissions=["operate"])
     def release_from_quarantine(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        release_quarantined(self, request, queryset)  # SPEC §16.4 (console/quarantine.py)
+        release_quarantined(self, request, queryset)  # SPEC §16.4 (console/tasks/quarantine.py)
 
     # --- revoking actions ---------------------------------------------------
 
