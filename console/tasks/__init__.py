@@ -5,6 +5,6 @@ status actions); what it mixes in or shows sits beside it: `parts.py` (the
 list filters, the claimability cell, the read-only inlines), `planning.py`
 (edit, dependencies, reservation, status buttons, the queue), `cancel.py`,
 `revoke.py` (force-release and reassign) and `quarantine.py` (those
-actions). `projects.py` is the Projects page,
-`reviews.py` the Reviews page (SPEC §16.1).
+actions). `projects.py` is the Projects page, `reviews.py` the Reviews page
+(SPEC §16.1).
 """
