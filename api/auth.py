@@ -18,7 +18,7 @@ from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 from rest_framework.request import Request
 
-from config.errors import PermissionDenied
+from core.errors import PermissionDenied
 from ledger.actors import Actor
 
 if TYPE_CHECKING:

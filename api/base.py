@@ -15,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from api.inputs import MAX_BODY_BYTES
-from config.errors import NotFound, PayloadTooLarge
+from core.errors import NotFound, PayloadTooLarge
 
 JSON = "application/json"
 # What agents send (or nothing): DRF's negotiation would answer JSON to these anyway, after

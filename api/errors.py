@@ -1,6 +1,6 @@
 """One error envelope for every API answer (SPEC §8): `{"error": {code, message, retryable, details}}`.
 
-Any exception — ours (`config.errors.LedgerError`), DRF's or Django's —
+Any exception — ours (`core.errors.LedgerError`), DRF's or Django's —
 becomes a LedgerError here, so a client parses one shape and a bad input is
 never a 500. DRF loads `exception_handler` from its settings while
 `rest_framework.views` is still loading: this module must not import that
@@ -26,8 +26,8 @@ from rest_framework.response import Response
 
 from api.auth import BEARER_REALM
 from api.inputs import MAX_BODY_BYTES
-from config.db import is_connection_loss, is_transient_lock_error
-from config.errors import (
+from core.db import is_connection_loss, is_transient_lock_error
+from core.errors import (
     AuthenticationFailed,
     LedgerError,
     MethodNotAllowed,

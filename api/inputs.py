@@ -23,7 +23,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.utils.encoders import JSONEncoder
 
-from config.errors import PayloadTooLarge, ValidationFailed
+from core.errors import PayloadTooLarge, ValidationFailed
 
 MAX_BODY_BYTES = 256 * 1024
 DEFAULT_PAGE_SIZE = 50

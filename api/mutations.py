@@ -21,7 +21,7 @@ from rest_framework.utils.encoders import JSONEncoder
 
 from api.auth import caller_of
 from api.errors import envelope
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.idempotency import StoredOutcome, idempotent_call
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")

@@ -20,7 +20,7 @@ from drf_spectacular.plumbing import force_instance
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
-from config.errors import ERRORS_BY_CODE
+from core.errors import ERRORS_BY_CODE
 
 # DRF refuses a NUL in any text (ProhibitNullCharactersValidator); a field that trims
 # (`trim_whitespace`) strips with `str.strip()`, so a non-blank one needs a character that

@@ -33,14 +33,14 @@ from typing import Any
 PAGES = (
     ("dashboard", "/admin/"),
     # The same page with Django's cache emptied before every request. The charts had a 60-second cache
-    # until they read the trigger-kept tally (leases.rollup_models); kept so runs compare with earlier ones.
+    # until they read the trigger-kept tally (insight.models.rollups); kept so runs compare with earlier ones.
     ("dashboard, charts uncached", "/admin/?uncached"),
     ("task list", "/admin/ledger/task/"),
     ("agent list", "/admin/ledger/agent/"),
     ("events list", "/admin/ledger/event/"),
     ("agent health", "/admin/ledger/agent/health/"),
     ("job health", "/admin/jobs/"),
-    ("findings", "/admin/leases/finding/"),
+    ("findings", "/admin/reconciliation/finding/"),
     ("report (30 d)", "/admin/reports/"),
 )
 BASE = {"tasks": 10_000, "attempts": 30_000, "events": 100_000}
@@ -63,8 +63,8 @@ EVENT_MIX = (
 
 def seed(scale: int, now: datetime) -> dict[str, int]:
     from bench.data import ATTEMPT_COLUMNS, _copy_rows, bulk_ready_tasks, make_project, vacuum_analyze
-    from leases.reconciliation.models import Condition, Finding, SubjectType
     from ledger.models import Agent, Task
+    from reconciliation.models import Condition, Finding, SubjectType
 
     tasks_n, attempts_n, events_n = (BASE[key] * scale for key in ("tasks", "attempts", "events"))
     fleets = [
@@ -255,7 +255,7 @@ def plans() -> dict[str, str]:
     }
     from django.db.models import Count
 
-    from leases.metrics import fleet_tally_per_day
+    from insight.metrics import fleet_tally_per_day
 
     month = now - timedelta(days=30)
     ended = Attempt.objects.filter(finished_at__gte=month, finished_at__lt=now).exclude(status="active")

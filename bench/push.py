@@ -70,7 +70,7 @@ def _bulk_events(project_id: int, first_task: int, last_task: int, count: int, n
 def metrics(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
     from prometheus_client import generate_latest
 
-    from leases.prometheus import fleet_registry
+    from insight.prometheus import fleet_registry
     from ledger.actors import SYSTEM
     from ledger.models import EventType
     from ledger.services import event_append
@@ -120,7 +120,7 @@ def metrics(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
 
 def _part_timings() -> dict[str, float]:
     """Median ms of each reader of the collector, to show where a scrape's time goes."""
-    from leases import prometheus
+    from insight import prometheus
     from ledger import clock
     from ledger.models import Project
 
@@ -156,7 +156,7 @@ def wait_latency(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
     from ledger.models import EventType
     from ledger.selectors import changes_and_position, feed_position
     from ledger.services import event_append
-    from ledger.waiting import event_watcher
+    from push.waiting import event_watcher
 
     waiters, rounds = (5, 20) if smoke else (20, 100)
     fleet = data.make_project("pushwait", agents=waiters)

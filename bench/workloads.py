@@ -114,7 +114,7 @@ def capture_ops(name: str, specs: list[ops.OpSpec]) -> list[ops.CapturedOp]:
 
 def service_cycles(fleet: data.Fleet, specs: list[ops.OpSpec], *, stop_when_empty: bool) -> Callable[..., None]:
     """Each thread: claim-next, then the holder calls of `specs[1:]`, until the deadline."""
-    from config.errors import LedgerError, TaskTaken
+    from core.errors import LedgerError, TaskTaken
 
     def body(index: int, recorder: Recorder, deadline: float) -> None:
         holder = ops.Holder(agent=fleet.agents[index], project=fleet.project)

@@ -36,8 +36,8 @@ from gunicorn import util as gunicorn_util
 from gunicorn.http.message import DEFAULT_MAX_HEADERFIELD_SIZE, MAX_HEADERS, MAX_REQUEST_LINE
 from gunicorn.workers.gthread import TConn, ThreadWorker
 
-from config.errors import LedgerError, PayloadTooLarge, PermissionDenied, ValidationFailed
-from config.parking import PARKED, ParkingMixin
+from core.errors import LedgerError, PayloadTooLarge, PermissionDenied, ValidationFailed
+from core.parking import PARKED, ParkingMixin
 
 HEAD_END = b"\r\n\r\n"
 # Large enough that a few reads take a whole head, small enough that a
@@ -112,7 +112,7 @@ class HeadFirstWorker(ParkingMixin, ThreadWorker):
     """gthread, except that a connection takes a thread only once its request head is here.
 
     Long-poll and stream waiters are parked in the event loop, holding no
-    thread while they wait (`config.parking`).
+    thread while they wait (`core.parking`).
     """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -16,7 +16,7 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-# The prefixes of ledger.tokens (agent tokens) and ledger.webhooks (signing secrets).
+# The prefixes of ledger.tokens (agent tokens) and push.webhooks (signing secrets).
 _SECRETS = re.compile(r"\b(lhwh_|lh_)[A-Za-z0-9_-]{16,}")
 REQUEST_FIELDS = ("request_id", "method", "path", "status", "duration_ms", "agent", "attempt", "code")
 

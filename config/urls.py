@@ -15,7 +15,7 @@ urlpatterns = [
     # /healthz and /readyz for load balancers and orchestrators (no login).
     path("", include("console.fleet.health_urls")),
     # Prometheus' scrape endpoint (SPEC §18), outside the agent API.
-    path("", include("leases.apis.prometheus")),
+    path("", include("insight.apis.prometheus")),
 ]
 
 # Django-level errors (outside DRF views) under /api/ get the envelope as well.

@@ -31,8 +31,9 @@ from console.tasks.tasks import TaskAdmin
 from console.webhooks import WebhookDeliveryAdmin, WebhookEndpointAdmin
 from environments.models import Environment
 from leases.models import Allocation, Attempt, ReviewRequest
-from leases.reconciliation.models import Finding, ReconciliationRun
-from ledger.models import Agent, Decision, Event, Project, Task, WebhookDelivery, WebhookEndpoint
+from ledger.models import Agent, Decision, Event, Project, Task
+from push.models import WebhookDelivery, WebhookEndpoint
+from reconciliation.models import Finding, ReconciliationRun
 
 install(admin.site)
 

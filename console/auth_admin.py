@@ -10,7 +10,7 @@ stop). They are registered again here with:
   be given (and none would have effect: every Leasehold admin refuses delete);
 - the role groups' names read-only (`ledger.permissions` finds them by name);
 - schedules entirely read-only: they are created and updated by
-  `leases.schedules.ensure_schedules` after every migrate, so a change made
+  `operations.schedules.ensure_schedules` after every migrate, so a change made
   here would be undone by the next migrate anyway. Nobody adds, changes or
   deletes one in the admin; the list shows them, for reading.
 

@@ -28,7 +28,7 @@ from django.utils.functional import cached_property
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
+from core.errors import LedgerError
 from ledger.actors import Actor
 
 EMPTY = "—"

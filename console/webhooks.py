@@ -20,8 +20,9 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from console.base import ReadOnlyAdmin, ServiceFormAdmin, ServiceModelForm, actor_of, badge, plural
-from ledger.models import EventType, WebhookDelivery, WebhookEndpoint
-from ledger.services.webhooks import delivery_redeliver, webhook_create, webhook_roll_secret, webhook_set_active
+from ledger.models import EventType
+from push.models import WebhookDelivery, WebhookEndpoint
+from push.services.webhooks import delivery_redeliver, webhook_create, webhook_roll_secret, webhook_set_active
 
 
 class WebhookEndpointForm(ServiceModelForm):
@@ -103,7 +104,7 @@ class WebhookEndpointAdmin(ServiceFormAdmin):
 
     @admin.display(description="deliveries")
     def deliveries_link(self, endpoint: WebhookEndpoint) -> SafeString:
-        url = reverse("admin:ledger_webhookdelivery_changelist") + f"?endpoint__id__exact={endpoint.pk}"
+        url = reverse("admin:push_webhookdelivery_changelist") + f"?endpoint__id__exact={endpoint.pk}"
         return format_html('<a href="{}">Deliveries of #{}</a>', url, endpoint.pk)
 
     @admin.action(description="Roll the signing secret (the old one signs along for 24 h)", permissions=["operate"])

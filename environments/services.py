@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 from urllib.parse import urlsplit
 
-from config.db import write_transaction
-from config.errors import ValidationFailed
+from core.db import write_transaction
+from core.errors import ValidationFailed
 from environments.models import RESOURCE_KEYS, Environment, EnvironmentStatus
 from ledger import clock
 from ledger.actors import Actor

@@ -12,7 +12,7 @@ import re
 import unicodedata
 from typing import NoReturn
 
-from config.errors import InvalidBranchName
+from core.errors import InvalidBranchName
 
 BRANCH_TYPES: tuple[str, ...] = ("feature", "feat", "bugfix", "fix", "hotfix", "release", "chore")
 AGENT_PREFIXES: tuple[str, ...] = ("ai", "claude", "codex", "copilot", "cursor")

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.conf import settings
 
-from config.prepared import SAMPLE_INT, Prepared
+from core.prepared import SAMPLE_INT, Prepared
 from leases.context_parts import discussion_parts, review_parts
 from leases.models import Allocation, Attempt, AttemptKind, AttemptStatus
 from leases.selectors import (

@@ -22,7 +22,7 @@ How a key is taken, on both databases:
 4. A non-retryable refusal (TASK_TAKEN, VERSION_CONFLICT, LEASE_EXPIRED, …)
    is the answer too: it is stored in the same transaction and replayed.
    The work stays all-or-nothing because every service runs in its own
-   savepoint inside our transaction (`config.db.write_transaction`): a
+   savepoint inside our transaction (`core.db.write_transaction`): a
    service that raises leaves nothing behind, and what a service commits
    *before* refusing stays committed, as it would without a key — the
    expiry a late renewal discovers (`refusals_after_commit`), the tally of
@@ -46,8 +46,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.db import IntegrityError
 
-from config.db import write_transaction
-from config.errors import IdempotencyConflict, LeaseNotHeld, LedgerError, StorageBusy
+from core.db import write_transaction
+from core.errors import IdempotencyConflict, LeaseNotHeld, LedgerError, StorageBusy
 from leases.models import Attempt, IdempotencyRecord
 from leases.tokens import rederive_lease_token
 from ledger import clock

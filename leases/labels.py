@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import NoReturn
 
-from config.errors import InvalidBranchName, ValidationFailed
+from core.errors import InvalidBranchName, ValidationFailed
 from leases.branches import validate_branch_name
 
 FIELDS: tuple[str, ...] = ("owner", "branch", "env", "task", "epoch")

@@ -32,8 +32,8 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce, Length, Substr
 
-from config.errors import NotFound
-from config.prepared import SAMPLE_INT, Prepared
+from core.errors import NotFound
+from core.prepared import SAMPLE_INT, Prepared
 from leases.models import (
     Allocation,
     AllocationStatus,

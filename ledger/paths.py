@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from ledger.models import PathsMode
 
 PATHS_MAX_ITEMS = 50

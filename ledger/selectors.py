@@ -18,8 +18,8 @@ from django.db import connection
 from django.db.models import Max, Q, QuerySet
 from django.db.models.functions import Length, Substr
 
-from config.errors import NotFound, ValidationFailed
-from config.prepared import SAMPLE_INT, Prepared
+from core.errors import NotFound, ValidationFailed
+from core.prepared import SAMPLE_INT, Prepared
 from ledger.models import Agent, Decision, DecisionStatus, Event, Project, Task, TaskComment
 from ledger.tokens import AGENT_TOKEN_PREFIX, hash_token
 
@@ -29,7 +29,7 @@ def agent_for_token(token: str) -> Agent | None:
 
     Looked up by the token's SHA-256 (unique index), then compared in constant
     time as a second guard. Every API request runs it, so its statement is
-    compiled once (`config.prepared`; issue 20: ~20 µs a call instead of ~200).
+    compiled once (`core.prepared`; issue 20: ~20 µs a call instead of ~200).
     The row itself is never cached: a rotation or deactivation, in any server
     process, refuses the old token on the very next request.
     """
@@ -301,25 +301,3 @@ def active_decisions_for(task: Task, *, limit: int) -> list[Decision]:
 def recent_comments(task: Task, *, limit: int) -> list[TaskComment]:
     """The task's latest comments, oldest of them first."""
     return list(reversed(list(_prepared_comments(limit).objects(task_id=task.pk))))
-
-
-TASK_COUNTS = """
-SELECT project_id, status, sum(n) FROM (
-    SELECT project_id, status, count AS n FROM ledger_taskcount
-    UNION ALL
-    SELECT project_id, status, delta FROM ledger_taskcountchange
-) AS counts GROUP BY project_id, status
-"""
-
-
-def task_counts_by_status() -> dict[tuple[int, str], int]:
-    """Tasks per (project id, stored status), exact, without reading the task table (pairs with none left out).
-
-    The folded counts plus the changes not folded yet (ledger/task_count_models.py),
-    in one statement and so one snapshot: two servers reading at once agree.
-    It costs a few rows per project and status, whatever the number of tasks.
-    """
-    with connection.cursor() as cursor:
-        cursor.execute(TASK_COUNTS)
-        rows = cursor.fetchall()
-    return {(int(project_id), str(status)): int(n) for project_id, status, n in rows if n}

@@ -72,7 +72,7 @@ TransactionTestCase._fixture_teardown = _with_event_triggers_suspended(  # type:
 
 @pytest.fixture(scope="session", autouse=True)
 def _remove_sqlite_writer_lock_file(django_db_setup, django_db_blocker) -> Iterator[None]:
-    """The test database's `<file>.writelock` (config.db) goes with the database at the end of the session."""
+    """The test database's `<file>.writelock` (core.db) goes with the database at the end of the session."""
     name = str(connections["default"].settings_dict["NAME"])
     yield
     if connections["default"].vendor == "sqlite":

@@ -1,7 +1,7 @@
 """Leasehold settings, driven by environment variables (SPEC §14).
 
 Everything is prefixed `LEASEHOLD_` except `DATABASE_URL`. A bad value stops
-start-up with a message naming the variable (see `config.env`).
+start-up with a message naming the variable (see `core.env`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_int, env_list, env_str
+from core.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DATA_DIR = Path(env_str("LEASEHOLD_DATA_DIR", str(BASE_DIR / "var"))).resolve()
@@ -68,12 +68,16 @@ INSTALLED_APPS = [
     "ledger",
     "environments",
     "leases",
+    "reconciliation",
+    "insight",
+    "push",
+    "operations",
     "console",  # the admin control plane: registers every model's admin (console.admin)
 ]
 
 MIDDLEWARE = [
     "api.request_log.RequestLogMiddleware",
-    "config.deadline.StorageDeadlineMiddleware",
+    "core.deadline.StorageDeadlineMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -146,7 +150,7 @@ def _database() -> dict[str, Any]:
         raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
     config["ENGINE"] = "django.db.backends.postgresql"
     config["CONN_MAX_AGE"] = 0
-    # A lock wait ends within a request's storage deadline (config.deadline);
+    # A lock wait ends within a request's storage deadline (core.deadline);
     # write_transaction retries SQLSTATE 55P03 while the deadline lasts.
     deadline = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS", 20, minimum=1, maximum=600)
     config["OPTIONS"] = {"options": f"-c lock_timeout={deadline}s"}
@@ -275,13 +279,13 @@ if LEASEHOLD_MIN_LEASE_SECONDS > LEASEHOLD_MAX_LEASE_SECONDS:
         "LEASEHOLD_MIN_LEASE_SECONDS must not exceed LEASEHOLD_MAX_LEASE_SECONDS "
         f"({LEASEHOLD_MIN_LEASE_SECONDS} > {LEASEHOLD_MAX_LEASE_SECONDS})."
     )
-# Every storage wait of one request ends by then (config.deadline); below the web server's timeout.
+# Every storage wait of one request ends by then (core.deadline); below the web server's timeout.
 LEASEHOLD_STORAGE_DEADLINE_SECONDS = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS", 20, minimum=1, maximum=600)
 LEASEHOLD_CONTEXT_MAX_BYTES = env_int("LEASEHOLD_CONTEXT_MAX_BYTES", 16384, minimum=2048)
 LEASEHOLD_AGENT_SILENCE_SECONDS = env_int("LEASEHOLD_AGENT_SILENCE_SECONDS", 600, minimum=1)
 LEASEHOLD_STALL_SECONDS = env_int("LEASEHOLD_STALL_SECONDS", 1800, minimum=1)
 # --- Backups (SPEC §17) -------------------------------------------------------
-# Set: a daily django-q2 backup into this directory (leases.schedules), keeping the newest LEASEHOLD_BACKUP_KEEP.
+# Set: a daily django-q2 backup into this directory (operations.schedules), keeping the newest LEASEHOLD_BACKUP_KEEP.
 _backup_dir = env_str("LEASEHOLD_BACKUP_DIR").strip()
 LEASEHOLD_BACKUP_DIR = str(Path(_backup_dir).resolve()) if _backup_dir else ""
 LEASEHOLD_BACKUP_KEEP = env_int("LEASEHOLD_BACKUP_KEEP", 7, minimum=1)

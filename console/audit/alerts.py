@@ -21,8 +21,8 @@ from urllib.parse import urlencode
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.urls import reverse
 
-from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus, SubjectType
 from ledger.models import Event, EventType, Task
+from reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus, SubjectType
 
 PANEL_SHOWN = 5
 
@@ -229,7 +229,7 @@ def finding_groups(*, shown: int = PANEL_SHOWN) -> AlertPanel:
     rows = sorted(grouped, key=lambda row: row["last"], reverse=True)
     top = rows[:shown]
     latest = Finding.objects.select_related("task", "attempt__task", "project").in_bulk([row["latest"] for row in top])
-    base = reverse("admin:leases_finding_changelist")
+    base = reverse("admin:reconciliation_finding_changelist")
     labels = dict(Condition.choices)
     groups = []
     for row in top:

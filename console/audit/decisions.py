@@ -17,9 +17,9 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
 from console.base import ConfirmationForm, ServiceFormAdmin, actor_of, badge, moment, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
+from core.errors import LedgerError
 from ledger.models import Decision, DecisionStatus
 from ledger.services import decision_create, decision_supersede
 

@@ -18,8 +18,8 @@ from django.urls import reverse
 
 from console.audit.alerts import finding_task
 from leases.models import Attempt, AttemptStatus
-from leases.reconciliation.models import Finding, SubjectType
 from ledger import clock
+from reconciliation.models import Finding, SubjectType
 
 # Conditions whose remedy, once the attempt has ended, may be to give up its work.
 DISCARD_CONDITIONS = frozenset({"orphan_branch", "orphan_worktree", "completed_branch_missing"})
@@ -102,7 +102,7 @@ def triage_actions(finding: Finding) -> list[TriageAction]:
         actions.append(
             TriageAction(
                 label=f"Discard the work of attempt {discard.task.key} #{discard.epoch}…",
-                url=reverse("admin:leases_finding_discard", args=[finding.pk]),
+                url=reverse("admin:reconciliation_finding_discard", args=[finding.pk]),
                 danger=True,
                 element_id="lh-triage-discard",
             )

@@ -4,12 +4,12 @@
   acknowledged, unresolved, resolved and all besides), naming each one's task
   by key and title and its environment or branch.
 - A finding's page shows the **remedy** of its condition
-  (`leases.reconciliation.remedies`, the remedy column of docs/operations.md)
+  (`reconciliation.remedies`, the remedy column of docs/operations.md)
   and buttons for the fitting action, each through the existing service and
   confirmation page: force-release the attempt (the task's revoke
   confirmation), release stale allocations or quarantine the environment
   (the environment actions), discard the attempt's work
-  (`leases.reconciliation.triage.attempt_discard`, with a reason), open the task.
+  (`reconciliation.triage.attempt_discard`, with a reason), open the task.
   Which buttons fit, and the page's forms, are `console.audit.finding_triage`.
 - **Acknowledge** with an owner and a note, **resolve** with a note
   (`finding_acknowledge`, `finding_resolve`); the list actions do the same
@@ -31,15 +31,15 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
 from console.audit.alerts import finding_task
 from console.audit.finding_triage import AcknowledgeForm, ResolveForm, discardable_attempt, triage_actions
 from console.audit.timeline import payload_summary
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
-from leases.reconciliation.models import UNRESOLVED_STATUSES, Finding, FindingStatus, SubjectType
-from leases.reconciliation.remedies import REMEDIES
-from leases.reconciliation.triage import attempt_discard, finding_acknowledge, finding_resolve
+from core.errors import LedgerError
+from reconciliation.models import UNRESOLVED_STATUSES, Finding, FindingStatus, SubjectType
+from reconciliation.remedies import REMEDIES
+from reconciliation.triage import attempt_discard, finding_acknowledge, finding_resolve
 
 
 class FindingStatusFilter(admin.SimpleListFilter):
@@ -97,7 +97,7 @@ class FindingAdmin(LeaseholdModelAdmin):
     list_select_related = ["project", "task", "attempt__task", "environment"]
     ordering = ["-last_seen_at", "-id"]
     actions = ["acknowledge", "resolve"]
-    change_form_template = "admin/leases/finding/change_form.html"
+    change_form_template = "admin/reconciliation/finding/change_form.html"
     readonly_fields = (
         "condition_label",
         "status_badge",
@@ -194,17 +194,19 @@ class FindingAdmin(LeaseholdModelAdmin):
                 is_open=finding.status == FindingStatus.OPEN,
                 acknowledge_form=AcknowledgeForm(),
                 resolve_form=ResolveForm(),
-                acknowledge_url=reverse("admin:leases_finding_acknowledge", args=[finding.pk]),
-                resolve_url=reverse("admin:leases_finding_resolve", args=[finding.pk]),
+                acknowledge_url=reverse("admin:reconciliation_finding_acknowledge", args=[finding.pk]),
+                resolve_url=reverse("admin:reconciliation_finding_resolve", args=[finding.pk]),
             )
         return super().change_view(request, object_id, form_url, extra)
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
         return [
-            path("<path:object_id>/acknowledge/", wrap(self.acknowledge_view), name="leases_finding_acknowledge"),
-            path("<path:object_id>/resolve/", wrap(self.resolve_view), name="leases_finding_resolve"),
-            path("<path:object_id>/discard/", wrap(self.discard_view), name="leases_finding_discard"),
+            path(
+                "<path:object_id>/acknowledge/", wrap(self.acknowledge_view), name="reconciliation_finding_acknowledge"
+            ),
+            path("<path:object_id>/resolve/", wrap(self.resolve_view), name="reconciliation_finding_resolve"),
+            path("<path:object_id>/discard/", wrap(self.discard_view), name="reconciliation_finding_discard"),
             *super().get_urls(),
         ]
 
@@ -214,7 +216,7 @@ class FindingAdmin(LeaseholdModelAdmin):
         return get_object_or_404(Finding, pk=object_id)
 
     def _back(self, finding: Finding) -> HttpResponseRedirect:
-        return HttpResponseRedirect(reverse("admin:leases_finding_change", args=[finding.pk]))
+        return HttpResponseRedirect(reverse("admin:reconciliation_finding_change", args=[finding.pk]))
 
     def acknowledge_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         finding = self._finding_for_operation(request, object_id)
@@ -290,7 +292,7 @@ class FindingAdmin(LeaseholdModelAdmin):
             form=form,
             action_name=None,
             objects=[attempt],
-            cancel_url=reverse("admin:leases_finding_change", args=[finding.pk]),
+            cancel_url=reverse("admin:reconciliation_finding_change", args=[finding.pk]),
         )
 
     # --- list actions ---------------------------------------------------------

@@ -1,6 +1,6 @@
 """Agent health (`/admin/ledger/agent/health/`): one row per agent, and the levers an operator pulls on one.
 
-- alive / late / silent since *t* (`leases.agent_health`), live leases with
+- alive / late / silent since *t* (`insight.agent_health`), live leases with
   time left, last checkpoint, 7-day done / failed / expired;
 - **Force-release everything it holds…**: the revoke confirmation (reason and
   "I have confirmed the agent process is gone"), then
@@ -25,11 +25,11 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
 from console.audit.alerts import human_duration, moment_utc
 from console.base import ConfirmationForm, actor_of, plural
 from console.confirm import Confirmation, RevokeForm, is_confirmed, render_confirmation
-from leases.agent_health import ALIVE, LATE, NEVER, AgentHealth, agent_health, holders_health, silence_limit
+from core.errors import LedgerError
+from insight.agent_health import ALIVE, LATE, NEVER, AgentHealth, agent_health, holders_health, silence_limit
 from leases.models import Attempt
 from leases.services import task_force_release
 from ledger import clock

@@ -27,11 +27,11 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from config.errors import LedgerError
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
 from console.fleet.agent_health import health_page, release_all_view, set_active_view
 from console.reports.budgets import set_budget_action
+from core.errors import LedgerError
 from leases.models import Attempt, AttemptStatus
 from leases.services import agent_set_projects
 from ledger import clock

@@ -14,8 +14,8 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
 from console.base import EstimatedCountMixin, LeaseholdModelAdmin, actor_of, badge, plural, task_link
+from core.errors import LedgerError
 from leases.models import Allocation, AllocationStatus
 from leases.selectors import releasable
 from leases.services import allocation_release

@@ -6,7 +6,7 @@ project (`leases.selectors.with_lease_state`), leases expiring in the next 10
 minutes (the partial index on active leases), unresolved findings by
 condition, queue-wait alerts and warn/error events of the recent past (the
 event type/time and time indexes), and 30 days of fleet metrics
-(`leases.metrics`) drawn as server-rendered SVG.
+(`insight.metrics`) drawn as server-rendered SVG.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from django.utils.safestring import SafeString
 from console.audit.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration
 from console.fleet.charts import Stack, bar_chart, rate_chart
 from console.fleet.jobs_health import JobsView, jobs_view
-from leases.metrics import fleet_metrics, pooled_orphan_rate
+from insight.metrics import fleet_metrics, pooled_orphan_rate
+from insight.spending import Spend, spend_per_day, top_agents, top_tasks
 from leases.models import Attempt, AttemptKind
-from leases.reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
 from leases.selectors import IN_PROGRESS, IN_REVIEW, claimable_tasks, live_attempts
-from leases.spending import Spend, spend_per_day, top_agents, top_tasks
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
+from reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
 
 EXPIRING_WINDOW = timedelta(minutes=10)
 # Panels show their top 5 with "all N →", so the page fits a laptop screen.
@@ -222,7 +222,7 @@ def findings_by_condition() -> list[FindingRow]:
     )
     for row in rows:
         counts[row["condition"]][row["status"]] = row["n"]
-    base = reverse("admin:leases_finding_changelist")
+    base = reverse("admin:reconciliation_finding_changelist")
     return [
         FindingRow(
             condition=condition,
@@ -256,7 +256,7 @@ def recent_alerts(now: datetime) -> AlertPanel:
 
 
 def charts(days: int = CHART_DAYS) -> tuple[list[Chart], float | None]:
-    """Claims, lease conflicts and orphan rate per day, as SVG (from `leases.metrics`), and the pooled orphan rate.
+    """Claims, lease conflicts and orphan rate per day, as SVG (from `insight.metrics`), and the pooled orphan rate.
 
     The orphan rate's headline is pooled (all orphans ÷ all finished attempts of the window),
     and a day on which no attempt finished has no rate: it is not drawn (bug 5: it read as 0 %).
@@ -303,7 +303,7 @@ SPEND_DAYS = 7
 
 @dataclass(frozen=True)
 class SpendPanel:
-    """SPEC §19: spend per UTC day and the top spenders (`leases.spending`)."""
+    """SPEC §19: spend per UTC day and the top spenders (`insight.spending`)."""
 
     days: int
     per_day: list[tuple[date, int, Decimal]]

@@ -22,9 +22,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
 from console.base import EMPTY, ConfirmationForm, ServiceFormAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
+from core.errors import LedgerError
 from environments.models import Environment, EnvironmentStatus
 from environments.services import environment_create, environment_set_status, environment_update
 from leases.models import Allocation, AllocationStatus

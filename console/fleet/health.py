@@ -4,7 +4,7 @@
   database outage never makes an orchestrator restart healthy web servers.
 - `/readyz`: this server can do its work: the database answers, every
   migration is applied, and a scheduler heartbeat (some django-q2 job
-  started, `leases.jobhealth.selectors.job_health`) is at most 3 minutes
+  started, `insight.job_health.job_health`) is at most 3 minutes
   old. Any failing check answers 503 and is named in `failing`; the body
   says nothing a stranger could use beyond that.
 """
@@ -19,7 +19,7 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_safe
 
-from leases.jobhealth.selectors import SCHEDULER_HEARTBEAT_MAX_AGE, job_health
+from insight.job_health import SCHEDULER_HEARTBEAT_MAX_AGE, job_health
 from ledger import clock
 
 # Migrations are not un-applied under a running server: once seen applied, the plan is not read again.

@@ -1,6 +1,6 @@
 """Job health for people: the dashboard's tiles and the job-health page (`/admin/jobs/`).
 
-Reads `leases.jobhealth.selectors.job_health` (the same facts as `/readyz`) and
+Reads `insight.job_health.job_health` (the same facts as `/readyz`) and
 the recent reconciliation runs that failed or finished with errors. Visible to
 anyone who may view tasks (Ledger admins and Managers), not only superusers:
 django-q2's own admin pages stay superuser-only.
@@ -18,11 +18,11 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from console.audit.alerts import human_duration
-from leases.jobhealth.models import JobName
-from leases.jobhealth.selectors import SCHEDULER_HEARTBEAT_MAX_AGE, JobHealth, JobState, job_health
-from leases.reconciliation.models import ReconciliationRun, RunStatus
-from leases.schedules import SCHEDULES
+from insight.job_health import SCHEDULER_HEARTBEAT_MAX_AGE, JobHealth, JobState, job_health
+from insight.models.job_heartbeat import JobName
 from ledger import clock
+from operations.schedules import SCHEDULES
+from reconciliation.models import ReconciliationRun, RunStatus
 
 RECENT_RUNS_SHOWN = 10
 # The tiles the dashboard shows; the page shows every job.
@@ -105,7 +105,7 @@ def jobs_page(request: HttpRequest, site: Any) -> TemplateResponse:
         "title": "Job health",
         "jobs": jobs_view(now),
         "runs": troubled_runs(now),
-        "runs_url": reverse("admin:leases_reconciliationrun_changelist"),
+        "runs_url": reverse("admin:reconciliation_reconciliationrun_changelist"),
         "now": now,
     }
     return TemplateResponse(request, "admin/leasehold/jobs.html", context)

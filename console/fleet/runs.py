@@ -9,7 +9,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from console.base import EstimatedCountMixin, ReadOnlyAdmin, badge
-from leases.reconciliation.models import ReconciliationRun
+from reconciliation.models import ReconciliationRun
 
 
 class ReconciliationRunAdmin(EstimatedCountMixin, ReadOnlyAdmin):

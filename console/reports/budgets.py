@@ -16,9 +16,9 @@ from django.db.models import Model, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 
-from config.errors import LedgerError
 from console.base import actor_of, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
+from core.errors import LedgerError
 from leases.selectors import task_spent
 from leases.services import task_update
 from ledger.models import BUDGET_COST_DIGITS, Agent, Project, Task

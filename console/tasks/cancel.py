@@ -16,9 +16,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
-from config.errors import LedgerError
 from console.base import actor_of, lease_remaining, plural
 from console.confirm import CancelForm, Confirmation, is_confirmed, render_confirmation
+from core.errors import LedgerError
 from leases.services import task_cancel
 from ledger import clock
 from ledger.models import Task

@@ -23,9 +23,9 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
-from config.errors import DependencyCycle, LedgerError, VersionConflict
 from console.base import EMPTY, actor_of, badge, duration, moment
 from console.tasks.parts import EFFECTIVE_LABELS, claimability_cell, status_cell
+from core.errors import DependencyCycle, LedgerError, VersionConflict
 from leases.selectors import IN_PROGRESS, live_attempts, with_claimability
 from leases.services import task_update
 from ledger import clock

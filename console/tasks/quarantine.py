@@ -10,8 +10,8 @@ from __future__ import annotations
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from config.errors import LedgerError
 from console.base import LeaseholdModelAdmin, actor_of, plural
+from core.errors import LedgerError
 from leases.services import task_release_quarantine
 from leases.services.quarantine import is_quarantined
 from ledger.models import Task

@@ -20,9 +20,9 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, moment, plural, task_link
 from console.confirm import Confirmation, is_confirmed, render_confirmation
+from core.errors import LedgerError
 from leases.models import (
     PENDING_REVIEW_STATUSES,
     REVIEW_FINDING_MAX_CHARS,

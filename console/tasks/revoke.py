@@ -20,10 +20,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
-from config.errors import LedgerError
 from console.base import EMPTY, actor_of, lease_remaining, plural
 from console.confirm import Confirmation, RevokeForm, is_confirmed, reassign_form_for, render_confirmation
 from console.fleet.agent_health import revoke_liveness
+from core.errors import LedgerError
 from leases.services import task_force_release, task_reassign
 from ledger import clock
 from ledger.models import Agent, Task

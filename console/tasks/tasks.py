@@ -26,7 +26,6 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, linebreaks
 from django.utils.safestring import SafeString
 
-from config.errors import LedgerError
 from console.audit.comments import CommentInline
 from console.audit.timeline import timeline_of
 from console.base import (
@@ -55,6 +54,7 @@ from console.tasks.parts import (
 from console.tasks.planning import TaskPlanningMixin, present_blockers, status_buttons
 from console.tasks.quarantine import release_quarantined
 from console.tasks.revoke import TaskRevokeMixin
+from core.errors import LedgerError
 from leases.models import Attempt
 from leases.selectors import with_claimability
 from leases.services import task_update

@@ -12,7 +12,7 @@ import re
 from rest_framework.request import Request
 
 from api.auth import caller_of
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.services import HolderProof
 
 TOKEN_MAX_CHARS = 200

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.labels import parse_label
 from leases.models import Allocation, Attempt, AttemptKind
 from leases.selectors import IN_PROGRESS, IN_REVIEW, is_claimable, unresolved_blocker_count

@@ -22,7 +22,7 @@ from api.base import ApiView
 from api.inputs import body_input
 from api.mutations import Outcome, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
-from config.errors import PermissionDenied
+from core.errors import PermissionDenied
 from leases.apis.serializers import FullTaskSerializer
 from leases.selectors import full_task_read
 from ledger import clock

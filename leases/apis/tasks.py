@@ -41,7 +41,7 @@ from api.schema import (
     WRITE_ERRORS,
     error_responses,
 )
-from config.errors import PermissionDenied, ValidationFailed
+from core.errors import PermissionDenied, ValidationFailed
 from leases.apis.fields import TaskKeyField, budget_cost_field, budget_tokens_field, paths_field
 from leases.apis.holder import holder_proof_from_headers, lease_headers_present
 from leases.apis.projections import COMPACT_TASK_FIELDS

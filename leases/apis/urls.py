@@ -19,7 +19,6 @@ from leases.apis.attempts import (
 from leases.apis.claims import ClaimNextApi, TaskClaimApi
 from leases.apis.dependencies import TaskDependencyAddApi, TaskDependencyRemoveApi
 from leases.apis.graph import ProjectGraphApi, TaskGraphApi
-from leases.apis.metrics import MetricsApi
 from leases.apis.reservation_clear import TaskReservationClearApi
 from leases.apis.reservations import ReservationListApi
 from leases.apis.reviews import ReviewClaimApi, ReviewDetailApi, ReviewListApi, ReviewNextApi
@@ -59,5 +58,4 @@ urlpatterns = [
     path("reviews/<attemptid:review_id>/claim/", ReviewClaimApi.as_view(), name="review-claim"),
     path("search/", SearchApi.as_view(), name="search"),
     path("reservations/", ReservationListApi.as_view(), name="reservations"),
-    path("metrics/", MetricsApi.as_view(), name="metrics"),
 ]

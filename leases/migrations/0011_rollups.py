@@ -56,7 +56,7 @@ class Migration(migrations.Migration):
     ]
 
 
-# --- Backfill and triggers (leases/rollup_models.py) --------------------------
+# --- Backfill and triggers (insight/models/rollups.py) --------------------------
 # Appended to the generated migration by hand; keep them on regenerating.
 # The rules, in both dialects (tests/leases/test_rollups.py holds them to the live counts):
 # - an attempt counts one claim on the UTC day of `claimed_at` and, once it has one, one finish on the

@@ -28,12 +28,12 @@ class Migration(migrations.Migration):
     ]
 
 
-# --- Triggers (leases/rollup_models.py) ----------------------------------------
+# --- Triggers (insight/models/rollups.py) ----------------------------------------
 # Appended to the generated migration by hand; keep them on regenerating.
 # The counting rules are 0011's (claims by the UTC day of `claimed_at`, finishes by `finished_at`'s,
 # contested writes by `created_at`'s, under the task's project and the agent); what changes is how they are
 # written. 0011's triggers added into `leases_fleetdaytally` in place; these append the counts to
-# `leases_fleetdaytallychange` and leave the fold to `leases.services.rollups.fleet_tally_fold`:
+# `leases_fleetdaytallychange` and leave the fold to `insight.services.rollups.fleet_tally_fold`:
 # - no writer locks a counter row, so claims that each end another agent's lapsed attempt cannot deadlock;
 # - PostgreSQL: the attempt UPDATE trigger is a row trigger with `UPDATE OF claimed_at, finished_at,
 #   agent_id, task_id` and a WHEN on those changing (0011's statement trigger, whose transition tables forbid

@@ -15,8 +15,8 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.db.models import Exists, OuterRef, QuerySet
 
-from config.db import write_transaction
-from config.errors import EnvironmentUnavailable, NotFound, ValidationFailed
+from core.db import write_transaction
+from core.errors import EnvironmentUnavailable, NotFound, ValidationFailed
 from environments.models import Environment, EnvironmentStatus
 from leases.models import Allocation, AllocationStatus, Attempt
 from leases.selectors import releasable

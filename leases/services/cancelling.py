@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.db import write_transaction
+from core.db import write_transaction
 from leases.services.revoke import Revocation, task_force_release
 from leases.services.task_updates import TaskUpdated, task_update
 from ledger.actors import Actor

@@ -15,8 +15,8 @@ from datetime import datetime
 
 from django.db.models import Exists, OuterRef, Q, QuerySet, Subquery
 
-from config.errors import ValidationFailed
-from config.prepared import SAMPLE_INT, Prepared
+from core.errors import ValidationFailed
+from core.prepared import SAMPLE_INT, Prepared
 from environments.models import EnvironmentKind
 from leases.branches import validate_branch_name
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus

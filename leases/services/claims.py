@@ -19,9 +19,9 @@ from typing import Any
 from django.db import IntegrityError, connection
 from django.db.models import QuerySet
 
-from config.db import write_transaction
-from config.errors import PathsReserved, PermissionDenied, TaskNotClaimable, TaskTaken
-from config.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared, PreparedUpdate, insert
+from core.db import write_transaction
+from core.errors import PathsReserved, PermissionDenied, TaskNotClaimable, TaskTaken
+from core.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared, PreparedUpdate, insert
 from leases.branches import suggest_branch_name
 from leases.labels import Label, render_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptKind, AttemptStatus

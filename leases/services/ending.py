@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from config.prepared import update_row
+from core.prepared import update_row
 from leases.models import Attempt, AttemptStatus
 from ledger.models import Task, TaskStatus
 from ledger.services import tasks_wait_again

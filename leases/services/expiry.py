@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.db.models import F, Q
 
-from config.db import write_transaction
+from core.db import write_transaction
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.selectors import claimable_tasks
 from leases.services.allocations import mark_allocations_stale

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from config.errors import AcknowledgementRequired, InvalidStatusTransition, LedgerError, ValidationFailed
+from core.errors import AcknowledgementRequired, InvalidStatusTransition, LedgerError, ValidationFailed
 from leases.labels import parse_label
 from leases.models import Attempt, AttemptKind, AttemptStatus, FailureReason, InterruptionReason
 from leases.services.allocations import release_allocations

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import PurePosixPath, PureWindowsPath
 from typing import Any
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.branches import validate_branch_name
 from leases.labels import parse_label, render_label
 from leases.models import HOST_MAX_CHARS, WORKTREE_PATH_MAX_CHARS, Attempt

@@ -19,8 +19,8 @@ from typing import Any, ParamSpec, TypeVar
 
 from django.db.models import F, QuerySet
 
-from config.db import write_transaction
-from config.errors import (
+from core.db import write_transaction
+from core.errors import (
     InvalidLeaseToken,
     LeaseExpired,
     LeaseNotHeld,
@@ -29,7 +29,7 @@ from config.errors import (
     StaleEpoch,
     ValidationFailed,
 )
-from config.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared, PreparedUpdate
+from core.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared, PreparedUpdate
 from leases.models import Attempt, AttemptStatus
 from leases.selectors import clamp_lease_seconds, comments_since_claim
 from leases.services.expiry import expire_lapsed

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from config.db import write_transaction
+from core.db import write_transaction
 from leases.idempotency import idempotency_void
 from leases.models import Attempt, AttemptStatus
 from leases.services.revoke import task_force_release

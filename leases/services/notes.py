@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from config.errors import LedgerError, ValidationFailed
-from config.prepared import insert
+from core.errors import LedgerError, ValidationFailed
+from core.prepared import insert
 from leases.models import NEXT_STEP_MAX_CHARS, NEXT_STEPS_MAX_ITEMS, NOTE_MAX_CHARS, Attempt, Note, NoteKind
 from leases.services.git_facts import GIT_FACT_FIELDS, git_facts, record_git_facts
 from leases.services.holding import HolderProof, extend_lease, held_attempt, refusals_after_commit

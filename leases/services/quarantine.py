@@ -21,8 +21,8 @@ from django.db import connection
 from django.db.models import F, Max, Window
 from django.db.models.functions import RowNumber
 
-from config.db import write_transaction
-from config.errors import ValidationFailed
+from core.db import write_transaction
+from core.errors import ValidationFailed
 from leases.models import Attempt, AttemptKind, AttemptStatus
 from ledger import clock
 from ledger.actors import SYSTEM, Actor

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from config.errors import PathsReserved
+from core.errors import PathsReserved
 from leases.models import Attempt, PathReservation, ReservationLock
 from leases.selectors import live_reservations
 from ledger.models import PathsMode, Project, Task

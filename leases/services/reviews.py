@@ -30,8 +30,8 @@ from typing import Any
 
 from django.db.models import Exists, OuterRef, QuerySet
 
-from config.db import write_transaction
-from config.errors import LedgerError, PermissionDenied, StaleReviewTarget, TaskTaken, ValidationFailed
+from core.db import write_transaction
+from core.errors import LedgerError, PermissionDenied, StaleReviewTarget, TaskTaken, ValidationFailed
 from leases.models import (
     PENDING_REVIEW_STATUSES,
     REVIEW_FINDING_MAX_CHARS,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from config.db import write_transaction
-from config.errors import ValidationFailed
+from core.db import write_transaction
+from core.errors import ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.services.allocations import mark_allocations_stale
 from leases.services.ending import end_attempt, task_claimable_again

@@ -7,7 +7,7 @@ import logging
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F
 
-from config.sqlite_writer import sqlite_writer_turn
+from core.sqlite_writer import sqlite_writer_turn
 from leases.models import ClaimRefusalTally
 from ledger import clock
 from ledger.models import Agent

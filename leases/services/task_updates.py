@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from config.errors import LeaseNotHeld, LedgerError, PermissionDenied
+from core.errors import LeaseNotHeld, LedgerError, PermissionDenied
 from leases.models import Attempt, AttemptStatus
 from leases.services.holding import HolderProof, extend_lease, held_attempt, refusals_after_commit
 from leases.services.usage import budget_refusal

@@ -27,7 +27,7 @@ from typing import Any
 
 from django.db.models import F, Model, Q
 
-from config.errors import BudgetExhausted, TaskNotClaimable, ValidationFailed
+from core.errors import BudgetExhausted, TaskNotClaimable, ValidationFailed
 from leases.models import AgentDailyUsage, Attempt, AttemptUsage, ProjectDailyUsage, TaskUsage
 from ledger.actors import Actor
 from ledger.models import Agent, EventType, Project, Severity, Task

@@ -1,8 +1,8 @@
 """`GET /api/v1/changes/`: the delta feed of events, one sequence for every event type; `wait=S` long-polls.
 
 A waiting request that finds nothing new is parked by the server's worker
-(`config.parking`: no thread is held) and read again when the process's
-event watcher (`ledger.waiting`) sees a commit in one of the caller's
+(`core.parking`: no thread is held) and read again when the process's
+event watcher (`push.waiting`) sees a commit in one of the caller's
 projects, or at the deadline. Under a server that cannot park (runserver,
 the test client) it waits in its thread instead.
 """
@@ -22,7 +22,7 @@ from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import MAX_PAGE_SIZE, query_input
 from api.schema import READ_ERRORS, error_responses
-from config.parking import DEADLINE_KEY, PARK_KEY
+from core.parking import DEADLINE_KEY, PARK_KEY
 from ledger.models import Severity
 from ledger.selectors import (
     changes_and_position,
@@ -31,7 +31,7 @@ from ledger.selectors import (
     project_by_slug,
     visible_project_ids,
 )
-from ledger.waiting import event_watcher
+from push.waiting import event_watcher
 
 BIGINT_MAX = 2**63 - 1
 MAX_WAIT_SECONDS = 30

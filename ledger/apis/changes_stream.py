@@ -10,7 +10,7 @@ so an agent that loses a project stops seeing its events; a deactivated
 agent's stream ends.
 
 Under `manage.py serve` the open stream is parked in the worker's event loop
-between polls (`config.parking`), holding no thread; other servers hold a
+between polls (`core.parking`), holding no thread; other servers hold a
 thread for as long as the stream is open.
 """
 
@@ -32,12 +32,12 @@ from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import query_input
 from api.schema import READ_ERRORS, error_responses
-from config.errors import ValidationFailed
-from config.parking import STREAM_KEY
+from core.errors import ValidationFailed
+from core.parking import STREAM_KEY
 from ledger.apis.changes import BIGINT_MAX, ChangeSerializer
 from ledger.models import Agent, Project
 from ledger.selectors import changes_and_position, project_by_slug, visible_project_ids
-from ledger.waiting import event_watcher
+from push.waiting import event_watcher
 
 HEARTBEAT_SECONDS = 15.0
 BATCH = 200

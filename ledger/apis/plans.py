@@ -25,7 +25,7 @@ from api.base import ApiView
 from api.inputs import query_input, refuse_unknown
 from api.mutations import Outcome, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
-from config.errors import PermissionDenied, ValidationFailed
+from core.errors import PermissionDenied, ValidationFailed
 from ledger.models import DECISION_BODY_MAX_CHARS, DECISION_TITLE_MAX_CHARS, TaskStatus
 from ledger.selectors import project_by_slug
 from ledger.services import (

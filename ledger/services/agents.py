@@ -8,8 +8,8 @@ from datetime import datetime, timedelta
 
 from django.db.models import Q
 
-from config.db import write_transaction
-from config.errors import ValidationFailed
+from core.db import write_transaction
+from core.errors import ValidationFailed
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, EventType, Project

@@ -10,7 +10,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from config.db import write_transaction
+from core.db import write_transaction
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, EventType, Project

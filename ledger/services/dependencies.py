@@ -6,8 +6,8 @@ from collections.abc import Mapping
 
 from django.db import IntegrityError
 
-from config.db import write_transaction
-from config.errors import DependencyCycle, ValidationFailed
+from core.db import write_transaction
+from core.errors import DependencyCycle, ValidationFailed
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import EventType, Project, Task, TaskDependency

@@ -8,8 +8,8 @@ Longer input than the bounds is VALIDATION_ERROR, never cut.
 
 from __future__ import annotations
 
-from config.db import write_transaction
-from config.errors import ValidationFailed
+from core.db import write_transaction
+from core.errors import ValidationFailed
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import (

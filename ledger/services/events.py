@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
-from config.prepared import insert
+from core.prepared import insert
 from ledger.actors import Actor
 from ledger.models import Event, EventType, Project, Severity, Task
 

@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from config.db import write_transaction
-from config.errors import DependencyCycle, ValidationFailed
+from core.db import write_transaction
+from core.errors import DependencyCycle, ValidationFailed
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import EventType, Project, Task, TaskDependency, TaskStatus

@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from config.db import write_transaction
-from config.errors import ValidationFailed
+from core.db import write_transaction
+from core.errors import ValidationFailed
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, EventType, Task

@@ -15,9 +15,9 @@ from typing import Any
 
 from django.db.models import Case, F, Value, When
 
-from config.db import write_transaction
-from config.errors import InvalidStatusTransition, ValidationFailed, VersionConflict
-from config.prepared import SAMPLE_INT, Prepared, update_row
+from core.db import write_transaction
+from core.errors import InvalidStatusTransition, ValidationFailed, VersionConflict
+from core.prepared import SAMPLE_INT, Prepared, update_row
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import (

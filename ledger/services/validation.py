@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db.models import Model
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 
 
 def validate_model(instance: Model, *, exclude: Iterable[str] = ()) -> None:

@@ -1,6 +1,6 @@
 """What every API request pays for around the service call (issue 20), and what it must still get.
 
-The bearer token is checked by one prepared statement (`config.prepared`) on every request, with
+The bearer token is checked by one prepared statement (`core.prepared`) on every request, with
 nothing cached: a rotation or deactivation made by any process refuses the
 old token on the very next request to any server process. A request with an
 Authorization header skips the admin's session-user and messages middleware;
@@ -56,7 +56,7 @@ def test_a_deactivated_agent_or_an_unknown_token_reads_no_row(project):
 
 @pytest.mark.django_db
 def test_claim_next_reads_the_project_as_the_orm_does_and_only_the_agents_own(project):
-    from config.errors import NotFound
+    from core.errors import NotFound
     from ledger.models import Project
     from ledger.selectors import project_by_slug
     from tests.factories import ProjectFactory

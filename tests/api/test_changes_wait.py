@@ -17,7 +17,7 @@ from ledger.actors import SYSTEM
 from ledger.models import Event, EventType
 from ledger.selectors import feed_position
 from ledger.services import event_append
-from ledger.waiting import event_watcher
+from push.waiting import event_watcher
 from tests.api.conftest import assert_error, client_for
 from tests.factories import AgentFactory, ProjectFactory
 

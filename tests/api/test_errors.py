@@ -12,7 +12,7 @@ from rest_framework.test import APIClient
 
 from api.errors import exception_handler
 from api.inputs import MAX_BODY_BYTES
-from config.errors import ERRORS_BY_CODE, PayloadTooLarge
+from core.errors import ERRORS_BY_CODE, PayloadTooLarge
 from tests.api.conftest import assert_error, attempt_url, holder
 
 pytestmark = pytest.mark.django_db

@@ -9,13 +9,13 @@ from django.test import Client
 from prometheus_client.parser import text_string_to_metric_families
 
 from leases.models import Attempt, AttemptStatus, ClaimRefusalTally
-from leases.reconciliation.models import Finding, ReconciliationRun
-from leases.reconciliation.services import reconcile
 from leases.selectors import with_lease_state
 from leases.services import attempt_finish, attempt_release, lease_claim, sweep_expired, task_update
 from ledger.actors import SYSTEM, Actor
 from ledger.models import Event, Task
-from ledger.services.webhooks import webhook_create
+from push.services.webhooks import webhook_create
+from reconciliation.models import Finding, ReconciliationRun
+from reconciliation.services import reconcile
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -143,8 +143,8 @@ def test_open_findings_by_condition(clock, fleet):
 def test_spend_and_the_job_heartbeats_are_served_from_the_database(clock):
     from decimal import Decimal
 
-    from leases.jobhealth.models import JobName, JobOutcome
-    from leases.jobhealth.services import job_finished, job_started
+    from insight.models.job_heartbeat import JobName, JobOutcome
+    from insight.services.job_heartbeat import job_finished, job_started
     from leases.models import ProjectDailyUsage
 
     web = ProjectFactory(slug="spendy")

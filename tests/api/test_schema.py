@@ -315,7 +315,7 @@ def test_the_branch_pattern_is_the_branch_rule(schema):
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from config.errors import InvalidBranchName
+    from core.errors import InvalidBranchName
     from leases.branches import validate_branch_name
     from tests.leases.test_branches import ACCEPTED, REFUSED
 

@@ -59,7 +59,7 @@ def test_the_fleet_race_runs_through_http_and_reports_claims_outcomes_and_cpu_pe
 
 
 def test_the_fleet_serves_with_the_serve_commands_own_defaults():
-    from ledger.management.commands.serve import Command
+    from operations.management.commands.serve import Command
 
     defaults = Command().create_parser("manage.py", "serve").parse_args([])
 

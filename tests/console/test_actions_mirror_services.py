@@ -19,9 +19,6 @@ from django.contrib.admin.models import LogEntry
 from environments.models import Environment
 from environments.services import environment_create, environment_set_status
 from leases.models import Allocation, AllocationStatus
-from leases.reconciliation.models import Finding
-from leases.reconciliation.services import reconcile
-from leases.reconciliation.triage import finding_acknowledge, finding_resolve
 from leases.services import (
     agent_set_projects,
     allocation_release,
@@ -41,6 +38,9 @@ from ledger.services import (
     task_create,
     task_reservation_clear,
 )
+from reconciliation.models import Finding
+from reconciliation.services import reconcile
+from reconciliation.triage import finding_acknowledge, finding_resolve
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import ValidationFailed
-from leases.agent_health import agent_health
+from core.errors import ValidationFailed
+from insight.agent_health import agent_health
 from leases.models import Attempt, AttemptStatus
 from leases.services import attempt_finish, lease_claim, note_add, sweep_expired
 from ledger.actors import SYSTEM

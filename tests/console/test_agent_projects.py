@@ -6,7 +6,7 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.test import Client
 
-from config.errors import LeaseNotHeld
+from core.errors import LeaseNotHeld
 from leases.services import agent_set_projects, attempt_finish, lease_claim
 from ledger import clock
 from ledger.actors import SYSTEM

@@ -7,9 +7,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from console.fleet.dashboard import build_dashboard
-from leases.reconciliation.services import reconcile
 from leases.services import check_queue_wait, lease_claim, task_update
 from ledger.actors import SYSTEM
+from reconciliation.services import reconcile
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db

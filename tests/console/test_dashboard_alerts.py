@@ -10,9 +10,10 @@ import pytest
 from console.audit.alerts import human_duration
 from console.fleet.dashboard import build_dashboard
 from leases import jobs
-from leases.reconciliation.models import Condition, Finding, SubjectType
 from leases.services import attempt_finish, check_queue_wait, lease_claim, task_update
 from ledger.actors import SYSTEM
+from reconciliation.jobs import reconcile_job
+from reconciliation.models import Condition, Finding, SubjectType
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -134,7 +135,7 @@ def test_the_orphan_rate_is_pooled_and_empty_days_are_not_drawn(clock):
 
 def test_job_health_tiles_go_red_when_the_sweep_is_stale(ops_client, manager_client, clock):
     jobs.sweep_expired_job()
-    jobs.reconcile_job()
+    reconcile_job()
     body = ops_client.get("/admin/").content.decode()
     assert 'id="lh-tile-scheduler"' in body
     assert re.search(r'class="lh-stat" href="[^"]*#job-sweep_expired" id="lh-tile-sweep_expired"', body)

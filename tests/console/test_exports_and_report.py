@@ -9,12 +9,12 @@ from datetime import timedelta
 
 import pytest
 
-from leases.reconciliation.models import Condition, Finding, SubjectType
-from leases.reports import fleet_report
+from insight.reports import fleet_report
 from leases.services import attempt_finish, lease_claim, task_update
 from ledger import clock as clock_module
 from ledger.actors import SYSTEM
 from ledger.models import Event
+from reconciliation.models import Condition, Finding, SubjectType
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 

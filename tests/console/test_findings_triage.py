@@ -7,11 +7,11 @@ from django.utils.html import escape
 
 from environments.models import EnvironmentStatus
 from environments.services import environment_create
-from leases.reconciliation.models import AttemptDiscard, Condition, Finding, FindingStatus, SubjectType
-from leases.reconciliation.remedies import REMEDIES
 from leases.services import attempt_release, lease_claim
 from ledger.actors import SYSTEM
 from ledger.models import Event
+from reconciliation.models import AttemptDiscard, Condition, Finding, FindingStatus, SubjectType
+from reconciliation.remedies import REMEDIES
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -57,23 +57,23 @@ def world(clock):
 
 def test_the_list_shows_open_findings_by_default(ops_client, world):
     *_, dead, _, _, old = world
-    body = ops_client.get("/admin/leases/finding/").content.decode()
-    assert f'href="/admin/leases/finding/{dead.pk}/change/' in body
-    assert f'href="/admin/leases/finding/{old.pk}/change/' not in body
-    everything = ops_client.get("/admin/leases/finding/?status__exact=all").content.decode()
-    assert f'href="/admin/leases/finding/{old.pk}/change/' in everything
+    body = ops_client.get("/admin/reconciliation/finding/").content.decode()
+    assert f'href="/admin/reconciliation/finding/{dead.pk}/change/' in body
+    assert f'href="/admin/reconciliation/finding/{old.pk}/change/' not in body
+    everything = ops_client.get("/admin/reconciliation/finding/?status__exact=all").content.decode()
+    assert f'href="/admin/reconciliation/finding/{old.pk}/change/' in everything
 
 
 def test_the_list_names_the_task_of_an_attempt_finding(ops_client, world):
     _, _, task, *_ = world
-    body = ops_client.get("/admin/leases/finding/").content.decode()
+    body = ops_client.get("/admin/reconciliation/finding/").content.decode()
     assert task.key in body
     assert "Silent holder&#x27;s task" in body
 
 
 def test_a_finding_page_shows_its_remedy_and_the_force_release_button(ops_client, world):
     _, _, task, _, dead, *_ = world
-    body = ops_client.get(f"/admin/leases/finding/{dead.pk}/change/").content.decode()
+    body = ops_client.get(f"/admin/reconciliation/finding/{dead.pk}/change/").content.decode()
     assert escape(REMEDIES[Condition.LIVE_LEASE_DEAD_AGENT]) in body
     assert f'href="/admin/ledger/task/{task.pk}/force-release/"' in body
     assert 'id="lh-triage-open-task"' in body
@@ -83,7 +83,7 @@ def test_a_finding_page_shows_its_remedy_and_the_force_release_button(ops_client
 
 def test_environment_buttons_post_the_environment_actions(ops_client, world):
     *_, leaked, environment, _ = world
-    body = ops_client.get(f"/admin/leases/finding/{leaked.pk}/change/").content.decode()
+    body = ops_client.get(f"/admin/reconciliation/finding/{leaked.pk}/change/").content.decode()
     assert 'id="lh-triage-quarantine"' in body
     assert 'id="lh-triage-release-environment"' in body
     page = ops_client.post(
@@ -101,14 +101,16 @@ def test_environment_buttons_post_the_environment_actions(ops_client, world):
 
 def test_acknowledge_with_owner_and_note_then_resolve_with_a_note(ops_client, world):
     *_, dead, _, _, _ = world
-    ops_client.post(f"/admin/leases/finding/{dead.pk}/acknowledge/", {"owner": "maria", "note": "paging the host"})
+    ops_client.post(
+        f"/admin/reconciliation/finding/{dead.pk}/acknowledge/", {"owner": "maria", "note": "paging the host"}
+    )
     dead.refresh_from_db()
     assert dead.status == FindingStatus.ACKNOWLEDGED
     assert dead.owner == "maria"
     assert dead.acknowledged_by == "user:ops"
     assert dead.resolution_note == "paging the host"
     assert Event.objects.get(type="finding.acknowledged").payload["owner"] == "maria"
-    ops_client.post(f"/admin/leases/finding/{dead.pk}/resolve/", {"note": "host replaced"})
+    ops_client.post(f"/admin/reconciliation/finding/{dead.pk}/resolve/", {"note": "host replaced"})
     dead.refresh_from_db()
     assert dead.status == FindingStatus.RESOLVED
     assert dead.resolution_note == "host replaced"
@@ -116,10 +118,10 @@ def test_acknowledge_with_owner_and_note_then_resolve_with_a_note(ops_client, wo
 
 def test_managers_see_the_remedy_but_no_buttons_and_cannot_post(manager_client, world):
     *_, dead, _, _, _ = world
-    body = manager_client.get(f"/admin/leases/finding/{dead.pk}/change/").content.decode()
+    body = manager_client.get(f"/admin/reconciliation/finding/{dead.pk}/change/").content.decode()
     assert 'id="lh-remedy"' in body
     assert 'id="lh-triage"' not in body
-    assert manager_client.post(f"/admin/leases/finding/{dead.pk}/resolve/", {"note": "x"}).status_code == 403
+    assert manager_client.post(f"/admin/reconciliation/finding/{dead.pk}/resolve/", {"note": "x"}).status_code == 403
 
 
 def test_discard_the_ended_attempt_of_an_orphan_branch(ops_client, clock, world):
@@ -130,9 +132,9 @@ def test_discard_the_ended_attempt_of_an_orphan_branch(ops_client, clock, world)
     orphan = make_finding(
         web, clock, Condition.ORPHAN_BRANCH, subject_type=SubjectType.BRANCH, subject_key="feature/abandoned"
     )
-    body = ops_client.get(f"/admin/leases/finding/{orphan.pk}/change/").content.decode()
+    body = ops_client.get(f"/admin/reconciliation/finding/{orphan.pk}/change/").content.decode()
     assert 'id="lh-triage-discard"' in body
-    url = f"/admin/leases/finding/{orphan.pk}/discard/"
+    url = f"/admin/reconciliation/finding/{orphan.pk}/discard/"
     assert "Yes, discard its work" in ops_client.get(url).content.decode()
     ops_client.post(url, {"post": "yes", "reason": "superseded by WEB-9"})
     discard = AttemptDiscard.objects.get(attempt=grant.attempt)

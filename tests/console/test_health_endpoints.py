@@ -70,9 +70,9 @@ def test_readyz_follows_a_real_cluster_heartbeat_and_names_the_scheduler_once_it
     from django.utils import timezone
     from django_q.models import Schedule
 
-    from leases.jobhealth.models import JobHeartbeat
-    from leases.schedules import ensure_schedules
+    from insight.models.job_heartbeat import JobHeartbeat
     from ledger import clock
+    from operations.schedules import ensure_schedules
     from tests.leases.reconciliation.test_qcluster import WAIT_SECONDS, start_cluster, stop_cluster
 
     now = timezone.now()

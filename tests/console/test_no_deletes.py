@@ -6,8 +6,8 @@ import pytest
 from django.contrib.auth.models import Group, Permission
 from django_q.models import Schedule
 
-from leases.schedules import ensure_schedules
 from ledger.permissions import LEDGER_ADMINS, MANAGERS
+from operations.schedules import ensure_schedules
 
 pytestmark = pytest.mark.django_db
 

@@ -6,8 +6,8 @@ import pytest
 from django.urls import reverse
 
 from ledger.actors import SYSTEM
-from ledger.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
-from ledger.services.webhooks import webhook_create
+from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from push.services.webhooks import webhook_create
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.django_db
 
 def test_adding_an_endpoint_shows_its_secret_once_and_never_again(ops_client, fleet):
     response = ops_client.post(
-        reverse("admin:ledger_webhookendpoint_add"),
+        reverse("admin:push_webhookendpoint_add"),
         {
             "url": "http://127.0.0.1:9/hook",
             "project": fleet.project.pk,
@@ -29,8 +29,8 @@ def test_adding_an_endpoint_shows_its_secret_once_and_never_again(ops_client, fl
     assert endpoint.secret.encode() in response.content
     assert (endpoint.event_types, endpoint.min_severity) == (["attempt.claimed"], "warn")
     for url in (
-        reverse("admin:ledger_webhookendpoint_changelist"),
-        reverse("admin:ledger_webhookendpoint_change", args=[endpoint.pk]),
+        reverse("admin:push_webhookendpoint_changelist"),
+        reverse("admin:push_webhookendpoint_change", args=[endpoint.pk]),
         reverse("admin:ledger_event_changelist"),
     ):
         page = ops_client.get(url)
@@ -41,7 +41,7 @@ def test_adding_an_endpoint_shows_its_secret_once_and_never_again(ops_client, fl
 def test_a_refused_target_is_a_form_error_not_a_500(ops_client, settings):
     settings.LEASEHOLD_WEBHOOK_ALLOW_PRIVATE = False
     response = ops_client.post(
-        reverse("admin:ledger_webhookendpoint_add"),
+        reverse("admin:push_webhookendpoint_add"),
         {"url": "http://127.0.0.1:9/hook", "min_severity": "info", "format": "json"},
     )
     assert response.status_code == 200
@@ -54,9 +54,9 @@ def test_redeliver_from_the_deliveries_log(ops_client, fleet):
     TaskFactory(project=fleet.project)
     delivery = WebhookDelivery.objects.get(endpoint=endpoint)
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.DEAD, attempts=8)
-    assert ops_client.get(reverse("admin:ledger_webhookdelivery_change", args=[delivery.pk])).status_code == 200
+    assert ops_client.get(reverse("admin:push_webhookdelivery_change", args=[delivery.pk])).status_code == 200
     response = ops_client.post(
-        reverse("admin:ledger_webhookdelivery_changelist"),
+        reverse("admin:push_webhookdelivery_changelist"),
         {"action": "redeliver", "_selected_action": [delivery.pk]},
         follow=True,
     )
@@ -66,5 +66,5 @@ def test_redeliver_from_the_deliveries_log(ops_client, fleet):
 
 
 def test_managers_see_the_log_but_cannot_add(manager_client):
-    assert manager_client.get(reverse("admin:ledger_webhookdelivery_changelist")).status_code == 200
-    assert manager_client.get(reverse("admin:ledger_webhookendpoint_add")).status_code == 403
+    assert manager_client.get(reverse("admin:push_webhookdelivery_changelist")).status_code == 200
+    assert manager_client.get(reverse("admin:push_webhookendpoint_add")).status_code == 403

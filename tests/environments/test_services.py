@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from environments.services import environment_create, environment_update
 from ledger.actors import SYSTEM
 from ledger.models import Event

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import EnvironmentUnavailable, NotFound, ValidationFailed
+from core.errors import EnvironmentUnavailable, NotFound, ValidationFailed
 from environments.services import environment_create, environment_set_status
 from leases.models import Allocation, AllocationStatus
 from leases.services import (

@@ -19,11 +19,11 @@ from django.test import override_settings
 from django_q.models import Schedule
 
 from bench.data import bulk_ready_tasks
-from leases.backup import BackupRefused, backup_postgres, backup_scheduled, integrity_problems
-from leases.schedules import BACKUP_SCHEDULE, ensure_schedules
 from ledger.actors import SYSTEM
 from ledger.models import Project, Task
 from ledger.services import task_create
+from operations.backup import BackupRefused, backup_postgres, backup_scheduled, integrity_problems
+from operations.schedules import BACKUP_SCHEDULE, ensure_schedules
 from tests.factories import ProjectFactory
 from tests.served import manage
 
@@ -182,7 +182,7 @@ def test_the_daily_backup_is_scheduled_exactly_while_a_backup_directory_is_set(t
 
 @pytest.mark.django_db
 def test_the_backup_job_writes_into_the_backup_directory(tmp_path):
-    from leases.jobs import backup_job
+    from operations.jobs import backup_job
 
     with override_settings(LEASEHOLD_BACKUP_DIR=str(tmp_path), LEASEHOLD_BACKUP_KEEP=3):
         result = backup_job()

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config.errors import InvalidBranchName
+from core.errors import InvalidBranchName
 from leases.branches import (
     AGENT_PREFIXES,
     BRANCH_TYPES,

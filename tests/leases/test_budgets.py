@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from config.errors import BudgetExhausted, PermissionDenied, TaskNotClaimable, ValidationFailed
+from core.errors import BudgetExhausted, PermissionDenied, TaskNotClaimable, ValidationFailed
 from leases.models import AgentDailyUsage, AttemptUsage, ProjectDailyUsage, TaskUsage
 from leases.selectors import claimable_tasks
 from leases.services import (

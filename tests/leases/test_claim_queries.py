@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from config.errors import BudgetExhausted, StorageBusy, TaskNotClaimable
+from core.errors import BudgetExhausted, StorageBusy, TaskNotClaimable
 from environments.services import environment_create
 from leases.models import Allocation, AllocationStatus
 from leases.services import (

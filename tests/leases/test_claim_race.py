@@ -9,7 +9,7 @@ from collections import defaultdict
 
 import pytest
 
-from config.errors import TaskTaken
+from core.errors import TaskTaken
 from leases.models import Attempt, AttemptStatus
 from leases.services import attempt_finish, lease_claim, lease_claim_next, task_update
 from ledger.actors import SYSTEM

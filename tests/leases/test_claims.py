@@ -6,7 +6,7 @@ import pytest
 from django.db import IntegrityError, transaction
 from django.test import override_settings
 
-from config.errors import InvalidBranchName, TaskNotClaimable, TaskTaken, ValidationFailed
+from core.errors import InvalidBranchName, TaskNotClaimable, TaskTaken, ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.selectors import with_lease_state
 from leases.services import attempt_finish, lease_claim, lease_claim_next, sweep_expired, task_update

@@ -6,7 +6,7 @@ from datetime import timedelta
 
 import pytest
 
-from config.errors import InvalidBranchName, StaleEpoch, ValidationFailed
+from core.errors import InvalidBranchName, StaleEpoch, ValidationFailed
 from leases.models import Attempt
 from leases.services import attempt_finish, attempt_renew, attempt_set_git, lease_claim, note_add, task_update
 from leases.services.git_facts import git_facts

@@ -4,7 +4,7 @@ from datetime import timedelta
 
 import pytest
 
-from config.errors import (
+from core.errors import (
     AcknowledgementRequired,
     InvalidLeaseToken,
     LeaseExpired,

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from insight.job_health import job_health
+from insight.models.job_heartbeat import JobHeartbeat, JobOutcome
 from leases import jobs
-from leases.jobhealth.models import JobHeartbeat, JobOutcome
-from leases.jobhealth.selectors import job_health
 from leases.services import lease_claim
+from reconciliation.jobs import reconcile_job
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -27,7 +28,7 @@ def test_each_wrapper_records_start_success_and_counts(clock):
     clock.advance(120)
     jobs.sweep_expired_job()
     jobs.check_queue_wait_job()
-    jobs.reconcile_job()
+    reconcile_job()
     jobs.purge_idempotency_job()
     rows = {row.name: row for row in JobHeartbeat.objects.all()}
     assert set(rows) == {"sweep_expired", "check_queue_wait", "reconcile", "purge_idempotency"}
@@ -46,7 +47,7 @@ def test_each_wrapper_records_start_success_and_counts(clock):
 
 def test_a_sweep_older_than_three_minutes_is_stale_and_the_scheduler_silent(clock):
     jobs.sweep_expired_job()
-    jobs.reconcile_job()
+    reconcile_job()
     clock.advance(3 * 60 + 1)
     health = job_health(clock.now())
     assert health.sweep.stale
@@ -75,7 +76,7 @@ def test_a_failing_job_records_its_error_and_still_raises(clock, monkeypatch):
 
 def test_a_partial_reconciliation_counts_as_done_but_keeps_its_errors(clock):
     ProjectFactory(repository="/nonexistent/repository")
-    jobs.reconcile_job()
+    reconcile_job()
     row = JobHeartbeat.objects.get(name="reconcile")
     assert row.last_outcome == JobOutcome.PARTIAL
     assert "nonexistent" in row.last_error
@@ -85,8 +86,8 @@ def test_a_partial_reconciliation_counts_as_done_but_keeps_its_errors(clock):
 
 @pytest.mark.django_db
 def test_the_sweep_job_folds_the_task_count_changes(project):
-    from ledger.selectors import task_counts_by_status
-    from ledger.task_count_models import TaskCountChange
+    from insight.models.task_counts import TaskCountChange
+    from insight.status_counts import task_counts_by_status
 
     TaskFactory(project=project)
     TaskFactory(project=project)

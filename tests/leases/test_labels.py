@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.branches import AGENT_PREFIXES, BRANCH_TYPES
 from leases.labels import Label, parse_label, render_label
 

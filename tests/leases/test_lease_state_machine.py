@@ -37,7 +37,7 @@ from hypothesis import HealthCheck, event, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
-from config.errors import LedgerError
+from core.errors import LedgerError
 from leases.models import (
     PENDING_REVIEW_STATUSES,
     Attempt,

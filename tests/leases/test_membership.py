@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import LeaseNotHeld
+from core.errors import LeaseNotHeld
 from leases.models import Attempt, AttemptStatus
 from leases.services import agent_set_projects, attempt_finish, attempt_renew, lease_claim, note_add
 from ledger.actors import SYSTEM

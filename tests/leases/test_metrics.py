@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import TaskTaken, ValidationFailed
-from leases.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_day, orphan_rate_per_day
+from core.errors import TaskTaken, ValidationFailed
+from insight.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_day, orphan_rate_per_day
 from leases.models import ClaimRefusalTally
-from leases.reconciliation.models import Condition, Finding, FindingStatus, SubjectType
 from leases.services import attempt_finish, attempt_release, lease_claim, task_update
 from ledger.actors import Actor
 from ledger.models import Event
+from reconciliation.models import Condition, Finding, FindingStatus, SubjectType
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from config.errors import PathsReserved, TaskTaken, ValidationFailed
+from core.errors import PathsReserved, TaskTaken, ValidationFailed
 from leases.models import Attempt, AttemptStatus, PathReservation
 from leases.selectors import live_reservations
 from leases.services import (

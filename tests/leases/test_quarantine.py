@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.auth import get_user_model
 
-from config.errors import TaskNotClaimable, ValidationFailed
+from core.errors import TaskNotClaimable, ValidationFailed
 from leases.services import (
     attempt_finish,
     attempt_release,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from environments.services import environment_create
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.selectors import releasable

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.services import task_reassign
 from ledger.actors import SYSTEM
 from ledger.models import Agent, Event, Task

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import InvalidStatusTransition, TaskNotClaimable, ValidationFailed
+from core.errors import InvalidStatusTransition, TaskNotClaimable, ValidationFailed
 from leases.selectors import claimable_tasks, with_claimability
 from leases.services import (
     HolderProof,

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from config.errors import LeaseNotHeld, TaskNotClaimable, ValidationFailed
+from core.errors import LeaseNotHeld, TaskNotClaimable, ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.services import attempt_renew, lease_claim, task_force_release, task_reassign
 from ledger.models import Event

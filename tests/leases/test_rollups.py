@@ -2,7 +2,7 @@
 
 `FleetDayTally` (claims, finishes, contested writes per UTC day, project and
 agent) and `TaskFirstReady` (when a task first became ready) are written by
-triggers in the writing transaction (`leases.rollup_models`). Each test
+triggers in the writing transaction (`insight.models.rollups`). Each test
 here computes the same figures from the attempts and events themselves and
 asserts equality, after writes made through the services under the fake
 clock; the day-boundary tests are the case a "roll up closed days" job gets
@@ -24,11 +24,12 @@ import pytest
 from django.db import connection
 from django.db.models import F, Min, Q
 
-from leases.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_day, orphan_rate_per_day
-from leases.models import Attempt, FleetDayTally, FleetDayTallyChange, TaskFirstReady
-from leases.reports import fleet_report
+from insight.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_day, orphan_rate_per_day
+from insight.models import FleetDayTally, FleetDayTallyChange, TaskFirstReady
+from insight.reports import fleet_report
+from insight.services.rollups import fleet_tally_fold
+from leases.models import Attempt
 from leases.services import attempt_finish, attempt_renew, lease_claim, note_add, sweep_expired, task_update
-from leases.services.rollups import fleet_tally_fold
 from ledger.actors import SYSTEM, Actor
 from ledger.models import Event, EventType, TaskStatus
 from ledger.services import task_create
@@ -289,17 +290,17 @@ def test_takeover_claims_crosswise_do_not_deadlock_on_the_tally(clock, monkeypat
     """
     if connection.vendor != "postgresql":
         pytest.skip("SQLite serializes writers: there is no lock order to cross")
-    import config.db
+    import core.db
 
     deadlocks: list[str] = []
-    transient = config.db.is_transient_lock_error
+    transient = core.db.is_transient_lock_error
 
     def counting(exc: BaseException) -> bool:
         if getattr(exc.__cause__, "sqlstate", None) == "40P01":
             deadlocks.append(str(exc))
         return transient(exc)
 
-    monkeypatch.setattr(config.db, "is_transient_lock_error", counting)
+    monkeypatch.setattr(core.db, "is_transient_lock_error", counting)
     project = ProjectFactory(slug="crosswise")
     agents = [AgentFactory(projects=[project]) for _ in range(2)]
     rounds = 12

@@ -4,7 +4,7 @@ import pytest
 from django.core.management import call_command
 from django_q.models import Schedule
 
-from leases.schedules import SCHEDULES, ensure_schedules
+from operations.schedules import SCHEDULES, ensure_schedules
 
 pytestmark = pytest.mark.django_db
 

@@ -7,7 +7,7 @@ import io
 import pytest
 from django.core.management import CommandError, call_command
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from ledger.actors import SYSTEM
 from ledger.models import Project
 from ledger.services import project_create

@@ -5,7 +5,7 @@ import itertools
 import pytest
 from django.db import connection
 
-from config.errors import DependencyCycle, InvalidStatusTransition, ValidationFailed, VersionConflict
+from core.errors import DependencyCycle, InvalidStatusTransition, ValidationFailed, VersionConflict
 from leases.services import task_update as leases_task_update
 from ledger.actors import SYSTEM
 from ledger.models import ALLOWED_TRANSITIONS, Event, Task, TaskStatus

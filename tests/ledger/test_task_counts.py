@@ -12,15 +12,15 @@ from django.db.models import Count
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from config.errors import LedgerError
+from core.errors import LedgerError
+from insight.models import TaskCount, TaskCountChange
+from insight.services.task_counts import task_counts_fold
+from insight.status_counts import task_counts_by_effective_status, task_counts_by_status
 from leases.selectors import with_lease_state
 from leases.services import attempt_finish, attempt_release, lease_claim, sweep_expired, task_update
-from leases.status_counts import task_counts_by_effective_status
 from ledger.actors import SYSTEM
-from ledger.models import ALLOWED_TRANSITIONS, Project, Task, TaskCount, TaskCountChange, TaskStatus
-from ledger.selectors import task_counts_by_status
+from ledger.models import ALLOWED_TRANSITIONS, Project, Task, TaskStatus
 from ledger.services import task_create
-from ledger.services.task_counts import task_counts_fold
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of

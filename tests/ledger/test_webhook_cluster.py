@@ -16,11 +16,11 @@ from django.utils import timezone
 from django_q.models import Schedule
 
 from leases.models import Attempt
-from leases.reconciliation.services import reconcile
-from leases.schedules import ensure_schedules
 from leases.services import lease_claim, task_update
 from ledger.actors import SYSTEM, Actor
-from ledger.services.webhooks import webhook_create
+from operations.schedules import ensure_schedules
+from push.services.webhooks import webhook_create
+from reconciliation.services import reconcile
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.reconciliation.test_qcluster import start_cluster, stop_cluster
 from tests.webhook_receiver import running_receiver

@@ -17,12 +17,13 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.test.utils import CaptureQueriesContext
 
-from config.errors import ValidationFailed
+from core.errors import ValidationFailed
 from leases.services import lease_claim, task_update
 from ledger.actors import SYSTEM, Actor
-from ledger.models import DeliveryStatus, Event, EventType, WebhookDelivery, WebhookEndpoint
+from ledger.models import Event, EventType
 from ledger.services.events import event_append
-from ledger.services.webhooks import (
+from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from push.services.webhooks import (
     BACKOFF_SECONDS,
     DISABLE_AFTER_FAILURES,
     MAX_TRIES,

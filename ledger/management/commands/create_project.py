@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.errors import LedgerError
+from core.errors import LedgerError
 from ledger.actors import SYSTEM
 from ledger.services import project_create
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from config.errors import LedgerError
+from core.errors import LedgerError
 from ledger.actors import SYSTEM
 from ledger.models import Agent, Project
 from ledger.services import budget_set

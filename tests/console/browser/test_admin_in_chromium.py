@@ -11,7 +11,7 @@ from django.contrib.auth.models import Group
 from django.urls import Resolver404, resolve
 from playwright.sync_api import Page, expect
 
-from config.errors import LeaseNotHeld, TaskNotClaimable
+from core.errors import LeaseNotHeld, TaskNotClaimable
 from leases.models import Attempt, AttemptStatus
 from leases.services import HolderProof, attempt_finish, attempt_renew, lease_claim, task_update
 from ledger import clock
@@ -266,7 +266,7 @@ def test_a_manager_finds_no_way_to_change_or_delete_anything(page, manager):
         "/admin/environments/environment/",
         "/admin/leases/attempt/",
         f"/admin/leases/attempt/{grant.attempt.pk}/change/",
-        "/admin/leases/finding/",
+        "/admin/reconciliation/finding/",
         "/admin/leases/allocation/",
     ]
     for path in pages:

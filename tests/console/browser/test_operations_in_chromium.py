@@ -12,13 +12,14 @@ from environments.models import EnvironmentStatus
 from environments.services import environment_create
 from leases import jobs
 from leases.models import Attempt, AttemptStatus
-from leases.reconciliation.models import Condition, Finding, SubjectType
 from leases.services import lease_claim, note_add, task_update
 from ledger import clock
 from ledger.actors import SYSTEM
 from ledger.models import Event
 from ledger.permissions import LEDGER_ADMINS
 from ledger.services import agent_heartbeat, event_append
+from reconciliation.jobs import reconcile_job
+from reconciliation.models import Condition, Finding, SubjectType
 from tests.console.browser.conftest import login, screenshot
 from tests.console.conftest import PASSWORD
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -90,7 +91,7 @@ def test_agent_health_page_and_force_release_everything_an_agent_holds(page: Pag
 
 def test_job_health_tiles_turn_red_when_the_sweep_is_stale(page: Page, operator, fleet, frozen):
     jobs.sweep_expired_job()
-    jobs.reconcile_job()
+    reconcile_job()
     login(page, "ops")
     page.goto("/admin/")
     expect(page.locator("#lh-tile-scheduler")).to_contain_text("alive")
@@ -122,7 +123,7 @@ def test_a_findings_quarantine_button_goes_through_the_confirmation(page: Page, 
         last_seen_at=clock.now(),
     )
     login(page, "ops")
-    page.goto("/admin/leases/finding/")
+    page.goto("/admin/reconciliation/finding/")
     page.get_by_role("link", name="Leaked environment").first.click()
     expect(page.locator("#lh-remedy")).to_contain_text("quarantine the environment in the admin")
     screenshot(page, "finding-triage.png")
@@ -133,7 +134,7 @@ def test_a_findings_quarantine_button_goes_through_the_confirmation(page: Page, 
     expect(page.locator(".messagelist")).to_contain_text("quarantined")
     environment.refresh_from_db()
     assert environment.status == EnvironmentStatus.QUARANTINED
-    page.goto(f"/admin/leases/finding/{finding.pk}/change/")
+    page.goto(f"/admin/reconciliation/finding/{finding.pk}/change/")
     page.fill("#id_owner", "maria")
     page.fill("#id_note", "inspecting the volume")
     page.click("#lh-acknowledge")

@@ -16,7 +16,6 @@ from typing import cast
 
 from environments.services import environment_create
 from leases.models import Allocation
-from leases.reconciliation.models import Condition
 from leases.services import (
     allocation_release,
     attempt_finish,
@@ -29,6 +28,7 @@ from leases.services import (
 from ledger.actors import SYSTEM
 from ledger.models import Agent, Isolation, Project
 from ledger.services import agent_heartbeat
+from reconciliation.models import Condition
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 from tests.leases.reconciliation.gitworld import GitWorld, git

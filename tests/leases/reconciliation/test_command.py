@@ -7,9 +7,9 @@ import io
 import pytest
 from django.core.management import call_command
 
-from leases.jobs import reconcile_job
-from leases.reconciliation.models import Condition, ReconciliationRun
-from leases.schedules import SCHEDULES
+from operations.schedules import SCHEDULES
+from reconciliation.jobs import reconcile_job
+from reconciliation.models import Condition, ReconciliationRun
 from tests.factories import ProjectFactory
 from tests.leases.reconciliation import scenarios
 
@@ -40,4 +40,4 @@ def test_the_job_reconciles_and_never_prunes(clock):
 
 
 def test_reconciliation_is_scheduled_every_five_minutes():
-    assert ("environments.reconcile", "leases.jobs.reconcile_job", 5) in SCHEDULES
+    assert ("environments.reconcile", "reconciliation.jobs.reconcile_job", 5) in SCHEDULES

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from leases.reconciliation.models import Finding, FindingStatus, ReconciliationRun, RunStatus
-from leases.reconciliation.services import reconcile
 from ledger.models import Event
+from reconciliation.models import Finding, FindingStatus, ReconciliationRun, RunStatus
+from reconciliation.services import reconcile
 from tests.concurrency import run_in_threads
 from tests.leases.reconciliation import scenarios
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from environments.services import environment_create
-from leases.reconciliation.models import Condition, Finding, FindingStatus, SubjectType
-from leases.reconciliation.services import reconcile
 from leases.services import attempt_finish, attempt_renew, lease_claim
 from ledger.actors import SYSTEM
 from ledger.services import agent_heartbeat
+from reconciliation.models import Condition, Finding, FindingStatus, SubjectType
+from reconciliation.services import reconcile
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 from tests.leases.reconciliation.gitworld import GitWorld

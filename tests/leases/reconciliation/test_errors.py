@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from leases.reconciliation.models import Condition, Finding, FindingStatus, RunStatus
-from leases.reconciliation.services import reconcile
 from ledger.models import Project
+from reconciliation.models import Condition, Finding, FindingStatus, RunStatus
+from reconciliation.services import reconcile
 from tests.factories import ProjectFactory
 from tests.leases.reconciliation import scenarios
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from leases.reconciliation.git import (
+from reconciliation.git import (
     GitError,
     LocalRepository,
     is_url,

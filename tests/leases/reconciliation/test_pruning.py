@@ -7,13 +7,13 @@ import io
 import pytest
 from django.core.management import call_command
 
-from config.errors import ValidationFailed
-from leases.reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun
-from leases.reconciliation.pruning import PRUNED_NOTE
-from leases.reconciliation.services import attempt_discard, reconcile
+from core.errors import ValidationFailed
 from leases.services import attempt_finish, lease_claim
 from ledger.actors import SYSTEM
 from ledger.models import Event
+from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun
+from reconciliation.pruning import PRUNED_NOTE
+from reconciliation.services import attempt_discard, reconcile
 from tests.factories import ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 from tests.leases.reconciliation.gitworld import GitWorld, git

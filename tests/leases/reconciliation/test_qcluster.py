@@ -23,10 +23,10 @@ from django_q.models import Schedule
 from django_q.models import Task as QueuedTask
 
 from leases.models import Attempt, AttemptStatus
-from leases.reconciliation.models import ReconciliationRun
-from leases.schedules import ensure_schedules
 from leases.services import lease_claim
 from ledger.models import Event
+from operations.schedules import ensure_schedules
+from reconciliation.models import ReconciliationRun
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -101,5 +101,5 @@ def test_a_real_cluster_runs_the_due_sweep_and_reconcile_schedules(tmp_path):
     assert Event.objects.filter(type="attempt.expired", attempt_id=grant.attempt.pk).count() == 1
     assert QueuedTask.objects.filter(func="leases.jobs.sweep_expired_job", success=True).exists(), log
     assert ReconciliationRun.objects.filter(finished_at__isnull=False).exists(), log
-    assert QueuedTask.objects.filter(func="leases.jobs.reconcile_job", success=True).exists(), log
+    assert QueuedTask.objects.filter(func="reconciliation.jobs.reconcile_job", success=True).exists(), log
     assert cluster.returncode is not None

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from leases.reconciliation.models import Condition
-from leases.reconciliation.remedies import REMEDIES
+from reconciliation.models import Condition
+from reconciliation.remedies import REMEDIES
 
 DOCS = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
 

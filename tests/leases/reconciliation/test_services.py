@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from leases.reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, RunStatus
-from leases.reconciliation.services import reconcile
-from leases.reconciliation.triage import RECONCILIATION_ACTOR
 from ledger.models import Event
+from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, RunStatus
+from reconciliation.services import reconcile
+from reconciliation.triage import RECONCILIATION_ACTOR
 from tests.leases.reconciliation.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.django_db

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from django.db import IntegrityError, transaction
 
-from config.errors import ValidationFailed
-from leases.reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, SubjectType
-from leases.reconciliation.services import finding_acknowledge, finding_resolve, reconcile
+from core.errors import ValidationFailed
 from ledger.models import DeletionRefused, Event
+from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, SubjectType
+from reconciliation.services import finding_acknowledge, finding_resolve, reconcile
 from tests.factories import ProjectFactory
 from tests.leases.reconciliation import scenarios
 

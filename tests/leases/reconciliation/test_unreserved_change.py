@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from leases.reconciliation.models import Condition, Finding, FindingStatus
-from leases.reconciliation.services import reconcile
 from leases.services import attempt_finish, lease_claim
+from reconciliation.models import Condition, Finding, FindingStatus
+from reconciliation.services import reconcile
 from tests.factories import ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 from tests.leases.reconciliation.gitworld import GitWorld, git

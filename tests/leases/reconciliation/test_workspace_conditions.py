@@ -16,11 +16,11 @@ import pytest
 from django.test import override_settings
 
 from leases.models import Attempt
-from leases.reconciliation.models import Condition, Finding, FindingStatus, RunStatus
-from leases.reconciliation.services import reconcile
 from leases.services import attempt_finish, attempt_release, attempt_renew, attempt_set_git, lease_claim, note_add
 from ledger.models import Event, Project
 from ledger.services import agent_heartbeat
+from reconciliation.models import Condition, Finding, FindingStatus, RunStatus
+from reconciliation.services import reconcile
 from tests.factories import ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 from tests.leases.reconciliation.gitworld import GIT_TEST_ENV, IDENTITY, GitWorld, git

@@ -9,14 +9,14 @@ from typing import Any, cast
 
 from environments.services import environment_create
 from leases.models import ReviewRequest
-from leases.reconciliation.services import reconcile
-from leases.reconciliation.triage import attempt_discard
 from leases.services import attempt_finish, lease_claim, note_add, review_decide
-from leases.transfer.rows import SECTION_BY_TYPE, columns, payload_references
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Project, Task, TaskStatus
 from ledger.services import comment_add, decision_create, decision_supersede, dependency_add
+from operations.transfer.rows import SECTION_BY_TYPE, columns, payload_references
+from reconciliation.services import reconcile
+from reconciliation.triage import attempt_discard
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 

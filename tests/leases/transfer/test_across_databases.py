@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from leases.transfer.export import project_export
 from ledger.models import Project
+from operations.transfer.export import project_export
 from tests.leases.transfer.scenario import build_project, lines_of, normalized
 
 ROOT = Path(__file__).resolve().parents[3]

@@ -9,8 +9,8 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from leases.transfer.export import project_export
 from ledger.models import Agent, Event, Project, Task
+from operations.transfer.export import project_export
 from tests.leases.transfer.scenario import build_project
 
 pytestmark = pytest.mark.django_db

@@ -8,10 +8,10 @@ import threading
 import pytest
 from django.db import connections
 
-from leases.transfer.export import project_export
 from ledger.actors import SYSTEM
 from ledger.models import Project, Task
 from ledger.services import task_create
+from operations.transfer.export import project_export
 from tests.factories import ProjectFactory, TaskFactory
 from tests.leases.transfer.scenario import lines_of
 

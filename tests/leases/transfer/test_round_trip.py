@@ -10,10 +10,10 @@ from django.core.management import call_command
 
 from leases.models import Attempt, AttemptStatus
 from leases.services import sweep_expired
-from leases.transfer.export import project_export
 from ledger.models import Agent, Event, Project, Task
-from ledger.services.webhooks import webhook_create
-from ledger.webhook_models import DeliveryStatus, WebhookDelivery
+from operations.transfer.export import project_export
+from push.models import DeliveryStatus, WebhookDelivery
+from push.services.webhooks import webhook_create
 from tests.leases.transfer.scenario import build_project, lines_of, normalized
 
 pytestmark = pytest.mark.django_db
@@ -45,13 +45,13 @@ def test_export_then_import_then_export_is_identical_but_for_ids_slug_and_prefix
     # The derived counts behind /metrics follow the imported rows (the task triggers).
     from django.db.models import Count
 
-    from ledger.selectors import task_counts_by_status
+    from insight.status_counts import task_counts_by_status
 
     counted = Task.objects.values_list("project_id", "status").annotate(n=Count("id")).order_by()
     assert task_counts_by_status() == {(project_id, status): n for project_id, status, n in counted}
-    # And the console's rollups (leases.rollup_models): the copy counts as the original does.
-    from leases.rollup_models import FleetDayTally, TaskFirstReady
-    from leases.services.rollups import fleet_tally_fold
+    # And the console's rollups (insight.models.rollups): the copy counts as the original does.
+    from insight.models.rollups import FleetDayTally, TaskFirstReady
+    from insight.services.rollups import fleet_tally_fold
 
     fleet_tally_fold()  # the tally as the readers see it: the folded rows plus the pending changes, all folded
 
@@ -187,12 +187,12 @@ def test_every_model_of_the_rooms_is_exported_or_left_out_with_a_reason():
     """A new model must be placed: in a section of the export, or in NOT_EXPORTED with why."""
     from django.apps import apps
 
-    from leases.transfer.rows import NOT_EXPORTED, SECTIONS
+    from operations.transfer.rows import NOT_EXPORTED, SECTIONS
 
     exported = {section.model._meta.label for section in SECTIONS}
     models = {
         model._meta.label
-        for app in ("ledger", "leases", "environments")
+        for app in ("ledger", "environments", "leases", "reconciliation", "insight", "push")
         for model in apps.get_app_config(app).get_models()
     }
     assert models - exported == set(NOT_EXPORTED)

@@ -1,0 +1,169 @@
+"""The write-transaction helper every write service goes through (SPEC §11).
+
+`write_transaction` runs a service in one `transaction.atomic()` block. When
+the database is momentarily unavailable for writing — SQLite's "database is
+locked" after its busy timeout, or a PostgreSQL deadlock or serialization
+failure — it retries the *whole* transaction after 25, 75 and 200 ms and then
+raises `STORAGE_BUSY`. Domain errors and constraint violations are never
+retried: they propagate on the first try.
+
+Within a request every wait and retry ends by the request's storage deadline
+(`core.deadline`), so contention answers `STORAGE_BUSY`, never a killed
+worker.
+
+A service called inside another transaction runs in a savepoint, so it stays
+all-or-nothing, and does not retry on its own: the outermost transaction owns
+the retry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import ParamSpec, TypeVar
+
+from django.db import Error, InterfaceError, OperationalError, connection, transaction
+
+from core.deadline import bounded, seconds_left
+from core.errors import StorageBusy
+from core.sqlite_writer import sqlite_writer_turn
+
+RETRY_DELAYS_SECONDS: tuple[float, ...] = (0.025, 0.075, 0.2)
+# SQLite's busy timeout as the connection sets it (settings: PRAGMA busy_timeout).
+SQLITE_BUSY_TIMEOUT_MS = 5000
+
+# PostgreSQL SQLSTATEs that mean "try the same transaction again".
+_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+# Besides class 08 (connection exception): the server shutting down or terminating this backend.
+_CONNECTION_LOST_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+_CONNECTION_LOST_MESSAGES = (
+    "server closed the connection",
+    "connection already closed",
+    "the connection is closed",
+    "consuming input failed",
+    "terminating connection",
+    "connection is lost",
+    "couldn't get a connection",
+)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def is_connection_loss(exc: BaseException) -> bool:
+    """The database connection is gone (a restart, a failover, a terminated backend, a dead pooled connection)."""
+    if not isinstance(exc, OperationalError | InterfaceError):
+        return False
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if sqlstate is not None:
+        return sqlstate.startswith("08") or sqlstate in _CONNECTION_LOST_SQLSTATES
+    message = str(exc).lower()
+    return any(sign in message for sign in _CONNECTION_LOST_MESSAGES)
+
+
+def is_transient_lock_error(exc: BaseException) -> bool:
+    if not isinstance(exc, OperationalError):
+        return False
+    cause = exc.__cause__
+    if getattr(cause, "sqlstate", None) in _RETRYABLE_SQLSTATES:
+        return True
+    message = str(exc).lower()
+    return "database is locked" in message or "database table is locked" in message
+
+
+def write_transaction(func: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        if transaction.get_connection().in_atomic_block:
+            # Inside a caller's transaction: a savepoint keeps this service
+            # all-or-nothing, and the caller's transaction owns the retries.
+            with transaction.atomic():
+                return func(*args, **kwargs)
+        reconnected = False
+        for tries, delay in enumerate((*RETRY_DELAYS_SECONDS, None), start=1):
+            _refuse_past_deadline(tries)
+            committing = False
+            try:
+                with sqlite_writer_turn(), _sqlite_busy_timeout_within_deadline(), transaction.atomic():
+                    result = func(*args, **kwargs)
+                    committing = True
+                return result
+            except (OperationalError, InterfaceError) as exc:
+                if is_connection_loss(exc):
+                    # Lost before COMMIT was sent: nothing was written, so the
+                    # whole transaction runs once more on a fresh connection.
+                    # Lost during COMMIT, the outcome is unknown: the caller
+                    # gets STORAGE_BUSY and retries under its Idempotency-Key.
+                    _discard_connection()
+                    if committing or reconnected:
+                        raise StorageBusy(
+                            "The database connection was lost; retry.",
+                            details={"attempts": tries, "commit_in_doubt": committing},
+                        ) from exc
+                    reconnected = True
+                    continue
+                if not is_transient_lock_error(exc):
+                    raise
+                if delay is None or bounded(delay) < delay:
+                    raise StorageBusy(details={"attempts": tries}) from exc
+                time.sleep(delay)
+        raise AssertionError("unreachable")
+
+    return wrapper
+
+
+def _discard_connection() -> None:
+    """Drop this thread's broken connection; the next query opens (or takes from the pool) a fresh one."""
+    connection = transaction.get_connection()
+    with contextlib.suppress(Error):
+        connection.close()
+    connection.connection = None
+
+
+def _refuse_past_deadline(tries: int) -> None:
+    left = seconds_left()
+    if left is not None and left <= 0:
+        raise StorageBusy("The database stayed busy for this request's whole deadline.", details={"attempts": tries})
+
+
+@contextmanager
+def _sqlite_busy_timeout_within_deadline() -> Iterator[None]:
+    """On SQLite, SQLite's own busy wait (5 s) ends by the request's deadline too; a no-op elsewhere."""
+    connection = transaction.get_connection()
+    left = seconds_left()
+    if connection.vendor != "sqlite" or left is None or left * 1000 >= SQLITE_BUSY_TIMEOUT_MS:
+        yield
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA busy_timeout = {max(1, int(left * 1000))}")
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
+
+@contextmanager
+def read_snapshot() -> Iterator[None]:
+    """Several reads that must see one snapshot, without taking a write lock.
+
+    PostgreSQL: a REPEATABLE READ transaction. SQLite: `BEGIN DEFERRED` (WAL gives it a snapshot at its
+    first read, and it never takes the write lock that Django's IMMEDIATE transactions take). Inside a
+    caller's transaction (tests, or a caller that already reads one snapshot) it reads in that one.
+    """
+    if connection.in_atomic_block:
+        yield
+    elif connection.vendor == "postgresql":
+        with transaction.atomic():
+            connection.cursor().execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+            yield
+    else:
+        with connection.cursor() as cursor:
+            cursor.execute("BEGIN DEFERRED")
+            try:
+                yield
+            finally:
+                cursor.execute("COMMIT")  # nothing was written: commit and rollback end it alike

@@ -1,0 +1,29 @@
+"""What insight keeps for the readers of the fleet: counters and rollups kept by triggers, and job heartbeats.
+
+None of these rows is history: each is derived from the ledger (and may be
+rebuilt from it) or records what the scheduler last did. Their tables keep
+the names they had before this room existed (`Meta.db_table`).
+"""
+
+from __future__ import annotations
+
+from insight.models.event_tally import EventTally
+from insight.models.job_heartbeat import ERROR_MAX_CHARS, JobHeartbeat, JobName, JobOutcome
+from insight.models.rollups import NO_AGENT, NO_PROJECT, DayCounts, FleetDayTally, FleetDayTallyChange, TaskFirstReady
+from insight.models.task_counts import TaskCount, TaskCountChange
+
+__all__ = [
+    "ERROR_MAX_CHARS",
+    "NO_AGENT",
+    "NO_PROJECT",
+    "DayCounts",
+    "EventTally",
+    "FleetDayTally",
+    "FleetDayTallyChange",
+    "JobHeartbeat",
+    "JobName",
+    "JobOutcome",
+    "TaskCount",
+    "TaskCountChange",
+    "TaskFirstReady",
+]

@@ -1,0 +1,70 @@
+"""Folding the fleet tally's changes, which the attempt and event triggers append, into one row per key.
+
+The triggers of migration `leases.0012_tally_changes` append a
+`FleetDayTallyChange` row for every claim, finish and contested write (and
+-1 / +1 rows when an UPDATE moves an attempt), so the figures are exact
+without this fold (`insight.metrics` adds the pending changes); folding only
+keeps the change table short, so that a chart sums a few rows per day. The
+sweep job (`leases.jobs.sweep_expired_job`) folds every minute.
+"""
+
+from __future__ import annotations
+
+from django.db import connection
+
+from core.db import write_transaction
+
+# Only folds write the tally now (the triggers append changes): a fold's table lock keeps a second fold
+# out until the first commits, and no writer or reader waits on it (they take no lock it conflicts with).
+POSTGRES_ONE_FOLD = "LOCK TABLE leases_fleetdaytally IN SHARE ROW EXCLUSIVE MODE"
+POSTGRES_FOLD = """
+WITH moved AS (
+    DELETE FROM leases_fleetdaytallychange RETURNING day, project_id, agent_id, claims, finished, contested
+),
+folded AS (
+    INSERT INTO leases_fleetdaytally (day, project_id, agent_id, claims, finished, contested)
+    SELECT day, project_id, agent_id, sum(claims), sum(finished), sum(contested) FROM moved
+    GROUP BY day, project_id, agent_id HAVING sum(claims) <> 0 OR sum(finished) <> 0 OR sum(contested) <> 0
+    ON CONFLICT (day, project_id, agent_id) DO UPDATE SET claims = leases_fleetdaytally.claims + EXCLUDED.claims,
+        finished = leases_fleetdaytally.finished + EXCLUDED.finished,
+        contested = leases_fleetdaytally.contested + EXCLUDED.contested
+)
+SELECT count(*) FROM moved
+"""
+SQLITE_FOLD = """
+INSERT INTO leases_fleetdaytally (day, project_id, agent_id, claims, finished, contested)
+SELECT day, project_id, agent_id, sum(claims), sum(finished), sum(contested) FROM leases_fleetdaytallychange
+WHERE id <= %s
+GROUP BY day, project_id, agent_id HAVING sum(claims) <> 0 OR sum(finished) <> 0 OR sum(contested) <> 0
+ON CONFLICT (day, project_id, agent_id) DO UPDATE SET claims = leases_fleetdaytally.claims + excluded.claims,
+    finished = leases_fleetdaytally.finished + excluded.finished,
+    contested = leases_fleetdaytally.contested + excluded.contested
+"""
+
+
+@write_transaction
+def fleet_tally_fold() -> int:
+    """Move every committed tally change into `FleetDayTally`; returns how many change rows were folded.
+
+    As `insight.services.task_counts.task_counts_fold`: on PostgreSQL one
+    statement deletes the changes it can see and adds them up, so a change
+    committed meanwhile stays for the next fold; a second fold at once
+    waits for the first to commit (the tally's table lock: no change row is
+    locked by two folds in two orders) and folds what is left. SQLite
+    serializes writers, so every change up to the highest id is committed
+    and moves in two statements. No writer ever waits on a fold: writers
+    only insert changes, and only a fold writes the tally.
+    """
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(POSTGRES_ONE_FOLD)
+            cursor.execute(POSTGRES_FOLD)
+            (moved,) = cursor.fetchone()
+            return int(moved)
+        cursor.execute("SELECT max(id), count(*) FROM leases_fleetdaytallychange")
+        highest, moved = cursor.fetchone()
+        if highest is None:
+            return 0
+        cursor.execute(SQLITE_FOLD, [highest])
+        cursor.execute("DELETE FROM leases_fleetdaytallychange WHERE id <= %s", [highest])
+        return int(moved)

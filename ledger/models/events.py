@@ -1,0 +1,130 @@
+"""The append-only event log and `EventType`, the one list of the event types there are."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from ledger.models.agents import Agent
+from ledger.models.base import NoDeleteModel
+from ledger.models.projects import Project
+from ledger.models.tasks import Task
+
+
+class Severity(models.TextChoices):
+    INFO = "info", "Info"
+    WARN = "warn", "Warning"
+    ERROR = "error", "Error"
+
+
+class EventType(models.TextChoices):
+    """Every event type the ledger emits: the one list (admin filters, webhooks and docs read it).
+
+    `tests/ledger/test_event_types.py` fails when code emits a type that is not here.
+    """
+
+    AGENT_CREATED = "agent.created"
+    AGENT_DEACTIVATED = "agent.deactivated"
+    AGENT_PROJECTS_CHANGED = "agent.projects_changed"
+    AGENT_REACTIVATED = "agent.reactivated"
+    AGENT_TOKEN_ROTATED = "agent.token_rotated"  # noqa: S105 - an event name
+    BUDGET_EXHAUSTED = "budget.exhausted"
+    BUDGET_SET = "budget.set"
+    BUDGET_WARNING = "budget.warning"
+    ATTEMPT_CLAIMED = "attempt.claimed"
+    ATTEMPT_DISCARDED = "attempt.discarded"
+    ATTEMPT_EXPIRED = "attempt.expired"
+    ATTEMPT_FINISHED = "attempt.finished"
+    ATTEMPT_RELEASED = "attempt.released"
+    ATTEMPT_REVOKED = "attempt.revoked"
+    ATTEMPT_UPDATED = "attempt.updated"
+    ENVIRONMENT_ALLOCATED = "environment.allocated"
+    ENVIRONMENT_CREATED = "environment.created"
+    ENVIRONMENT_QUARANTINED = "environment.quarantined"
+    ENVIRONMENT_RELEASED = "environment.released"
+    ENVIRONMENT_RESTORED = "environment.restored"
+    ENVIRONMENT_RETIRED = "environment.retired"
+    ENVIRONMENT_UPDATED = "environment.updated"
+    FINDING_ACKNOWLEDGED = "finding.acknowledged"
+    FINDING_OPENED = "finding.opened"
+    FINDING_RESOLVED = "finding.resolved"
+    NOTE_ADDED = "note.added"
+    PROJECT_CREATED = "project.created"
+    TASK_CONTESTED = "task.contested"
+    TASK_CREATED = "task.created"
+    TASK_DEPENDENCY_ADDED = "task.dependency_added"
+    TASK_DEPENDENCY_REMOVED = "task.dependency_removed"
+    TASK_QUEUE_WAIT_EXCEEDED = "task.queue_wait_exceeded"
+    TASK_REASSIGNED = "task.reassigned"
+    TASK_RESERVATION_CLEARED = "task.reservation_cleared"
+    TASK_STATUS_CHANGED = "task.status_changed"
+    TASK_UPDATED = "task.updated"
+    # Part two, SPEC §16.
+    REVIEW_REQUESTED = "review.requested"
+    REVIEW_CLAIMED = "review.claimed"
+    REVIEW_APPROVED = "review.approved"
+    REVIEW_CHANGES_REQUESTED = "review.changes_requested"
+    REVIEW_BLOCKED = "review.blocked"
+    REVIEW_SUPERSEDED = "review.superseded"
+    TASK_COMMENTED = "task.commented"
+    TASK_QUARANTINED = "task.quarantined"
+    TASK_QUARANTINE_RELEASED = "task.quarantine_released"
+    DECISION_CREATED = "decision.created"
+    DECISION_SUPERSEDED = "decision.superseded"
+    WEBHOOK_CREATED = "webhook.created"
+    WEBHOOK_DISABLED = "webhook.disabled"
+    WEBHOOK_ENABLED = "webhook.enabled"
+    WEBHOOK_REDELIVERED = "webhook.redelivered"
+    WEBHOOK_SECRET_ROLLED = "webhook.secret_rolled"  # noqa: S105 - an event name
+
+
+class Event(NoDeleteModel):
+    """The append-only audit log and the delta-feed sequence.
+
+    `attempt_id` is a plain integer, not a foreign key: attempts live in
+    `leases`, which `ledger` does not import.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, null=True, blank=True, related_name="events")
+    attempt_id = models.BigIntegerField(null=True, blank=True, db_index=True)
+    actor_agent = models.ForeignKey(Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    actor_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    type = models.CharField(max_length=64)
+    severity = models.CharField(max_length=8, choices=Severity.choices, default=Severity.INFO)
+    payload = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(actor_agent__isnull=True) | Q(actor_user__isnull=True),
+                name="event_single_actor",
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["project", "id"], name="event_project_feed"),
+            models.Index(fields=["task", "id"], name="event_task_timeline"),
+            models.Index(fields=["type", "created_at"], name="event_type_time"),
+            models.Index(fields=["created_at"], name="event_created_at"),
+            # Serves the dashboard's grouped warnings and errors of the last 7 days, covering what the
+            # grouping reads (not partial: SQLite does not match a partial index against bound
+            # parameters). docs/performance.md, console pages.
+            models.Index(fields=["severity", "created_at", "type", "task"], name="event_severity_time"),
+        ]
+
+    def __str__(self) -> str:
+        return f"#{self.id} {self.type}"
+
+    @property
+    def actor_label(self) -> str:
+        if self.actor_agent is not None:
+            return self.actor_agent.handle
+        if self.actor_user is not None:
+            return f"user:{self.actor_user.get_username()}"
+        return "system"

@@ -1,0 +1,134 @@
+"""Tasks, their stored statuses and the transitions between them, and dependencies between tasks."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+from ledger.models.agents import Agent
+from ledger.models.base import NoDeleteModel
+from ledger.models.projects import BUDGET_COST_DIGITS, PathsMode, Project
+
+
+class TaskStatus(models.TextChoices):
+    """Stored statuses. `in_progress` is never stored: it is computed from leases."""
+
+    OPEN = "open", "Open"
+    READY = "ready", "Ready"
+    BLOCKED = "blocked", "Blocked"
+    REVIEW = "review", "Review"
+    DONE = "done", "Done"
+    CANCELLED = "cancelled", "Cancelled"
+
+
+# SPEC §2: the only stored-status changes there are.
+ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
+    TaskStatus.OPEN: frozenset({TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.CANCELLED}),
+    TaskStatus.READY: frozenset(
+        {TaskStatus.OPEN, TaskStatus.BLOCKED, TaskStatus.REVIEW, TaskStatus.DONE, TaskStatus.CANCELLED}
+    ),
+    TaskStatus.BLOCKED: frozenset({TaskStatus.READY, TaskStatus.OPEN, TaskStatus.CANCELLED}),
+    # review → blocked: a reviewer blocks the work (SPEC §16.1).
+    TaskStatus.REVIEW: frozenset({TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.DONE, TaskStatus.CANCELLED}),
+    TaskStatus.DONE: frozenset({TaskStatus.READY}),
+    TaskStatus.CANCELLED: frozenset({TaskStatus.OPEN}),
+}
+
+# A blocker is resolved once its status is one of these.
+RESOLVED_STATUSES: frozenset[str] = frozenset({TaskStatus.DONE, TaskStatus.CANCELLED})
+
+
+class Task(NoDeleteModel):
+    project = models.ForeignKey(Project, on_delete=models.PROTECT, related_name="tasks")
+    number = models.PositiveIntegerField(editable=False)
+    key = models.CharField(max_length=24, unique=True, editable=False)
+    title = models.CharField(max_length=300)
+    description = models.TextField(blank=True)
+    acceptance_criteria = models.TextField(blank=True)
+    task_class = models.SlugField(max_length=64, blank=True)
+    priority = models.IntegerField(default=0, help_text="Higher is claimed first.")
+    labels = models.JSONField(default=list, blank=True)
+    status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.OPEN)
+    blocked_reason = models.TextField(blank=True)
+    version = models.PositiveIntegerField(default=1, editable=False)
+    epoch = models.PositiveIntegerField(default=0, editable=False)
+    reserved_for = models.ForeignKey(
+        Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="reserved_tasks"
+    )
+    ready_since = models.DateTimeField(null=True, blank=True, editable=False)
+    # Start of the current waiting period that already raised a
+    # `task.queue_wait_exceeded` event; one event per waiting period.
+    queue_wait_alerted_for = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(editable=False)
+    updated_at = models.DateTimeField(editable=False)
+    # SPEC §19: what all attempts of this task may spend together (null: no limit).
+    budget_tokens = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="Tokens (input + output) over all attempts; empty: no limit."
+    )
+    budget_cost_usd = models.DecimalField(
+        max_digits=BUDGET_COST_DIGITS,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="US dollars over all attempts; empty: no limit.",
+    )
+    # SPEC §19: the repository paths its claims reserve unless a claim names its own.
+    paths = models.JSONField(default=list, blank=True, help_text="Repository-relative paths its claims reserve.")
+    paths_mode = models.CharField(max_length=16, choices=PathsMode.choices, default=PathsMode.EXCLUSIVE, blank=True)
+
+    class Meta:
+        ordering = ["project_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "number"], name="task_number_unique_per_project"),
+            models.CheckConstraint(
+                condition=~Q(status=TaskStatus.BLOCKED) | ~Q(blocked_reason=""),
+                name="task_blocked_needs_reason",
+            ),
+            models.CheckConstraint(condition=Q(status__in=TaskStatus.values), name="task_status_valid"),
+        ]
+        indexes = [
+            # Serves claim-next and the ready view: ready tasks of a project in
+            # claim-next order (priority desc, ready_since, id).
+            models.Index(
+                "project",
+                models.F("priority").desc(),
+                "ready_since",
+                "id",
+                name="task_ready_queue",
+                condition=Q(status=TaskStatus.READY),
+            ),
+            models.Index(fields=["project", "status"], name="task_project_status"),
+            # Serves /metrics' oldest queue wait: a project's ready tasks, longest waiting first.
+            models.Index(
+                fields=["project", "ready_since"], name="task_ready_since", condition=Q(status=TaskStatus.READY)
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} {self.title}"
+
+
+class TaskDependency(NoDeleteModel):
+    """`task` cannot be claimed while `blocked_by` is unresolved.
+
+    Removing a dependency sets `removed_at`; the row stays, like every row of
+    the ledger.
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="dependencies")
+    blocked_by = models.ForeignKey(Task, on_delete=models.PROTECT, related_name="dependents")
+    created_at = models.DateTimeField()
+    removed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["task", "blocked_by"],
+                condition=Q(removed_at__isnull=True),
+                name="dependency_unique_while_present",
+            ),
+            models.CheckConstraint(condition=~Q(task=models.F("blocked_by")), name="dependency_not_self"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id} blocked by {self.blocked_by_id}"

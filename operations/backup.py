@@ -1,0 +1,218 @@
+"""Backups of the whole database while it serves, checked before they count (SPEC §17, docs/operations.md).
+
+- SQLite: the online backup API (`sqlite3.Connection.backup`) in one step,
+  which reads one consistent snapshot; under WAL the server's writers go on
+  meanwhile. The copy must pass `PRAGMA integrity_check`.
+- PostgreSQL: `pg_dump --format=custom`, then `pg_restore --list` must read
+  the archive. `pg_dump` refuses a server of a newer major version; that is
+  checked first and said plainly.
+
+Every backup is written to `DEST.partial` and renamed to DEST only once it
+passed its check, so DEST is never a half-written file. Nothing here knows an
+app; `operations.jobs.backup_job` runs `backup_rotate` daily when
+`LEASEHOLD_BACKUP_DIR` is set.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+from contextlib import closing
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+SQLITE_SUFFIX = ".sqlite3"
+POSTGRES_SUFFIX = ".pgdump"
+BACKUP_NAME = re.compile(r"^leasehold-\d{8}T\d{6}Z(\.sqlite3|\.pgdump)$")
+DUMP_TIMEOUT_SECONDS = 3600
+
+
+class BackupRefused(Exception):
+    """A backup or restore that cannot be done as asked; the message says why and what to do."""
+
+
+def _check_destination(dest: Path) -> Path:
+    if dest.exists():
+        raise BackupRefused(f"{dest} exists; a backup never overwrites a file. Choose a new name.")
+    parent = dest.parent
+    if not parent.is_dir():
+        raise BackupRefused(f"{parent} is not a directory.")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise BackupRefused(f"{parent} is not writable.")
+    return dest.with_name(dest.name + ".partial")
+
+
+def integrity_problems(path: Path) -> list[str]:
+    """What `PRAGMA integrity_check` reports for the SQLite file at `path` ([] when it is sound)."""
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as check:
+            rows = [row[0] for row in check.execute("PRAGMA integrity_check")]
+    except sqlite3.DatabaseError as exc:
+        return [str(exc)]
+    return [] if rows == ["ok"] else rows
+
+
+def backup_sqlite(*, source: Path, dest: Path) -> Path:
+    """Copy the live SQLite database `source` to `dest` with the online backup API, then check the copy."""
+    partial = _check_destination(dest)
+    try:
+        with closing(sqlite3.connect(source, timeout=30)) as reader, closing(sqlite3.connect(partial)) as writer:
+            reader.backup(writer)  # pages=-1: one step, one snapshot
+            writer.execute("PRAGMA journal_mode=DELETE")  # one self-contained file, no -wal beside it
+        problems = integrity_problems(partial)
+        if problems:
+            raise BackupRefused(f"the copy failed PRAGMA integrity_check: {'; '.join(problems[:5])}")
+        partial.rename(dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return dest
+
+
+def _major(version_text: str) -> int:
+    found = re.search(r"(\d+)(?:\.\d+)?", version_text)
+    if found is None:
+        raise BackupRefused(f"cannot read a version from {version_text.strip()!r}")
+    return int(found.group(1))
+
+
+def _pg_environment(database: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    args = ["--dbname", str(database["NAME"])]
+    for option, key in (("--host", "HOST"), ("--port", "PORT"), ("--username", "USER")):
+        if database.get(key):
+            args += [option, str(database[key])]
+    env = dict(os.environ)
+    if database.get("PASSWORD"):
+        env["PGPASSWORD"] = str(database["PASSWORD"])
+    return args, env
+
+
+def backup_postgres(*, database: dict[str, Any], server_major: int, dest: Path) -> Path:
+    """`pg_dump --format=custom` of `database` (Django's settings dict) to `dest`, checked with `pg_restore --list`."""
+    partial = _check_destination(dest)
+    pg_dump, pg_restore = shutil.which("pg_dump"), shutil.which("pg_restore")
+    if pg_dump is None or pg_restore is None:
+        missing = "pg_dump" if pg_dump is None else "pg_restore"
+        raise BackupRefused(
+            f"{missing} is not on PATH; install the PostgreSQL client programs, major version {server_major} "
+            f"or newer (Debian: postgresql-client-{server_major})."
+        )
+    version = subprocess.run([pg_dump, "--version"], capture_output=True, text=True, check=False).stdout
+    if _major(version) < server_major:
+        raise BackupRefused(
+            f"{version.strip()} cannot dump a PostgreSQL {server_major} server (pg_dump refuses a newer server); "
+            f"install the client programs of version {server_major} or newer."
+        )
+    args, env = _pg_environment(database)
+    try:
+        dumped = subprocess.run(
+            [pg_dump, "--format=custom", "--no-password", "--file", str(partial), *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=DUMP_TIMEOUT_SECONDS,
+            check=False,
+        )
+        if dumped.returncode != 0:
+            raise BackupRefused(f"pg_dump failed: {dumped.stderr.strip()[:2000]}")
+        listed = subprocess.run([pg_restore, "--list", str(partial)], capture_output=True, text=True, check=False)
+        if listed.returncode != 0 or "TABLE DATA" not in listed.stdout:
+            raise BackupRefused(f"pg_restore --list cannot read the dump: {listed.stderr.strip()[:2000]}")
+        partial.rename(dest)
+    finally:
+        partial.unlink(missing_ok=True)
+    return dest
+
+
+def backup_database(*, database: dict[str, Any], vendor: str, server_major: int, dest: Path) -> Path:
+    """Back up the database Django's settings dict `database` names, by its vendor."""
+    if vendor == "sqlite":
+        return backup_sqlite(source=Path(database["NAME"]), dest=dest)
+    if vendor == "postgresql":
+        return backup_postgres(database=database, server_major=server_major, dest=dest)
+    raise BackupRefused(f"Leasehold backs up SQLite and PostgreSQL, not {vendor}.")
+
+
+def backup_rotate(
+    *, database: dict[str, Any], vendor: str, server_major: int, directory: Path, keep: int, now: datetime
+) -> tuple[Path, list[Path]]:
+    """A timestamped backup in `directory`, then remove all but the newest `keep` backups there.
+
+    Only files named like our own backups (`leasehold-YYYYmmddTHHMMSSZ.sqlite3|.pgdump`) are ever removed.
+    Returns the new file and the removed ones.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    suffix = SQLITE_SUFFIX if vendor == "sqlite" else POSTGRES_SUFFIX
+    made = backup_database(
+        database=database,
+        vendor=vendor,
+        server_major=server_major,
+        dest=directory / f"leasehold-{now.strftime('%Y%m%dT%H%M%SZ')}{suffix}",
+    )
+    ours = sorted((path for path in directory.iterdir() if BACKUP_NAME.match(path.name)), key=lambda p: p.name)
+    removed = ours[:-keep] if keep > 0 else []
+    for old in removed:
+        old.unlink()
+    return made, removed
+
+
+def restore_sqlite(*, source: Path, data_dir: Path, database_name: str = "leasehold.sqlite3") -> Path:
+    """Copy a SQLite backup into an empty data directory, after checking it; returns the new database file."""
+    if not source.is_file():
+        raise BackupRefused(f"{source} is not a file.")
+    problems = integrity_problems(source)
+    if problems:
+        raise BackupRefused(f"{source} failed PRAGMA integrity_check: {'; '.join(problems[:5])}")
+    with closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as check:
+        tables = {row[0] for row in check.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not {"django_migrations", "ledger_event", "ledger_task"} <= tables:
+        raise BackupRefused(f"{source} is not a Leasehold database (no ledger tables).")
+    if data_dir.exists() and any(data_dir.iterdir()):
+        raise BackupRefused(f"{data_dir} is not empty; restore into an empty data directory.")
+    data_dir.mkdir(parents=True, exist_ok=True)
+    target = data_dir / database_name
+    with (
+        closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as reader,
+        closing(sqlite3.connect(target)) as writer,
+    ):
+        reader.backup(writer)
+    problems = integrity_problems(target)
+    if problems:
+        target.unlink()
+        raise BackupRefused(f"the restored copy failed PRAGMA integrity_check: {'; '.join(problems[:5])}")
+    return target
+
+
+def _server_major() -> int:
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return 0
+    connection.ensure_connection()
+    return int(connection.pg_version) // 10000  # type: ignore[attr-defined]
+
+
+def backup_default_database(*, dest: Path) -> Path:
+    """`backup_database` of Django's default database (the `backup` command)."""
+    from django.db import connection
+
+    return backup_database(
+        database=connection.settings_dict, vendor=connection.vendor, server_major=_server_major(), dest=dest
+    )
+
+
+def backup_scheduled(*, directory: Path, keep: int, now: datetime) -> tuple[Path, list[Path]]:
+    """`backup_rotate` of Django's default database (the daily job)."""
+    from django.db import connection
+
+    return backup_rotate(
+        database=connection.settings_dict,
+        vendor=connection.vendor,
+        server_major=_server_major(),
+        directory=directory,
+        keep=keep,
+        now=now,
+    )

@@ -1,0 +1,327 @@
+"""Webhook endpoints and deliveries (SPEC §18): creation, secrets, enabling, redelivery, and the delivery run.
+
+Delivery rows are created by the event table's trigger (see
+`push.models`), never here. `webhook_deliveries_run` delivers them:
+per endpoint in event-id order (an endpoint's oldest open delivery is its
+head; nothing behind it is posted before it is delivered or dead), at least
+once (a row is marked delivered only after a 2xx), each try claimed by
+compare-and-set so that two runs at once never post the same try, and the
+POST itself outside any transaction.
+
+Retry schedule after a failed try (8 tries in about 24 h, then `dead`):
+BACKOFF_SECONDS. An endpoint whose tries fail DISABLE_AFTER_FAILURES times in
+a row is deactivated with a `webhook.disabled` warn event; its open
+deliveries wait until it is enabled again.
+"""
+
+from __future__ import annotations
+
+import time as monotonic_time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from urllib.parse import urlsplit
+
+from django.db.models import Exists, OuterRef, Q
+from django.urls import NoReverseMatch, reverse
+
+from core.db import write_transaction
+from core.errors import ValidationFailed
+from ledger import clock
+from ledger.actors import SYSTEM, Actor
+from ledger.models import EventType, Project, Severity
+from ledger.services.events import event_append
+from push import webhooks
+from push.models import (
+    OPEN_DELIVERY_STATUSES,
+    SEVERITY_RANK,
+    DeliveryStatus,
+    WebhookDelivery,
+    WebhookEndpoint,
+    WebhookFormat,
+)
+
+# Waits after the 1st … 7th failed try: roughly four times longer each, 23.9 h in all; the 8th failure is final.
+BACKOFF_SECONDS: tuple[int, ...] = (30, 120, 600, 1800, 3600, 14400, 64800)
+MAX_TRIES = len(BACKOFF_SECONDS) + 1
+DISABLE_AFTER_FAILURES = 20
+SECRET_OVERLAP = timedelta(hours=24)
+# How long a run holds a try it claimed: beyond the 5 s timeout, so a crashed run's claim lapses soon.
+CLAIM_SECONDS = 30
+
+
+def _clean_event_types(event_types: Iterable[str]) -> list[str]:
+    wanted = sorted({name.strip() for name in event_types if name.strip()})
+    unknown = [name for name in wanted if name not in EventType.values]
+    if unknown:
+        raise ValidationFailed(
+            f"Unknown event type(s): {', '.join(unknown)}.", details={"fields": {"event_types": ["invalid"]}}
+        )
+    return wanted
+
+
+def _clean_choice(value: str, choices: list[str], name: str) -> str:
+    if value not in choices:
+        raise ValidationFailed(
+            f"{name} must be one of {', '.join(choices)}; got {value!r}.", details={"fields": {name: ["invalid"]}}
+        )
+    return value
+
+
+def url_origin(url: str) -> str:
+    """Scheme, host and port only: a URL's path can be a credential (a Slack incoming-webhook URL
+    is one), and events reach agents, the changes feed, webhooks and exports."""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}/…" if parts.path.strip("/") or parts.query else url
+
+
+def _endpoint_payload(endpoint: WebhookEndpoint) -> dict[str, object]:
+    # Never the secret (SPEC §18: not in events), nor the URL's path.
+    return {
+        "endpoint": endpoint.pk,
+        "url": url_origin(endpoint.url),
+        "project": endpoint.project.slug if endpoint.project else None,
+        "event_types": endpoint.event_types,
+        "min_severity": endpoint.min_severity,
+        "format": endpoint.format,
+    }
+
+
+@write_transaction
+def webhook_create(
+    *,
+    url: str,
+    actor: Actor,
+    project: Project | None = None,
+    event_types: Iterable[str] = (),
+    min_severity: str = Severity.INFO,
+    format: str = WebhookFormat.JSON,
+) -> tuple[WebhookEndpoint, str]:
+    """Create an active endpoint; returns it and its signing secret, which is shown this once and never again."""
+    now = clock.now()
+    if len(url) > 500:
+        raise ValidationFailed("url is longer than 500 characters.", details={"fields": {"url": ["too_long"]}})
+    webhooks.check_target(url)
+    severity = _clean_choice(min_severity, list(Severity.values), "min_severity")
+    secret = webhooks.new_secret()
+    endpoint = WebhookEndpoint.objects.create(
+        url=url,
+        project=project,
+        event_types=_clean_event_types(event_types),
+        min_severity=severity,
+        min_severity_rank=SEVERITY_RANK[severity],
+        format=_clean_choice(format, list(WebhookFormat.values), "format"),
+        secret=secret,
+        created_at=now,
+    )
+    event_append(
+        type=EventType.WEBHOOK_CREATED, actor=actor, at=now, project=project, payload=_endpoint_payload(endpoint)
+    )
+    return endpoint, secret
+
+
+@write_transaction
+def webhook_roll_secret(*, endpoint: WebhookEndpoint, actor: Actor) -> tuple[WebhookEndpoint, str]:
+    """A new signing secret, shown once; the current one keeps signing alongside (a second v1=) for 24 h."""
+    now = clock.now()
+    locked = WebhookEndpoint.objects.select_for_update(no_key=True).get(pk=endpoint.pk)
+    secret = webhooks.new_secret()
+    locked.previous_secret = locked.secret
+    locked.previous_secret_expires_at = now + SECRET_OVERLAP
+    locked.secret = secret
+    locked.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at"])
+    event_append(
+        type=EventType.WEBHOOK_SECRET_ROLLED,
+        actor=actor,
+        at=now,
+        project=locked.project,
+        payload={"endpoint": locked.pk, "previous_valid_until": locked.previous_secret_expires_at.isoformat()},
+    )
+    return locked, secret
+
+
+@write_transaction
+def webhook_set_active(*, endpoint: WebhookEndpoint, active: bool, actor: Actor, reason: str = "") -> bool:
+    """Enable or disable; enabling clears the failure streak. Returns whether anything changed."""
+    now = clock.now()
+    locked = WebhookEndpoint.objects.select_for_update(no_key=True).get(pk=endpoint.pk)
+    if locked.is_active == active:
+        return False
+    locked.is_active = active
+    locked.disabled_at = None if active else now
+    if active:
+        locked.consecutive_failures = 0
+    locked.save(update_fields=["is_active", "disabled_at", "consecutive_failures"])
+    event_append(
+        type=EventType.WEBHOOK_ENABLED if active else EventType.WEBHOOK_DISABLED,
+        actor=actor,
+        at=now,
+        project=locked.project,
+        severity=Severity.INFO if active else Severity.WARN,
+        payload={"endpoint": locked.pk, "url": url_origin(locked.url), **({"reason": reason} if reason else {})},
+    )
+    return True
+
+
+@write_transaction
+def delivery_redeliver(*, deliveries: Iterable[WebhookDelivery], actor: Actor) -> int:
+    """Post these events again from a fresh start (tries counted anew); returns how many were queued."""
+    now = clock.now()
+    ids = [delivery.pk for delivery in deliveries]
+    if not ids:
+        return 0
+    queued = WebhookDelivery.objects.filter(pk__in=ids).update(
+        status=DeliveryStatus.PENDING, attempts=0, next_attempt_at=now, claimed_until=None, delivered_at=None
+    )
+    event_append(
+        type=EventType.WEBHOOK_REDELIVERED,
+        actor=actor,
+        at=now,
+        payload={"deliveries": sorted(ids)[:50], "count": queued},
+    )
+    return queued
+
+
+def _secrets_in_use(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
+    keys = [endpoint.secret]
+    if endpoint.previous_secret and endpoint.previous_secret_expires_at and endpoint.previous_secret_expires_at > now:
+        keys.append(endpoint.previous_secret)
+    return keys
+
+
+def _admin_path(task_id: int | None, event_id: int) -> str:
+    try:
+        if task_id is not None:
+            return reverse("admin:ledger_task_change", args=[task_id])
+        return reverse("admin:ledger_event_change", args=[event_id])
+    except NoReverseMatch:
+        return "/admin/"
+
+
+DELIVERY_FIELDS = (
+    "id",
+    "attempts",
+    "event_id",
+    "event__type",
+    "event__severity",
+    "event__project__slug",
+    "event__task_id",
+    "event__task__key",
+    "event__attempt_id",
+    "event__actor_agent__handle",
+    "event__actor_user__username",
+    "event__payload",
+    "event__created_at",
+)
+
+
+@write_transaction
+def _claim_head(endpoint: WebhookEndpoint, now: datetime) -> dict[str, object] | None:
+    """The endpoint's oldest open delivery if it is due, claimed for this run; None if not due or taken."""
+    head = (
+        WebhookDelivery.objects.filter(endpoint=endpoint, status__in=OPEN_DELIVERY_STATUSES)
+        .order_by("event_id")
+        .values(*DELIVERY_FIELDS, "next_attempt_at", "claimed_until")
+        .first()
+    )
+    if head is None or head["next_attempt_at"] > now:
+        return None
+    claimed = (
+        WebhookDelivery.objects.filter(pk=head["id"], attempts=head["attempts"], status__in=OPEN_DELIVERY_STATUSES)
+        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lte=now))
+        .update(claimed_until=now + timedelta(seconds=CLAIM_SECONDS))
+    )
+    return head if claimed else None
+
+
+@write_transaction
+def _record_try(*, delivery_id: int, endpoint_id: int, result: webhooks.TryResult, at: datetime) -> bool:
+    """Write what one try did; returns whether the endpoint may go on with its next delivery."""
+    delivery = WebhookDelivery.objects.select_for_update(no_key=True).get(pk=delivery_id)
+    endpoint = WebhookEndpoint.objects.select_for_update(no_key=True).get(pk=endpoint_id)
+    delivery.attempts += 1
+    delivery.last_attempt_at = at
+    delivery.last_status_code = result.status_code
+    delivery.last_error = result.error
+    delivery.claimed_until = None
+    if result.delivered:
+        delivery.status = DeliveryStatus.DELIVERED
+        delivery.delivered_at = at
+        endpoint.consecutive_failures = 0
+    else:
+        endpoint.consecutive_failures += 1
+        if delivery.attempts >= MAX_TRIES:
+            delivery.status = DeliveryStatus.DEAD
+        else:
+            delivery.status = DeliveryStatus.FAILED
+            delivery.next_attempt_at = at + timedelta(seconds=BACKOFF_SECONDS[delivery.attempts - 1])
+    delivery.save()
+    endpoint.save(update_fields=["consecutive_failures"])
+    if not result.delivered and endpoint.is_active and endpoint.consecutive_failures >= DISABLE_AFTER_FAILURES:
+        webhook_set_active(
+            endpoint=endpoint,
+            active=False,
+            actor=SYSTEM,
+            reason=f"{endpoint.consecutive_failures} failed tries in a row",
+        )
+    return result.delivered or delivery.status == DeliveryStatus.DEAD
+
+
+@dataclass
+class DeliveryRun:
+    tries: int = 0
+    delivered: int = 0
+    failed: int = 0
+    endpoints: list[int] = field(default_factory=list)
+
+
+def webhook_deliveries_run(*, max_tries: int = 500) -> DeliveryRun:
+    """Post every due delivery, each endpoint's in event-id order; at most `max_tries` POSTs per run."""
+    run = DeliveryRun()
+    open_work = WebhookDelivery.objects.filter(endpoint=OuterRef("pk"), status__in=OPEN_DELIVERY_STATUSES)
+    endpoints = list(WebhookEndpoint.objects.filter(is_active=True).filter(Exists(open_work)).order_by("id"))
+    for endpoint in endpoints:
+        run.endpoints.append(endpoint.pk)
+        while run.tries < max_tries:
+            now = clock.now()
+            head = _claim_head(endpoint, now)
+            if head is None:
+                break
+            document = webhooks.event_document(head)
+            body = webhooks.delivery_body(
+                document,
+                format=endpoint.format,
+                admin_path=_admin_path(head["event__task_id"], head["event_id"]),  # type: ignore[arg-type]
+            )
+            signature = webhooks.signature_header(
+                secrets_in_use=_secrets_in_use(endpoint, now), timestamp=int(now.timestamp()), body=body
+            )
+            result = webhooks.post(url=endpoint.url, body=body, event_id=document["id"], signature=signature)
+            run.tries += 1
+            run.delivered += int(result.delivered)
+            run.failed += int(not result.delivered)
+            go_on = _record_try(delivery_id=head["id"], endpoint_id=endpoint.pk, result=result, at=clock.now())  # type: ignore[arg-type]
+            endpoint.refresh_from_db(fields=["is_active"])
+            if not go_on or not endpoint.is_active:
+                break
+    return run
+
+
+def webhook_deliveries_follow(*, seconds: float, pause: float = 1.0) -> DeliveryRun:
+    """Deliver, then look again every `pause` seconds, for `seconds`; returns at once when no endpoint is active.
+
+    The scheduled job runs this for most of its minute, so a new event is
+    posted within about a second instead of at the next schedule.
+    """
+    total = DeliveryRun()
+    stop_at = monotonic_time.monotonic() + seconds
+    while True:
+        if not WebhookEndpoint.objects.filter(is_active=True).exists():
+            return total
+        run = webhook_deliveries_run()
+        total.tries += run.tries
+        total.delivered += run.delivered
+        total.failed += run.failed
+        if monotonic_time.monotonic() + pause >= stop_at:
+            return total
+        monotonic_time.sleep(pause)

@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class ReconciliationConfig(AppConfig):
+    name = "reconciliation"
+    verbose_name = "Reconciliation"

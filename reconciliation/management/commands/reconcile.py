@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from reconciliation.services import reconcile
+
+
+class Command(BaseCommand):
+    help = (
+        "Compare the lease records with git and the environment table and record findings "
+        "(the job the scheduler runs every 5 minutes). With --prune-worktrees, also remove orphan "
+        "worktrees reported as removable: merged or discarded, and clean. Nothing else is ever removed."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--prune-worktrees",
+            action="store_true",
+            help="remove removable orphan worktrees with `git worktree remove` (never --force)",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        run = reconcile(prune_worktrees=options["prune_worktrees"])
+        self.stdout.write(
+            f"Reconciliation run {run.pk}: {run.status}; {run.opened} finding(s) opened, {run.resolved} resolved."
+        )
+        width = max(len(condition) for condition in run.counts)
+        for condition, count in run.counts.items():
+            self.stdout.write(f"  {condition:<{width}}  {count}")
+        for path in run.pruned:
+            self.stdout.write(f"Pruned worktree {path}")
+        for error in run.errors:
+            where = error.get("project") or "run"
+            self.stderr.write(f"Error ({where}): {error.get('message')}")
+        if run.errors:
+            self.stderr.write(f"{len(run.errors)} error(s); the other projects were reconciled.")

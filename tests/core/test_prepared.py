@@ -1,0 +1,155 @@
+"""Statements compiled once (`core.prepared`): they run what the queryset would, or refuse to prepare."""
+
+from __future__ import annotations
+
+import datetime as dt
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.db.models import F, signals
+from django.db.transaction import TransactionManagementError
+
+from core.prepared import (
+    SAMPLE_INT,
+    SAMPLE_TIME,
+    NotPreparable,
+    Prepared,
+    PreparedUpdate,
+    insert,
+    update_row,
+)
+from leases.models import Attempt, Note
+from ledger.actors import SYSTEM
+from ledger.models import Event, EventType, Project, Task, TaskStatus
+from ledger.services import event_append
+from tests.factories import ProjectFactory, TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+PROJECTS = ({"project": Project(pk=SAMPLE_INT[0])}, {"project": Project(pk=SAMPLE_INT[1])})
+
+
+def _tasks_of(project: Project, now: dt.datetime):
+    return Task.objects.filter(project=project, created_at__lte=now).order_by("number")
+
+
+def _samples_with_time():
+    return tuple({**PROJECTS[index], "now": SAMPLE_TIME[index]} for index in (0, 1))
+
+
+def test_rows_are_what_values_list_answers_for_other_values(clock):
+    first, second = ProjectFactory(), ProjectFactory()
+    for project in (first, first, second):
+        TaskFactory(project=project, labels=["x"])
+    prepared = Prepared(
+        lambda project, now: _tasks_of(project, now).values_list("key", "labels", "created_at", "status"),
+        samples=_samples_with_time(),
+    )
+    for project in (first, second):
+        for now in (clock.now(), clock.now() - timedelta(days=1)):
+            expected = list(_tasks_of(project, now).values_list("key", "labels", "created_at", "status"))
+            assert prepared.rows(project=project, now=now) == expected
+    assert len(prepared.rows(project=first, now=clock.now())) == 2
+
+
+def test_objects_come_whole_with_their_related_rows(clock):
+    task = TaskFactory(priority=3)
+    prepared = Prepared(
+        lambda project, now: _tasks_of(project, now).select_related("project").only("key", "project__slug"),
+        samples=_samples_with_time(),
+    )
+    (found,) = prepared.objects(project=task.project, now=clock.now())
+    assert (found.pk, found.key, found.project.slug) == (task.pk, task.key, task.project.slug)
+    assert "project" in found._state.fields_cache
+    assert found.priority == 3  # deferred: loads on first access, as the queryset's would
+
+
+@pytest.mark.parametrize(
+    ("build", "problem"),
+    [
+        # a value that changes the statement's shape
+        (lambda project, now: Task.objects.filter(pk__in=range(project.pk % 10)), "shape"),
+        # a value computed from a sample
+        (lambda project, now: Task.objects.filter(project=project, created_at__lte=now + timedelta(1)), "exactly one"),
+        # a sample that goes in nowhere
+        (lambda project, now: Task.objects.filter(project=project), "go into no parameter"),
+    ],
+)
+def test_what_cannot_be_prepared_is_refused_before_it_runs(build, problem):
+    prepared = Prepared(build, samples=_samples_with_time())
+    with pytest.raises(NotPreparable, match=problem):
+        prepared.rows(project=Project(pk=1), now=SAMPLE_TIME[0])
+
+
+def test_none_is_refused_where_the_orm_would_have_written_is_null():
+    prepared = Prepared(lambda project: Task.objects.filter(project=project), samples=PROJECTS)
+    with pytest.raises(NotPreparable, match="None"):
+        prepared.rows(project=None)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite has no FOR UPDATE")
+@pytest.mark.django_db(transaction=True)
+def test_a_locking_read_outside_a_transaction_is_refused_like_the_orm():
+    prepared = Prepared(lambda project: Task.objects.select_for_update().filter(project=project), samples=PROJECTS)
+    with pytest.raises(TransactionManagementError):
+        prepared.rows(project=Project(pk=1))
+    with transaction.atomic():
+        assert prepared.rows(project=Project(pk=1)) == []
+
+
+def test_an_update_sets_what_the_queryset_update_would(clock):
+    task = TaskFactory()
+    bump = PreparedUpdate(
+        lambda task_id, at: (Task.objects.filter(pk=task_id), {"updated_at": at, "epoch": F("epoch") + 2}),
+        samples=(
+            {"task_id": SAMPLE_INT[0], "at": SAMPLE_TIME[0]},
+            {"task_id": SAMPLE_INT[1], "at": SAMPLE_TIME[1]},
+        ),
+    )
+    later = clock.now() + timedelta(hours=1)
+    assert bump.run(task_id=task.pk, at=later) == 1
+    assert bump.run(task_id=task.pk + 10_000, at=later) == 0
+    task.refresh_from_db()
+    assert (task.epoch, task.updated_at) == (2, later)
+
+
+def test_insert_writes_the_row_create_would(clock):
+    task = TaskFactory()
+    now = clock.now()
+    made = Event.objects.create(
+        type=EventType.TASK_UPDATED, task=task, project=task.project, payload={"a": [1, "é"]}, created_at=now
+    )
+    inserted = insert(
+        Event(type=EventType.TASK_UPDATED, task=task, project=task.project, payload={"a": [1, "é"]}, created_at=now)
+    )
+    assert inserted.pk == made.pk + 1
+    assert not inserted._state.adding
+    columns = [field.attname for field in Event._meta.concrete_fields if field.name != "id"]
+    assert Event.objects.values(*columns).get(pk=inserted.pk) == Event.objects.values(*columns).get(pk=made.pk)
+
+
+def test_the_models_written_without_signals_have_no_receivers():
+    """`insert` and `update_row` send no signals; nothing listens to the models they write."""
+    for model in (Event, Attempt, Note, Task):
+        for signal in (signals.pre_save, signals.post_save):
+            assert not signal.has_listeners(model), (model, signal)
+
+
+def test_update_row_is_a_compare_and_set(clock):
+    task = TaskFactory(status=TaskStatus.READY)
+    task.title = "renamed"
+    assert update_row(task, ["title"], status=TaskStatus.DONE) == 0
+    assert Task.objects.get(pk=task.pk).title != "renamed"
+    assert update_row(task, ["title"], status=TaskStatus.READY) == 1
+    stored = Task.objects.get(pk=task.pk)
+    assert (stored.title, stored.version) == ("renamed", task.version)
+
+
+def test_the_audit_log_still_gets_one_row_per_event(clock):
+    task = TaskFactory()
+    before = Event.objects.count()
+    event = event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=clock.now(), task=task, payload={"k": 1})
+    assert Event.objects.count() == before + 1
+    stored = Event.objects.get(pk=event.pk)
+    assert (stored.project_id, stored.task_id, stored.payload) == (task.project_id, task.pk, {"k": 1})
