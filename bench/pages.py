@@ -235,7 +235,7 @@ def plans() -> dict[str, str]:
     """The plans of the queries that read history: the ones an index must serve."""
     from django.db import connection
 
-    from console.dashboard import QUEUE_WAIT_WINDOW
+    from console.fleet.dashboard import QUEUE_WAIT_WINDOW
     from leases.models import Attempt
     from ledger import clock
     from ledger.models import Event

@@ -5,8 +5,10 @@ INSTALLED_APPS). Every write goes through a service with
 `Actor(user=request.user)`; nothing is deletable by anyone (`delete_selected`
 is disabled site-wide and every ModelAdmin refuses delete). `Ledger admins`
 run the actions; `Managers` view everything and export events as CSV. One
-module per area (`console/tasks.py`, `console/agents.py`, …); shared pieces
-in `console/base.py`, `console/confirm.py`, `console/timeline.py`;
+package per area (`console/tasks/`, `console/fleet/`, `console/audit/`,
+`console/reports/`), each `__init__.py` saying what it holds; shared pieces
+at the top: `console/base.py`, `console/confirm.py`, `console/site.py`,
+`console/auth_admin.py`, and the webhooks' admin (`console/webhooks.py`);
 templates under `templates/admin/`.
 """
 
@@ -14,18 +16,18 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from console.agents import AgentAdmin
-from console.allocations import AllocationAdmin
-from console.attempts import AttemptAdmin
-from console.decisions import DecisionAdmin
-from console.environments import EnvironmentAdmin
-from console.events import EventAdmin
-from console.findings import FindingAdmin
-from console.projects import ProjectAdmin
-from console.reviews import ReviewRequestAdmin
-from console.runs import ReconciliationRunAdmin
+from console.audit.decisions import DecisionAdmin
+from console.audit.events import EventAdmin
+from console.audit.findings import FindingAdmin
+from console.fleet.agents import AgentAdmin
+from console.fleet.allocations import AllocationAdmin
+from console.fleet.attempts import AttemptAdmin
+from console.fleet.environments import EnvironmentAdmin
+from console.fleet.runs import ReconciliationRunAdmin
 from console.site import install
-from console.tasks import TaskAdmin
+from console.tasks.projects import ProjectAdmin
+from console.tasks.reviews import ReviewRequestAdmin
+from console.tasks.tasks import TaskAdmin
 from console.webhooks import WebhookDeliveryAdmin, WebhookEndpointAdmin
 from environments.models import Environment
 from leases.models import Allocation, Attempt, ReviewRequest

@@ -107,7 +107,7 @@ class Confirmation:
     danger: bool = True
     notes: Sequence[str] = field(default_factory=tuple)
     # Beside the tick box of a revoke: each holder's run heartbeat and last renewal, and a warning
-    # when one was heard from in the last minute (`console.agent_health.revoke_liveness`).
+    # when one was heard from in the last minute (`console.fleet.agent_health.revoke_liveness`).
     liveness: Sequence[str] = field(default_factory=tuple)
     liveness_warning: str = ""
 

@@ -31,7 +31,7 @@ class LeaseholdAdminSite(admin.AdminSite):
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
         """The app list, and above it the dashboard for anyone who may view tasks."""
         # Imported here: this module loads with INSTALLED_APPS, before the models the dashboard reads.
-        from console.dashboard import AUTO_REFRESH_SECONDS, CHART_DAYS, STATUS_COLUMNS, build_dashboard
+        from console.fleet.dashboard import AUTO_REFRESH_SECONDS, CHART_DAYS, STATUS_COLUMNS, build_dashboard
 
         extra = dict(extra_context or {})
         if request.user.has_perm("ledger.view_task"):
@@ -49,8 +49,8 @@ class LeaseholdAdminSite(admin.AdminSite):
 
     def get_urls(self) -> list[URLResolver | URLPattern]:
         """The operations pages that belong to no single model: job health and the managers' report."""
-        from console.jobs_health import jobs_page
-        from console.reports import attempts_csv, report_page, tasks_csv
+        from console.fleet.jobs_health import jobs_page
+        from console.reports.reports import attempts_csv, report_page, tasks_csv
 
         pages = [
             path("jobs/", self.admin_view(lambda request: jobs_page(request, self)), name="leasehold_jobs"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import date, timedelta
 
-from console.charts import Stack, bar_chart, nice_step, rate_chart
+from console.fleet.charts import Stack, bar_chart, nice_step, rate_chart
 
 DAYS = [date(2026, 1, 1) + timedelta(days=n) for n in range(30)]
 

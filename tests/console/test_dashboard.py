@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from console.dashboard import build_dashboard
+from console.fleet.dashboard import build_dashboard
 from leases.services import check_queue_wait, lease_claim, task_update
 from ledger.actors import SYSTEM
 from reconciliation.services import reconcile

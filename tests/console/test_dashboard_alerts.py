@@ -7,8 +7,8 @@ from datetime import timedelta
 
 import pytest
 
-from console.alerts import human_duration
-from console.dashboard import build_dashboard
+from console.audit.alerts import human_duration
+from console.fleet.dashboard import build_dashboard
 from leases import jobs
 from leases.services import attempt_finish, check_queue_wait, lease_claim, task_update
 from ledger.actors import SYSTEM

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ElementTree
 
 import pytest
 
-from console.graph import ADMIN_GRAPH_NODES, layers_of
+from console.reports.graph import ADMIN_GRAPH_NODES, layers_of
 from ledger.models import Task, TaskDependency
 from tests.factories import ProjectFactory, TaskFactory
 

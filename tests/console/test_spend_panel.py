@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from console.dashboard import spend_panel
+from console.fleet.dashboard import spend_panel
 from leases.services import attempt_renew, lease_claim
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of

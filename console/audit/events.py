@@ -28,14 +28,14 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from console.alerts import readable_summary
+from console.audit.alerts import readable_summary
+from console.audit.timeline import payload_summary
 from console.base import EMPTY, EstimatedCountMixin, ReadOnlyAdmin, badge, moment
-from console.exports import CSV_CHUNK, compact_json, csv_download, csv_lines
-from console.timeline import payload_summary
+from console.reports.exports import CSV_CHUNK, compact_json, csv_download, csv_lines
 from ledger import clock
 from ledger.models import Agent, Event, EventType
 
-# `summary` is the readable sentence (console.alerts.readable_summary); `payload` the compact JSON beside it.
+# `summary` is the readable sentence (console.audit.alerts.readable_summary); `payload` the compact JSON beside it.
 CSV_COLUMNS = (
     "id",
     "created_at",

@@ -25,7 +25,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from console.alerts import human_duration, moment_utc
+from console.audit.alerts import human_duration, moment_utc
 from console.base import ConfirmationForm, actor_of, plural
 from console.confirm import Confirmation, RevokeForm, is_confirmed, render_confirmation
 from core.errors import LedgerError

@@ -17,7 +17,7 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from console.alerts import human_duration
+from console.audit.alerts import human_duration
 from insight.job_health import SCHEDULER_HEARTBEAT_MAX_AGE, JobHealth, JobState, job_health
 from insight.models.job_heartbeat import JobName
 from ledger import clock

@@ -22,9 +22,9 @@ from django.db.models import Count
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from console.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration
-from console.charts import Stack, bar_chart, rate_chart
-from console.jobs_health import JobsView, jobs_view
+from console.audit.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration
+from console.fleet.charts import Stack, bar_chart, rate_chart
+from console.fleet.jobs_health import JobsView, jobs_view
 from insight.metrics import fleet_metrics, pooled_orphan_rate
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
 from leases.models import Attempt, AttemptKind

@@ -3,7 +3,7 @@
 A task under a live lease gets a confirmation page offering "also
 force-release" (ticked by default) and the revocation's reason; tasks nobody
 holds are cancelled at once from the list. `TaskCancelMixin` is mixed into
-`console.tasks.TaskAdmin`, which supplies the columns, `report` and `log_change`.
+`console.tasks.tasks.TaskAdmin`, which supplies the columns, `report` and `log_change`.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Agents: create (token shown once), change projects, rotate token (shown once), deactivate, reactivate.
 
 The agent health page and its levers (force-release all, deactivate with a
-reason, reactivate) are `console.agent_health`, routed here. A deactivated
+reason, reactivate) are `console.fleet.agent_health`, routed here. A deactivated
 agent's token is not rotated: the new token would only ever get 401 (bug 10);
 reactivate it first.
 
@@ -27,10 +27,10 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from console.agent_health import health_page, release_all_view, set_active_view
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
-from console.budgets import set_budget_action
 from console.confirm import Confirmation, is_confirmed, render_confirmation
+from console.fleet.agent_health import health_page, release_all_view, set_active_view
+from console.reports.budgets import set_budget_action
 from core.errors import LedgerError
 from leases.models import Attempt, AttemptStatus
 from leases.services import agent_set_projects

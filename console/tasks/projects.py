@@ -16,8 +16,8 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from console.base import ServiceFormAdmin, actor_of, badge
-from console.budgets import set_budget_action
-from console.graph import project_graph_panel
+from console.reports.budgets import set_budget_action
+from console.reports.graph import project_graph_panel
 from ledger.models import Project
 from ledger.services import project_create
 

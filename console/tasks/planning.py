@@ -6,7 +6,7 @@ was made on, and a stale one is refused with `VERSION_CONFLICT`, shown as a
 message, nothing saved), `ledger.services.dependency_add` /
 `dependency_remove` (a cycle is refused with its path),
 `ledger.services.task_reservation_clear`, `leases.services.task_cancel`.
-`TaskPlanningMixin` is mixed into `console.tasks.TaskAdmin`, which supplies
+`TaskPlanningMixin` is mixed into `console.tasks.tasks.TaskAdmin`, which supplies
 `get_queryset`, `has_operate_permission`, `log_change` and `_set_status`.
 """
 
@@ -24,7 +24,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 
 from console.base import EMPTY, actor_of, badge, duration, moment
-from console.task_parts import EFFECTIVE_LABELS, claimability_cell, status_cell
+from console.tasks.parts import EFFECTIVE_LABELS, claimability_cell, status_cell
 from core.errors import DependencyCycle, LedgerError, VersionConflict
 from leases.selectors import IN_PROGRESS, live_attempts, with_claimability
 from leases.services import task_update

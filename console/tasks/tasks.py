@@ -4,11 +4,12 @@ Status actions (mark ready, reopen) go through the lease-aware
 `leases.services.task_update`, so a change under someone's live lease is
 recorded as `task.contested`. Cancel goes through `leases.services.task_cancel`:
 a task under a live lease gets a confirmation page offering "also
-force-release" (ticked by default). Force-release and reassign go through
-`leases.services.task_force_release` / `task_reassign` after a confirmation
-page that requires a reason and the tick "I have confirmed the agent process
-is gone"; reassign offers only agents that may claim the task. Planning (edit,
-dependencies, reservation, the queue) is `console.task_planning`.
+force-release" (ticked by default; `console.tasks.cancel`). Force-release and
+reassign go through `leases.services.task_force_release` / `task_reassign`
+after a confirmation page that requires a reason and the tick "I have
+confirmed the agent process is gone"; reassign offers only agents that may
+claim the task (`console.tasks.revoke`). Planning (edit, dependencies,
+reservation, the queue) is `console.tasks.planning`.
 
 `inlines` and `actions` are plain lists: append to them.
 """
@@ -18,16 +19,15 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
 from django.db.models import F, QuerySet
 from django.forms import BaseForm
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
-from django.shortcuts import get_object_or_404
+from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html, linebreaks
 from django.utils.safestring import SafeString
 
-from console.agent_health import revoke_liveness
+from console.audit.comments import CommentInline
+from console.audit.timeline import timeline_of
 from console.base import (
     EMPTY,
     ServiceFormAdmin,
@@ -37,19 +37,10 @@ from console.base import (
     moment,
     plural,
 )
-from console.budgets import set_budget_action, spent_text
-from console.comments import CommentInline
-from console.confirm import (
-    Confirmation,
-    RevokeForm,
-    is_confirmed,
-    reassign_form_for,
-    render_confirmation,
-)
-from console.graph import task_graph_panel
-from console.quarantine import release_quarantined
-from console.task_cancel import TaskCancelMixin
-from console.task_parts import (
+from console.reports.budgets import set_budget_action, spent_text
+from console.reports.graph import task_graph_panel
+from console.tasks.cancel import TaskCancelMixin
+from console.tasks.parts import (
     AttemptInline,
     ClaimableFilter,
     DependencyInline,
@@ -60,18 +51,19 @@ from console.task_parts import (
     claimability_cell,
     status_cell,
 )
-from console.task_planning import TaskPlanningMixin, present_blockers, status_buttons
-from console.timeline import timeline_of
+from console.tasks.planning import TaskPlanningMixin, present_blockers, status_buttons
+from console.tasks.quarantine import release_quarantined
+from console.tasks.revoke import TaskRevokeMixin
 from core.errors import LedgerError
 from leases.models import Attempt
 from leases.selectors import with_claimability
-from leases.services import task_force_release, task_reassign, task_update
+from leases.services import task_update
 from ledger import clock
-from ledger.models import ALLOWED_TRANSITIONS, Agent, PathsMode, Task, TaskComment, TaskDependency, TaskStatus
+from ledger.models import ALLOWED_TRANSITIONS, PathsMode, Task, TaskComment, TaskDependency, TaskStatus
 from ledger.services import task_create, task_reservation_clear
 
 
-class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
+class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceFormAdmin):
     list_display = [
         "key",
         "title",
@@ -151,7 +143,7 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
         if TaskDependency.objects.filter(blocked_by=obj, removed_at__isnull=True).exists():
             inlines.append(DependentInline)
         if TaskComment.objects.filter(task=obj).exists():
-            inlines.append(CommentInline)  # SPEC §16.2 (console/comments.py)
+            inlines.append(CommentInline)  # SPEC §16.2 (console/audit/comments.py)
         return inlines
 
     def formfield_for_choice_field(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
@@ -319,125 +311,9 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
 
     @admin.action(description="Release from quarantine", permissions=["operate"])
     def release_from_quarantine(self, request: HttpRequest, queryset: QuerySet[Task]) -> None:
-        release_quarantined(self, request, queryset)  # SPEC §16.4 (console/quarantine.py)
+        release_quarantined(self, request, queryset)  # SPEC §16.4 (console/tasks/quarantine.py)
 
-    # --- revoking actions ---------------------------------------------------
-
-    @admin.action(description="Force-release (revoke the live lease)…", permissions=["operate"])
-    def force_release(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
-        return self._revoke_flow(request, list(queryset), reassign=False, action_name="force_release")
-
-    @admin.action(description="Reassign to another agent…", permissions=["operate"])
-    def reassign(self, request: HttpRequest, queryset: QuerySet[Task]) -> HttpResponse | None:
-        return self._revoke_flow(request, list(queryset), reassign=True, action_name="reassign")
-
-    def _revoke_flow(
-        self,
-        request: HttpRequest,
-        tasks: list[Task],
-        *,
-        reassign: bool,
-        action_name: str | None,
-        done_url: str | None = None,
-    ) -> HttpResponse | None:
-        data = request.POST if is_confirmed(request) else None
-        form: RevokeForm = reassign_form_for(tasks, data) if reassign else RevokeForm(data)
-        if form.is_bound and form.is_valid():
-            agent: Agent | None = form.cleaned_data.get("agent")
-            self._revoke(request, tasks, reason=form.cleaned_data["reason"], agent=agent)
-            return HttpResponseRedirect(done_url) if done_url else None
-        now = clock.now()
-        live = sum(1 for task in tasks if getattr(task, "holder_attempt_id", None))
-        verb = "Reassign" if reassign else "Force-release"
-        liveness, liveness_warning = revoke_liveness([getattr(t, "holder_attempt_id", 0) or 0 for t in tasks], now)
-        confirmation = Confirmation(
-            liveness=liveness,
-            liveness_warning=liveness_warning,
-            title=f"{verb} {plural(len(tasks), 'task')}",
-            intro=(
-                "Revoke the live lease of each selected task and reserve the task for the agent you choose: "
-                "only that agent may claim it next."
-                if reassign
-                else "Revoke the live lease of each selected task. The task becomes claimable again; "
-                "the holder's branch, worktree and environment are kept (its allocation is marked stale)."
-            ),
-            warning=(
-                f"{plural(live, 'task')} of these {'has' if live == 1 else 'have'} a live lease. "
-                "The holder's next write will fail with LEASE_NOT_HELD; if its process is still running "
-                "it keeps working without a lease, so make sure it is gone first."
-                if live
-                else "None of these tasks has a live lease right now; nothing will be revoked."
-                + (" The reservation is still recorded." if reassign else "")
-            ),
-            submit_label=f"Yes, {verb.lower()}",
-            columns=["Task", "Title", "Status", "Holder", "Lease left", "Epoch", "Reserved for"],
-            rows=[
-                (
-                    task,
-                    [
-                        task.key,
-                        task.title,
-                        self.effective_status_badge(task),
-                        self.holder(task),
-                        lease_remaining(getattr(task, "lease_expires_at", None), now),
-                        task.epoch,
-                        task.reserved_for.handle if task.reserved_for else EMPTY,
-                    ],
-                )
-                for task in tasks
-            ],
-        )
-        cancel_url = done_url or reverse("admin:ledger_task_changelist")
-        return render_confirmation(
-            request,
-            self,
-            confirmation=confirmation,
-            form=form,
-            action_name=action_name,
-            objects=tasks,
-            cancel_url=cancel_url,
-        )
-
-    def _revoke(self, request: HttpRequest, tasks: list[Task], *, reason: str, agent: Agent | None) -> None:
-        actor = actor_of(request)
-        revoked: list[str] = []
-        idle: list[str] = []
-        refused: list[str] = []
-        for task in tasks:
-            try:
-                if agent is not None:
-                    result = task_reassign(task=task, agent=agent, actor=actor, reason=reason)
-                else:
-                    result = task_force_release(task=task, actor=actor, reason=reason)
-            except LedgerError as exc:
-                refused.append(f"{task.key}: {exc.message}")
-                continue
-            parts = []
-            if result.revoked is not None:
-                attempt = result.revoked
-                revoked.append(task.key)
-                parts.append(f"Revoked attempt {attempt.pk} of {attempt.agent.handle} (epoch {attempt.epoch}).")
-            else:
-                idle.append(task.key)
-                parts.append("No live lease to revoke.")
-            if agent is not None:
-                parts.append(f"Reserved for {agent.handle}.")
-            parts.append(f"Reason: {reason}")
-            verb = "Reassign" if agent is not None else "Force-release"
-            self.log_change(request, result.task, f"{verb}: {' '.join(parts)}")
-        handled = len(revoked) + len(idle)
-        if agent is not None:
-            done = (
-                f"Reassigned {plural(handled, 'task')} to {agent.handle}; revoked {plural(len(revoked), 'live lease')}."
-                if handled
-                else None
-            )
-        else:
-            done = f"Force-released {plural(len(revoked), 'task')}: revoked their live leases." if revoked else None
-        skipped = [f"{plural(len(idle), 'task')} had no live lease: {', '.join(idle[:10])}."] if idle else []
-        self.report(request, done=done, skipped=skipped, refused=refused)
-
-    # --- per-task pages for the same two actions ------------------------------
+    # --- the task's own pages: force-release, reassign, cancel, planning --------
 
     def get_urls(self) -> list[URLPattern]:
         wrap = self.admin_site.admin_view
@@ -448,18 +324,3 @@ class TaskAdmin(TaskCancelMixin, TaskPlanningMixin, ServiceFormAdmin):
             *self.planning_urls(),
         ]
         return own + super().get_urls()
-
-    def _single_task_flow(self, request: HttpRequest, object_id: str, *, reassign: bool) -> HttpResponse:
-        if not self.has_operate_permission(request):
-            raise PermissionDenied
-        task = get_object_or_404(self.get_queryset(request).select_related("reserved_for"), pk=object_id)
-        done_url = reverse("admin:ledger_task_change", args=[task.pk])
-        response = self._revoke_flow(request, [task], reassign=reassign, action_name=None, done_url=done_url)
-        assert response is not None  # with a done_url the flow always answers
-        return response
-
-    def force_release_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._single_task_flow(request, object_id, reassign=False)
-
-    def reassign_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        return self._single_task_flow(request, object_id, reassign=True)

@@ -3,7 +3,7 @@
 The page: throughput, lead time (ready → done), failure reasons by agent and
 by task class over a chosen range of UTC days, with the pooled orphan rate
 (`insight.reports.fleet_report`). The exports (`tasks.csv`, `attempts.csv`)
-stream (`console.exports`); tasks may be filtered by project and status,
+stream (`console.reports.exports`); tasks may be filtered by project and status,
 attempts by project and the same range (on their finish, or their claim for
 live ones). Anyone who may view tasks may read and export: Managers included.
 """
@@ -20,8 +20,8 @@ from django.http import HttpRequest, HttpResponseBase
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
-from console.alerts import human_duration
-from console.exports import ATTEMPT_COLUMNS, TASK_COLUMNS, attempt_rows, csv_download, csv_lines, task_rows
+from console.audit.alerts import human_duration
+from console.reports.exports import ATTEMPT_COLUMNS, TASK_COLUMNS, attempt_rows, csv_download, csv_lines, task_rows
 from core.errors import LedgerError
 from insight.reports import MAX_RANGE_DAYS, Breakdown, Report, fleet_report, report_range
 from leases.models import Attempt

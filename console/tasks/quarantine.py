@@ -1,4 +1,4 @@
-"""The task admin's "release from quarantine" action (SPEC §16.4), kept out of `console/tasks.py`.
+"""The task admin's "release from quarantine" action (SPEC §16.4), kept out of `console/tasks/tasks.py`.
 
 A quarantined task (blocked with the reason "quarantined: …") becomes ready again through
 `leases.services.task_release_quarantine`; its next attempts start a fresh streak. Other

@@ -1,7 +1,7 @@
 """Attempts: a read-only audit of every claim, with its notes and environment allocations.
 
 Attempts are never changed here: an admin revokes one through the task's
-force-release or reassign (`console.tasks`).
+force-release or reassign (`console.tasks.revoke`).
 """
 
 from __future__ import annotations
