@@ -262,7 +262,7 @@ def two_findings(web, clock) -> tuple[Finding, Finding]:
 def scenario_acknowledge_finding(web, clock):
     a, b = two_findings(web, clock)
     return Twins(
-        via_admin=lambda client: action(client, "leases/finding", "acknowledge", [a.pk]),
+        via_admin=lambda client: action(client, "reconciliation/finding", "acknowledge", [a.pk]),
         via_service=lambda actor: finding_acknowledge(finding=b, actor=actor),
         drop=frozenset({"finding", "subject"}),
     )
@@ -271,7 +271,7 @@ def scenario_acknowledge_finding(web, clock):
 def scenario_resolve_finding(web, clock):
     a, b = two_findings(web, clock)
     return Twins(
-        via_admin=lambda client: action(client, "leases/finding", "resolve", [a.pk]),
+        via_admin=lambda client: action(client, "reconciliation/finding", "resolve", [a.pk]),
         via_service=lambda actor: finding_resolve(finding=b, actor=actor),
         drop=frozenset({"finding", "subject"}),
     )
