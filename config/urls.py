@@ -13,7 +13,7 @@ urlpatterns = [
     # /api/v1/ and, for any other path under /api/, the API's error envelope too.
     path("api/", include(("api.urls", "api"), namespace="api")),
     # /healthz and /readyz for load balancers and orchestrators (no login).
-    path("", include("console.fleet.health_urls")),
+    path("", include("operations.apis.urls")),
     # Prometheus' scrape endpoint (SPEC §18), outside the agent API.
     path("", include("insight.apis.prometheus")),
 ]

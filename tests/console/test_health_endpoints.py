@@ -41,7 +41,7 @@ def test_readyz_is_ready_after_a_job_ran_and_503_once_its_heartbeat_is_three_min
 
 @pytest.mark.django_db
 def test_readyz_names_unapplied_migrations(client, clock, monkeypatch):
-    from console.fleet import health
+    from operations.apis import health
 
     jobs.sweep_expired_job()
     monkeypatch.setattr(health, "_migrations_seen_applied", False)

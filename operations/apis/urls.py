@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from console.fleet.health import healthz, readyz
+from operations.apis.health import healthz, readyz
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
