@@ -1,6 +1,6 @@
 """How every call to the agent API is sent (SPEC §8), with the retry rule of SPEC §13.
 
-- Errors raise the `agent.errors` class registered for the envelope's code.
+- Errors raise the `agent.client.errors` class registered for the envelope's code.
 - Retries: only errors whose envelope says `retryable` (STORAGE_BUSY,
   RATE_LIMITED, ENVIRONMENT_UNAVAILABLE, gateway 502/503/504) and connection
   failures, with exponential backoff and jitter, a bounded number of times.
@@ -23,7 +23,7 @@
   when a transport is injected (tests), requests are observed (`on_request`)
   or a proxy is configured for the server.
 
-`agent.client.LeaseholdClient` adds one method per endpoint on top. This
+`agent.client.api.LeaseholdClient` adds one method per endpoint on top. This
 module talks HTTP only; it imports nothing of the server.
 """
 
@@ -47,14 +47,14 @@ from typing import Any, Protocol, Self
 import httpx
 
 from agent import __version__
-from agent.errors import (
+from agent.client.errors import (
     LEASE_LOSS_CODES,
     ConnectionFailed,
     LeaseholdError,
     LeaseLost,
     error_from_envelope,
 )
-from agent.models import Lease, lease_fingerprint
+from agent.client.models import Lease, lease_fingerprint
 
 API_PREFIX = "/api/v1"
 MUTATING_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
