@@ -120,3 +120,11 @@ def test_each_sub_package_imports_only_those_below_it():
     }
 
     assert {name: imports for name, imports in offences.items() if imports} == {}
+
+
+def test_no_toolkit_module_is_over_400_lines():
+    lengths = {
+        str(source.relative_to(REPO)): len(source.read_text().splitlines()) for source in (REPO / PACKAGE).rglob("*.py")
+    }
+
+    assert {path: lines for path, lines in lengths.items() if lines > 400} == {}
