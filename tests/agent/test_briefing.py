@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent.briefing import command_environment, context_markdown, expand_placeholders
-from agent.outcome import InvalidOutcome, parse_outcome
+from agent.workspace.briefing import command_environment, context_markdown, expand_placeholders
+from agent.workspace.outcome import InvalidOutcome, parse_outcome
 
 CONTEXT = {
     "task": {

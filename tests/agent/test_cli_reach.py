@@ -7,8 +7,9 @@ import json
 import subprocess
 from pathlib import Path
 
-from agent.errors import StaleEpoch
-from agent.output import EXIT_STDOUT_CLOSED, EXIT_WORKSPACE, error_text
+from agent.cli.output import EXIT_STDOUT_CLOSED, EXIT_WORKSPACE
+from agent.client.errors import StaleEpoch
+from agent.client.text import error_text
 from tests.agent.live import REPO, leasehold
 
 

@@ -7,8 +7,7 @@ import json
 import httpx
 import pytest
 
-from agent import errors
-from agent.client import Lease, LeaseholdClient, api_root
+from agent.client import Lease, LeaseholdClient, api_root, errors
 from core.errors import ERRORS_BY_CODE as SERVER_ERRORS
 
 LEASE = Lease(attempt_id=7, token="secret-token", epoch=3, task="WEB-1", renew_every_seconds=1, renew_attempts=3)

@@ -11,7 +11,7 @@ import sys
 import tomllib
 from pathlib import Path
 
-from agent.output import EXIT_AUTH, EXIT_OK, EXIT_USAGE
+from agent.cli.output import EXIT_AUTH, EXIT_OK, EXIT_USAGE
 from tests.agent.live import REPO, agent_env
 
 OTHER_SERVER = {"command": "npx", "args": ["-y", "@example/other-mcp"]}

@@ -3,8 +3,8 @@ the previous and last failed attempts, where the predecessor's work is; no secti
 
 from __future__ import annotations
 
-from agent.context_text import human
-from agent.state import HeldAttempt
+from agent.cli.context_text import human
+from agent.workspace.state import HeldAttempt
 
 HELD = HeldAttempt(
     server="http://127.0.0.1:1",

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from agent.keeper import LeaseKeeper
+from agent.client.keeper import LeaseKeeper
 from tests.agent.live import REPO
 
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK
 from agent.client import LeaseholdClient
-from agent.errors import LeaseholdError
-from agent.models import Lease
-from agent.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK
+from agent.client.errors import LeaseholdError
+from agent.client.models import Lease
 from tests.agent import standins
 from tests.agent.gitrepos import git, make_repos
 from tests.agent.live import agent_env, leasehold, state_files

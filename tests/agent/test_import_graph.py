@@ -1,7 +1,10 @@
-"""The toolkit's modules import each other without a cycle (issue 12).
+"""The toolkit's modules import each other without a cycle (issue 12), and its sub-packages in layers.
 
 Every import counts, including the ones inside functions: a lazy import hides
-a cycle from the interpreter, not from the reader.
+a cycle from the interpreter, not from the reader. The sub-packages stack
+`client` → `workspace` → `mcp` → `cli` (STYLE.md, Layout): each imports only
+the ones before it, so a new one (the runner daemon, the lander) can take
+what it needs from below without pulling in the CLI.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from pathlib import Path
 from tests.agent.live import REPO
 
 PACKAGE = "agent"
+LAYERS = ("client", "workspace", "mcp", "cli")
 
 
 def module_name(source: Path) -> str:
@@ -75,12 +79,52 @@ def test_the_cycle_finder_sees_a_cycle_and_a_tree():
 def test_the_graph_sees_the_toolkit_modules_and_their_imports():
     graph = import_graph()
 
-    assert {"agent", "agent.cli", "agent.client", "agent.runner", "agent.mcp_server"} <= set(graph)
+    assert {
+        "agent",
+        "agent.cli",
+        "agent.cli.leasehold",
+        "agent.client.api",
+        "agent.cli.run",
+        "agent.mcp.server",
+    } <= set(graph)
     assert graph["agent.__main__"] == {"agent.cli"}  # `from agent.cli import main`
-    assert "agent.errors" in graph["agent.keeper"]  # `from agent.errors import LEASE_LOSS_CODES, ...`
+    assert (
+        "agent.client.errors" in graph["agent.client.keeper"]
+    )  # `from agent.client.errors import LEASE_LOSS_CODES, …`
+    assert "agent.workspace.state" in graph["agent.cli.run"]  # `from agent.workspace import state`
 
 
 def test_the_toolkit_modules_import_each_other_without_a_cycle():
     cycle = find_cycle(import_graph())
 
     assert cycle is None, " -> ".join(cycle or [])
+
+
+def layer(name: str) -> int | None:
+    """The position in LAYERS of the sub-package that `name` belongs to; None for `agent` and `agent.__main__`."""
+    parts = name.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else None
+
+
+def test_every_toolkit_module_is_in_a_sub_package():
+    graph = import_graph()
+
+    assert {name for name in graph if layer(name) is None} == {"agent", "agent.__main__"}
+
+
+def test_each_sub_package_imports_only_those_below_it():
+    offences = {
+        name: sorted(imported for imported in imports if (layer(imported) or 0) > (layer(name) or 0))
+        for name, imports in import_graph().items()
+        if layer(name) is not None
+    }
+
+    assert {name: imports for name, imports in offences.items() if imports} == {}
+
+
+def test_no_toolkit_module_is_over_400_lines():
+    lengths = {
+        str(source.relative_to(REPO)): len(source.read_text().splitlines()) for source in (REPO / PACKAGE).rglob("*.py")
+    }
+
+    assert {path: lines for path, lines in lengths.items() if lines > 400} == {}

@@ -1,4 +1,4 @@
-"""The agent API's one kept-alive connection (`agent.connection.KeepAliveWire`) and what happens when it drops.
+"""The agent API's one kept-alive connection (`agent.client.wire.KeepAliveWire`) and what happens when it drops.
 
 The first tests run against a scripted HTTP server on a real socket, which
 can answer, close an idle connection, or drop one mid-call; the last ones
@@ -23,8 +23,8 @@ import anyio
 import pytest
 
 from agent.client import LeaseholdClient
-from agent.connection import HttpxWire, KeepAliveWire
-from agent.errors import ConnectionFailed
+from agent.client.errors import ConnectionFailed
+from agent.client.wire import HttpxWire, KeepAliveWire
 from tests.agent.live import LiveServer
 from tests.agent.mcp_client import Session, with_session
 

@@ -8,8 +8,8 @@ import httpx
 import pytest
 
 from agent.client import Lease, LeaseholdClient
-from agent.errors import LeaseLost
-from agent.keeper import LeaseKeeper
+from agent.client.errors import LeaseLost
+from agent.client.keeper import LeaseKeeper
 
 LEASE = Lease(attempt_id=7, token="secret-token", epoch=3, task="WEB-1", renew_every_seconds=1, renew_attempts=3)
 RENEWED = {"lease_expires_at": "2999-01-01T00:00:00Z", "renew_count": 1}

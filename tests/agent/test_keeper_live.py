@@ -6,8 +6,8 @@ import httpx
 import pytest
 
 from agent.client import LeaseholdClient, lease_fingerprint
-from agent.errors import LeaseLost
-from agent.keeper import LeaseKeeper
+from agent.client.errors import LeaseLost
+from agent.client.keeper import LeaseKeeper
 from tests.agent.live import LiveServer
 
 

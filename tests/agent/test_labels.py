@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from agent.labels import git_trailer
+from agent.workspace.labels import git_trailer
 
 SPEC_EXAMPLE = "owner=agent-07;branch=feature/web-412-search-copy;env=preview-b;task=WEB-412;epoch=3"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from agent import output
+from agent.cli import output
 from tests.agent.live import leasehold
 
 PLAN_YAML = """\

@@ -10,8 +10,8 @@ import sys
 import textwrap
 import time
 
-from agent.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK
-from agent.runner import stop_child
+from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK
+from agent.workspace.supervise import stop_child
 from tests.agent.live import REPO, leasehold, read_trace, state_files
 
 LEASE_SECONDS = "3"  # the server renews-every a third of it: one second

@@ -7,7 +7,7 @@ import sys
 import textwrap
 import time
 
-from agent.output import EXIT_COMMAND_FAILED, EXIT_OK
+from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_OK
 from tests.agent.live import leasehold, state_files
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.output import EXIT_COMMAND_FAILED, EXIT_OK, EXIT_WORKSPACE
+from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_OK, EXIT_WORKSPACE
 from tests.agent import standins
 from tests.agent.gitrepos import git, make_repos, trailers
 from tests.agent.live import leasehold, state_files

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import state
-from agent.output import EXIT_OK, EXIT_USAGE
-from agent.state import AmbiguousAttempt, HeldAttempt
+from agent.cli.output import EXIT_OK, EXIT_USAGE
+from agent.workspace import state
+from agent.workspace.state import AmbiguousAttempt, HeldAttempt
 from tests.agent.live import REPO, leasehold, state_files
 
 
@@ -112,7 +112,7 @@ WRITER = textwrap.dedent(
     """
     import sys, time
     from pathlib import Path
-    from agent import state
+    from agent.workspace import state
     from tests.agent.test_state import held
     config, agent, task, go = Path(sys.argv[1]), sys.argv[2], sys.argv[3], Path(sys.argv[4])
     while not go.exists():

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.output import EXIT_LEASE_LOST
+from agent.cli.output import EXIT_LEASE_LOST
 from tests.agent.live import REPO, leasehold
 
 DEADLINE_SECONDS = 2.0
@@ -87,7 +87,7 @@ def test_kill_9_of_run_takes_the_command_and_its_children_within_2_seconds(fleet
 GUARDED = textwrap.dedent(
     """
     import subprocess, sys, time
-    from agent import supervise
+    from agent.workspace import supervise
     mode, out = sys.argv[1], sys.argv[2]
     if mode == "watchdog-only":
         supervise._prctl = lambda: None  # as on a platform without PR_SET_PDEATHSIG

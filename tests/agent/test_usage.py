@@ -8,9 +8,9 @@ import threading
 import anyio
 import pytest
 
-from agent import output
-from agent.errors import BudgetExhausted, LeaseLost
-from agent.usage import InvalidUsage, UsageFile, UsageTally, parse_usage, usage_body
+from agent.cli import output
+from agent.client.errors import BudgetExhausted, LeaseLost
+from agent.client.usage import InvalidUsage, UsageFile, UsageTally, parse_usage, usage_body
 from tests.agent.live import leasehold
 from tests.agent.mcp_client import Session, with_session
 from tests.agent.test_keeper import RENEWED, Server, keeper_for

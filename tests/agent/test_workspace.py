@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from agent import state
-from agent.githooks import install_label_hook
-from agent.workspace import WorkspaceError, find_repository, head_facts, open_workspace, worktrees
+from agent.workspace import state
+from agent.workspace.git import WorkspaceError, find_repository, head_facts, open_workspace, worktrees
+from agent.workspace.githooks import install_label_hook
 from tests.agent.gitrepos import git, git_env, make_repos, trailers
 
 LABEL = "owner=agent-a;branch=feature/agt-1-demo;env=-;task=AGT-1;epoch=1"

@@ -1,67 +1,40 @@
 """A typed HTTP client for the agent API (SPEC §8): one method per endpoint.
 
 Results are TypedDicts (JSON as the server sends it) or small dataclasses
-(`Claim`, `Lease`), all in `agent.models`. How a call is sent (errors,
+(`Claim`, `Lease`), all in `agent.client.models`. How a call is sent (errors,
 retries, idempotency keys, lease headers, the lost-lease registry) is
-`agent.connection.ApiConnection`, which the client extends.
+`agent.client.connection.ApiConnection`, which the client extends. Here are
+projects, tasks, claims and the holder's calls; the reviews, decisions and
+comments are `agent.client.reviews.ReviewCalls`, the feeds and the rest
+`agent.client.feeds.FeedCalls`.
 
 This module talks HTTP only; it imports nothing of the server.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Iterator
 from typing import Any, cast
 
-from agent.connection import ApiConnection, api_root, drop_none
-from agent.errors import ConnectionFailed, LeaseholdError
-from agent.models import (
-    GIT_FACTS,
+from agent.client.connection import drop_none
+from agent.client.feeds import FeedCalls
+from agent.client.models import (
     AttemptSummary,
-    Changes,
     Claim,
-    CompactTask,
-    Event,
     Finished,
     Lease,
     NoteKind,
     NoteWritten,
     Outcome,
     Page,
-    Project,
     Renewed,
     TaskText,
     TaskTextField,
-    lease_fingerprint,
 )
-from agent.usage import Usage, usage_body
-
-__all__ = [
-    "GIT_FACTS",
-    "AttemptSummary",
-    "Changes",
-    "Claim",
-    "CompactTask",
-    "Event",
-    "Finished",
-    "Lease",
-    "LeaseholdClient",
-    "NoteKind",
-    "NoteWritten",
-    "Outcome",
-    "Page",
-    "Project",
-    "Renewed",
-    "TaskText",
-    "TaskTextField",
-    "api_root",
-    "lease_fingerprint",
-]
+from agent.client.reviews import ReviewCalls
+from agent.client.usage import Usage, usage_body
 
 
-class LeaseholdClient(ApiConnection):
+class LeaseholdClient(ReviewCalls, FeedCalls):
     """The agent API over HTTP. Safe to share between threads for independent calls."""
 
     # --- projects and tasks ---------------------------------------------------------
@@ -362,138 +335,6 @@ class LeaseholdClient(ApiConnection):
             ),
         )
 
-    # --- reviews, decisions, comments (SPEC §16) ------------------------------------
-
-    def reviews(
-        self,
-        *,
-        project: str | None = None,
-        status: str | None = None,
-        cursor: str | None = None,
-        limit: int | None = None,
-    ) -> Page:
-        params = {"project": project, "status": status, "cursor": cursor, "limit": limit}
-        return cast(Page, self.request("GET", "/reviews/", params=params))
-
-    def review_next(
-        self, project: str, *, lease_seconds: int | None = None, idempotency_key: str | None = None
-    ) -> Claim | None:
-        """Claim the project's oldest open review (not your own work); None when there is none (204)."""
-        body = drop_none({"project": project, "lease_seconds": lease_seconds})
-        answer = self.request("POST", "/reviews/next/", body=body, idempotency_key=idempotency_key)
-        return None if answer is None else Claim.from_response(answer)
-
-    def review_claim(
-        self, review_id: int, *, lease_seconds: int | None = None, idempotency_key: str | None = None
-    ) -> Claim:
-        body = drop_none({"lease_seconds": lease_seconds})
-        answer = self.request("POST", f"/reviews/{review_id}/claim/", body=body, idempotency_key=idempotency_key)
-        return Claim.from_response(answer)
-
-    def decide(
-        self,
-        project: str,
-        title: str,
-        *,
-        body: str = "",
-        task: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> dict[str, Any]:
-        """Record a decision of the project (optionally about one task)."""
-        payload = drop_none({"project": project, "title": title, "body": body, "task": task})
-        return cast(dict[str, Any], self.request("POST", "/decisions/", body=payload, idempotency_key=idempotency_key))
-
-    def decisions(
-        self,
-        *,
-        project: str | None = None,
-        task: str | None = None,
-        status: str | None = None,
-        cursor: str | None = None,
-        limit: int | None = None,
-    ) -> Page:
-        params = {"project": project, "task": task, "status": status, "cursor": cursor, "limit": limit}
-        return cast(Page, self.request("GET", "/decisions/", params=params))
-
-    def supersede_decision(self, decision_id: int, *, by: int, idempotency_key: str | None = None) -> dict[str, Any]:
-        return cast(
-            dict[str, Any],
-            self.request(
-                "POST", f"/decisions/{decision_id}/supersede/", body={"by": by}, idempotency_key=idempotency_key
-            ),
-        )
-
-    def comment(self, key: str, body: str, *, idempotency_key: str | None = None) -> dict[str, Any]:
-        return cast(
-            dict[str, Any],
-            self.request("POST", f"/tasks/{key}/comments/", body={"body": body}, idempotency_key=idempotency_key),
-        )
-
-    def comments(self, key: str, *, cursor: str | None = None, limit: int | None = None) -> Page:
-        return cast(Page, self.request("GET", f"/tasks/{key}/comments/", params={"cursor": cursor, "limit": limit}))
-
     def attempt(self, attempt_id: int) -> dict[str, Any]:
         """An attempt with its latest notes as excerpts."""
         return cast(dict[str, Any], self.request("GET", f"/attempts/{attempt_id}/"))
-
-    # --- feeds and the rest ---------------------------------------------------------
-
-    def changes(
-        self,
-        *,
-        since: int = 0,
-        project: str | None = None,
-        limit: int | None = None,
-        wait: int | None = None,
-        tail: bool = False,
-    ) -> Changes:
-        """The delta feed; with `wait` (seconds, at most 30) the server holds an empty answer until an event comes."""
-        params = {"since": since, "project": project, "limit": limit, "wait": wait, "tail": "true" if tail else None}
-        timeout = (self._timeout or 0) + wait if wait else None
-        return cast(Changes, self.request("GET", "/changes/", params=params, timeout=timeout))
-
-    def iter_changes(
-        self,
-        *,
-        since: int | None = None,
-        project: str | None = None,
-        wait: int = 25,
-        stop: threading.Event | None = None,
-    ) -> Iterator[Event]:
-        """Every event after `since` (None: from now on), as it commits, until `stop` is set; one long-poll at a time.
-
-        Each call waits up to `wait` seconds on the server, which answers as
-        soon as an event is visible, so an event arrives within moments of
-        its commit without polling. A failed call (the server restarting) is
-        retried after a pause; the position is never lost.
-        """
-        position = since
-        while stop is None or not stop.is_set():
-            try:
-                if position is None:
-                    position = self.changes(project=project, tail=True)["latest_event_id"]
-                    continue
-                page = self.changes(since=position, project=project, limit=200, wait=wait)
-            except LeaseholdError as error:
-                if not error.retryable and not isinstance(error, ConnectionFailed):
-                    raise
-                if stop is not None:
-                    stop.wait(1.0)
-                else:
-                    time.sleep(1.0)
-                continue
-            yield from page["events"]
-            position = page["latest_event_id"]
-
-    def search(
-        self, q: str, *, project: str | None = None, cursor: str | None = None, limit: int | None = None
-    ) -> Page:
-        params = {"q": q, "project": project, "cursor": cursor, "limit": limit}
-        return cast(Page, self.request("GET", "/search/", params=params))
-
-    def heartbeat(self, *, retries: int | None = None, timeout: float | None = None) -> dict[str, Any]:
-        """The run heartbeat: this agent process is alive (touches no lease)."""
-        return cast(dict[str, Any], self.request("POST", "/agents/me/heartbeat/", retries=retries, timeout=timeout))
-
-    def metrics(self, *, days: int | None = None, project: str | None = None) -> dict[str, Any]:
-        return cast(dict[str, Any], self.request("GET", "/metrics/", params={"days": days, "project": project}))

@@ -1,7 +1,7 @@
 """The git facts of any checkout (SPEC §15.4): what `leasehold git --detect` and the MCP `git` tool record.
 
 The checkout's top level (`worktree_path`), its branch, the host, and what
-`agent.workspace.head_facts` reads at a run's end (head, commits ahead of
+`agent.workspace.git.head_facts` reads at a run's end (head, commits ahead of
 the base, dirty, pushed). Nothing is changed. A directory that is not in a
 git checkout has no facts (`WorkspaceError`, one line).
 """
@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from agent.workspace import WorkspaceError, git, head_facts
+from agent.workspace.git import WorkspaceError, git, head_facts
 
 __all__ = ["WorkspaceError", "detect"]
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent import state
+from agent.workspace import state
 
 GIT_TIMEOUT_SECONDS = 60
 REMOTE = "origin"

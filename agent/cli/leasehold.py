@@ -1,18 +1,18 @@
 """`leasehold`: the agent's command line (SPEC §13).
 
 `login` stores the server URL and the agent token (mode 0600, see
-`agent.config`). `claim` stores the attempt it gets in the state file, so
+`agent.workspace.config`). `claim` stores the attempt it gets in the state file, so
 `note`, `checkpoint`, `renew`, `finish` and `release` in the same shell act on
-it. `run -- COMMAND…` holds a lease while COMMAND runs (`agent.runner`).
-`mcp` serves the same operations to MCP clients (`agent.mcp_server`);
+it. `run -- COMMAND…` holds a lease while COMMAND runs (`agent.cli.run`).
+`mcp` serves the same operations to MCP clients (`agent.mcp.server`);
 `connect` writes a client's configuration for it and `hook` is what Claude
 Code's hooks run. `task`, `git`, `block` and `unblock` reach the rest of what
-an agent needs (`agent.task_commands`).
+an agent needs (`agent.cli.task_commands`).
 
 This module reads the command line and maps errors to exit codes; what each
-command does is in `agent.commands`. Results go to stdout (one JSON document
+command does is in `agent.cli.commands`. Results go to stdout (one JSON document
 with `--json`), diagnostics to stderr. Exit codes:
-`agent.output.EXIT_CODES_HELP`.
+`agent.cli.output.EXIT_CODES_HELP`.
 """
 
 from __future__ import annotations
@@ -23,8 +23,13 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-from agent import __version__, connect, hooks, plan_commands, review_commands, task_commands
-from agent.commands import (
+import agent.cli.connect as connect
+import agent.cli.hooks as hooks
+import agent.cli.plan_commands as plan_commands
+import agent.cli.review_commands as review_commands
+import agent.cli.task_commands as task_commands
+from agent import __version__
+from agent.cli.commands import (
     cmd_changes,
     cmd_claim,
     cmd_context,
@@ -38,11 +43,8 @@ from agent.commands import (
     cmd_run,
     cmd_search,
 )
-from agent.config import NotLoggedIn
-from agent.connect import CLIENTS
-from agent.errors import LeaseholdError
-from agent.models import FAILURE_REASONS, INTERRUPTION_REASONS
-from agent.output import (
+from agent.cli.connect import CLIENTS
+from agent.cli.output import (
     EXIT_AUTH,
     EXIT_CODES_HELP,
     EXIT_NOTHING_CLAIMABLE,
@@ -51,9 +53,12 @@ from agent.output import (
     EXIT_WORKSPACE,
     Output,
 )
-from agent.session import UsageError
-from agent.workspace import WorkspaceError
-from agent.workspace_cmd import cmd_workspace
+from agent.cli.workspace_commands import cmd_workspace
+from agent.client.errors import LeaseholdError
+from agent.client.models import FAILURE_REASONS, INTERRUPTION_REASONS
+from agent.workspace.config import NotLoggedIn
+from agent.workspace.git import WorkspaceError
+from agent.workspace.session import UsageError
 
 
 def _add_claim_options(parser: argparse.ArgumentParser) -> None:

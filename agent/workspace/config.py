@@ -4,7 +4,7 @@
 (`$XDG_CONFIG_HOME` honoured). `LEASEHOLD_URL`, `LEASEHOLD_TOKEN` and
 `LEASEHOLD_PROJECT` override what it says. It is written atomically with mode
 0600; a directory the toolkit creates for it gets 0700. The attempts held
-live beside it, one state file per agent per attempt (`agent.state`).
+live beside it, one state file per agent per attempt (`agent.workspace.state`).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def config_path() -> Path:
 
 
 def config_dir() -> Path:
-    """The directory of the config file: the attempts' state files live under it (`agent.state`)."""
+    """The directory of the config file: the attempts' state files live under it (`agent.workspace.state`)."""
     return config_path().absolute().parent
 
 

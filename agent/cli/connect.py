@@ -12,7 +12,7 @@ overwritten):
 | VS Code | `<project>/.vscode/mcp.json` | `servers` |
 | Cursor | `<project>/.cursor/mcp.json` | `mcpServers` |
 
-For Claude Code it also merges the hooks (`agent.hooks`) into
+For Claude Code it also merges the hooks (`agent.cli.hooks`) into
 `<project>/.claude/settings.json` and approves the project's `leasehold`
 server there. The command and `LEASEHOLD_CONFIG` are absolute paths. The
 login is checked first; without `--write` nothing is written, the files are
@@ -34,11 +34,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agent.config import NotLoggedIn, Settings, config_path, load_settings, write_private
-from agent.errors import LeaseholdError
-from agent.output import EXIT_OK, Output
-from agent.session import UsageError, make_client
-from agent.state import git_dir_of
+from agent.cli.output import EXIT_OK, Output
+from agent.client.errors import LeaseholdError
+from agent.workspace.config import NotLoggedIn, Settings, config_path, load_settings, write_private
+from agent.workspace.session import UsageError, make_client
+from agent.workspace.state import git_dir_of
 
 CLIENTS = ("claude", "codex", "vscode", "cursor")
 SERVER_NAME = "leasehold"
@@ -303,7 +303,7 @@ def cmd_connect(args: argparse.Namespace, out: Output) -> int:
 
 
 def add_parser(command: Any) -> None:
-    """`connect`, added through `agent.cli`'s `command(name, text, handler)`."""
+    """`connect`, added through `agent.cli.leasehold`'s `command(name, text, handler)`."""
     connect = command("connect", "Write an MCP client's configuration for `leasehold mcp` (merged).", cmd_connect)
     connect.add_argument("client", choices=CLIENTS, help="the MCP client")
     connect.add_argument("--write", action="store_true", help="write the files (default: print what would be written)")

@@ -1,7 +1,7 @@
 """`leasehold mcp`: the agent operations as MCP tools over stdio (SPEC §13, §15.3), on the official `mcp` SDK.
 
 Lease tokens never leave this machine: `claim`/`claim_next` keep the lease
-here, in the agent's state files (`agent.mcp_holdings`), and unless started
+here, in the agent's state files (`agent.mcp.holdings`), and unless started
 with `--no-keep-alive` renew it in the background for as long as the server
 runs, so the model needs no timer. The run heartbeat is sent while it runs.
 
@@ -12,7 +12,7 @@ runs, so the model needs no timer. The run heartbeat is sent while it runs.
   (`client_shutdown`), unless `--keep-on-exit` keeps them for the next
   server. A crash keeps them too, until their leases lapse.
 
-The tools are `agent.mcp_tools`; the client configurations `agent.connect`.
+The tools are `agent.mcp.tools`; the client configurations `agent.cli.connect`.
 """
 
 from __future__ import annotations
@@ -23,15 +23,16 @@ import sys
 import threading
 from types import FrameType
 
-from agent.config import load_settings
-from agent.errors import LeaseholdError
-from agent.keeper import Heartbeat
-from agent.mcp_holdings import Holdings
-from agent.mcp_tools import INSTRUCTIONS, build_server
-from agent.output import EXIT_OK
-from agent.session import make_client
+from agent.client.errors import LeaseholdError
+from agent.client.heartbeat import Heartbeat
+from agent.mcp.holdings import Holdings
+from agent.mcp.tools import INSTRUCTIONS, build_server
+from agent.workspace.config import load_settings
+from agent.workspace.session import make_client
 
 HEARTBEAT_SECONDS = 60.0
+# `leasehold mcp`'s exit status after a clean end: the CLI's EXIT_OK (`agent.cli.output`), which launches it.
+EXIT_OK = 0
 
 __all__ = ["INSTRUCTIONS", "Holdings", "build_server", "serve"]
 

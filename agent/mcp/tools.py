@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import Field
 
-from agent import __version__, gitfacts
-from agent.errors import LeaseholdError
-from agent.keeper import LeaseKeeper
-from agent.mcp_holdings import Holdings, compact
-from agent.models import FailureReason, InterruptionReason, Outcome, TaskTextField
-from agent.output import compact_json, error_text
-from agent.session import block_on
-from agent.usage import InvalidUsage, usage_body
+from agent import __version__
+from agent.client.errors import LeaseholdError
+from agent.client.keeper import LeaseKeeper
+from agent.client.models import FailureReason, InterruptionReason, Outcome, TaskTextField
+from agent.client.text import compact_json, error_text
+from agent.client.usage import InvalidUsage, usage_body
+from agent.mcp.holdings import Holdings, compact
+from agent.workspace import gitfacts
+from agent.workspace.session import block_on
 
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer

@@ -1,6 +1,6 @@
 """Workspaces and the ledger (SPEC §15.1): `prepare_worktree` for `run --worktree`, and `leasehold workspace …`.
 
-`prepare_worktree` opens the attempt's worktree (`agent.workspace`), asking
+`prepare_worktree` opens the attempt's worktree (`agent.workspace.git`), asking
 the ledger whether the attempt a taken-over worktree names has ended
 (`GET /attempts/{id}/`), writes the worktree's pointer to the attempt, installs
 the trailer hook and records the git facts (`branch`, `base_commit` when the
@@ -22,23 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from agent import state
-from agent.client import LeaseholdClient
-from agent.config import NotLoggedIn, config_dir, load_settings
-from agent.errors import LeaseholdError
-from agent.githooks import install_label_hook
-from agent.models import is_past
-from agent.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
-from agent.session import (
-    UsageError,
-    claim_from_args,
-    claim_text,
-    current_attempt,
-    hold_claim,
-    make_client,
-)
-from agent.state import HeldAttempt
-from agent.workspace import (
+from agent.cli.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
+from agent.client.api import LeaseholdClient
+from agent.client.errors import LeaseholdError
+from agent.client.models import is_past
+from agent.workspace import state
+from agent.workspace.config import NotLoggedIn, config_dir, load_settings
+from agent.workspace.git import (
     REMOTE,
     Opened,
     Repository,
@@ -51,6 +41,9 @@ from agent.workspace import (
     start_facts,
     worktrees,
 )
+from agent.workspace.githooks import install_label_hook
+from agent.workspace.session import UsageError, claim_from_args, claim_text, current_attempt, hold_claim, make_client
+from agent.workspace.state import HeldAttempt
 
 TERMINAL_STATUSES = {"completed", "failed", "interrupted", "expired", "revoked", "released"}
 

@@ -18,12 +18,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from agent import gitfacts
-from agent.commands import _holder
-from agent.config import load_settings
-from agent.models import GIT_FACTS
-from agent.output import EXIT_OK, Output
-from agent.session import UsageError, block_on, current_attempt, make_client, project_from
+from agent.cli.commands import _holder
+from agent.cli.output import EXIT_OK, Output
+from agent.client.models import GIT_FACTS
+from agent.workspace import gitfacts
+from agent.workspace.config import load_settings
+from agent.workspace.session import UsageError, block_on, current_attempt, make_client, project_from
 
 TEXT_FIELDS = ("description", "acceptance_criteria")
 
@@ -142,7 +142,7 @@ def cmd_dependency(args: argparse.Namespace, out: Output) -> int:
 
 
 def add_parsers(command: Any) -> None:
-    """The subcommands of this module, added through `agent.cli`'s `command(name, text, handler)`."""
+    """The subcommands of this module, added through `agent.cli.leasehold`'s `command(name, text, handler)`."""
     task = command("task", "Read a task (whole, or a range of its text) or file a follow-up task.", None)
     actions = task.add_subparsers(dest="task_command", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="show a task, or a range of its description / acceptance criteria")

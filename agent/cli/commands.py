@@ -1,7 +1,7 @@
-"""What each `leasehold` command does (SPEC §13); `agent.cli` reads the command line and calls one.
+"""What each `leasehold` command does (SPEC §13); `agent.cli.leasehold` reads the command line and calls one.
 
 A handler takes the parsed arguments and the `Output`, prints its result and
-returns the exit code (`agent.output.EXIT_CODES_HELP`). Holder commands act
+returns the exit code (`agent.cli.output.EXIT_CODES_HELP`). Holder commands act
 on the current attempt of the state file and mark it lost on a lease-ending
 answer, so no later command sends that token again; inside `leasehold run`
 the run owns the attempt's end (`_inside_run`).
@@ -17,15 +17,17 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from agent import context_text, state
-from agent.client import Event, LeaseholdClient, NoteKind
-from agent.config import Settings, config_dir, load_settings, save_settings
-from agent.connect import print_config
-from agent.errors import LEASE_LOSS_CODES, LeaseholdError
-from agent.mcp_server import serve
-from agent.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
-from agent.runner import run
-from agent.session import (
+import agent.cli.context_text as context_text
+from agent.cli.connect import print_config
+from agent.cli.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
+from agent.cli.run import run
+from agent.client.api import LeaseholdClient
+from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError
+from agent.client.models import Event, NoteKind
+from agent.mcp.server import serve
+from agent.workspace import state
+from agent.workspace.config import Settings, config_dir, load_settings, save_settings
+from agent.workspace.session import (
     UsageError,
     claim_from_args,
     claim_text,

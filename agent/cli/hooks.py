@@ -3,7 +3,7 @@
 Each reads the JSON Claude Code sends on stdin (`session_id`,
 `transcript_path`, `cwd`, `hook_event_name`, and `source`, `trigger` or
 `reason`) and acts on the attempt held for that `cwd` (its worktree
-pointer, else the agent's only attempt: `agent.state.current`):
+pointer, else the agent's only attempt: `agent.workspace.state.current`):
 
 - `session-start` prints the attempt's work context as Markdown (at most
   16 KB): Claude Code adds a SessionStart hook's output to the model's context.
@@ -29,15 +29,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from agent import state
-from agent.briefing import context_markdown
-from agent.client import LeaseholdClient
-from agent.config import config_dir, load_settings
-from agent.errors import LEASE_LOSS_CODES, LeaseholdError
-from agent.mcp_holdings import process_alive
-from agent.output import EXIT_OK, Output
-from agent.session import agent_handle
-from agent.state import HeldAttempt
+from agent.cli.output import EXIT_OK, Output
+from agent.client.api import LeaseholdClient
+from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError
+from agent.mcp.holdings import process_alive
+from agent.workspace import state
+from agent.workspace.briefing import context_markdown
+from agent.workspace.config import config_dir, load_settings
+from agent.workspace.session import agent_handle
+from agent.workspace.state import HeldAttempt
 
 CONTEXT_MAX_BYTES = 16_000
 CUT_NOTE = "\n\n[…cut to fit; the rest: `leasehold task show {key} --field description --offset {offset}`]"

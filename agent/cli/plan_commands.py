@@ -17,9 +17,9 @@ from typing import Any
 
 import yaml
 
-from agent.config import load_settings
-from agent.output import EXIT_OK, Output
-from agent.session import UsageError, make_client, project_from
+from agent.cli.output import EXIT_OK, Output
+from agent.workspace.config import load_settings
+from agent.workspace.session import UsageError, make_client, project_from
 
 PLAN_SUFFIXES = {".json": "json", ".yaml": "yaml", ".yml": "yaml"}
 
@@ -75,7 +75,7 @@ def cmd_plan_apply(args: argparse.Namespace, out: Output) -> int:
 
 
 def add_parsers(command: Any) -> None:
-    """`plan apply`, added through `agent.cli`'s `command(name, text, handler)`."""
+    """`plan apply`, added through `agent.cli.leasehold`'s `command(name, text, handler)`."""
     plan = command("plan", "File a plan: many tasks, their dependencies and decisions, in one call.", None)
     actions = plan.add_subparsers(dest="plan_command", metavar="ACTION", required=True)
     apply = actions.add_parser("apply", help="apply a plan file (JSON or YAML): all of it or nothing")

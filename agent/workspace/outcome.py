@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.models import FAILURE_REASONS, INTERRUPTION_REASONS, Outcome
+from agent.client.models import FAILURE_REASONS, INTERRUPTION_REASONS, Outcome
 
 OUTCOMES: tuple[Outcome, ...] = ("done", "review", "failed", "handoff")
 REVIEW_OUTCOMES: tuple[Outcome, ...] = ("approved", "changes_requested", "blocked", "failed", "handoff")

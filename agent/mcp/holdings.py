@@ -1,7 +1,7 @@
 """The leases `leasehold mcp` holds, kept in the agent's state files (SPEC §15.3).
 
 - Every attempt the server claims is written to its state file
-  (`agent.state`, owner `mcp`, this process's pid) and its expiry is kept
+  (`agent.workspace.state`, owner `mcp`, this process's pid) and its expiry is kept
   fresh as the keeper renews, so the CLI in a shell beside the client sees
   and acts on the same attempt.
 - On start it takes back the live attempts of its agent that an earlier
@@ -26,13 +26,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from agent import state
-from agent.client import Claim, LeaseholdClient
-from agent.config import Settings, config_dir
-from agent.errors import LeaseholdError
-from agent.keeper import ENDING_CODES, LeaseKeeper
-from agent.session import agent_handle, hold_claim
-from agent.state import HeldAttempt
+from agent.client.api import LeaseholdClient
+from agent.client.errors import LeaseholdError
+from agent.client.keeper import ENDING_CODES, LeaseKeeper
+from agent.client.models import Claim
+from agent.workspace import state
+from agent.workspace.config import Settings, config_dir
+from agent.workspace.session import agent_handle, hold_claim
+from agent.workspace.state import HeldAttempt
 
 OWNER = "mcp"
 HANDOFF_SUMMARY = "The MCP client session ended; leasehold mcp handed the attempt off."

@@ -27,7 +27,7 @@ import shlex
 import subprocess
 from pathlib import Path
 
-from agent.labels import git_trailer
+from agent.workspace.labels import git_trailer
 
 HOOKS_DIR_NAME = "leasehold-hooks"
 TRAILER_HOOKS = ("prepare-commit-msg", "commit-msg")

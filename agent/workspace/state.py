@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.config import write_private
-from agent.models import Claim, Lease, is_past
+from agent.client.models import Claim, Lease, is_past
+from agent.workspace.config import write_private
 
 POINTER_NAME = "leasehold-attempt.json"
 IDENTITIES_NAME = "agents.json"

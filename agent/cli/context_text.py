@@ -1,5 +1,5 @@
 """The work context (SPEC §8, §15.2) as text for a human at a terminal (`leasehold context`); the Markdown for a
-prompt is `agent.briefing.context_markdown`.
+prompt is `agent.workspace.briefing.context_markdown`.
 
 It shows the effective status (a held task is `in_progress`, whatever its
 stored status), the attempt this machine holds on it (label, branch, base,
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from agent.state import HeldAttempt
+from agent.workspace.state import HeldAttempt
 
 
 def _attempt_line(title: str, attempt: dict[str, Any]) -> str:

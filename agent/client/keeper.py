@@ -50,10 +50,10 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agent.client import Finished, Lease, LeaseholdClient, NoteKind, NoteWritten, Outcome, Renewed
-from agent.errors import LEASE_LOSS_CODES, LeaseholdError, LeaseLost
-from agent.models import is_past
-from agent.usage import Usage, UsageTally, usage_body
+from agent.client.api import LeaseholdClient
+from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError, LeaseLost
+from agent.client.models import Finished, Lease, NoteKind, NoteWritten, Outcome, Renewed, is_past
+from agent.client.usage import Usage, UsageTally, usage_body
 
 T = TypeVar("T")
 
@@ -366,41 +366,3 @@ class LeaseKeeper:
         self.ensure_held(ending=True)
         self.stop()
         return self._holder_call(lambda: self.client.release(self.lease, reason=reason), ends=True)
-
-
-class Heartbeat:
-    """The run heartbeat (`POST /agents/me/heartbeat/`) every `every_seconds`, in the background.
-
-    It says the agent process is alive and touches no lease; a failed beat is
-    only remembered (`last_error`), the next one is tried on schedule.
-    """
-
-    def __init__(self, client: LeaseholdClient, *, every_seconds: float = 30.0) -> None:
-        self.client = client
-        self.every_seconds = max(0.1, every_seconds)
-        self.sent = 0
-        self.last_error: LeaseholdError | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> Heartbeat:
-        if self._thread is None:
-            self._thread = threading.Thread(target=self._run, name="leasehold-heartbeat", daemon=True)
-            self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2.0)  # a beat in flight may be dropped: the thread is a daemon
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            started = time.monotonic()
-            try:
-                self.client.heartbeat(retries=0, timeout=min(10.0, self.every_seconds))
-                self.sent += 1
-                self.last_error = None
-            except LeaseholdError as error:
-                self.last_error = error
-            self._stop.wait(max(0.0, self.every_seconds - (time.monotonic() - started)))

@@ -15,11 +15,11 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from agent.commands import _holder, _inside_run
-from agent.config import load_settings
-from agent.models import Outcome
-from agent.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
-from agent.session import (
+from agent.cli.commands import _holder, _inside_run
+from agent.cli.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
+from agent.client.models import Outcome
+from agent.workspace.config import load_settings
+from agent.workspace.session import (
     UsageError,
     claim_text,
     current_attempt,

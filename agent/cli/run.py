@@ -5,21 +5,21 @@
    it now.
 2. Start the lease keeper (renewals every `renew_every_seconds`) and the run
    heartbeat. With `--worktree`, open the attempt's worktree
-   (`agent.workspace_cmd.prepare_worktree`: branch, worktree or takeover,
+   (`agent.cli.workspace_commands.prepare_worktree`: branch, worktree or takeover,
    pointer, trailer hook, git facts); COMMAND runs there.
-3. Start COMMAND (`agent.supervise`: its own process group, the death signal,
-   the watchdog) with the environment of §15.2 (`agent.briefing`): the
+3. Start COMMAND (`agent.workspace.supervise`: its own process group, the death signal,
+   the watchdog) with the environment of §15.2 (`agent.workspace.briefing`): the
    context as Markdown in `$LEASEHOLD_CONTEXT_FILE`, `LEASEHOLD_TASK`,
    `…_ATTEMPT_ID`, `…_EPOCH`, `…_LABEL`, `…_BRANCH`, `…_BASE_COMMIT`,
    `…_WORKTREE`, the `LEASEHOLD_ENV_*` of the allocated environment,
    `$LEASEHOLD_OUTCOME_FILE`, `$LEASEHOLD_SUMMARY_FILE` and
-   `$LEASEHOLD_USAGE_FILE` (JSON lines of usage increments, `agent.usage`,
+   `$LEASEHOLD_USAGE_FILE` (JSON lines of usage increments, `agent.client.usage`,
    reported as they arrive with the renewals and the finish) — never the token
    (`leasehold note` inside COMMAND finds the attempt in the state files).
    `{context_file}`, `{task}`, `{branch}`, `{worktree}` in COMMAND's
    arguments are replaced.
 4. COMMAND exits: the outcome file decides when it holds a valid outcome
-   (`agent.outcome`; an invalid one is reported on one line and ignored),
+   (`agent.workspace.outcome`; an invalid one is reported on one line and ignored),
    else the exit status: 0 → `done` (or `--on-success review`), non-zero →
    `failed` with `--failure-reason`. The finish carries the git facts of the
    end (head, commits ahead, dirty, pushed) with `--worktree`. Exit 0 for
@@ -38,6 +38,8 @@
    exits the attempt is handed off (`user_request` for SIGINT, else
    `client_shutdown`), exit 128+signal. `run` killed outright: COMMAND dies
    with it (§15.3), the lease lapses on its own.
+
+Steps 4 and 5 (and BUDGET_EXHAUSTED) are `agent.cli.run_end`.
 """
 
 from __future__ import annotations
@@ -49,20 +51,23 @@ import re
 import shlex
 import signal
 import tempfile
-import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from agent import state
-from agent.briefing import command_environment, context_markdown, expand_placeholders
-from agent.client import LeaseholdClient, Outcome
-from agent.config import config_dir, load_settings
-from agent.errors import LeaseholdError
-from agent.keeper import Heartbeat, LeaseKeeper
-from agent.outcome import SUMMARY_MAX_CHARS, ChosenOutcome, InvalidOutcome, read_outcome
-from agent.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
-from agent.session import (
+from agent.cli.output import EXIT_NOTHING_CLAIMABLE, Output
+from agent.cli.run_end import budget_spent, finish_run, lease_lost, report_usage
+from agent.cli.workspace_commands import prepare_worktree
+from agent.client.api import LeaseholdClient
+from agent.client.errors import LeaseholdError
+from agent.client.heartbeat import Heartbeat
+from agent.client.keeper import LeaseKeeper
+from agent.client.usage import UsageFile
+from agent.workspace import state
+from agent.workspace.briefing import command_environment, context_markdown, expand_placeholders
+from agent.workspace.config import config_dir, load_settings
+from agent.workspace.git import Opened, Repository, WorkspaceError, find_repository
+from agent.workspace.session import (
     UsageError,
     claim_from_args,
     claim_text,
@@ -71,13 +76,8 @@ from agent.session import (
     make_client,
     refuse_to_replace,
 )
-from agent.state import HeldAttempt
-from agent.supervise import Supervised, stop_child
-from agent.usage import UsageFile
-from agent.workspace import Opened, Repository, WorkspaceError, find_repository, head_facts
-from agent.workspace_cmd import prepare_worktree
-
-__all__ = ["run", "stop_child"]
+from agent.workspace.state import HeldAttempt
+from agent.workspace.supervise import Supervised
 
 POLL_SECONDS = 0.05
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -165,7 +165,7 @@ def _supervise(
             files = Path(scratch)
             env, argv = _command_setup(held, context, opened, command, files)
             if received:  # interrupted while the worktree was being made: nothing was started
-                return _finish(keeper, held, opened, command, None, received, files, args, out)
+                return finish_run(keeper, held, opened, command, None, received, files, args, out)
             out.info(f"running {shlex.join(argv)} (renewing every {held.renew_every_seconds} s)")
             try:
                 child = Supervised(argv, env=env, cwd=opened.path if opened else None, grace_seconds=args.grace_seconds)
@@ -180,13 +180,13 @@ def _supervise(
                 while child.poll() is None:
                     if keeper.lost.wait(POLL_SECONDS):
                         break
-                    _report_usage(usage, keeper, out)
+                    report_usage(usage, keeper, out)
                 if keeper.budget_exhausted:
-                    return _budget_spent(child, keeper, held, opened, usage, args, out)
+                    return budget_spent(child, keeper, held, opened, usage, args, out)
                 if keeper.lost.is_set():
-                    return _lease_lost(child, keeper, held, args, out)
-                _report_usage(usage, keeper, out, rest=True)
-                return _finish(keeper, held, opened, command, child.poll(), received, files, args, out)
+                    return lease_lost(child, keeper, held, args, out)
+                report_usage(usage, keeper, out, rest=True)
+                return finish_run(keeper, held, opened, command, child.poll(), received, files, args, out)
             finally:
                 child.release_watchdog()
     finally:
@@ -252,177 +252,3 @@ def _command_setup(
     }
     values = {"context_file": str(context_file), "task": held.task, "branch": held.branch, "worktree": worktree}
     return env, expand_placeholders(command, values)
-
-
-def _report_usage(usage: UsageFile, keeper: LeaseKeeper, out: Output, *, rest: bool = False) -> None:
-    """Hand the usage lines COMMAND appended since the last look to the keeper; a bad line is reported, not sent."""
-    reports, problems = usage.read_rest() if rest else usage.read_new()
-    for problem in problems:
-        out.warn(f"$LEASEHOLD_USAGE_FILE {problem}; that line is not reported.")
-    for report in reports:
-        keeper.report_usage(report)
-
-
-def _budget_spent(
-    child: Supervised,
-    keeper: LeaseKeeper,
-    held: HeldAttempt,
-    opened: Opened | None,
-    usage: UsageFile,
-    args: argparse.Namespace,
-    out: Output,
-) -> int:
-    """BUDGET_EXHAUSTED: stop COMMAND as on a lost lease, then finish `failed` (`other`) naming the budget."""
-    still_running = child.poll() is None
-    if still_running:
-        child.signal_group(signal.SIGTERM)
-    status = child.stop(grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.poll()
-    _report_usage(usage, keeper, out, rest=True)
-    spent = keeper.lost_error.message if keeper.lost_error is not None else "the budget is spent"
-    out.info(f"budget exhausted; command stopped (status {status})")
-    fields: dict[str, Any] = {
-        "failure_reason_code": "other",
-        "result_summary": f"Stopped by leasehold run: budget exhausted. {spent}"[:SUMMARY_MAX_CHARS],
-    }
-    if opened is not None:
-        try:
-            fields["git"] = head_facts(opened.path, branch=held.branch, base_commit=held.base_commit)
-        except WorkspaceError as problem:
-            out.warn(f"the git facts of the end could not be read: {problem}")
-    try:
-        finished = keeper.finish("failed", **fields)
-    except LeaseholdError as error:
-        state.mark_lost(config_dir(), held, keeper.lost_reason or str(error))
-        return out.failure(error)
-    state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
-    attempt, task = finished["attempt"], finished["task"]
-    out.result(
-        {
-            "task": attempt["task"],
-            "attempt": attempt["id"],
-            "outcome": "failed",
-            "attempt_status": attempt["status"],
-            "task_status": task["status"],
-            "command_status": status,
-            "lease_lost": False,
-            "budget_exhausted": True,
-            "reason": keeper.lost_reason,
-        },
-        "",
-    )
-    return EXIT_COMMAND_FAILED
-
-
-def _lease_lost(
-    child: Supervised, keeper: LeaseKeeper, held: HeldAttempt, args: argparse.Namespace, out: Output
-) -> int:
-    lost_at = time.monotonic()
-    still_running = child.poll() is None
-    if still_running:
-        child.signal_group(signal.SIGTERM)  # first: the command must stop working on the task at once
-    state.mark_lost(config_dir(), held, keeper.lost_reason or "lost")
-    status = child.stop(grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.poll()
-    out.info(f"lease lost ({keeper.lost_reason}); command stopped (status {status})")
-    out.result(
-        {
-            "task": held.task,
-            "attempt": held.attempt_id,
-            "outcome": None,
-            "lease_lost": True,
-            "reason": keeper.lost_reason,
-            "command_status": status,
-            "stopped_in_seconds": round(time.monotonic() - lost_at, 3),
-        },
-        "",
-    )
-    return EXIT_LEASE_LOST
-
-
-def _summary(command: list[str], returncode: int | None, summary_file: Path) -> str:
-    try:
-        written = summary_file.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        written = ""
-    if written:
-        return written[:SUMMARY_MAX_CHARS]
-    if returncode is None:
-        return f"`{shlex.join(command)}` was not started: leasehold run was interrupted first."
-    how = f"exited {returncode}" if returncode >= 0 else f"was killed by signal {-returncode}"
-    return f"`{shlex.join(command)}` {how}."
-
-
-def _chosen(files: Path, out: Output, *, review: bool = False) -> ChosenOutcome | None:
-    try:
-        return read_outcome(files / "outcome.json", review=review)
-    except InvalidOutcome as problem:
-        out.warn(f"the outcome file $LEASEHOLD_OUTCOME_FILE {problem}; the exit status decides instead.")
-        return None
-
-
-def _finish(
-    keeper: LeaseKeeper,
-    held: HeldAttempt,
-    opened: Opened | None,
-    command: list[str],
-    returncode: int | None,
-    received: list[int],
-    files: Path,
-    args: argparse.Namespace,
-    out: Output,
-) -> int:
-    review = bool(getattr(args, "review", False))
-    chosen = _chosen(files, out, review=review)
-    fields: dict[str, Any] = {"result_summary": _summary(command, returncode, files / "summary.txt")}
-    outcome: Outcome
-    if received:
-        outcome = "handoff"
-        fields["interruption_reason_code"] = "user_request" if received[0] == signal.SIGINT else "client_shutdown"
-        exit_code = 128 + received[0]
-    elif chosen is not None:
-        outcome = chosen.outcome
-        if chosen.result_summary:
-            fields["result_summary"] = chosen.result_summary
-        fields["next_steps"] = chosen.next_steps or None
-        fields["failure_reason_code"] = chosen.failure_reason_code
-        fields["interruption_reason_code"] = chosen.interruption_reason_code
-        if chosen.findings is not None:
-            fields["findings"] = chosen.findings
-        exit_code = EXIT_COMMAND_FAILED if outcome == "failed" else EXIT_OK
-    elif returncode == 0:
-        outcome = "approved" if review else args.on_success
-        exit_code = EXIT_OK
-    else:
-        outcome = "failed"
-        fields["failure_reason_code"] = args.failure_reason
-        exit_code = EXIT_COMMAND_FAILED
-    if opened is not None:
-        # git runs here, before the finish: the keeper is still renewing and holds nothing git could delay.
-        try:
-            fields["git"] = head_facts(opened.path, branch=held.branch, base_commit=held.base_commit)
-        except WorkspaceError as problem:
-            out.warn(f"the git facts of the end could not be read: {problem}")
-    try:
-        finished = keeper.finish(outcome, **fields)
-    except LeaseholdError as error:
-        if keeper.lost.is_set() or error.code == "LEASE_LOST":
-            state.mark_lost(config_dir(), held, keeper.lost_reason or str(error))
-        return out.failure(error)
-    state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
-    attempt, task = finished["attempt"], finished["task"]
-    out.info(f"{attempt['task']}: attempt {attempt['id']} {attempt['status']} ({outcome}); task {task['status']}")
-    out.result(
-        {
-            "task": attempt["task"],
-            "attempt": attempt["id"],
-            "outcome": outcome,
-            "attempt_status": attempt["status"],
-            "task_status": task["status"],
-            "command_status": returncode,
-            "lease_lost": False,
-            "worktree": str(opened.path) if opened else None,
-            "branch": held.branch,
-            "git": fields.get("git"),
-        },
-        "",
-    )
-    return exit_code

@@ -1,11 +1,12 @@
-"""What the CLI's commands and its two launchers (`run`, `mcp`) share.
+"""What the CLI's commands (`run` among them) and the MCP server share.
 
 The client made from the settings, the agent a token is (`agent_handle`),
 the claim made from a command's arguments and its text, and the state files'
 rule (`refuse_to_replace`): outside worktrees an agent has one current
 attempt at a time, and `--replace` hands the old one back rather than
-forgetting a lease nobody would renew. Kept apart from `agent.cli` so that the
-CLI can import the launchers and the launchers need nothing of the CLI.
+forgetting a lease nobody would renew. Kept below `agent.cli` and `agent.mcp`
+so that the CLI can launch the MCP server and the MCP server needs nothing of
+the CLI.
 """
 
 from __future__ import annotations
@@ -16,12 +17,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-from agent import state
-from agent.client import Claim, LeaseholdClient
-from agent.config import Settings, config_dir
-from agent.errors import LeaseholdError
-from agent.labels import git_trailer
-from agent.state import HeldAttempt
+from agent.client.api import LeaseholdClient
+from agent.client.errors import LeaseholdError
+from agent.client.models import Claim
+from agent.workspace import state
+from agent.workspace.config import Settings, config_dir
+from agent.workspace.labels import git_trailer
+from agent.workspace.state import HeldAttempt
 
 
 class UsageError(Exception):
@@ -65,7 +67,7 @@ def hold_claim(
 
 
 def current_attempt(settings: Settings, client: LeaseholdClient, *, task: str | None = None) -> HeldAttempt | None:
-    """The attempt a holder command acts on (`agent.state.current`), or the agent's attempt on `task`."""
+    """The attempt a holder command acts on (`agent.workspace.state.current`), or the agent's attempt on `task`."""
     agent = agent_handle(settings, client)
     if task:
         return state.load(config_dir(), agent, task)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from agent.labels import git_trailer
+from agent.workspace.labels import git_trailer
 
 PLACEHOLDERS = ("context_file", "task", "branch", "worktree")
 # Keys of the context rendered by a section of their own; every other key gets a generic section.

@@ -1,0 +1,241 @@
+"""How a call of the agent API goes over the network: the wire under `agent.client.connection.ApiConnection`.
+
+One keep-alive connection (`KeepAliveWire`, the standard library's
+`http.client`), reused by every call and thread in turn (a call that finds it
+busy opens another, kept for the next). An idle connection the server closed
+is noticed before it is used and replaced; a call whose reused connection
+drops before any answer is sent once more at once on a fresh one (its
+Idempotency-Key makes that safe), then the retry rule of
+`agent.client.connection` applies, so a server that is gone answers
+`CONNECTION_FAILED` within the timeouts, never a hang. httpx costs about three
+times its CPU per call (`leasehold mcp` makes three calls per task cycle); it
+is still the wire when a transport is injected (tests), requests are observed
+(`on_request`) or a proxy is configured for the server.
+
+This module talks HTTP only; it imports nothing of the server.
+"""
+
+from __future__ import annotations
+
+import functools
+import http.client
+import json
+import select
+import socket
+import ssl
+import threading
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import httpx
+
+API_PREFIX = "/api/v1"
+MUTATING_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
+# Kept open beyond the one in use: threads (a renewal beside a tool call) each get one without a new handshake.
+IDLE_CONNECTIONS = 4
+# Failures of a reused connection before any answer: the server closed it as we sent (keep-alive ran out).
+DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
+def api_root(url: str) -> str:
+    """`http://host:8000`, `http://host:8000/` and `http://host:8000/api/v1/` all name the same API."""
+    root = url.strip().rstrip("/")
+    if root.endswith(API_PREFIX):
+        root = root[: -len(API_PREFIX)]
+    return root
+
+
+@functools.cache
+def tls_context() -> ssl.SSLContext:
+    """httpx's default verifying context, built once per process: loading the CA bundle costs ~14 ms of CPU.
+
+    httpx builds it for every `httpx.Client`, https or not; a client per lease
+    (as `leasehold mcp` once made) paid that on every claim.
+    """
+    return httpx.create_ssl_context()
+
+
+class WireFailed(Exception):
+    """No answer from the server: the connection could not be made, dropped, or timed out."""
+
+    def __init__(self, cause: BaseException) -> None:
+        super().__init__(f"{cause.__class__.__name__}: {cause}")
+        self.cause = cause
+
+
+class Wire(Protocol):
+    def send(
+        self, method: str, path: str, *, query: dict[str, Any], headers: dict[str, str], body: Any, timeout: float
+    ) -> tuple[int, bytes]:
+        """The status and body of the answer to one request; `WireFailed` when there is none."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def _query_value(value: Any) -> str:
+    # As httpx encodes them: the API's flags are "true"/"false".
+    if value is True or value is False:
+        return "true" if value else "false"
+    return str(value)
+
+
+def _json_body(body: Any) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _open(connection: http.client.HTTPConnection) -> None:
+    connection.connect()
+    # As httpx does: a request is one write, but no part of an exchange should wait for an ACK (Nagle).
+    connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def _readable(sock: socket.socket) -> bool:
+    """Data (or the end of the stream) waits on `sock`, without blocking; poll has no descriptor limit."""
+    if hasattr(select, "poll"):
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        return bool(poller.poll(0))
+    return bool(select.select([sock], [], [], 0)[0])
+
+
+class KeepAliveWire:
+    """HTTP/1.1 over `http.client`, keeping connections open between calls (see the module docstring)."""
+
+    def __init__(self, root: str, base_headers: dict[str, str]) -> None:
+        parts = urllib.parse.urlsplit(root)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"not an http(s) URL: {root!r}")
+        self._https = parts.scheme == "https"
+        self._host = parts.hostname
+        self._port = parts.port
+        self._prefix = parts.path.rstrip("/") + API_PREFIX
+        self._headers = base_headers
+        self._idle: list[http.client.HTTPConnection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _new_connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=tls_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+
+    def _take(self) -> http.client.HTTPConnection | None:
+        """An idle connection still open, or None; one the server closed meanwhile is dropped here."""
+        with self._lock:
+            while self._idle:
+                connection = self._idle.pop()
+                # Nothing is owed on an idle HTTP/1.1 connection: readable means the server closed it.
+                if connection.sock is not None and not _readable(connection.sock):
+                    return connection
+                connection.close()
+        return None
+
+    def _give_back(self, connection: http.client.HTTPConnection) -> None:
+        with self._lock:
+            if not self._closed and connection.sock is not None and len(self._idle) < IDLE_CONNECTIONS:
+                self._idle.append(connection)
+                return
+        connection.close()
+
+    def send(
+        self, method: str, path: str, *, query: dict[str, Any], headers: dict[str, str], body: Any, timeout: float
+    ) -> tuple[int, bytes]:
+        target = urllib.parse.quote(self._prefix + path, safe="/%:@!$&'()*+,;=-._~")
+        if query:
+            target += "?" + urllib.parse.urlencode({name: _query_value(value) for name, value in query.items()})
+        sent = {**self._headers, **headers}
+        content = None
+        if body is not None:
+            content = _json_body(body)
+            sent["Content-Type"] = "application/json"
+        elif method in MUTATING_METHODS:
+            sent["Content-Length"] = "0"
+        reused = self._take()
+        connection = reused or self._new_connection(timeout)
+        try:
+            try:
+                return self._exchange(connection, method, target, sent, content, timeout)
+            except DROPPED:
+                if reused is None:
+                    raise
+                # The kept connection was closed under us before an answer: once more on a fresh one.
+                connection.close()
+                connection = self._new_connection(timeout)
+                return self._exchange(connection, method, target, sent, content, timeout)
+        except (OSError, http.client.HTTPException) as exc:
+            connection.close()
+            raise WireFailed(exc) from exc
+
+    def _exchange(
+        self,
+        connection: http.client.HTTPConnection,
+        method: str,
+        target: str,
+        headers: dict[str, str],
+        content: bytes | None,
+        timeout: float,
+    ) -> tuple[int, bytes]:
+        connection.timeout = timeout
+        if connection.sock is None:
+            _open(connection)
+        else:
+            connection.sock.settimeout(timeout)
+        connection.request(method, target, body=content, headers=headers)
+        response = connection.getresponse()
+        data = response.read()
+        if response.will_close:
+            connection.close()
+        self._give_back(connection)
+        return response.status, data
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+
+class HttpxWire:
+    """The same through httpx: for an injected transport, an `on_request` observer, or a proxy."""
+
+    def __init__(
+        self,
+        root: str,
+        base_headers: dict[str, str],
+        *,
+        timeout: float,
+        transport: httpx.BaseTransport | None,
+        on_request: Callable[[httpx.Request], None] | None,
+    ) -> None:
+        self._http = httpx.Client(
+            base_url=root + API_PREFIX,
+            headers=base_headers,
+            timeout=timeout,
+            verify=tls_context(),
+            transport=transport,
+            event_hooks={"request": [on_request] if on_request else []},
+        )
+
+    def send(
+        self, method: str, path: str, *, query: dict[str, Any], headers: dict[str, str], body: Any, timeout: float
+    ) -> tuple[int, bytes]:
+        try:
+            response = self._http.request(method, path, json=body, params=query, headers=headers, timeout=timeout)
+        except httpx.TransportError as exc:
+            raise WireFailed(exc) from exc
+        return response.status_code, response.content
+
+    def close(self) -> None:
+        self._http.close()
+
+
+def proxied(root: str) -> bool:
+    """A proxy is configured for the server (the environment's *_PROXY, as httpx honours them)."""
+    parts = urllib.parse.urlsplit(root)
+    proxies = urllib.request.getproxies()
+    wanted = proxies.get(parts.scheme) or proxies.get("all")
+    return bool(wanted) and not urllib.request.proxy_bypass(parts.netloc)
