@@ -1,6 +1,6 @@
 """One token cannot take the server down with waiters (issue 27, H2), under the real server with real sockets.
 
-One `manage.py serve` (1 worker x 4 threads) whose worker holds 120
+One `manage.py serve` (1 worker x 4 threads: one resume thread) whose worker holds 120
 connections (`GUNICORN_CMD_ARGS`), so a few hundred sockets make the point
 that 2,100 made against two workers of 1,000. Before the bound, 150 parked
 streams of one token filled every connection slot and the other agent's
@@ -69,7 +69,15 @@ def site(tmp_path_factory):
             out = manage(env, "create_agent", handle, "--kind", "script", "--project", "web")
             tokens[handle] = out.strip().splitlines()[-1]
         with serving(env, data_dir / "serve.log", workers=1, threads=4) as server:
+            _envs[server.port] = env
             yield server, tokens
+
+
+_envs: dict[int, dict[str, str]] = {}
+
+
+def site_env(server: Served) -> dict[str, str]:
+    return _envs[server.port]
 
 
 def renewals_answer_quickly(server: Served, token: str, title: str) -> list[float]:
@@ -124,3 +132,44 @@ def test_waiters_of_many_agents_leave_half_the_connections_to_ordinary_requests(
         assert statuses.count(429) == len(jobs) - WORKER_CONNECTIONS // 2
         times = renewals_answer_quickly(server, tokens["worker"], "renewed beside a full parking lot")
         assert max(times) < 1.0, times
+
+
+BIG_EVENTS = """
+from ledger import clock
+from ledger.models import Event, Project
+web = Project.objects.get(slug="web")
+blob = {"blob": "x" * 200_000}
+Event.objects.bulk_create(
+    Event(type="task.updated", project=web, payload=blob, created_at=clock.now()) for _ in range(30)
+)
+"""
+
+
+def test_streams_that_never_read_do_not_delay_other_waiters(site):
+    """M5: eight streams with full buffers and a 6 MB message each; a long-poll still wakes within seconds."""
+    server, tokens = site
+    latest, _ = call(server, tokens["worker"], "GET", "/api/v1/changes/?tail=true")
+    with ExitStack() as stack:
+        for _ in range(8):
+            sock = socket.socket()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect(("127.0.0.1", server.port))
+            stack.callback(sock.close)
+            sock.sendall(
+                f"GET /api/v1/changes/stream/?since={latest['latest_event_id']} HTTP/1.1\r\nHost: x\r\n"
+                f"Authorization: Bearer {tokens['c1']}\r\n\r\n".encode()
+            )  # and never read
+        time.sleep(1.0)
+        manage(site_env(server), "shell", "-c", BIG_EVENTS)
+        time.sleep(2.0)  # the streams are woken and their writes under way
+        since, _ = call(server, tokens["worker"], "GET", "/api/v1/changes/?tail=true")
+        with ThreadPoolExecutor(1) as pool:
+            waiter = pool.submit(
+                call, server, tokens["worker"], "GET", f"/api/v1/changes/?since={since['latest_event_id']}&wait=25"
+            )
+            time.sleep(0.5)
+            committed = time.monotonic()
+            call(server, tokens["worker"], "POST", "/api/v1/tasks/", {"project": "web", "title": "seen at once"})
+            body, _ = waiter.result(timeout=60)
+        assert [e["type"] for e in body["events"]] == ["task.created"]
+        assert time.monotonic() - committed < 3.0
