@@ -18,7 +18,7 @@ a waiter's slot (`admit_waiter`), given back when it ends.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from django.db import close_old_connections
@@ -181,6 +181,6 @@ class _Chain:
             self._release()
 
 
-def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+def _chain(first: bytes, rest: Iterator[bytes]) -> Generator[bytes, None, None]:
     yield first
     yield from (chunk for chunk in rest if chunk)
