@@ -7,6 +7,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from django.db import connection
 
 from core.errors import RateLimited
 from core.parking import WaiterSlots, waiter_capacity, waiter_slots
@@ -53,6 +54,13 @@ def test_each_process_takes_its_share_and_half_the_connections_at_most():
     slots.admit({"agent:3": 3})
 
 
+def get_in_thread(client, path: str):
+    try:
+        return client.get(path)
+    finally:
+        connection.close()  # this thread's own: it would keep the test database from being dropped
+
+
 @pytest.fixture
 def two_waiters(settings):
     settings.LEASEHOLD_WAITERS_PER_AGENT = 2
@@ -67,7 +75,7 @@ def test_long_polls_past_the_bound_are_refused_and_ended_ones_free_their_slot(tw
     agent = AgentFactory(projects=[project])
     client = client_for(agent)
     with ThreadPoolExecutor(2) as pool:
-        waits = [pool.submit(client_for(agent).get, "/api/v1/changes/?tail=true&wait=3") for _ in range(2)]
+        waits = [pool.submit(get_in_thread, client_for(agent), "/api/v1/changes/?tail=true&wait=3") for _ in range(2)]
         deadline = time.monotonic() + 2.5
         while waiter_slots().held(f"agent:{agent.pk}") < 2:
             assert time.monotonic() < deadline
