@@ -9,8 +9,10 @@ renewals never got an answer.
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
+import threading
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -110,12 +112,17 @@ def test_one_token_parks_its_share_of_streams_and_the_rest_are_refused_while_ren
         times = renewals_answer_quickly(server, tokens["worker"], "renewed while flooded")
         assert max(times) < 1.0, times
     # The streams are closed: their slots come back, and the flooder may wait again.
+    until_admitted(server, tokens["flooder"])
+
+
+def until_admitted(server: Served, token: str) -> None:
+    """A stream of this token is admitted again within 10 s (the server notices closed sockets on its own)."""
     deadline = time.monotonic() + 10
     while True:
-        sock, status, _ = open_waiter(server, tokens["flooder"], "/api/v1/changes/stream/")
+        sock, status, _ = open_waiter(server, token, "/api/v1/changes/stream/")
         sock.close()
         if status == 200:
-            break
+            return
         assert time.monotonic() < deadline, status
         time.sleep(0.3)
 
@@ -132,6 +139,8 @@ def test_waiters_of_many_agents_leave_half_the_connections_to_ordinary_requests(
         assert statuses.count(429) == len(jobs) - WORKER_CONNECTIONS // 2
         times = renewals_answer_quickly(server, tokens["worker"], "renewed beside a full parking lot")
         assert max(times) < 1.0, times
+    for handle in ("c1", "c2", "c3", "c4"):
+        until_admitted(server, tokens[handle])
 
 
 BIG_EVENTS = """
@@ -159,6 +168,28 @@ def test_streams_that_never_read_do_not_delay_other_waiters(site):
                 f"GET /api/v1/changes/stream/?since={latest['latest_event_id']} HTTP/1.1\r\nHost: x\r\n"
                 f"Authorization: Bearer {tokens['c1']}\r\n\r\n".encode()
             )  # and never read
+        # One stream that does read gets every big message, sent from the event loop as it reads.
+        reader = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+        stack.callback(reader.close)
+        reader.request(
+            "GET",
+            f"/api/v1/changes/stream/?since={latest['latest_event_id']}",
+            headers={"Authorization": f"Bearer {tokens['c2']}"},
+        )
+        stream = reader.getresponse()
+        assert stream.status == 200
+        ids: list[int] = []
+
+        def read_thirty() -> None:
+            while len(ids) < 30:
+                line = stream.readline()
+                if not line:
+                    return
+                if line.startswith(b"id: "):
+                    ids.append(int(line[4:]))
+
+        reading = threading.Thread(target=read_thirty)
+        reading.start()
         time.sleep(1.0)
         manage(site_env(server), "shell", "-c", BIG_EVENTS)
         time.sleep(2.0)  # the streams are woken and their writes under way
@@ -173,3 +204,6 @@ def test_streams_that_never_read_do_not_delay_other_waiters(site):
             body, _ = waiter.result(timeout=60)
         assert [e["type"] for e in body["events"]] == ["task.created"]
         assert time.monotonic() - committed < 3.0
+        reading.join(timeout=30)
+        assert len(ids) == 30
+        assert ids == sorted(set(ids))
