@@ -31,6 +31,22 @@ from any thread; they are handed to the event loop's thread through a pipe,
 which alone submits work to the pool (gunicorn's futures list is the loop's).
 Servers without this worker (runserver, the test client) offer neither key,
 and the views wait in their thread instead.
+
+Waiters are bounded (issue 27, H2): before a view parks or waits it takes a
+slot from `waiter_slots()`, the process's count of waiters per agent and per
+client address, and answers `RATE_LIMITED` when there is none. The worker
+owns the slot from `park()` on and gives it back on every way out: the
+answer written, the client gone, an error, the stream's end. Under this
+worker the limits are the server's, shared out between its processes (each
+takes `ceil(limit / workers)`), and the waiters of one process may fill at
+most half of its connection slots, so ordinary requests always find one.
+
+A stream's writes never wait for its client (M5): a parked stream's socket
+is non-blocking; what the kernel does not take at once stays with the lot,
+which waits in the event loop for the socket to become writable (no thread,
+no new messages meanwhile). A client that has not taken it within
+`STREAM_WRITE_SECONDS` is dropped; it reconnects with `Last-Event-ID` and
+loses nothing. So eight streams that never read cannot hold the resume pool.
 """
 
 from __future__ import annotations
@@ -41,7 +57,8 @@ import selectors
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -51,16 +68,97 @@ from typing import Any, Protocol
 from gunicorn import util
 from gunicorn.http import wsgi
 
+from core.errors import RateLimited
+
 PARK_KEY = "leasehold.park"
 STREAM_KEY = "leasehold.stream"
 DEADLINE_KEY = "leasehold.wait_deadline"
 TICK_SECONDS = 0.05
 HEARTBEAT = b": keepalive\n\n"
+STREAM_WRITE_SECONDS = 10.0
+
+
+def waiter_capacity(worker_connections: int) -> int:
+    """Waiters one worker admits: half its connection slots, so the other half stays for ordinary requests."""
+    return max(1, worker_connections // 2)
 
 
 def resume_threads(request_threads: int) -> int:
     """Threads that re-run woken waiters: a quarter of the request threads, at least one."""
     return max(1, request_threads // 4)
+
+
+class WaiterSlots:
+    """Waiters held per key (`agent:<id>`, `address:<ip>`) in this process, each key against its limit.
+
+    Limits are the server's; with `processes` > 1 each process admits its
+    share. `capacity` bounds this process's waiters whatever their keys.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: Counter[str] = Counter()
+        self._total = 0
+        self.processes = 1
+        self.capacity: int | None = None
+
+    def configure(self, *, processes: int, capacity: int | None) -> None:
+        with self._lock:
+            self.processes, self.capacity = max(1, processes), capacity
+
+    def share(self, limit: int) -> int:
+        """This process's part of a server-wide limit: ceil(limit / processes), at least one."""
+        return max(1, -(-limit // self.processes))
+
+    def admit(self, limits: Mapping[str, int]) -> Callable[[], None]:
+        """Take one slot under every key, or raise `RateLimited`; returns the release (safe to call twice)."""
+        keys = tuple(limits)
+        with self._lock:
+            if self.capacity is not None and self._total >= self.capacity:
+                raise RateLimited(
+                    "The server holds as many waiting requests as it allows; retry later or without waiting.",
+                    details={"limit": "waiters_per_process", "retry_after_seconds": 1},
+                )
+            for key, limit in limits.items():
+                if self._held[key] >= self.share(limit):
+                    raise RateLimited(
+                        "Too many open streams and long-polls; close one or retry without waiting.",
+                        details={"limit": f"waiters_per_{key.partition(':')[0]}", "retry_after_seconds": 1},
+                    )
+            for key in keys:
+                self._held[key] += 1
+            self._total += 1
+        released = False
+
+        def release() -> None:
+            nonlocal released
+            with self._lock:
+                if released:
+                    return
+                released = True
+                for key in keys:
+                    self._held[key] -= 1
+                    if self._held[key] <= 0:
+                        del self._held[key]
+                self._total -= 1
+
+        return release
+
+    def held(self, key: str | None = None) -> int:
+        with self._lock:
+            return self._total if key is None else self._held.get(key, 0)
+
+
+_slots = WaiterSlots()
+
+
+def waiter_slots() -> WaiterSlots:
+    """The process's one `WaiterSlots` (the worker configures it; other servers use it as it is)."""
+    return _slots
+
+
+def _noop() -> None:
+    return None
 
 
 class Stream(Protocol):
@@ -86,6 +184,7 @@ class _Intent:
     deadline: float | None = None
     subscribe: Callable[[Callable[[], None]], Callable[[], None]] | None = None
     stream: Stream | None = None
+    release: Callable[[], None] = _noop
 
 
 @dataclass(eq=False)
@@ -98,6 +197,25 @@ class _Lot:
     resp: Any = None
     unsubscribe: Callable[[], None] = field(default=lambda: None)
     woken: bool = False
+    # Gives the waiter's slot back (`WaiterSlots.admit`); called once the lot ends, however it ends.
+    release: Callable[[], None] = _noop
+    # A stream's bytes the socket has not taken yet (framed as sent); the lot waits to write them.
+    pending: bytes = b""
+
+
+def _framed(resp: Any, data: bytes) -> bytes:
+    """`data` as `resp.write` would put it on the wire (one chunk of a chunked response)."""
+    resp.sent += len(data)
+    return b"%X\r\n%s\r\n" % (len(data), data) if resp.chunked else data
+
+
+def _send_some(sock: Any, data: bytes) -> bytes:
+    """Send what the (non-blocking) socket takes now; returns the rest. OSError: the client is gone."""
+    try:
+        sent = sock.send(data)
+    except (BlockingIOError, InterruptedError):
+        return data
+    return data[sent:]
 
 
 class ParkingMixin:
@@ -127,20 +245,35 @@ class ParkingMixin:
             max_workers=resume_threads(self.cfg.threads), thread_name_prefix="leasehold-resume"
         )
         threading.Thread(target=self._tick, name="leasehold-parking-clock", daemon=True).start()
+        waiter_slots().configure(processes=self.cfg.workers, capacity=waiter_capacity(self.cfg.worker_connections))
 
     # --- in a pool thread ---------------------------------------------------
 
-    def handle_request(self, req: Any, conn: Any, deadline: float | None = None) -> Any:
-        """gunicorn's gthread `handle_request`, plus the two parking offers (see the module docstring)."""
+    def handle_request(
+        self, req: Any, conn: Any, deadline: float | None = None, held: Callable[[], None] = _noop
+    ) -> Any:
+        """gunicorn's gthread `handle_request`, plus the two parking offers (see the module docstring).
+
+        `held` is the slot of a resumed long-poll: it passes to the lot if the
+        request parks again, and is given back otherwise.
+        """
         environ: dict[str, Any] = {}
         resp = None
-        intent = _Intent()
+        intent = _Intent(release=held)
+        parked = False
 
-        def park(*, deadline: float, subscribe: Callable[[Callable[[], None]], Callable[[], None]]) -> None:
+        def park(
+            *,
+            deadline: float,
+            subscribe: Callable[[Callable[[], None]], Callable[[], None]],
+            release: Callable[[], None] | None = None,
+        ) -> None:
             intent.deadline, intent.subscribe = deadline, subscribe
+            if release is not None:
+                intent.release = release
 
-        def stream(stream: Stream) -> None:
-            intent.stream = stream
+        def stream(stream: Stream, *, release: Callable[[], None] = _noop) -> None:
+            intent.stream, intent.release = stream, release
 
         try:
             self.cfg.pre_request(self, req)
@@ -160,7 +293,6 @@ class ParkingMixin:
             if not self.alive or not self.cfg.keepalive or len(self._keep) >= self.max_keepalived:
                 resp.force_close()
             respiter = self.wsgi(environ, resp.start_response)
-            parked = False
             try:
                 if intent.subscribe is not None and intent.deadline is not None and self.alive:
                     parked = True  # nothing is written: the request runs again when woken
@@ -188,11 +320,14 @@ class ParkingMixin:
                         intent.stream.subscribe,
                         stream=intent.stream,
                         resp=resp,
+                        release=intent.release,
                     )
+                    # From now on every write happens on a pool thread and must never wait (M5).
+                    conn.sock.setblocking(False)
                 else:
                     assert intent.subscribe is not None
                     assert intent.deadline is not None
-                    lot = _Lot(conn, req, intent.deadline, intent.subscribe)
+                    lot = _Lot(conn, req, intent.deadline, intent.subscribe, release=intent.release)
                 self._park(lot)
                 return PARKED
             if resp.should_close():
@@ -209,6 +344,9 @@ class ParkingMixin:
                 raise StopIteration() from None
             raise
         finally:
+            if not parked:
+                held()
+                intent.release()
             with contextlib.suppress(Exception):
                 self.cfg.post_request(self, req, environ, resp)
         return True
@@ -222,25 +360,49 @@ class ParkingMixin:
 
     def _resume(self, lot: _Lot) -> tuple[Any, Any]:
         conn = lot.conn
+        if lot.stream is None:
+            # The request runs again and owns the slot from here (see handle_request).
+            try:
+                return self.handle_request(lot.req, conn, deadline=lot.deadline, held=lot.release), conn
+            except Exception as exc:
+                if not isinstance(exc, OSError | StopIteration):
+                    self.log.exception("A parked request failed on resuming.")
+                return False, conn
         try:
-            if lot.stream is None:
-                return self.handle_request(lot.req, conn, deadline=lot.deadline), conn
+            if lot.pending:  # woken at its write deadline with bytes the client never took
+                self.log.info("Dropping an event stream whose client stopped reading.")
+                lot.release()
+                return False, conn
             data = lot.stream.poll()
             if data is None:
-                lot.resp.close()  # the stream's end: the final chunk
+                with contextlib.suppress(BlockingIOError):
+                    lot.resp.close()  # the stream's end: the final chunk (best effort, never waiting)
+                lot.release()
                 return False, conn
             if not data and time.monotonic() >= lot.deadline:
                 data = HEARTBEAT
-            if data:
-                lot.resp.write(data)
-                lot.deadline = time.monotonic() + lot.stream.heartbeat_seconds
             lot.woken = False
+            if data:
+                lot.deadline = time.monotonic() + lot.stream.heartbeat_seconds
+                lot.pending = _send_some(conn.sock, _framed(lot.resp, data))
+                if lot.pending:
+                    lot.deadline = time.monotonic() + STREAM_WRITE_SECONDS
+                    self._park_writing(lot)
+                    return PARKED, conn
             self._park(lot)
             return PARKED, conn
         except Exception as exc:
+            lot.release()
             if not isinstance(exc, OSError | StopIteration):
                 self.log.exception("A parked request failed on resuming.")
             return False, conn
+
+    def _park_writing(self, lot: _Lot) -> None:
+        """Park a stream with bytes still to send: woken by writability (or its write deadline), not by events."""
+        lot.unsubscribe = _noop
+        with self._lock:
+            self._lot[lot.conn] = lot
+            self.poller.register(lot.conn.sock, selectors.EVENT_WRITE, partial(self._on_parked_writable, lot))
 
     # --- any thread ---------------------------------------------------------
 
@@ -277,6 +439,30 @@ class ParkingMixin:
             self._submit_resume(lot)
 
     def _on_parked_readable(self, lot: _Lot, sock: Any) -> None:
+        self._drop_parked(lot)
+
+    def _on_parked_writable(self, lot: _Lot, sock: Any) -> None:
+        """Send more of a stream's pending bytes, without waiting; once all are sent it parks as usual."""
+        with self._lock:
+            if self._lot.get(lot.conn) is not lot or lot.woken:
+                return  # dropped, or woken at its deadline: the resume decides
+        try:
+            lot.pending = _send_some(lot.conn.sock, lot.pending)
+        except OSError:
+            self._drop_parked(lot)
+            return
+        if lot.pending:
+            return
+        with self._lock:
+            if lot.woken:
+                return
+            self._unpark(lot)
+        assert lot.stream is not None  # only streams write from the lot
+        lot.deadline = time.monotonic() + lot.stream.heartbeat_seconds
+        self._park(lot)
+
+    def _drop_parked(self, lot: _Lot) -> None:
+        """End a parked lot from the event loop: the client hung up, or its socket failed."""
         with self._lock:
             if self._lot.get(lot.conn) is not lot:
                 return
@@ -284,6 +470,7 @@ class ParkingMixin:
             if lot in self._ready:
                 self._ready.remove(lot)
         lot.unsubscribe()
+        lot.release()
         self.nr_conns -= 1
         lot.conn.close()
 

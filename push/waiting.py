@@ -8,9 +8,10 @@ again itself (the feed's own visibility and horizon rules decide what it
 gets; a wake is only a hint, and a spurious one costs a re-read).
 
 - PostgreSQL: one dedicated connection per process runs `LISTEN
-  ledger_event`; the event table's statement trigger (migration
-  `ledger.0008`) sends `NOTIFY ledger_event, '<highest id> <project ids>'`,
-  which PostgreSQL delivers at COMMIT (never for a rolled-back insert).
+  ledger_event`; the event table's statement trigger (migrations
+  `ledger.0011`, `ledger.0014`) sends `NOTIFY ledger_event, '<highest id>
+  <project ids>'`, which PostgreSQL delivers at COMMIT (never for a
+  rolled-back insert), and nothing for a statement that inserted no row.
   If the connection drops, every waiter is woken (it re-reads, and parks
   again) and the watcher reconnects.
 - SQLite: no notifications exist; while anyone waits, the watcher reads
@@ -161,7 +162,9 @@ class EventWatcher:
                     self._wake_everyone()
                     while not self._stopping:
                         for notification in listener.notifies(timeout=1.0):
-                            self._committed(_parse(notification.payload))
+                            latest = _parse(notification.payload)
+                            if latest is not None:
+                                self._committed(latest)
             except Exception:
                 if self._stopping:
                     break
@@ -204,8 +207,15 @@ class EventWatcher:
         return int(latest)
 
 
-def _parse(payload: str) -> dict[int, int] | int:
-    """`'<highest id> <project ids>'` from the trigger: the statement's highest id, for each of its projects."""
+def _parse(payload: str) -> dict[int, int] | int | None:
+    """`'<highest id> <project ids>'` from the trigger: the statement's highest id, for each of its projects.
+
+    None for an empty payload: what the trigger before `ledger.0014` sent for
+    a statement that inserted no row (the lease sweep's INSERT ... SELECT,
+    every minute); nothing committed, so no one is woken.
+    """
+    if not payload.strip():
+        return None
     latest, _, projects = payload.partition(" ")
     if not projects or projects == "*":
         return int(latest)

@@ -308,6 +308,10 @@ if LEASEHOLD_LOG_FORMAT not in ("text", "json"):
 LEASEHOLD_REDIS_URL = env_str("LEASEHOLD_REDIS_URL")
 if LEASEHOLD_REDIS_URL and not LEASEHOLD_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"LEASEHOLD_REDIS_URL must be a redis:// URL; got {LEASEHOLD_REDIS_URL!r}.")
+# Waiters of the changes feed (`/changes/?wait=`, `/changes/stream/`) open at once, per agent (or staff
+# user) and per client address, for the whole server (core/parking.py; docs/operations.md, "Workers").
+LEASEHOLD_WAITERS_PER_AGENT = env_int("LEASEHOLD_WAITERS_PER_AGENT", 20, minimum=1)
+LEASEHOLD_WAITERS_PER_ADDRESS = env_int("LEASEHOLD_WAITERS_PER_ADDRESS", 100, minimum=1)
 
 # --- django-q2 (SPEC §9) ------------------------------------------------------
 

@@ -5,14 +5,22 @@ A waiting request that finds nothing new is parked by the server's worker
 event watcher (`push.waiting`) sees a commit in one of the caller's
 projects, or at the deadline. Under a server that cannot park (runserver,
 the test client) it waits in its thread instead.
+
+A request that is about to wait first takes a waiter's slot (`admit_waiter`):
+at most `LEASEHOLD_WAITERS_PER_AGENT` streams and long-polls per agent and
+`LEASEHOLD_WAITERS_PER_ADDRESS` per client address wait at once; past them
+the answer is `RATE_LIMITED`, so one token cannot fill the server's
+connections (issue 27, H2).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
+from django.conf import settings
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -22,7 +30,8 @@ from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import MAX_PAGE_SIZE, query_input
 from api.schema import READ_ERRORS, error_responses
-from core.parking import DEADLINE_KEY, PARK_KEY
+from api.throttles import client_address
+from core.parking import DEADLINE_KEY, PARK_KEY, waiter_slots
 from ledger.models import Severity
 from ledger.selectors import (
     changes_and_position,
@@ -100,36 +109,60 @@ class ChangesApi(ApiView):
         since, wait = params["since"], params["wait"]
         if params["tail"]:
             since = max(since, latest_visible_event_id(agent=agent, project=project))
+        resumed = DEADLINE_KEY in request.META  # a parked request run again: the worker holds its slot
         deadline = request.META.get(DEADLINE_KEY) or time.monotonic() + wait
         projects = frozenset({project.pk}) if project is not None else None
-        while True:
-            if wait:
-                rows, more, position = changes_and_position(
-                    agent=agent, since=since, limit=params["limit"], project=project
-                )
-            else:
-                rows, more = changes_since(agent=agent, since=since, limit=params["limit"], project=project)
-            remaining = deadline - time.monotonic()
-            if rows or not wait or remaining <= 0:
-                break
-            if projects is None:  # only a waiter that parks needs them: a woken one with news answers at once
-                projects = visible_project_ids(agent)
-            park = request.META.get(PARK_KEY)
+        release: Callable[[], None] | None = None
+        try:
+            while True:
+                if wait:
+                    rows, more, position = changes_and_position(
+                        agent=agent, since=since, limit=params["limit"], project=project
+                    )
+                else:
+                    rows, more = changes_since(agent=agent, since=since, limit=params["limit"], project=project)
+                remaining = deadline - time.monotonic()
+                if rows or not wait or remaining <= 0:
+                    break
+                if projects is None:  # only a waiter that parks needs them: a woken one with news answers at once
+                    projects = visible_project_ids(agent)
+                if release is None and not resumed:
+                    release = admit_waiter(request)
+                park = request.META.get(PARK_KEY)
 
-            def subscribe(wake: Any, position: int = max(since, position), projects: Any = projects) -> Any:
-                return event_watcher().subscribe(since=position, projects=projects, wake=wake)
+                def subscribe(wake: Any, position: int = max(since, position), projects: Any = projects) -> Any:
+                    return event_watcher().subscribe(since=position, projects=projects, wake=wake)
 
-            if park is not None:
-                park(deadline=deadline, subscribe=subscribe)
-                return Response(status=204)  # never sent: the worker runs this request again when woken
-            woken = threading_wait(subscribe, remaining)
-            if not woken:
-                rows, more = changes_since(agent=agent, since=since, limit=params["limit"], project=project)
-                break
+                if park is not None:
+                    park(deadline=deadline, subscribe=subscribe, release=release)
+                    release = None  # the worker's now: it gives the slot back when the waiter ends
+                    return Response(status=204)  # never sent: the worker runs this request again when woken
+                woken = threading_wait(subscribe, remaining)
+                if not woken:
+                    rows, more = changes_since(agent=agent, since=since, limit=params["limit"], project=project)
+                    break
+        finally:
+            if release is not None:
+                release()
         latest_event_id = rows[-1]["id"] if rows else since
         return Response(
             self.OutputSerializer({"events": rows, "latest_event_id": latest_event_id, "has_more": more}).data
         )
+
+
+def admit_waiter(request: Request) -> Callable[[], None]:
+    """A waiter's slot for this caller (its agent, or its staff user) and its client address, or `RateLimited`.
+
+    Returns the release; whoever holds the waiter calls it once it ends.
+    """
+    caller = caller_of(request)
+    who = f"agent:{caller.agent.pk}" if caller.agent is not None else f"user:{getattr(caller.user, 'pk', '')}"
+    return waiter_slots().admit(
+        {
+            who: settings.LEASEHOLD_WAITERS_PER_AGENT,
+            f"address:{client_address(request)}": settings.LEASEHOLD_WAITERS_PER_ADDRESS,
+        }
+    )
 
 
 def threading_wait(subscribe: Any, seconds: float) -> bool:

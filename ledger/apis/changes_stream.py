@@ -11,13 +11,14 @@ agent's stream ends.
 
 Under `manage.py serve` the open stream is parked in the worker's event loop
 between polls (`core.parking`), holding no thread; other servers hold a
-thread for as long as the stream is open.
+thread for as long as the stream is open. Either way an open stream holds
+a waiter's slot (`admit_waiter`), given back when it ends.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
 from django.db import close_old_connections
@@ -34,7 +35,7 @@ from api.inputs import query_input
 from api.schema import READ_ERRORS, error_responses
 from core.errors import ValidationFailed
 from core.parking import STREAM_KEY
-from ledger.apis.changes import BIGINT_MAX, ChangeSerializer
+from ledger.apis.changes import BIGINT_MAX, ChangeSerializer, admit_waiter
 from ledger.models import Agent, Project
 from ledger.selectors import changes_and_position, project_by_slug, visible_project_ids
 from push.waiting import event_watcher
@@ -143,20 +144,43 @@ class ChangesStreamApi(ApiView):
             since = int(last_event_id)
         agent = caller_of(request).agent
         project = project_by_slug(params["project"], agent=agent) if "project" in params else None
-        stream = ChangeStream(agent=agent, project=project, cursor=since)
-        first = f"retry: {RETRY_MILLISECONDS}\n\n".encode() + stream.read()
+        release = admit_waiter(request)
+        try:
+            stream = ChangeStream(agent=agent, project=project, cursor=since)
+            first = f"retry: {RETRY_MILLISECONDS}\n\n".encode() + stream.read()
+        except BaseException:
+            release()
+            raise
         park = request.META.get(STREAM_KEY)
         if park is not None:
-            park(stream)
-            body: Iterator[bytes] = iter([first])
+            park(stream, release=release)  # the worker's now: it gives the slot back when the stream ends
+            body: Iterable[bytes] = [first]
         else:
-            body = _chain(first, stream.messages())
+            body = _Chain(first, stream.messages(), release)
         response = StreamingHttpResponse(body, content_type="text/event-stream")
         response["Cache-Control"] = "no-cache"
         response["X-Accel-Buffering"] = "no"  # nginx: pass each message on at once
         return response
 
 
-def _chain(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
+class _Chain:
+    """The first chunk, then the stream's non-empty ones; `close()` (the server's, when the response ends) releases
+    the waiter's slot, even if the body was never iterated."""
+
+    def __init__(self, first: bytes, rest: Iterator[bytes], release: Callable[[], None]) -> None:
+        self._chunks = _chain(first, rest)
+        self._release = release
+
+    def __iter__(self) -> Iterator[bytes]:
+        return self._chunks
+
+    def close(self) -> None:
+        try:
+            self._chunks.close()
+        finally:
+            self._release()
+
+
+def _chain(first: bytes, rest: Iterator[bytes]) -> Generator[bytes, None, None]:
     yield first
     yield from (chunk for chunk in rest if chunk)

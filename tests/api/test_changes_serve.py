@@ -59,6 +59,7 @@ def fleet(tmp_path_factory):
     data_dir = tmp_path_factory.mktemp("changes-serve")
     with server_database(data_dir, "h19_changes") as env:
         env["LEASEHOLD_METRICS_TOKEN"] = METRICS_TOKEN
+        env["LEASEHOLD_WAITERS_PER_AGENT"] = "100"  # forty waiters of one token: parking, not its bound, is tested here
         manage(env, "migrate", "--verbosity", "0")
         manage(env, "create_project", "web", "--name", "Web")
         token = manage(env, "create_agent", "watcher", "--kind", "script", "--project", "web").strip().splitlines()[-1]

@@ -1,0 +1,47 @@
+"""The change listener's empty payload (issue 27): a statement that inserts no event sends no NOTIFY.
+
+The lease sweep's `INSERT ... SELECT` runs every minute and usually inserts
+nothing; the statement trigger then sent `NOTIFY ledger_event, ''`, the
+listener's `_parse` raised on it, and the listener logged a traceback,
+reconnected and woke every waiter, once a minute.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+
+from ledger.actors import SYSTEM
+from ledger.models import EventType
+from ledger.services import event_append
+from push.waiting import _parse
+from tests.factories import ProjectFactory
+
+
+def test_an_empty_payload_wakes_no_one_and_raises_nothing():
+    assert _parse("") is None
+    assert _parse(" ") is None
+    assert _parse("42 3,0") == {3: 42, 0: 42}
+    assert _parse("42 *") == 42
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_insert_of_no_row_sends_no_notification_and_an_event_sends_its_own():
+    if connection.vendor != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite's watcher polls")
+    import psycopg
+
+    project = ProjectFactory()
+    params = dict(connection.get_connection_params())
+    params.pop("cursor_factory", None)
+    params.pop("prepare_threshold", None)
+    with psycopg.connect(**params, autocommit=True) as listener:
+        listener.execute("LISTEN ledger_event")
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "INSERT INTO ledger_event (type, severity, payload, created_at) "
+                "SELECT 'task.updated', 'info', '{}'::jsonb, now() WHERE false"
+            )
+        assert [n.payload for n in listener.notifies(timeout=0.5)] == []
+        event = event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
+        assert [n.payload for n in listener.notifies(timeout=2.0, stop_after=1)] == [f"{event.id} {project.pk}"]
