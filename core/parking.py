@@ -57,18 +57,17 @@ import selectors
 import sys
 import threading
 import time
-from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
-from typing import Any, Protocol
+from typing import Any
 
 from gunicorn import util
 from gunicorn.http import wsgi
 
-from core.errors import RateLimited
+from core.parking_lot import PARKED, Intent, Lot, Stream, framed, noop, send_some
+from core.waiter_slots import waiter_capacity, waiter_slots
 
 PARK_KEY = "leasehold.park"
 STREAM_KEY = "leasehold.stream"
@@ -78,144 +77,9 @@ HEARTBEAT = b": keepalive\n\n"
 STREAM_WRITE_SECONDS = 10.0
 
 
-def waiter_capacity(worker_connections: int) -> int:
-    """Waiters one worker admits: half its connection slots, so the other half stays for ordinary requests."""
-    return max(1, worker_connections // 2)
-
-
 def resume_threads(request_threads: int) -> int:
     """Threads that re-run woken waiters: a quarter of the request threads, at least one."""
     return max(1, request_threads // 4)
-
-
-class WaiterSlots:
-    """Waiters held per key (`agent:<id>`, `address:<ip>`) in this process, each key against its limit.
-
-    Limits are the server's; with `processes` > 1 each process admits its
-    share. `capacity` bounds this process's waiters whatever their keys.
-    """
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._held: Counter[str] = Counter()
-        self._total = 0
-        self.processes = 1
-        self.capacity: int | None = None
-
-    def configure(self, *, processes: int, capacity: int | None) -> None:
-        with self._lock:
-            self.processes, self.capacity = max(1, processes), capacity
-
-    def share(self, limit: int) -> int:
-        """This process's part of a server-wide limit: ceil(limit / processes), at least one."""
-        return max(1, -(-limit // self.processes))
-
-    def admit(self, limits: Mapping[str, int]) -> Callable[[], None]:
-        """Take one slot under every key, or raise `RateLimited`; returns the release (safe to call twice)."""
-        keys = tuple(limits)
-        with self._lock:
-            if self.capacity is not None and self._total >= self.capacity:
-                raise RateLimited(
-                    "The server holds as many waiting requests as it allows; retry later or without waiting.",
-                    details={"limit": "waiters_per_process", "retry_after_seconds": 1},
-                )
-            for key, limit in limits.items():
-                if self._held[key] >= self.share(limit):
-                    raise RateLimited(
-                        "Too many open streams and long-polls; close one or retry without waiting.",
-                        details={"limit": f"waiters_per_{key.partition(':')[0]}", "retry_after_seconds": 1},
-                    )
-            for key in keys:
-                self._held[key] += 1
-            self._total += 1
-        released = False
-
-        def release() -> None:
-            nonlocal released
-            with self._lock:
-                if released:
-                    return
-                released = True
-                for key in keys:
-                    self._held[key] -= 1
-                    if self._held[key] <= 0:
-                        del self._held[key]
-                self._total -= 1
-
-        return release
-
-    def held(self, key: str | None = None) -> int:
-        with self._lock:
-            return self._total if key is None else self._held.get(key, 0)
-
-
-_slots = WaiterSlots()
-
-
-def waiter_slots() -> WaiterSlots:
-    """The process's one `WaiterSlots` (the worker configures it; other servers use it as it is)."""
-    return _slots
-
-
-def _noop() -> None:
-    return None
-
-
-class Stream(Protocol):
-    heartbeat_seconds: float
-
-    def poll(self) -> bytes | None: ...
-
-    def subscribe(self, wake: Callable[[], None]) -> Callable[[], None]: ...
-
-
-class _Parked:
-    """The `PARKED` marker a handle returns instead of keep-alive: the connection now lives in the parking lot."""
-
-    def __bool__(self) -> bool:
-        return True
-
-
-PARKED: Any = _Parked()
-
-
-@dataclass
-class _Intent:
-    deadline: float | None = None
-    subscribe: Callable[[Callable[[], None]], Callable[[], None]] | None = None
-    stream: Stream | None = None
-    release: Callable[[], None] = _noop
-
-
-@dataclass(eq=False)
-class _Lot:
-    conn: Any
-    req: Any
-    deadline: float
-    subscribe: Callable[[Callable[[], None]], Callable[[], None]]
-    stream: Stream | None = None
-    resp: Any = None
-    unsubscribe: Callable[[], None] = field(default=lambda: None)
-    woken: bool = False
-    # Gives the waiter's slot back (`WaiterSlots.admit`); called once the lot ends, however it ends.
-    release: Callable[[], None] = _noop
-    # A stream's bytes the socket has not taken yet (framed as sent); the lot waits to write them.
-    pending: bytes = b""
-
-
-def _framed(resp: Any, data: bytes) -> bytes:
-    """`data` as `resp.write` would put it on the wire (one chunk of a chunked response)."""
-    resp.sent += len(data)
-    return b"%X\r\n%s\r\n" % (len(data), data) if resp.chunked else data
-
-
-def _send_some(sock: Any, data: bytes) -> bytes:
-    """Send what the (non-blocking) socket takes now; returns the rest. OSError: the client is gone."""
-    try:
-        sent = sock.send(data)
-    except (BlockingIOError, InterruptedError):
-        return data
-    return data[sent:]
 
 
 class ParkingMixin:
@@ -235,8 +99,8 @@ class ParkingMixin:
     wsgi: Any
 
     def init_parking(self) -> None:
-        self._lot: dict[Any, _Lot] = {}
-        self._ready: list[_Lot] = []
+        self._lot: dict[Any, Lot] = {}
+        self._ready: list[Lot] = []
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
@@ -250,7 +114,7 @@ class ParkingMixin:
     # --- in a pool thread ---------------------------------------------------
 
     def handle_request(
-        self, req: Any, conn: Any, deadline: float | None = None, held: Callable[[], None] = _noop
+        self, req: Any, conn: Any, deadline: float | None = None, held: Callable[[], None] = noop
     ) -> Any:
         """gunicorn's gthread `handle_request`, plus the two parking offers (see the module docstring).
 
@@ -259,7 +123,7 @@ class ParkingMixin:
         """
         environ: dict[str, Any] = {}
         resp = None
-        intent = _Intent(release=held)
+        intent = Intent(release=held)
         parked = False
 
         def park(
@@ -272,7 +136,7 @@ class ParkingMixin:
             if release is not None:
                 intent.release = release
 
-        def stream(stream: Stream, *, release: Callable[[], None] = _noop) -> None:
+        def stream(stream: Stream, *, release: Callable[[], None] = noop) -> None:
             intent.stream, intent.release = stream, release
 
         try:
@@ -313,7 +177,7 @@ class ParkingMixin:
                     respiter.close()
             if parked:
                 if intent.stream is not None:
-                    lot = _Lot(
+                    lot = Lot(
                         conn,
                         req,
                         time.monotonic() + intent.stream.heartbeat_seconds,
@@ -327,7 +191,7 @@ class ParkingMixin:
                 else:
                     assert intent.subscribe is not None
                     assert intent.deadline is not None
-                    lot = _Lot(conn, req, intent.deadline, intent.subscribe, release=intent.release)
+                    lot = Lot(conn, req, intent.deadline, intent.subscribe, release=intent.release)
                 self._park(lot)
                 return PARKED
             if resp.should_close():
@@ -351,14 +215,14 @@ class ParkingMixin:
                 self.cfg.post_request(self, req, environ, resp)
         return True
 
-    def _park(self, lot: _Lot) -> None:
+    def _park(self, lot: Lot) -> None:
         with self._lock:
             self._lot[lot.conn] = lot
             # Readable while parked: the client hung up (or broke protocol); either way it goes.
             self.poller.register(lot.conn.sock, selectors.EVENT_READ, partial(self._on_parked_readable, lot))
         lot.unsubscribe = lot.subscribe(partial(self._wake, lot))
 
-    def _resume(self, lot: _Lot) -> tuple[Any, Any]:
+    def _resume(self, lot: Lot) -> tuple[Any, Any]:
         conn = lot.conn
         if lot.stream is None:
             # The request runs again and owns the slot from here (see handle_request).
@@ -384,7 +248,7 @@ class ParkingMixin:
             lot.woken = False
             if data:
                 lot.deadline = time.monotonic() + lot.stream.heartbeat_seconds
-                lot.pending = _send_some(conn.sock, _framed(lot.resp, data))
+                lot.pending = send_some(conn.sock, framed(lot.resp, data))
                 if lot.pending:
                     lot.deadline = time.monotonic() + STREAM_WRITE_SECONDS
                     self._park_writing(lot)
@@ -397,16 +261,16 @@ class ParkingMixin:
                 self.log.exception("A parked request failed on resuming.")
             return False, conn
 
-    def _park_writing(self, lot: _Lot) -> None:
+    def _park_writing(self, lot: Lot) -> None:
         """Park a stream with bytes still to send: woken by writability (or its write deadline), not by events."""
-        lot.unsubscribe = _noop
+        lot.unsubscribe = noop
         with self._lock:
             self._lot[lot.conn] = lot
             self.poller.register(lot.conn.sock, selectors.EVENT_WRITE, partial(self._on_parked_writable, lot))
 
     # --- any thread ---------------------------------------------------------
 
-    def _wake(self, lot: _Lot) -> None:
+    def _wake(self, lot: Lot) -> None:
         with self._lock:
             if lot.woken or self._lot.get(lot.conn) is not lot:
                 return
@@ -438,16 +302,16 @@ class ParkingMixin:
             lot.unsubscribe()
             self._submit_resume(lot)
 
-    def _on_parked_readable(self, lot: _Lot, sock: Any) -> None:
+    def _on_parked_readable(self, lot: Lot, sock: Any) -> None:
         self._drop_parked(lot)
 
-    def _on_parked_writable(self, lot: _Lot, sock: Any) -> None:
+    def _on_parked_writable(self, lot: Lot, sock: Any) -> None:
         """Send more of a stream's pending bytes, without waiting; once all are sent it parks as usual."""
         with self._lock:
             if self._lot.get(lot.conn) is not lot or lot.woken:
                 return  # dropped, or woken at its deadline: the resume decides
         try:
-            lot.pending = _send_some(lot.conn.sock, lot.pending)
+            lot.pending = send_some(lot.conn.sock, lot.pending)
         except OSError:
             self._drop_parked(lot)
             return
@@ -461,7 +325,7 @@ class ParkingMixin:
         lot.deadline = time.monotonic() + lot.stream.heartbeat_seconds
         self._park(lot)
 
-    def _drop_parked(self, lot: _Lot) -> None:
+    def _drop_parked(self, lot: Lot) -> None:
         """End a parked lot from the event loop: the client hung up, or its socket failed."""
         with self._lock:
             if self._lot.get(lot.conn) is not lot:
@@ -474,13 +338,13 @@ class ParkingMixin:
         self.nr_conns -= 1
         lot.conn.close()
 
-    def _unpark(self, lot: _Lot) -> None:
+    def _unpark(self, lot: Lot) -> None:
         """With the lock held."""
         self._lot.pop(lot.conn, None)
         with contextlib.suppress(KeyError, ValueError, OSError):
             self.poller.unregister(lot.conn.sock)
 
-    def _submit_resume(self, lot: _Lot) -> None:
+    def _submit_resume(self, lot: Lot) -> None:
         self._wrap_future(self._resume_pool.submit(self._resume, lot), lot.conn)  # type: ignore[attr-defined]
 
     def parked_count(self) -> int:

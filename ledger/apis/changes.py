@@ -31,7 +31,8 @@ from api.base import ApiView
 from api.inputs import MAX_PAGE_SIZE, query_input
 from api.schema import READ_ERRORS, error_responses
 from api.throttles import client_address
-from core.parking import DEADLINE_KEY, PARK_KEY, waiter_slots
+from core.parking import DEADLINE_KEY, PARK_KEY
+from core.waiter_slots import waiter_slots
 from ledger.models import Severity
 from ledger.selectors import (
     changes_and_position,

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from core.errors import RateLimited
-from core.parking import WaiterSlots, waiter_capacity, waiter_slots
+from core.waiter_slots import WaiterSlots, waiter_capacity, waiter_slots
 from push.waiting import event_watcher
 from tests.api.conftest import assert_error, client_for
 from tests.factories import AgentFactory, ProjectFactory
