@@ -9,7 +9,9 @@ must leave every file as it was, answering None or a GitError.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,15 @@ VICTIM_TEXT = "precious\n"
 
 
 @pytest.fixture
-def target(tmp_path: Path) -> Path:
-    """A directory whose files must stay exactly as they are; `victim` is the file an attack would truncate."""
-    directory = tmp_path / "target"
-    directory.mkdir()
+def target() -> Iterator[Path]:
+    """A directory whose files must stay exactly as they are; `victim` is the file an attack would truncate.
+
+    Short (`/tmp/h1…/victim`): on PostgreSQL `head_commit` holds at most 40 characters.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="h1", dir="/tmp"))
     (directory / "victim").write_text(VICTIM_TEXT)
-    return directory
+    yield directory
+    shutil.rmtree(directory)
 
 
 def _untouched(target: Path) -> None:
