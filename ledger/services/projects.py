@@ -52,6 +52,20 @@ def validate_remote(remote: str, *, field: str = "remote") -> str:
     return remote
 
 
+# A branch name git reads as one ref: letters, digits, `._/-`, no leading `-` or `/`, no `..` or `//`.
+_DEFAULT_BRANCH = re.compile(r"^(?![-/.])(?!.*(?:\.\.|//|/\.))[A-Za-z0-9._/-]{1,200}(?<![/.])(?<!\.lock)$")
+
+
+def validate_default_branch(name: str) -> str:
+    """A project's default branch: a plain branch name, so it can never reach git as an option or a range."""
+    if not isinstance(name, str) or not _DEFAULT_BRANCH.match(name):
+        raise ValidationFailed(
+            "default_branch must be a branch name: letters, digits and ._/- , not starting with '-' or '/'.",
+            details={"fields": {"default_branch": ["a branch name"]}},
+        )
+    return name
+
+
 def is_local_repository(validated: str) -> bool:
     """A validated repository or remote that is a path on this machine or a `file://` URL: read in place."""
     return validated.startswith("/") or validated.lower().startswith("file:")
@@ -104,7 +118,7 @@ def project_create(
         key_prefix=key_prefix or key_prefix_from_slug(slug),
         repository=validate_repository(repository),
         remote=validate_remote(remote),
-        default_branch=default_branch,
+        default_branch=validate_default_branch(default_branch),
         default_lease_seconds=default_lease_seconds,
         queue_wait_max_seconds=queue_wait_max_seconds,
         required_isolation=required_isolation,
