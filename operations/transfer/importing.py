@@ -229,6 +229,10 @@ class _Importer:
         if not isinstance(username, str) or not username:
             raise _fail(line, "username must be a non-empty string")
         user_model = get_user_model()
+        try:
+            user_model._meta.get_field(user_model.USERNAME_FIELD).clean(username, None)
+        except ValidationError as exc:
+            raise _fail(line, f"not a valid username: {exc.messages}") from None
         user = user_model.objects.filter(**{user_model.USERNAME_FIELD: username}).first()
         if user is None:
             user = user_model(**{user_model.USERNAME_FIELD: username, "is_active": False})
@@ -239,7 +243,9 @@ class _Importer:
     def agent(self, line: int, row: dict[str, Any]) -> None:
         self._expect(line, row, {"type", "handle", "kind", "created_at", "member"})
         handle = row["handle"]
-        agent = Agent.objects.filter(handle=handle).first() if isinstance(handle, str) else None
+        if not isinstance(handle, str):
+            raise _fail(line, "handle must be a string")
+        agent = Agent.objects.filter(handle=handle).first()
         if agent is None:
             try:
                 created_at = decode(Agent._meta.get_field("created_at"), row["created_at"])

@@ -52,8 +52,9 @@ def _refused(tmp_path: Path, lines: list[str], match: str, *extra: str) -> None:
     assert (Project.objects.count(), Task.objects.count(), Attempt.objects.count(), Event.objects.count()) == before
 
 
-def _edited(lines: list[str], kind: str, **changes: Any) -> tuple[list[str], int]:
-    """The file with the first row of `kind` changed; and that row's line number."""
+def _edited(lines: list[str], row_type: str, **changes: Any) -> tuple[list[str], int]:
+    """The file with the first row of `row_type` changed; and that row's line number."""
+    kind = row_type
     index = next(i for i, line in enumerate(lines) if json.loads(line)["type"] == kind)
     row = json.loads(lines[index])
     assert set(changes) <= set(row), f"a {kind} row has no {set(changes) - set(row)}"
@@ -100,6 +101,20 @@ def test_a_row_the_api_would_refuse_is_refused(tmp_path, exported, kind, changes
 def test_an_unknown_agent_handle_is_refused(tmp_path, exported):
     lines, number = _edited(exported, "attempt", agent="nobody-defined-this")
     _refused(tmp_path, lines, rf"line {number}: agent names agent 'nobody-defined-this', which no earlier row defines")
+
+
+@pytest.mark.parametrize(
+    ("kind", "changes", "says"),
+    [
+        ("user", {"username": "x" * 1000}, "not a valid username"),
+        ("user", {"username": "bad name\u0007"}, "not a valid username"),
+        ("agent", {"handle": 42}, "handle must be a string"),
+        ("agent", {"handle": "fresh-agent", "kind": "overlord"}, "not a valid agent"),
+    ],
+)
+def test_users_and_agents_are_checked(tmp_path, exported, kind, changes, says):
+    lines, number = _edited(exported, kind, **changes)
+    _refused(tmp_path, lines, rf"line {number}: {says}")
 
 
 def test_a_line_over_one_megabyte_is_refused(tmp_path, exported):
