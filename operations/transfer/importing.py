@@ -43,7 +43,7 @@ from bisect import insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, cast
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -230,7 +230,8 @@ class _Importer:
             raise _fail(line, "username must be a non-empty string")
         user_model = get_user_model()
         try:
-            user_model._meta.get_field(user_model.USERNAME_FIELD).clean(username, None)
+            username_field = cast("models.Field[Any, Any]", user_model._meta.get_field(user_model.USERNAME_FIELD))
+            username_field.clean(username, None)
         except ValidationError as exc:
             raise _fail(line, f"not a valid username: {exc.messages}") from None
         user = user_model.objects.filter(**{user_model.USERNAME_FIELD: username}).first()
