@@ -8,17 +8,22 @@
   checked first and said plainly.
 
 Every backup is written to `DEST.partial` and renamed to DEST only once it
-passed its check, so DEST is never a half-written file. Nothing here knows an
+passed its check, so DEST is never a half-written file. A backup holds
+password hashes, session keys and webhook secrets: `DEST.partial` is created
+here, mode 0600 whatever the umask, with `O_EXCL|O_NOFOLLOW`, so a file or
+symlink planted under that name is refused rather than followed. Nothing here knows an
 app; `operations.jobs.backup_job` runs `backup_rotate` daily when
 `LEASEHOLD_BACKUP_DIR` is set.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
 import shutil
 import sqlite3
+import stat
 import subprocess
 from contextlib import closing
 from datetime import datetime
@@ -29,6 +34,30 @@ SQLITE_SUFFIX = ".sqlite3"
 POSTGRES_SUFFIX = ".pgdump"
 BACKUP_NAME = re.compile(r"^leasehold-\d{8}T\d{6}Z(\.sqlite3|\.pgdump)$")
 DUMP_TIMEOUT_SECONDS = 3600
+PRIVATE_FILE_MODE = 0o600
+
+
+# The triggers Leasehold's migrations create on SQLite: name → (app, migration that creates it, table).
+# A backup of an older schema lacks the later ones (`migrate` adds them); any other trigger is foreign.
+# tests/leases/test_backup.py checks this against a freshly migrated database.
+SQLITE_TRIGGERS: dict[str, tuple[str, str, str]] = {
+    "ledger_event_no_update": ("ledger", "0002_event_append_only", "ledger_event"),
+    "ledger_event_no_delete": ("ledger", "0002_event_append_only", "ledger_event"),
+    "ledger_event_no_replace": ("ledger", "0006_event_no_truncate_or_replace", "ledger_event"),
+    "ledger_event_webhook_deliveries": ("ledger", "0011_webhooks", "ledger_event"),
+    "ledger_task_count_insert": ("ledger", "0012_task_counts", "ledger_task"),
+    "ledger_task_count_delete": ("ledger", "0012_task_counts", "ledger_task"),
+    "ledger_task_count_update": ("ledger", "0012_task_counts", "ledger_task"),
+    "leases_attempt_tally_insert": ("leases", "0011_rollups", "leases_attempt"),
+    "leases_attempt_tally_update": ("leases", "0011_rollups", "leases_attempt"),
+    "leases_event_tally_contested": ("leases", "0011_rollups", "ledger_event"),
+    "leases_event_first_ready": ("leases", "0011_rollups", "ledger_event"),
+}
+# The event table's append-only triggers (SPEC §1.6) are compared word for word with their migrations' SQL.
+APPEND_ONLY_MIGRATIONS = (
+    "ledger.migrations.0002_event_append_only",
+    "ledger.migrations.0006_event_no_truncate_or_replace",
+)
 
 
 class BackupRefused(Exception):
@@ -36,7 +65,7 @@ class BackupRefused(Exception):
 
 
 def _check_destination(dest: Path) -> Path:
-    if dest.exists():
+    if dest.exists() or dest.is_symlink():
         raise BackupRefused(f"{dest} exists; a backup never overwrites a file. Choose a new name.")
     parent = dest.parent
     if not parent.is_dir():
@@ -44,6 +73,31 @@ def _check_destination(dest: Path) -> Path:
     if not os.access(parent, os.W_OK | os.X_OK):
         raise BackupRefused(f"{parent} is not writable.")
     return dest.with_name(dest.name + ".partial")
+
+
+def create_private_file(path: Path) -> None:
+    """Create `path` empty and 0600, never following or reusing what is there (`O_CREAT|O_EXCL|O_NOFOLLOW`)."""
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, PRIVATE_FILE_MODE)
+    except FileExistsError:
+        raise BackupRefused(
+            f"{path} exists (a file or link left there, or another backup under way); "
+            "it is never followed or overwritten. Remove it or choose another name."
+        ) from None
+    except OSError as exc:
+        raise BackupRefused(f"cannot create {path}: {exc.strerror or exc}") from None
+    try:
+        os.fchmod(descriptor, PRIVATE_FILE_MODE)  # the umask may have taken bits away; it never adds any
+    finally:
+        os.close(descriptor)
+
+
+def _publish(partial: Path, dest: Path) -> None:
+    """Rename the checked partial file to DEST, once it is still the private regular file created here."""
+    status = os.lstat(partial)
+    if not stat.S_ISREG(status.st_mode) or stat.S_IMODE(status.st_mode) != PRIVATE_FILE_MODE:
+        raise BackupRefused(f"{partial} was replaced while the backup ran; nothing was published.")
+    partial.rename(dest)
 
 
 def integrity_problems(path: Path) -> list[str]:
@@ -56,9 +110,57 @@ def integrity_problems(path: Path) -> list[str]:
     return [] if rows == ["ok"] else rows
 
 
+def _normalized_trigger(sql: str) -> str:
+    """A trigger's SQL as SQLite keeps it: `IF NOT EXISTS` and the final `;` dropped; whitespace collapsed here."""
+    text = " ".join(sql.split()).removesuffix(";").strip()
+    return text.replace("CREATE TRIGGER IF NOT EXISTS ", "CREATE TRIGGER ", 1)
+
+
+def _append_only_triggers() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for module in APPEND_ONLY_MIGRATIONS:
+        for sql in importlib.import_module(module).SQLITE_CREATE:
+            normalized = _normalized_trigger(sql)
+            found[normalized.split()[2]] = normalized
+    return found
+
+
+def trigger_problems(path: Path) -> list[str]:
+    """How the triggers of the SQLite database at `path` differ from what its applied migrations create.
+
+    A restored database without the append-only triggers would let events be
+    rewritten; a foreign trigger could do anything on every write. Both are
+    refused ([] when the set is exactly the expected one).
+    """
+    try:
+        with closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as check:
+            applied = set(check.execute("SELECT app, name FROM django_migrations"))
+            triggers = check.execute("SELECT name, tbl_name, sql FROM sqlite_master WHERE type = 'trigger'")
+            present = {name: (table, sql) for name, table, sql in triggers}
+    except sqlite3.DatabaseError as exc:
+        return [f"its schema cannot be read: {exc}"]
+    problems = [
+        f"foreign trigger {name} on {table}"
+        for name, (table, _) in sorted(present.items())
+        if name not in SQLITE_TRIGGERS
+    ]
+    append_only = _append_only_triggers()
+    for name, (app, migration, table) in SQLITE_TRIGGERS.items():
+        if name not in present:
+            if (app, migration) in applied:
+                problems.append(f"trigger {name} on {table} is missing")
+            continue
+        if present[name][0] != table:
+            problems.append(f"trigger {name} is on {present[name][0]}, not {table}")
+        elif name in append_only and _normalized_trigger(present[name][1] or "") != append_only[name]:
+            problems.append(f"trigger {name} is not the append-only trigger its migration creates")
+    return problems
+
+
 def backup_sqlite(*, source: Path, dest: Path) -> Path:
     """Copy the live SQLite database `source` to `dest` with the online backup API, then check the copy."""
     partial = _check_destination(dest)
+    create_private_file(partial)
     try:
         with closing(sqlite3.connect(source, timeout=30)) as reader, closing(sqlite3.connect(partial)) as writer:
             reader.backup(writer)  # pages=-1: one step, one snapshot
@@ -66,7 +168,7 @@ def backup_sqlite(*, source: Path, dest: Path) -> Path:
         problems = integrity_problems(partial)
         if problems:
             raise BackupRefused(f"the copy failed PRAGMA integrity_check: {'; '.join(problems[:5])}")
-        partial.rename(dest)
+        _publish(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
     return dest
@@ -107,6 +209,7 @@ def backup_postgres(*, database: dict[str, Any], server_major: int, dest: Path) 
             f"install the client programs of version {server_major} or newer."
         )
     args, env = _pg_environment(database)
+    create_private_file(partial)  # pg_dump writes into it: the file keeps its mode
     try:
         dumped = subprocess.run(
             [pg_dump, "--format=custom", "--no-password", "--file", str(partial), *args],
@@ -121,7 +224,7 @@ def backup_postgres(*, database: dict[str, Any], server_major: int, dest: Path) 
         listed = subprocess.run([pg_restore, "--list", str(partial)], capture_output=True, text=True, check=False)
         if listed.returncode != 0 or "TABLE DATA" not in listed.stdout:
             raise BackupRefused(f"pg_restore --list cannot read the dump: {listed.stderr.strip()[:2000]}")
-        partial.rename(dest)
+        _publish(partial, dest)
     finally:
         partial.unlink(missing_ok=True)
     return dest
@@ -144,7 +247,7 @@ def backup_rotate(
     Only files named like our own backups (`leasehold-YYYYmmddTHHMMSSZ.sqlite3|.pgdump`) are ever removed.
     Returns the new file and the removed ones.
     """
-    directory.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     suffix = SQLITE_SUFFIX if vendor == "sqlite" else POSTGRES_SUFFIX
     made = backup_database(
         database=database,
@@ -172,8 +275,12 @@ def restore_sqlite(*, source: Path, data_dir: Path, database_name: str = "leaseh
         raise BackupRefused(f"{source} is not a Leasehold database (no ledger tables).")
     if data_dir.exists() and any(data_dir.iterdir()):
         raise BackupRefused(f"{data_dir} is not empty; restore into an empty data directory.")
-    data_dir.mkdir(parents=True, exist_ok=True)
+    problems = trigger_problems(source)
+    if problems:
+        raise BackupRefused(f"{source} does not carry Leasehold's triggers: {'; '.join(problems[:10])}")
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     target = data_dir / database_name
+    create_private_file(target)
     with (
         closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as reader,
         closing(sqlite3.connect(target)) as writer,

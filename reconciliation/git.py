@@ -6,8 +6,15 @@ the ordinary transports (no `ext::` command execution from a project's
 repository field). Anything git refuses becomes a `GitError` carrying git's
 own message, which reconciliation records on the run instead of crashing.
 
-Branches are always passed as full `refs/heads/...` names, so a name can
-never be read as an option or as an abbreviated ref of another kind.
+No value from the ledger ever reaches git as an option (issue 27, H1): an
+export file or a bad row once carried `base_commit "--output=/"`, which
+`git diff` read as an option and used to truncate a file. So every helper
+checks what it passes — a commit against `COMMIT_SHA`, a branch against
+`SAFE_BRANCH`, a path for being absolute — and every call puts
+`--end-of-options` before its revisions and paths, so git itself would read
+a value that slipped through as a revision, never as an option. Branches are
+passed as full `refs/heads/...` names, so a name can never be read as an
+abbreviated ref of another kind either.
 """
 
 from __future__ import annotations
@@ -27,6 +34,10 @@ HEADS_PREFIX = "refs/heads/"
 # The trailer agents' commits carry (SPEC §15.1): `Leasehold-Label: <label>`.
 LABEL_TRAILER = "Leasehold-Label"
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+# A branch name git accepts and reads as one ref: no leading `-` or `/`, no `..`, `@{`, `//`,
+# whitespace, control or glob characters, nothing git gives a meaning in a revision (`~^:\\`).
+SAFE_BRANCH = re.compile(r"^(?![-/.])(?!.*(?:\.\.|@\{|//|/\.))[^\x00-\x20\x7f~^:?*\[\\]{1,255}(?<![/.])(?<!\.lock)$")
+END_OF_OPTIONS = "--end-of-options"
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:")
 _MESSAGE_MAX_CHARS = 500
 
@@ -105,11 +116,29 @@ def _parse_heads(output: str, *, separator: str | None) -> dict[str, str]:
     return heads
 
 
+def is_commit(value: str | None) -> bool:
+    """A full commit id (40 lowercase hex characters): the only form of a commit the helpers pass to git."""
+    return isinstance(value, str) and bool(COMMIT_SHA.match(value))
+
+
+def _branch(name: str) -> str:
+    """`refs/heads/<name>`, or GitError when the name is not one git could only read as a branch."""
+    if not isinstance(name, str) or not SAFE_BRANCH.match(name):
+        raise GitError(f"{str(name)[:100]!r} is not a branch name git would read as one")
+    return HEADS_PREFIX + name
+
+
+def _absolute_path(path: str) -> str:
+    if not isinstance(path, str) or not os.path.isabs(path) or any(ord(c) < 0x20 or c == "\x7f" for c in path):
+        raise GitError(f"{str(path)[:100]!r} is not an absolute path")
+    return path
+
+
 def remote_heads(url: str) -> dict[str, str]:
     """Branch name → tip sha of a repository known only by URL (`git ls-remote --heads`)."""
-    if url.startswith("-"):
-        raise GitError(f"{url!r} is not a repository URL")
-    return _parse_heads(run_git(["ls-remote", "--heads", url]).stdout, separator=None)
+    if not isinstance(url, str) or not url or url.startswith("-") or any(ord(c) < 0x20 for c in url):
+        raise GitError(f"{str(url)[:100]!r} is not a repository URL")
+    return _parse_heads(run_git(["ls-remote", "--heads", END_OF_OPTIONS, url]).stdout, separator=None)
 
 
 @dataclass(frozen=True)
@@ -171,13 +200,13 @@ class LocalRepository:
 
     def heads(self) -> dict[str, str]:
         """Branch name → tip sha (`git for-each-ref refs/heads`)."""
-        output = self._git("for-each-ref", "--format=%(objectname) %(refname)", HEADS_PREFIX).stdout
+        output = self._git("for-each-ref", "--format=%(objectname) %(refname)", END_OF_OPTIONS, HEADS_PREFIX).stdout
         return _parse_heads(output, separator=" ")
 
     def heads_and_tip_times(self) -> tuple[dict[str, str], dict[str, datetime]]:
         """Branch name → tip sha, and branch name → its tip's committer time, in one `for-each-ref`."""
         output = self._git(
-            "for-each-ref", "--format=%(objectname) %(committerdate:unix) %(refname)", HEADS_PREFIX
+            "for-each-ref", "--format=%(objectname) %(committerdate:unix) %(refname)", END_OF_OPTIONS, HEADS_PREFIX
         ).stdout
         heads: dict[str, str] = {}
         times: dict[str, datetime] = {}
@@ -192,10 +221,16 @@ class LocalRepository:
         return heads, times
 
     def commits_since(self, branch: str, *, base_commit: str) -> int | None:
-        """Commits on `branch` that `base_commit` lacks; None when this repository does not have that commit."""
-        if not COMMIT_SHA.match(base_commit):
+        """Commits on `branch` that `base_commit` lacks; None when this repository does not have that commit.
+
+        None too for a value that is not a commit id or a branch name: the
+        ledger's word is not git's to interpret.
+        """
+        if not is_commit(base_commit) or not SAFE_BRANCH.match(branch):
             return None
-        completed = self._git("rev-list", "--count", f"{base_commit}..{HEADS_PREFIX}{branch}", ok_returncodes=(0, 128))
+        completed = self._git(
+            "rev-list", "--count", END_OF_OPTIONS, f"{base_commit}..{_branch(branch)}", ok_returncodes=(0, 128)
+        )
         output = completed.stdout.strip()
         return int(output) if completed.returncode == 0 and output.isdigit() else None
 
@@ -208,8 +243,9 @@ class LocalRepository:
         output = self._git(
             "log",
             f"--format=%H%x1f%(trailers:key={LABEL_TRAILER},valueonly,separator=%x1e)",
+            f"--glob=refs/remotes/*/{_branch(branch).removeprefix(HEADS_PREFIX)}",
+            END_OF_OPTIONS,
             HEADS_PREFIX + branch,
-            f"--glob=refs/remotes/*/{branch}",
             "--",
         ).stdout
         history: list[tuple[str, list[str]]] = []
@@ -220,15 +256,31 @@ class LocalRepository:
         return history
 
     def merge_base(self, commit: str, branch: str) -> str | None:
-        """The best common ancestor of `commit` and `branch`, or None."""
-        completed = self._git("merge-base", commit, HEADS_PREFIX + branch, ok_returncodes=(0, 1, 128))
+        """The best common ancestor of `commit` and `branch`, or None (also for a value that is not a commit id)."""
+        if not is_commit(commit) or not SAFE_BRANCH.match(branch):
+            return None
+        completed = self._git("merge-base", END_OF_OPTIONS, commit, _branch(branch), ok_returncodes=(0, 1, 128))
         output = completed.stdout.strip()
         return output if completed.returncode == 0 and COMMIT_SHA.match(output) else None
 
     def changed_files(self, base: str, head: str) -> list[str] | None:
-        """Paths changed between two commits (`git diff --name-only -z base..head`); None when one is unknown here."""
+        """Paths changed between two commits (`git diff --name-only -z base..head`); None when one is unknown here.
+
+        None too when either is not a commit id: `base "--output=/"` once made
+        git write its output over the file `head` named.
+        """
+        if not is_commit(base) or not is_commit(head):
+            return None
         completed = self._git(
-            "-c", "core.quotepath=false", "diff", "--name-only", "-z", f"{base}..{head}", "--", ok_returncodes=(0, 128)
+            "-c",
+            "core.quotepath=false",
+            "diff",
+            "--name-only",
+            "-z",
+            END_OF_OPTIONS,
+            f"{base}..{head}",
+            "--",
+            ok_returncodes=(0, 128),
         )
         if completed.returncode != 0:
             return None
@@ -237,13 +289,13 @@ class LocalRepository:
     def is_ancestor(self, branch: str, of: str) -> bool:
         """Whether every commit of `branch` is in `of` (`git merge-base --is-ancestor`): merged."""
         completed = self._git(
-            "merge-base", "--is-ancestor", HEADS_PREFIX + branch, HEADS_PREFIX + of, ok_returncodes=(0, 1)
+            "merge-base", "--is-ancestor", END_OF_OPTIONS, _branch(branch), _branch(of), ok_returncodes=(0, 1)
         )
         return completed.returncode == 0
 
     def commits_ahead(self, branch: str, of: str) -> int:
         """How many commits `branch` has that `of` lacks (`git rev-list --count of..branch`)."""
-        output = self._git("rev-list", "--count", f"{HEADS_PREFIX}{of}..{HEADS_PREFIX}{branch}").stdout.strip()
+        output = self._git("rev-list", "--count", END_OF_OPTIONS, f"{_branch(of)}..{_branch(branch)}").stdout.strip()
         if not output.isdigit():
             raise GitError(f"git rev-list --count answered {output[:100]!r}")
         return int(output)
@@ -253,7 +305,7 @@ class LocalRepository:
 
     def remove_worktree(self, path: str) -> None:
         """`git worktree remove` without `--force`: git itself refuses a dirty or locked worktree."""
-        self._git("worktree", "remove", path)
+        self._git("worktree", "remove", END_OF_OPTIONS, _absolute_path(path))
 
 
 @dataclass(frozen=True)
@@ -272,7 +324,7 @@ def worktree_cleanliness(path: str) -> Cleanliness:
     Ignored files are what git itself removes with a worktree without
     `--force`; anything else would be lost work.
     """
-    output = run_git(["status", "--porcelain", "--untracked-files=all"], cwd=Path(path)).stdout
+    output = run_git(["status", "--porcelain", "--untracked-files=all"], cwd=Path(_absolute_path(path))).stdout
     lines = [line for line in output.splitlines() if line.strip()]
     untracked = sum(1 for line in lines if line.startswith("??"))
     return Cleanliness(modified=len(lines) - untracked, untracked=untracked)

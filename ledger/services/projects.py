@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 from urllib.parse import urlsplit
 
@@ -30,22 +31,67 @@ def key_prefix_from_slug(slug: str) -> str:
 _REMOTE_URL = re.compile(r"^(?:[A-Za-z][A-Za-z0-9+.-]*://\S+|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:\S+)$")
 
 
-def validate_remote(remote: str) -> str:
+_CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def validate_remote(remote: str, *, field: str = "remote") -> str:
     """A project's remote: a git URL without a password (credentials belong to the git client, not the ledger)."""
     remote = remote.strip()
     if not remote:
         return ""
-    if not _REMOTE_URL.match(remote):
+    if not _REMOTE_URL.match(remote) or _CONTROL_CHARACTER.search(remote):
         raise ValidationFailed(
-            "remote must be a git URL (https://…, ssh://…, file://… or user@host:path).",
-            details={"fields": {"remote": ["a git URL"]}},
+            f"{field} must be a git URL (https://…, ssh://…, file://… or user@host:path).",
+            details={"fields": {field: ["a git URL"]}},
         )
     if "://" in remote and urlsplit(remote).password:
         raise ValidationFailed(
-            "remote must not contain a password; configure git's credentials instead.",
-            details={"fields": {"remote": ["carries a password"]}},
+            f"{field} must not contain a password; configure git's credentials instead.",
+            details={"fields": {field: ["carries a password"]}},
         )
     return remote
+
+
+# A branch name git reads as one ref: letters, digits, `._/-`, no leading `-` or `/`, no `..` or `//`.
+_DEFAULT_BRANCH = re.compile(r"^(?![-/.])(?!.*(?:\.\.|//|/\.))[A-Za-z0-9._/-]{1,200}(?<![/.])(?<!\.lock)$")
+
+
+def validate_default_branch(name: str) -> str:
+    """A project's default branch: a plain branch name, so it can never reach git as an option or a range."""
+    if not isinstance(name, str) or not _DEFAULT_BRANCH.match(name):
+        raise ValidationFailed(
+            "default_branch must be a branch name: letters, digits and ._/- , not starting with '-' or '/'.",
+            details={"fields": {"default_branch": ["a branch name"]}},
+        )
+    return name
+
+
+def is_local_repository(validated: str) -> bool:
+    """A validated repository or remote that is a path on this machine or a `file://` URL: read in place."""
+    return validated.startswith("/") or validated.lower().startswith("file:")
+
+
+def validate_repository(repository: str) -> str:
+    """A project's repository: a git URL (as a remote), or an absolute, normalised path on this machine.
+
+    A path is never relative (it would depend on the server's working
+    directory), never has `..` or control characters, and never starts with
+    `-`, so git can only read it as the directory it names.
+    """
+    repository = repository.strip()
+    if not repository or "://" in repository or (_REMOTE_URL.match(repository) and not repository.startswith("/")):
+        return validate_remote(repository, field="repository")
+    if (
+        not repository.startswith("/")
+        or _CONTROL_CHARACTER.search(repository)
+        or ".." in repository.split("/")
+        or len(repository) > 500
+    ):
+        raise ValidationFailed(
+            "repository must be a git URL or an absolute path without '..' or control characters.",
+            details={"fields": {"repository": ["a git URL or an absolute path"]}},
+        )
+    return posixpath.normpath(repository)
 
 
 @write_transaction
@@ -70,9 +116,9 @@ def project_create(
         slug=slug,
         name=name,
         key_prefix=key_prefix or key_prefix_from_slug(slug),
-        repository=repository,
+        repository=validate_repository(repository),
         remote=validate_remote(remote),
-        default_branch=default_branch,
+        default_branch=validate_default_branch(default_branch),
         default_lease_seconds=default_lease_seconds,
         queue_wait_max_seconds=queue_wait_max_seconds,
         required_isolation=required_isolation,

@@ -18,6 +18,20 @@ marked dead, not posted.
 
 Memory holds one id pair per imported task, attempt, note and the other
 referenced rows, never the events or any text.
+
+An export file is a trust boundary (issue 27, L3/L4): it may have been
+written by anyone. Every row goes through the model's field validation
+(`full_clean`: lengths, choices, blanks) and the rules the API applies to
+the same values: event types must be `EventType`s, git facts pass
+`leases.services.git_facts` (a commit is 40 hex characters, a branch a
+Conventional Branch name, a worktree path absolute), integers fit their
+columns (an epoch < 2^31), a lease ends no later than the longest lease
+from now. A line holds at most 1 MB and JSON nests at most 64 deep; the
+file is read line by line with that bound (`read_lines`), so `/dev/zero`
+fails at once. The project's `repository` and `remote` pass the admin's
+rules, a remote's host the webhooks' address policy, and a local
+repository (a path or `file://`) is taken only when the operator says so
+(`import_project --allow-repository`).
 """
 
 from __future__ import annotations
@@ -26,19 +40,29 @@ import json
 import re
 import secrets
 from bisect import insort
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import timedelta
+from typing import Any, BinaryIO, cast
+from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, models, transaction
 from django.db.models import Max
 
-from core.errors import ValidationFailed
+from core.errors import LedgerError, ValidationFailed
 from leases.models import Attempt
+from leases.services.git_facts import git_facts, validate_commit
 from ledger import clock
-from ledger.models import Agent, Decision, DecisionStatus, Event, Project
+from ledger.models import Agent, Decision, DecisionStatus, Event, EventType, Project
+from ledger.services.projects import (
+    is_local_repository,
+    validate_default_branch,
+    validate_remote,
+    validate_repository,
+)
 from ledger.tokens import hash_token, new_agent_token
 from operations.transfer.rows import (
     AGENT,
@@ -57,9 +81,15 @@ from operations.transfer.rows import (
     payload_references,
 )
 from push.models import DeliveryStatus, WebhookDelivery
+from push.webhooks import check_target
 
 BATCH_ROWS = 500
 KEY_PREFIX = re.compile(r"^[A-Z][A-Z0-9]{0,9}$")
+MAX_LINE_BYTES = 1 << 20
+MAX_NESTING = 64
+# The attempt columns that are git facts, checked as `POST /attempts/{id}/git/` checks them.
+GIT_FACT_COLUMNS = ("branch", "base_commit", "head_commit", "commits_ahead", "dirty", "pushed", "worktree_path", "host")
+_GIT_PORTS = {"http": 80, "https": 443, "ssh": 22, "git": 9418}
 
 
 @dataclass
@@ -78,11 +108,63 @@ def _fail(line: int, message: str) -> ValidationFailed:
     return ValidationFailed(f"line {line}: {message}", details={"line": line})
 
 
+def read_lines(stream: BinaryIO) -> Iterator[str]:
+    """The lines of a binary file as text, each read with a bound: a line over 1 MB is refused, never read whole."""
+    number = 0
+    while True:
+        raw = stream.readline(MAX_LINE_BYTES + 1)
+        if not raw:
+            return
+        number += 1
+        if len(raw) > MAX_LINE_BYTES and not (len(raw) == MAX_LINE_BYTES + 1 and raw.endswith(b"\n")):
+            raise _fail(number, f"the line is longer than {MAX_LINE_BYTES} bytes; no export row is that long")
+        try:
+            yield raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(number, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
+def _nesting(text: str) -> int:
+    """How deep JSON arrays and objects nest in `text` (brackets inside strings do not count)."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for character in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif character == "\\":
+                escaped = True
+            elif character == '"':
+                in_string = False
+        elif character == '"':
+            in_string = True
+        elif character in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif character in "]}":
+            depth -= 1
+    return deepest
+
+
+def _check_remote_host(line: int, url: str, *, field: str) -> None:
+    """The host of a project's git URL passes the webhooks' address policy (no loopback, private, link-local)."""
+    if "://" in url:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "", parts.port or _GIT_PORTS.get(parts.scheme.lower(), 443)
+    else:  # scp-like user@host:path
+        host, port = url.split("@", 1)[1].split(":", 1)[0], 22
+    try:
+        check_target(f"https://[{host}]:{port}/" if ":" in host else f"https://{host}:{port}/")
+    except ValidationFailed as exc:
+        raise _fail(line, f"{field} {url[:200]!r}: {exc.message}") from None
+
+
 @dataclass
 class _Importer:
     slug: str | None
     key_prefix: str | None
     now: Any
+    allow_repository: bool = False
     ids: dict[str, dict[int, int]] = field(default_factory=dict)
     handles: dict[str, int] = field(default_factory=dict)
     usernames: dict[str, int] = field(default_factory=dict)
@@ -147,6 +229,11 @@ class _Importer:
         if not isinstance(username, str) or not username:
             raise _fail(line, "username must be a non-empty string")
         user_model = get_user_model()
+        try:
+            username_field = cast("models.Field[Any, Any]", user_model._meta.get_field(user_model.USERNAME_FIELD))
+            username_field.clean(username, None)
+        except ValidationError as exc:
+            raise _fail(line, f"not a valid username: {exc.messages}") from None
         user = user_model.objects.filter(**{user_model.USERNAME_FIELD: username}).first()
         if user is None:
             user = user_model(**{user_model.USERNAME_FIELD: username, "is_active": False})
@@ -157,7 +244,9 @@ class _Importer:
     def agent(self, line: int, row: dict[str, Any]) -> None:
         self._expect(line, row, {"type", "handle", "kind", "created_at", "member"})
         handle = row["handle"]
-        agent = Agent.objects.filter(handle=handle).first() if isinstance(handle, str) else None
+        if not isinstance(handle, str):
+            raise _fail(line, "handle must be a string")
+        agent = Agent.objects.filter(handle=handle).first()
         if agent is None:
             try:
                 created_at = decode(Agent._meta.get_field("created_at"), row["created_at"])
@@ -196,6 +285,12 @@ class _Importer:
         if Project.objects.filter(key_prefix=prefix).exists():
             raise _fail(line, f"key prefix {prefix!r} is taken on this server; choose one with --key-prefix")
         values.update(slug=slug, key_prefix=prefix)
+        for name in ("repository", "remote"):
+            values[name] = self.git_location(line, name, values[name] or "")
+        try:
+            validate_default_branch(values["default_branch"])
+        except LedgerError as exc:
+            raise _fail(line, exc.message) from None
         self.project = Project(**values)
         try:
             self.project.full_clean()
@@ -203,6 +298,50 @@ class _Importer:
             raise _fail(line, f"not a valid project: {exc.messages}") from None
         self.project.save()
         self.events_before = Event.objects.aggregate(last=Max("id"))["last"] or 0
+
+    def git_location(self, line: int, name: str, value: str) -> str:
+        """A project's repository or remote under the admin's rules, the address policy, and `--allow-repository`."""
+        try:
+            checked = validate_repository(value) if name == "repository" else validate_remote(value)
+        except LedgerError as exc:
+            raise _fail(line, exc.message) from None
+        if not checked:
+            return checked
+        if is_local_repository(checked):
+            if not self.allow_repository:
+                raise _fail(
+                    line,
+                    f"{name} {checked[:200]!r} is on this machine; the server would read it with its own "
+                    "permissions. Import with --allow-repository if you mean it.",
+                )
+            return checked
+        _check_remote_host(line, checked, field=name)
+        return checked
+
+    def check_row(self, line: int, section: Section, obj: models.Model, values: dict[str, Any]) -> None:
+        """What the API refuses, refused here too: field validation, then the rules of the row's kind."""
+        relations = [f.name for f in section.model._meta.concrete_fields if f.is_relation]
+        try:
+            obj.full_clean(
+                exclude=[*relations, "token_hash", "token_salt"], validate_unique=False, validate_constraints=False
+            )
+        except ValidationError as exc:
+            raise _fail(line, f"not a valid {section.type} row: {exc.messages}") from None
+        if section.type == "event" and values["type"] not in EventType.values:
+            raise _fail(line, f"event type {str(values['type'])[:64]!r} is not one the ledger writes")
+        if section.type == "attempt":
+            try:
+                git_facts({name: values[name] for name in GIT_FACT_COLUMNS if values.get(name) not in (None, "")})
+            except LedgerError as exc:
+                raise _fail(line, f"{exc.message} ({exc.code})") from None
+        elif section.type == "review" and values.get("head_commit"):
+            try:
+                validate_commit(values["head_commit"], field="head_commit")
+            except LedgerError as exc:
+                raise _fail(line, exc.message) from None
+        expires = values.get("lease_expires_at")
+        if expires is not None and expires > self.now + timedelta(seconds=settings.LEASEHOLD_MAX_LEASE_SECONDS):
+            raise _fail(line, "lease_expires_at is beyond the longest lease from now (LEASEHOLD_MAX_LEASE_SECONDS)")
 
     def values(self, line: int, section: Section, row: dict[str, Any]) -> dict[str, Any]:
         cols = self.columns_by_type.setdefault(section.type, columns(section))
@@ -256,6 +395,7 @@ class _Importer:
         elif section.type == "event":
             self.event(line, values, source)
         obj = section.model(**values)
+        self.check_row(line, section, obj, values)
         if section.type == "event":
             self.last_event = obj  # type: ignore[assignment]
         self.pending.append((obj, source))
@@ -321,20 +461,34 @@ class _Importer:
 
 
 def _parse(line: int, text: str) -> dict[str, Any]:
+    if len(text) > MAX_LINE_BYTES:
+        raise _fail(line, f"the line is longer than {MAX_LINE_BYTES} bytes; no export row is that long")
+    if text.count("[") + text.count("{") > MAX_NESTING and _nesting(text) > MAX_NESTING:
+        raise _fail(line, f"JSON nested deeper than {MAX_NESTING} levels; no export row is")
     try:
         row = json.loads(text)
     except json.JSONDecodeError as exc:
         raise _fail(line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
+    except RecursionError:
+        raise _fail(line, f"JSON nested deeper than {MAX_NESTING} levels; no export row is") from None
     if not isinstance(row, dict) or "type" not in row:
         raise _fail(line, "a row must be a JSON object with a type")
     return row
 
 
 def project_import(
-    *, lines: Iterable[str], slug: str | None = None, key_prefix: str | None = None, dry_run: bool = False
+    *,
+    lines: Iterable[str],
+    slug: str | None = None,
+    key_prefix: str | None = None,
+    dry_run: bool = False,
+    allow_repository: bool = False,
 ) -> ImportResult:
-    """Import an export file's lines as a new project (refusing an existing slug or key prefix), in one transaction."""
-    importer = _Importer(slug=slug, key_prefix=key_prefix, now=clock.now())
+    """Import an export file's lines as a new project (refusing an existing slug or key prefix), in one transaction.
+
+    `allow_repository`: take a project repository (or remote) that is a path on this machine.
+    """
+    importer = _Importer(slug=slug, key_prefix=key_prefix, now=clock.now(), allow_repository=allow_repository)
     number = 0
     ended = False
     try:

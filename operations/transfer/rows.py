@@ -44,6 +44,8 @@ from reconciliation.models import AttemptDiscard, Finding
 
 FORMAT_VERSION = 1
 INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
+# `IntegerField` and `PositiveIntegerField` (an epoch, a count) are 32 bits on PostgreSQL; held to that everywhere.
+SMALL_INTEGER_MIN, SMALL_INTEGER_MAX = -(2**31), 2**31 - 1
 HEADER = "header"
 END = "end"
 SECRET_FIELDS = frozenset({"token_hash", "token_salt"})
@@ -209,6 +211,9 @@ def decode(field: models.Field[Any, Any], value: Any) -> Any:
             raise ValueError("expected an integer")
         if not INTEGER_MIN <= value <= INTEGER_MAX:
             raise ValueError("expected an integer a database column can hold (64 bits)")
+        wide = isinstance(field, models.BigIntegerField | models.PositiveBigIntegerField)
+        if not wide and not SMALL_INTEGER_MIN <= value <= SMALL_INTEGER_MAX:
+            raise ValueError("expected an integer its column holds on every database (32 bits)")
         return value
     if isinstance(field, models.CharField | models.TextField):
         if not isinstance(value, str):

@@ -6,7 +6,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.errors import LedgerError
-from operations.transfer.importing import project_import
+from operations.transfer.importing import project_import, read_lines
 
 
 class Command(BaseCommand):
@@ -19,18 +19,26 @@ class Command(BaseCommand):
             "--key-prefix", help="Task key prefix of the new project (keys are renamed); default: the exported one."
         )
         parser.add_argument("--dry-run", action="store_true", help="Check everything, then write nothing.")
+        parser.add_argument(
+            "--allow-repository",
+            action="store_true",
+            help="Accept a project repository or remote that is a path on this machine (or file://): "
+            "reconciliation reads it with the server's permissions.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         path = Path(options["file"])
         try:
-            with path.open(encoding="utf-8") as lines:
+            with path.open("rb") as stream:
                 result = project_import(
-                    lines=lines, slug=options["slug"], key_prefix=options["key_prefix"], dry_run=options["dry_run"]
+                    lines=read_lines(stream),
+                    slug=options["slug"],
+                    key_prefix=options["key_prefix"],
+                    dry_run=options["dry_run"],
+                    allow_repository=options["allow_repository"],
                 )
         except OSError as exc:
             raise CommandError(f"cannot read {path}: {exc.strerror or exc}") from None
-        except UnicodeDecodeError as exc:
-            raise CommandError(f"{path} is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
         except LedgerError as exc:
             raise CommandError(f"{exc.code}: {exc.message}") from None
         total = sum(result.counts.values())

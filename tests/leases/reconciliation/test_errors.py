@@ -19,8 +19,10 @@ def test_unreadable_repositories_are_run_errors_and_the_other_projects_still_rec
         "missing": ProjectFactory(repository=str(tmp_path / "missing")),
         "plain-dir": ProjectFactory(repository=str(tmp_path / "not-a-repo")),
         "bad-url": ProjectFactory(repository=(tmp_path / "nowhere.git").as_uri()),
-        "relative": ProjectFactory(repository="some/relative/path"),
+        "relative": ProjectFactory(),
     }
+    # A relative path is refused at creation now; a row from before that still must not crash a run.
+    Project.objects.filter(pk=broken["relative"].pk).update(repository="some/relative/path")
     healthy = scenarios.duplicate_branch_label(tmp_path / "git", clock)
 
     run = reconcile()
