@@ -49,6 +49,17 @@ def test_a_refused_target_is_a_form_error_not_a_500(ops_client, settings):
     assert not WebhookEndpoint.objects.exists()
 
 
+def test_a_url_with_a_control_character_is_a_form_error_not_an_endpoint(ops_client):
+    """A DEL passes the form's URLField but not the HTTP client that would post to it."""
+    response = ops_client.post(
+        reverse("admin:push_webhookendpoint_add"),
+        {"url": "http://127.0.0.1:9/ho\x7fok", "min_severity": "info", "format": "json"},
+    )
+    assert response.status_code == 200
+    assert b"not a valid URL" in response.content
+    assert not WebhookEndpoint.objects.exists()
+
+
 def test_redeliver_from_the_deliveries_log(ops_client, fleet):
     endpoint, _ = webhook_create(url="http://127.0.0.1:9/hook", event_types=["task.created"], actor=SYSTEM)
     TaskFactory(project=fleet.project)

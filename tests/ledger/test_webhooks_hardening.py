@@ -1,0 +1,304 @@
+"""Webhooks against hostile URLs and receivers (issue 27: M2, M3, L1, L2).
+
+Every receiver here is a real socket server on 127.0.0.1 that misbehaves on
+purpose: it trickles its answer a byte at a time, or answers with a body far
+larger than anyone should read. Each stops on its own after a few seconds, so
+a run that waits for it (the behaviour before the fix) ends, and fails, in
+bounded time. The try's deadline is lowered to one second to keep them short.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pytest
+from django.test import override_settings
+
+from core.errors import ValidationFailed
+from ledger.actors import SYSTEM
+from push import webhooks
+from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from push.services import webhooks as webhook_services
+from push.services.webhooks import BACKOFF_SECONDS, MAX_TRIES, webhook_create, webhook_deliveries_run
+from tests.factories import ProjectFactory, TaskFactory
+from tests.webhook_receiver import running_receiver
+
+pytestmark = pytest.mark.django_db
+
+DEADLINE = 1.0
+RECEIVER_GIVES_UP_AFTER = 8.0  # seconds: how long a misbehaving receiver keeps a connection
+
+
+@pytest.fixture(autouse=True)
+def short_deadline(monkeypatch):
+    monkeypatch.setattr(webhooks, "TIMEOUT_SECONDS", DEADLINE)
+
+
+@pytest.fixture
+def receiver():
+    with running_receiver() as running:
+        yield running
+
+
+@dataclass
+class RawServer:
+    """A socket server whose every connection is handed, request unread, to `answer(connection, server)`."""
+
+    port: int = 0
+    connections: int = 0
+    bytes_sent: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def url(self, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}/hook"
+
+    def sent(self, count: int) -> None:
+        with self.lock:
+            self.bytes_sent += count
+
+
+@contextmanager
+def raw_server(answer) -> Iterator[RawServer]:
+    server = RawServer()
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.1)
+    server.port = listener.getsockname()[1]
+    stop = threading.Event()
+    handlers: list[threading.Thread] = []
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            server.connections += 1
+            handler = threading.Thread(target=_handle, args=(connection,), daemon=True)
+            handlers.append(handler)
+            handler.start()
+
+    def _handle(connection: socket.socket) -> None:
+        with connection:
+            connection.settimeout(RECEIVER_GIVES_UP_AFTER)
+            try:
+                connection.recv(65536)  # the request (small: one event)
+                answer(connection, server, stop)
+            except OSError:
+                pass  # the client hung up: what a good client does
+
+    accepting = threading.Thread(target=serve, daemon=True)
+    accepting.start()
+    try:
+        yield server
+    finally:
+        stop.set()
+        accepting.join(5)
+        for handler in handlers:
+            handler.join(RECEIVER_GIVES_UP_AFTER + 2)
+        listener.close()
+
+
+def trickle_headers(connection: socket.socket, server: RawServer, stop: threading.Event) -> None:
+    """A status line, then one header byte every 0.2 s: every read succeeds, the answer never ends."""
+    connection.sendall(b"HTTP/1.1 200 OK\r\n")
+    ends_at = time.monotonic() + RECEIVER_GIVES_UP_AFTER
+    while time.monotonic() < ends_at and not stop.is_set():
+        connection.sendall(b"X")
+        server.sent(1)
+        time.sleep(0.2)
+
+
+def huge_body(connection: socket.socket, server: RawServer, stop: threading.Event) -> None:
+    """A 2xx announcing 64 MiB, then as much of it as the client will take."""
+    size = 64 * 1024 * 1024
+    connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n" % size)
+    chunk = b"x" * 65536
+    for _ in range(size // len(chunk)):
+        if stop.is_set():
+            return
+        connection.sendall(chunk)
+        server.sent(len(chunk))
+
+
+def subscribe(receiver, **options):
+    endpoint, secret = webhook_create(url=receiver.url, actor=SYSTEM, **options)
+    receiver.secrets.append(secret)
+    return endpoint
+
+
+# M2: a URL the HTTP client cannot parse
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:9/hook\r", "http://127.0.0.1:9/ho\x7fok", "http://127.0.0.1:9/\x00"])
+def test_a_url_with_a_control_character_is_refused_at_creation(url):
+    with pytest.raises(ValidationFailed, match="not a valid URL") as refused:
+        webhook_create(url=url, actor=SYSTEM)
+    assert refused.value.code == "VALIDATION_ERROR"
+    assert refused.value.details == {"fields": {"url": ["invalid"]}}
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_a_stored_url_the_client_cannot_post_to_is_a_failed_try_and_the_others_still_get_events(clock, receiver):
+    broken, _ = webhook_create(url="http://127.0.0.1:9/hook", event_types=["task.created"], actor=SYSTEM)
+    WebhookEndpoint.objects.filter(pk=broken.pk).update(url="http://127.0.0.1:9/hook\r")  # stored before the check
+    good = subscribe(receiver, event_types=["task.created"])
+    TaskFactory(project=ProjectFactory())
+    run = webhook_deliveries_run()
+    assert (run.tries, run.delivered, run.failed) == (2, 1, 1)
+    assert len(receiver.delivered()) == 1
+    failed = WebhookDelivery.objects.get(endpoint=broken)
+    assert (failed.status, failed.attempts) == (DeliveryStatus.FAILED, 1)
+    assert "not a valid URL" in failed.last_error
+    broken.refresh_from_db()
+    assert broken.consecutive_failures == 1  # counts toward disabling
+    assert WebhookDelivery.objects.get(endpoint=good).status == DeliveryStatus.DELIVERED
+
+
+# M3: slow and oversized answers
+
+
+def test_a_trickled_answer_ends_at_the_try_deadline_and_is_recorded(clock):
+    with raw_server(trickle_headers) as server:
+        endpoint, _ = webhook_create(url=server.url(), event_types=["task.created"], actor=SYSTEM)
+        TaskFactory(project=ProjectFactory())
+        started = time.monotonic()
+        run = webhook_deliveries_run()
+        took = time.monotonic() - started
+    assert run.failed == 1
+    assert took < DEADLINE + 2.0
+    delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 1)
+    assert "Timeout" in delivery.last_error
+    assert delivery.next_attempt_at == clock.now() + timedelta(seconds=BACKOFF_SECONDS[0])
+
+
+def test_a_huge_answer_is_not_read(clock):
+    with raw_server(huge_body) as server:
+        endpoint, _ = webhook_create(url=server.url(), event_types=["task.created"], actor=SYSTEM)
+        TaskFactory(project=ProjectFactory())
+        started = time.monotonic()
+        run = webhook_deliveries_run()
+        took = time.monotonic() - started
+    assert run.delivered == 1
+    assert took < DEADLINE + 1.0
+    assert server.bytes_sent < 16 * 1024 * 1024  # what the socket buffers took before the client hung up
+    assert WebhookDelivery.objects.get(endpoint=endpoint).status == DeliveryStatus.DELIVERED
+
+
+def test_a_slow_receiver_does_not_hold_up_the_other_endpoints(clock, receiver):
+    with raw_server(trickle_headers) as server:
+        webhook_create(url=server.url(), event_types=["task.created"], actor=SYSTEM)  # the first endpoint
+        subscribe(receiver, event_types=["task.created"])
+        project = ProjectFactory()
+        for _ in range(3):
+            TaskFactory(project=project)
+        started = time.monotonic()
+        run = webhook_deliveries_run()
+    assert run.delivered == 3
+    first = min(request.at for request in receiver.delivered())
+    assert first - started < DEADLINE / 2  # posted alongside the slow one, not after it
+    assert server.connections == 1  # one failed try, then its backoff
+
+
+def test_a_try_cut_off_by_a_killed_job_is_counted_and_not_posted_again_at_once(clock, receiver, monkeypatch):
+    endpoint = subscribe(receiver, event_types=["task.created"])
+    TaskFactory(project=ProjectFactory())
+
+    def killed(**kwargs):
+        raise SystemExit("django-q's timeout")
+
+    monkeypatch.setattr(webhooks, "post", killed)
+    with pytest.raises(SystemExit):
+        webhook_deliveries_run()
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 1)
+    assert delivery.next_attempt_at > clock.now()
+    assert "interrupted" in delivery.last_error
+    endpoint.refresh_from_db()
+    assert endpoint.consecutive_failures == 1
+    monkeypatch.undo()
+    monkeypatch.setattr(webhooks, "TIMEOUT_SECONDS", DEADLINE)
+    clock.advance(31)
+    webhook_deliveries_run()  # the claim lapsed and the backoff passed: tried again, counted
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.DELIVERED, 2)
+    endpoint.refresh_from_db()
+    assert endpoint.consecutive_failures == 0
+
+
+def test_a_last_try_cut_off_leaves_the_delivery_dead_without_a_ninth_post(clock, receiver, monkeypatch):
+    subscribe(receiver, event_types=["task.created"])
+    TaskFactory(project=ProjectFactory())
+    WebhookDelivery.objects.update(attempts=MAX_TRIES - 1)
+    monkeypatch.setattr(webhooks, "post", lambda **kwargs: (_ for _ in ()).throw(SystemExit("killed")))
+    with pytest.raises(SystemExit):
+        webhook_deliveries_run()
+    monkeypatch.undo()
+    clock.advance(webhook_services.CLAIM_SECONDS + 1)
+    assert webhook_deliveries_run().tries == 0
+    delivery = WebhookDelivery.objects.get()
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.DEAD, MAX_TRIES)
+    assert receiver.requests == []
+
+
+# L1: the connection goes to the address that was checked
+
+
+@override_settings(LEASEHOLD_WEBHOOK_ALLOW_PRIVATE=False)
+def test_the_post_connects_to_the_checked_address_with_the_host_name_kept(clock, receiver, monkeypatch):
+    """DNS rebinding: the name answers an allowed address to each check and another one to any later look-up.
+
+    127.0.0.1 stands for a public address here (the receiver must be local);
+    127.0.0.2, where nothing listens, for the private one the name moves to.
+    """
+    real_getaddrinfo = socket.getaddrinfo
+    answers = ["127.0.0.1"]
+
+    def rebinding(host, port, *args, **kwargs):
+        if host != "hooks.rebind.test":
+            return real_getaddrinfo(host, port, *args, **kwargs)
+        return real_getaddrinfo(answers.pop(0) if answers else "127.0.0.2", port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    monkeypatch.setattr(webhooks, "_refused_address", lambda address: address != "127.0.0.1")
+    port = receiver.server.server_address[1]
+    endpoint, secret = webhook_create(url=f"http://hooks.rebind.test:{port}/hook", actor=SYSTEM)
+    receiver.secrets.append(secret)
+    answers.append("127.0.0.1")  # for the try's own check
+    run = webhook_deliveries_run()
+    assert run.delivered == 1, WebhookDelivery.objects.get(endpoint=endpoint).last_error
+    (got,) = receiver.requests
+    assert got.headers["Host"] == f"hooks.rebind.test:{port}"
+
+
+# L2: IPv6 addresses that carry a refused IPv4
+
+
+@override_settings(LEASEHOLD_WEBHOOK_ALLOW_PRIVATE=False)
+@pytest.mark.parametrize(
+    "address",
+    [
+        "2002:7f00:1::1",  # 6to4 of 127.0.0.1
+        "2002:a9fe:a9fe::1",  # 6to4 of 169.254.169.254
+        "2002:a00:1::",  # 6to4 of 10.0.0.1
+        "2001:0:4136:e378:8000:63bf:80ff:fffe",  # Teredo, client 127.0.0.1
+        "::ffff:169.254.169.254",  # IPv4-mapped
+        "::127.0.0.1",  # IPv4-compatible
+        "64:ff9b::a9fe:a9fe",  # NAT64 of 169.254.169.254
+    ],
+)
+def test_ipv6_addresses_carrying_a_refused_ipv4_are_refused(address):
+    with pytest.raises(ValidationFailed, match="LEASEHOLD_WEBHOOK_ALLOW_PRIVATE"):
+        webhook_create(url=f"http://[{address}]/hook", actor=SYSTEM)
+
+
+@override_settings(LEASEHOLD_WEBHOOK_ALLOW_PRIVATE=False)
+def test_a_6to4_address_of_a_public_ipv4_is_accepted():
+    target = webhooks.check_target("http://[2002:808:808::1]/hook")
+    assert target.address == "2002:808:808::1"
