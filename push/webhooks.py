@@ -150,11 +150,20 @@ class Target:
     port: int
 
 
-def check_target(url: str) -> Target:
-    """The URL and the address to connect to; VALIDATION_ERROR unless `url` is http(s) and resolves to
-    public addresses only.
+def check_target(url: str) -> None:
+    """VALIDATION_ERROR unless `url` is http(s) and resolves to public addresses only (`resolve_target`).
 
-    LEASEHOLD_WEBHOOK_ALLOW_PRIVATE=1 lifts the address rule (tests, a receiver on the same host).
+    LEASEHOLD_WEBHOOK_ALLOW_PRIVATE=1 lifts the address rule (tests, a receiver on
+    the same host); the URL must still be one the HTTP client can post to.
+    """
+    parse_url(url)
+    if not settings.LEASEHOLD_WEBHOOK_ALLOW_PRIVATE:
+        resolve_target(url)
+
+
+def resolve_target(url: str) -> Target:
+    """The URL and the address to connect to; VALIDATION_ERROR if the host does not resolve or, unless
+    LEASEHOLD_WEBHOOK_ALLOW_PRIVATE=1, resolves to any address that is not public.
 
     Every address the host resolves to must be public: a name that resolves to
     one public and one private address could be steered to the private one.
@@ -165,17 +174,15 @@ def check_target(url: str) -> Target:
     parsed = parse_url(url)
     host = parsed.raw_host.decode("ascii")
     port = parsed.port or (443 if parsed.scheme == "https" else 80)
+    unresolvable = ValidationFailed(
+        f"url's host {parsed.host!r} does not resolve.", details={"fields": {"url": ["unresolvable"]}}
+    )
     try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
     except (OSError, ValueError, UnicodeError):
-        raise ValidationFailed(
-            f"url's host {parsed.host!r} does not resolve.", details={"fields": {"url": ["unresolvable"]}}
-        ) from None
-    addresses = [str(info[4][0]) for info in infos]
+        raise unresolvable from None
     if not addresses:
-        raise ValidationFailed(
-            f"url's host {parsed.host!r} does not resolve.", details={"fields": {"url": ["unresolvable"]}}
-        )
+        raise unresolvable
     if not settings.LEASEHOLD_WEBHOOK_ALLOW_PRIVATE:
         refused = sorted({address for address in addresses if _refused_address(address)})
         if refused:
@@ -277,7 +284,7 @@ def post(*, url: str, body: bytes, event_id: int, signature: str) -> TryResult:
     """
     deadline = time.monotonic() + TIMEOUT_SECONDS
     try:
-        target = check_target(url)
+        target = resolve_target(url)
     except ValidationFailed as exc:
         return TryResult(False, None, exc.message[:300])
     headers = [

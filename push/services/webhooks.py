@@ -32,7 +32,7 @@ from ledger import clock
 from ledger.actors import SYSTEM, Actor
 from ledger.models import EventType, Project, Severity
 from ledger.services.events import event_append
-from push import webhooks
+from push import secret_box, webhooks
 from push.models import (
     OPEN_DELIVERY_STATUSES,
     SEVERITY_RANK,
@@ -114,7 +114,7 @@ def webhook_create(
         min_severity=severity,
         min_severity_rank=SEVERITY_RANK[severity],
         format=_clean_choice(format, list(WebhookFormat.values), "format"),
-        secret=secret,
+        secret=secret_box.encrypt(secret),
         created_at=now,
     )
     event_append(
@@ -131,7 +131,7 @@ def webhook_roll_secret(*, endpoint: WebhookEndpoint, actor: Actor) -> tuple[Web
     secret = webhooks.new_secret()
     locked.previous_secret = locked.secret
     locked.previous_secret_expires_at = now + SECRET_OVERLAP
-    locked.secret = secret
+    locked.secret = secret_box.encrypt(secret)
     locked.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at"])
     event_append(
         type=EventType.WEBHOOK_SECRET_ROLLED,
@@ -141,6 +141,22 @@ def webhook_roll_secret(*, endpoint: WebhookEndpoint, actor: Actor) -> tuple[Web
         payload={"endpoint": locked.pk, "previous_valid_until": locked.previous_secret_expires_at.isoformat()},
     )
     return locked, secret
+
+
+@write_transaction
+def webhook_secrets_reencrypt() -> int:
+    """Encrypt every stored signing secret anew with the current SECRET_KEY; returns how many endpoints.
+
+    The step of a secret-key rotation after which the old key can leave
+    SECRET_KEY_FALLBACKS. Raises SecretUnreadable, changing nothing, when a
+    secret reads with none of the keys.
+    """
+    endpoints = list(WebhookEndpoint.objects.select_for_update(no_key=True).order_by("id"))
+    for endpoint in endpoints:
+        endpoint.secret = secret_box.reencrypt(endpoint.secret)
+        endpoint.previous_secret = secret_box.reencrypt(endpoint.previous_secret)
+    WebhookEndpoint.objects.bulk_update(endpoints, ["secret", "previous_secret"])
+    return len(endpoints)
 
 
 @write_transaction
@@ -186,9 +202,10 @@ def delivery_redeliver(*, deliveries: Iterable[WebhookDelivery], actor: Actor) -
 
 
 def _secrets_in_use(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
-    keys = [endpoint.secret]
+    """The secrets that sign now, decrypted: the current one, and the previous one for 24 h after a roll."""
+    keys = [secret_box.decrypt(endpoint.secret)]
     if endpoint.previous_secret and endpoint.previous_secret_expires_at and endpoint.previous_secret_expires_at > now:
-        keys.append(endpoint.previous_secret)
+        keys.append(secret_box.decrypt(endpoint.previous_secret))
     return keys
 
 

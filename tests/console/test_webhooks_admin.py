@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from ledger.actors import SYSTEM
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from push.secret_box import decrypt
 from push.services.webhooks import webhook_create
 from tests.factories import TaskFactory
 
@@ -26,7 +27,8 @@ def test_adding_an_endpoint_shows_its_secret_once_and_never_again(ops_client, fl
         follow=True,
     )
     endpoint = WebhookEndpoint.objects.get()
-    assert endpoint.secret.encode() in response.content
+    secret = decrypt(endpoint.secret)
+    assert secret.encode() in response.content
     assert (endpoint.event_types, endpoint.min_severity) == (["attempt.claimed"], "warn")
     for url in (
         reverse("admin:push_webhookendpoint_changelist"),
@@ -35,7 +37,7 @@ def test_adding_an_endpoint_shows_its_secret_once_and_never_again(ops_client, fl
     ):
         page = ops_client.get(url)
         assert page.status_code == 200
-        assert endpoint.secret.encode() not in page.content
+        assert secret.encode() not in page.content
 
 
 def test_a_refused_target_is_a_form_error_not_a_500(ops_client, settings):

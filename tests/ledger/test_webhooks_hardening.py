@@ -300,5 +300,5 @@ def test_ipv6_addresses_carrying_a_refused_ipv4_are_refused(address):
 
 @override_settings(LEASEHOLD_WEBHOOK_ALLOW_PRIVATE=False)
 def test_a_6to4_address_of_a_public_ipv4_is_accepted():
-    target = webhooks.check_target("http://[2002:808:808::1]/hook")
+    target = webhooks.resolve_target("http://[2002:808:808::1]/hook")
     assert target.address == "2002:808:808::1"
