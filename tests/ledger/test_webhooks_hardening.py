@@ -10,12 +10,13 @@ bounded time. The try's deadline is lowered to one second to keep them short.
 from __future__ import annotations
 
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import override_settings
@@ -64,7 +65,7 @@ class RawServer:
 
 
 @contextmanager
-def raw_server(answer) -> Iterator[RawServer]:
+def raw_server(answer, *, tls: ssl.SSLContext | None = None) -> Iterator[RawServer]:
     server = RawServer()
     listener = socket.create_server(("127.0.0.1", 0))
     listener.settimeout(0.1)
@@ -87,7 +88,9 @@ def raw_server(answer) -> Iterator[RawServer]:
         with connection:
             connection.settimeout(RECEIVER_GIVES_UP_AFTER)
             try:
-                connection.recv(65536)  # the request (small: one event)
+                if tls is not None:
+                    connection = tls.wrap_socket(connection, server_side=True)
+                _read_request(connection)
                 answer(connection, server, stop)
             except OSError:
                 pass  # the client hung up: what a good client does
@@ -102,6 +105,27 @@ def raw_server(answer) -> Iterator[RawServer]:
         for handler in handlers:
             handler.join(RECEIVER_GIVES_UP_AFTER + 2)
         listener.close()
+
+
+def _read_request(connection: socket.socket) -> bytes:
+    """The whole request: its head, then as many bytes as its Content-Length says."""
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = connection.recv(65536)
+        if not chunk:
+            return received
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = next(
+        (int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")),
+        0,
+    )
+    while len(body) < length:
+        chunk = connection.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
 
 
 def trickle_headers(connection: socket.socket, server: RawServer, stop: threading.Event) -> None:
@@ -275,6 +299,70 @@ def test_the_post_connects_to_the_checked_address_with_the_host_name_kept(clock,
     assert run.delivered == 1, WebhookDelivery.objects.get(endpoint=endpoint).last_error
     (got,) = receiver.requests
     assert got.headers["Host"] == f"hooks.rebind.test:{port}"
+
+
+def _certificate_for(name: str, directory) -> tuple[str, str]:
+    """A self-signed certificate for `name` (and its key), as PEM files."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.now(UTC)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = directory / "cert.pem", directory / "key.pem"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return str(cert_path), str(key_path)
+
+
+@override_settings(LEASEHOLD_WEBHOOK_ALLOW_PRIVATE=False)
+def test_over_https_the_pinned_connection_sends_the_host_name_as_sni_and_verifies_it(clock, monkeypatch, tmp_path):
+    name = "hooks.rebind.test"
+    cert, key = _certificate_for(name, tmp_path)
+    server_context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_context.load_cert_chain(cert, key)
+    seen: dict[str, object] = {}
+
+    def remember_sni(sock, server_name, context):
+        seen["sni"] = server_name
+
+    server_context.sni_callback = remember_sni
+
+    def answer(connection, server, stop):
+        connection.sendall(b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n")
+
+    client_context = ssl.create_default_context(cafile=cert)
+    monkeypatch.setattr(webhooks, "_ssl_context", lambda: client_context)
+    real_getaddrinfo = socket.getaddrinfo
+
+    def rebinding(host, port, *args, **kwargs):
+        if host == name:  # 127.0.0.1 (standing for a public address) once, then nowhere
+            host = "127.0.0.2" if seen.get("resolved") else "127.0.0.1"
+            seen["resolved"] = True
+        return real_getaddrinfo(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", rebinding)
+    monkeypatch.setattr(webhooks, "_refused_address", lambda address: address != "127.0.0.1")
+    with raw_server(answer, tls=server_context) as server:
+        result = webhooks.post(url=f"https://{name}:{server.port}/hook", body=b"{}", event_id=1, signature="t=0")
+    assert (result.delivered, result.status_code) == (True, 204), result.error
+    assert seen["sni"] == name
 
 
 # L2: IPv6 addresses that carry a refused IPv4
