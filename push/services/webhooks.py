@@ -125,12 +125,20 @@ def webhook_create(
 
 @write_transaction
 def webhook_roll_secret(*, endpoint: WebhookEndpoint, actor: Actor) -> tuple[WebhookEndpoint, str]:
-    """A new signing secret, shown once; the current one keeps signing alongside (a second v1=) for 24 h."""
+    """A new signing secret, shown once; the current one keeps signing alongside (a second v1=) for 24 h.
+
+    A current secret that no key decrypts any more (the secret key changed
+    with no fallback) is dropped at once instead: it could not sign.
+    """
     now = clock.now()
     locked = WebhookEndpoint.objects.select_for_update(no_key=True).get(pk=endpoint.pk)
     secret = webhooks.new_secret()
-    locked.previous_secret = locked.secret
-    locked.previous_secret_expires_at = now + SECRET_OVERLAP
+    try:
+        locked.previous_secret = secret_box.reencrypt(locked.secret)
+        locked.previous_secret_expires_at = now + SECRET_OVERLAP
+    except secret_box.SecretUnreadable:
+        locked.previous_secret = ""
+        locked.previous_secret_expires_at = now
     locked.secret = secret_box.encrypt(secret)
     locked.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at"])
     event_append(

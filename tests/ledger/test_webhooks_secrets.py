@@ -97,6 +97,21 @@ def test_after_a_key_rotation_the_fallback_reads_the_secrets_until_they_are_encr
             decrypt(WebhookEndpoint.objects.get(pk=endpoint.pk).secret)
 
 
+@pytest.mark.django_db
+def test_a_secret_lost_with_its_key_is_replaced_by_rolling_it(clock):
+    with running_receiver() as receiver:
+        with override_settings(SECRET_KEY=OLD_KEY, SECRET_KEY_FALLBACKS=[]):
+            endpoint, _ = webhook_create(url=receiver.url, event_types=["task.created"], actor=SYSTEM)
+        TaskFactory(project=ProjectFactory())  # under the test key: the secret is lost
+        webhook_deliveries_run()
+        assert "cannot be decrypted" in WebhookDelivery.objects.get().last_error
+        _, secret = webhook_roll_secret(endpoint=endpoint, actor=SYSTEM)
+        receiver.secrets.append(secret)
+        clock.advance(60)
+        webhook_deliveries_run()
+        assert [request.headers["Leasehold-Signature"].count("v1=") for request in receiver.delivered()] == [1]
+
+
 BEFORE = [("push", "0001_initial")]
 
 
