@@ -9,8 +9,11 @@ bounded time. The try's deadline is lowered to one second to keep them short.
 
 from __future__ import annotations
 
+import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 from django.test import override_settings
 
 from core.errors import ValidationFailed
@@ -254,6 +258,41 @@ def test_a_try_cut_off_by_a_killed_job_is_counted_and_not_posted_again_at_once(c
     assert (delivery.status, delivery.attempts) == (DeliveryStatus.DELIVERED, 2)
     endpoint.refresh_from_db()
     assert endpoint.consecutive_failures == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_delivery_process_killed_mid_post_leaves_the_try_counted(tmp_path):
+    """The real thing: another process posts to a trickling receiver and gets SIGKILL in the middle."""
+    with raw_server(trickle_headers) as server:
+        endpoint, _ = webhook_create(url=server.url(), event_types=["task.created"], actor=SYSTEM)
+        TaskFactory(project=ProjectFactory())
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "tests.qcluster_settings",
+            "LEASEHOLD_QCLUSTER_TEST_DB": str(connection.settings_dict["NAME"]),
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+        code = "from push.services.webhooks import webhook_deliveries_run; webhook_deliveries_run()"
+        log_path = tmp_path / "run.log"
+        with log_path.open("wb") as log:
+            delivering = subprocess.Popen(
+                [sys.executable, "manage.py", "shell", "-c", code], env=env, stdout=log, stderr=subprocess.STDOUT
+            )
+        try:
+            waited_until = time.monotonic() + 30
+            while server.connections == 0 and time.monotonic() < waited_until and delivering.poll() is None:
+                time.sleep(0.05)
+            assert server.connections == 1, log_path.read_text()
+            time.sleep(0.3)  # mid-answer: the receiver is trickling its headers
+        finally:
+            delivering.kill()
+            delivering.wait(10)
+    delivery = WebhookDelivery.objects.get(endpoint=endpoint)
+    assert (delivery.status, delivery.attempts) == (DeliveryStatus.FAILED, 1)
+    assert "interrupted" in delivery.last_error
+    assert delivery.next_attempt_at > delivery.created_at
+    endpoint.refresh_from_db()
+    assert endpoint.consecutive_failures == 1
 
 
 def test_a_last_try_cut_off_leaves_the_delivery_dead_without_a_ninth_post(clock, receiver, monkeypatch):
