@@ -9,6 +9,7 @@ bounded time. The try's deadline is lowered to one second to keep them short.
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import ssl
@@ -22,6 +23,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.db import connection
 from django.test import override_settings
 
@@ -169,6 +172,13 @@ def test_a_url_with_a_control_character_is_refused_at_creation(url):
         webhook_create(url=url, actor=SYSTEM)
     assert refused.value.code == "VALIDATION_ERROR"
     assert refused.value.details == {"fields": {"url": ["invalid"]}}
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_create_webhook_refuses_a_url_read_from_a_file_with_crlf_line_ends():
+    """`create_webhook "$(cat url.txt)"`: the shell strips the newline, not the carriage return."""
+    with pytest.raises(CommandError, match=r"VALIDATION_ERROR: url is not a valid URL"):
+        call_command("create_webhook", "http://127.0.0.1:9/hook\r", stdout=io.StringIO())
     assert not WebhookEndpoint.objects.exists()
 
 
