@@ -275,7 +275,8 @@ def _claim_head(endpoint: WebhookEndpoint, now: datetime) -> dict[str, object] |
             pk=head["id"], attempts=attempts, status__in=OPEN_DELIVERY_STATUSES
         ).filter(Q(claimed_until__isnull=True) | Q(claimed_until__lte=now))
         if attempts >= MAX_TRIES:
-            current.update(status=DeliveryStatus.DEAD, claimed_until=None)
+            if not current.update(status=DeliveryStatus.DEAD, claimed_until=None):
+                return None  # another run holds it
             continue
         claimed = current.update(
             attempts=attempts + 1,
