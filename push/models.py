@@ -43,11 +43,13 @@ class WebhookEndpoint(NoDeleteModel):
     min_severity_rank = models.PositiveSmallIntegerField(default=0, editable=False)
     format = models.CharField(max_length=8, choices=WebhookFormat.choices, default=WebhookFormat.JSON)
     is_active = models.BooleanField(default=True)
-    # The server's own signing key (shown once at creation, never again): not a
-    # credential that lets anyone in, so it is stored as is, never hashed.
-    secret = models.CharField(max_length=100, editable=False)
-    # After a roll the old key keeps signing (a second v1=) until this time.
-    previous_secret = models.CharField(max_length=100, blank=True, editable=False)
+    # The signing secret (shown once at creation, never again), encrypted with a
+    # key derived from SECRET_KEY (push.secret_box): the server must read it to
+    # sign, so it cannot be hashed, and the database, its dumps and backups must
+    # not give it away. Read it through `push.secret_box.decrypt`.
+    secret = models.CharField(max_length=255, editable=False)
+    # After a roll the old key keeps signing (a second v1=) until this time; encrypted alike, '' for none.
+    previous_secret = models.CharField(max_length=255, blank=True, editable=False)
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     consecutive_failures = models.PositiveIntegerField(default=0, editable=False)
     disabled_at = models.DateTimeField(null=True, blank=True, editable=False)

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import time as monotonic_time
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from urllib.parse import urlsplit
 
-from django.db.models import Exists, OuterRef, Q
+from django.db.models import Exists, F, OuterRef, Q
 from django.urls import NoReverseMatch, reverse
 
 from core.db import write_transaction
@@ -31,7 +32,7 @@ from ledger import clock
 from ledger.actors import SYSTEM, Actor
 from ledger.models import EventType, Project, Severity
 from ledger.services.events import event_append
-from push import webhooks
+from push import secret_box, webhooks
 from push.models import (
     OPEN_DELIVERY_STATUSES,
     SEVERITY_RANK,
@@ -46,8 +47,10 @@ BACKOFF_SECONDS: tuple[int, ...] = (30, 120, 600, 1800, 3600, 14400, 64800)
 MAX_TRIES = len(BACKOFF_SECONDS) + 1
 DISABLE_AFTER_FAILURES = 20
 SECRET_OVERLAP = timedelta(hours=24)
-# How long a run holds a try it claimed: beyond the 5 s timeout, so a crashed run's claim lapses soon.
+# How long a run holds a try it claimed: beyond the 5 s deadline of a try, so a crashed run's claim lapses soon.
 CLAIM_SECONDS = 30
+# Endpoints posted to at once by a run.
+POSTING_THREADS = 8
 
 
 def _clean_event_types(event_types: Iterable[str]) -> list[str]:
@@ -111,7 +114,7 @@ def webhook_create(
         min_severity=severity,
         min_severity_rank=SEVERITY_RANK[severity],
         format=_clean_choice(format, list(WebhookFormat.values), "format"),
-        secret=secret,
+        secret=secret_box.encrypt(secret),
         created_at=now,
     )
     event_append(
@@ -122,13 +125,21 @@ def webhook_create(
 
 @write_transaction
 def webhook_roll_secret(*, endpoint: WebhookEndpoint, actor: Actor) -> tuple[WebhookEndpoint, str]:
-    """A new signing secret, shown once; the current one keeps signing alongside (a second v1=) for 24 h."""
+    """A new signing secret, shown once; the current one keeps signing alongside (a second v1=) for 24 h.
+
+    A current secret that no key decrypts any more (the secret key changed
+    with no fallback) is dropped at once instead: it could not sign.
+    """
     now = clock.now()
     locked = WebhookEndpoint.objects.select_for_update(no_key=True).get(pk=endpoint.pk)
     secret = webhooks.new_secret()
-    locked.previous_secret = locked.secret
-    locked.previous_secret_expires_at = now + SECRET_OVERLAP
-    locked.secret = secret
+    try:
+        locked.previous_secret = secret_box.reencrypt(locked.secret)
+        locked.previous_secret_expires_at = now + SECRET_OVERLAP
+    except secret_box.SecretUnreadable:
+        locked.previous_secret = ""
+        locked.previous_secret_expires_at = now
+    locked.secret = secret_box.encrypt(secret)
     locked.save(update_fields=["secret", "previous_secret", "previous_secret_expires_at"])
     event_append(
         type=EventType.WEBHOOK_SECRET_ROLLED,
@@ -138,6 +149,22 @@ def webhook_roll_secret(*, endpoint: WebhookEndpoint, actor: Actor) -> tuple[Web
         payload={"endpoint": locked.pk, "previous_valid_until": locked.previous_secret_expires_at.isoformat()},
     )
     return locked, secret
+
+
+@write_transaction
+def webhook_secrets_reencrypt() -> int:
+    """Encrypt every stored signing secret anew with the current SECRET_KEY; returns how many endpoints.
+
+    The step of a secret-key rotation after which the old key can leave
+    SECRET_KEY_FALLBACKS. Raises SecretUnreadable, changing nothing, when a
+    secret reads with none of the keys.
+    """
+    endpoints = list(WebhookEndpoint.objects.select_for_update(no_key=True).order_by("id"))
+    for endpoint in endpoints:
+        endpoint.secret = secret_box.reencrypt(endpoint.secret)
+        endpoint.previous_secret = secret_box.reencrypt(endpoint.previous_secret)
+    WebhookEndpoint.objects.bulk_update(endpoints, ["secret", "previous_secret"])
+    return len(endpoints)
 
 
 @write_transaction
@@ -183,9 +210,10 @@ def delivery_redeliver(*, deliveries: Iterable[WebhookDelivery], actor: Actor) -
 
 
 def _secrets_in_use(endpoint: WebhookEndpoint, now: datetime) -> list[str]:
-    keys = [endpoint.secret]
+    """The secrets that sign now, decrypted: the current one, and the previous one for 24 h after a roll."""
+    keys = [secret_box.decrypt(endpoint.secret)]
     if endpoint.previous_secret and endpoint.previous_secret_expires_at and endpoint.previous_secret_expires_at > now:
-        keys.append(endpoint.previous_secret)
+        keys.append(secret_box.decrypt(endpoint.previous_secret))
     return keys
 
 
@@ -215,31 +243,62 @@ DELIVERY_FIELDS = (
 )
 
 
+def _backoff(attempts: int) -> timedelta:
+    """The wait after the `attempts`-th failed try; after the last one only until its claim lapses."""
+    if attempts >= MAX_TRIES:
+        return timedelta(seconds=CLAIM_SECONDS)
+    return timedelta(seconds=BACKOFF_SECONDS[attempts - 1])
+
+
 @write_transaction
 def _claim_head(endpoint: WebhookEndpoint, now: datetime) -> dict[str, object] | None:
-    """The endpoint's oldest open delivery if it is due, claimed for this run; None if not due or taken."""
-    head = (
-        WebhookDelivery.objects.filter(endpoint=endpoint, status__in=OPEN_DELIVERY_STATUSES)
-        .order_by("event_id")
-        .values(*DELIVERY_FIELDS, "next_attempt_at", "claimed_until")
-        .first()
-    )
-    if head is None or head["next_attempt_at"] > now:
-        return None
-    claimed = (
-        WebhookDelivery.objects.filter(pk=head["id"], attempts=head["attempts"], status__in=OPEN_DELIVERY_STATUSES)
-        .filter(Q(claimed_until__isnull=True) | Q(claimed_until__lte=now))
-        .update(claimed_until=now + timedelta(seconds=CLAIM_SECONDS))
-    )
-    return head if claimed else None
+    """The endpoint's oldest open delivery if it is due, claimed for this run; None if not due or taken.
+
+    The try is recorded as failed before it is made (attempts + 1, the next
+    try after its backoff, a failure in the endpoint's streak), and
+    `_record_try` overwrites that with what the try did: a job killed in the
+    middle of a POST leaves a counted try, never the same try posted again
+    and again with `attempts` unchanged. A delivery whose last try was
+    interrupted so is dead here, without a ninth POST.
+    """
+    while True:
+        head = (
+            WebhookDelivery.objects.filter(endpoint=endpoint, status__in=OPEN_DELIVERY_STATUSES)
+            .order_by("event_id")
+            .values(*DELIVERY_FIELDS, "next_attempt_at", "claimed_until")
+            .first()
+        )
+        if head is None or head["next_attempt_at"] > now:
+            return None
+        attempts: int = head["attempts"]
+        current = WebhookDelivery.objects.filter(
+            pk=head["id"], attempts=attempts, status__in=OPEN_DELIVERY_STATUSES
+        ).filter(Q(claimed_until__isnull=True) | Q(claimed_until__lte=now))
+        if attempts >= MAX_TRIES:
+            if not current.update(status=DeliveryStatus.DEAD, claimed_until=None):
+                return None  # another run holds it
+            continue
+        claimed = current.update(
+            attempts=attempts + 1,
+            status=DeliveryStatus.FAILED,
+            next_attempt_at=now + _backoff(attempts + 1),
+            claimed_until=now + timedelta(seconds=CLAIM_SECONDS),
+            last_attempt_at=now,
+            last_status_code=None,
+            last_error="interrupted: the try was cut off before its answer was recorded",
+        )
+        if not claimed:
+            return None
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).update(consecutive_failures=F("consecutive_failures") + 1)
+        return head
 
 
 @write_transaction
 def _record_try(*, delivery_id: int, endpoint_id: int, result: webhooks.TryResult, at: datetime) -> bool:
-    """Write what one try did; returns whether the endpoint may go on with its next delivery."""
+    """Write what one try did (its claim counted it as failed already); returns whether the endpoint
+    may go on with its next delivery."""
     delivery = WebhookDelivery.objects.select_for_update(no_key=True).get(pk=delivery_id)
     endpoint = WebhookEndpoint.objects.select_for_update(no_key=True).get(pk=endpoint_id)
-    delivery.attempts += 1
     delivery.last_attempt_at = at
     delivery.last_status_code = result.status_code
     delivery.last_error = result.error
@@ -248,15 +307,13 @@ def _record_try(*, delivery_id: int, endpoint_id: int, result: webhooks.TryResul
         delivery.status = DeliveryStatus.DELIVERED
         delivery.delivered_at = at
         endpoint.consecutive_failures = 0
+        endpoint.save(update_fields=["consecutive_failures"])
+    elif delivery.attempts >= MAX_TRIES:
+        delivery.status = DeliveryStatus.DEAD
     else:
-        endpoint.consecutive_failures += 1
-        if delivery.attempts >= MAX_TRIES:
-            delivery.status = DeliveryStatus.DEAD
-        else:
-            delivery.status = DeliveryStatus.FAILED
-            delivery.next_attempt_at = at + timedelta(seconds=BACKOFF_SECONDS[delivery.attempts - 1])
+        delivery.status = DeliveryStatus.FAILED
+        delivery.next_attempt_at = at + _backoff(delivery.attempts)
     delivery.save()
-    endpoint.save(update_fields=["consecutive_failures"])
     if not result.delivered and endpoint.is_active and endpoint.consecutive_failures >= DISABLE_AFTER_FAILURES:
         webhook_set_active(
             endpoint=endpoint,
@@ -275,35 +332,54 @@ class DeliveryRun:
     endpoints: list[int] = field(default_factory=list)
 
 
+def _try(endpoint: WebhookEndpoint, head: dict[str, object], now: datetime) -> webhooks.TryResult:
+    """Build, sign and post one delivery; any exception is a failed try, never the run's end."""
+    try:
+        document = webhooks.event_document(head)
+        body = webhooks.delivery_body(
+            document,
+            format=endpoint.format,
+            admin_path=_admin_path(head["event__task_id"], head["event_id"]),  # type: ignore[arg-type]
+        )
+        signature = webhooks.signature_header(
+            secrets_in_use=_secrets_in_use(endpoint, now), timestamp=int(now.timestamp()), body=body
+        )
+    except Exception as exc:  # recorded on the delivery, which an operator sees
+        return webhooks.TryResult(False, None, f"{type(exc).__name__}: {exc}"[:300])
+    return webhooks.post(url=endpoint.url, body=body, event_id=document["id"], signature=signature)
+
+
 def webhook_deliveries_run(*, max_tries: int = 500) -> DeliveryRun:
-    """Post every due delivery, each endpoint's in event-id order; at most `max_tries` POSTs per run."""
+    """Post every due delivery, each endpoint's in event-id order; at most `max_tries` POSTs per run.
+
+    Endpoints are posted to side by side, one try each per round (the
+    database work stays on this thread): a slow receiver costs the others at
+    most one try's deadline, after which its failed head waits out its backoff.
+    """
     run = DeliveryRun()
     open_work = WebhookDelivery.objects.filter(endpoint=OuterRef("pk"), status__in=OPEN_DELIVERY_STATUSES)
-    endpoints = list(WebhookEndpoint.objects.filter(is_active=True).filter(Exists(open_work)).order_by("id"))
-    for endpoint in endpoints:
-        run.endpoints.append(endpoint.pk)
-        while run.tries < max_tries:
+    going_on = list(WebhookEndpoint.objects.filter(is_active=True).filter(Exists(open_work)).order_by("id"))
+    run.endpoints = [endpoint.pk for endpoint in going_on]
+    with ThreadPoolExecutor(max_workers=POSTING_THREADS, thread_name_prefix="webhook-post") as posting:
+        while going_on and run.tries < max_tries:
             now = clock.now()
-            head = _claim_head(endpoint, now)
-            if head is None:
-                break
-            document = webhooks.event_document(head)
-            body = webhooks.delivery_body(
-                document,
-                format=endpoint.format,
-                admin_path=_admin_path(head["event__task_id"], head["event_id"]),  # type: ignore[arg-type]
+            claimed = []
+            for endpoint in going_on[: max_tries - run.tries]:
+                head = _claim_head(endpoint, now)
+                if head is not None:
+                    claimed.append((endpoint, head))
+            results = posting.map(
+                _try, [endpoint for endpoint, _ in claimed], [head for _, head in claimed], [now] * len(claimed)
             )
-            signature = webhooks.signature_header(
-                secrets_in_use=_secrets_in_use(endpoint, now), timestamp=int(now.timestamp()), body=body
-            )
-            result = webhooks.post(url=endpoint.url, body=body, event_id=document["id"], signature=signature)
-            run.tries += 1
-            run.delivered += int(result.delivered)
-            run.failed += int(not result.delivered)
-            go_on = _record_try(delivery_id=head["id"], endpoint_id=endpoint.pk, result=result, at=clock.now())  # type: ignore[arg-type]
-            endpoint.refresh_from_db(fields=["is_active"])
-            if not go_on or not endpoint.is_active:
-                break
+            going_on = []
+            for (endpoint, head), result in zip(claimed, results, strict=True):
+                run.tries += 1
+                run.delivered += int(result.delivered)
+                run.failed += int(not result.delivered)
+                go_on = _record_try(delivery_id=head["id"], endpoint_id=endpoint.pk, result=result, at=clock.now())  # type: ignore[arg-type]
+                endpoint.refresh_from_db(fields=["is_active"])
+                if go_on and endpoint.is_active:
+                    going_on.append(endpoint)
     return run
 
 

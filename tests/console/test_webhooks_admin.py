@@ -7,6 +7,7 @@ from django.urls import reverse
 
 from ledger.actors import SYSTEM
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from push.secret_box import decrypt
 from push.services.webhooks import webhook_create
 from tests.factories import TaskFactory
 
@@ -26,7 +27,8 @@ def test_adding_an_endpoint_shows_its_secret_once_and_never_again(ops_client, fl
         follow=True,
     )
     endpoint = WebhookEndpoint.objects.get()
-    assert endpoint.secret.encode() in response.content
+    secret = decrypt(endpoint.secret)
+    assert secret.encode() in response.content
     assert (endpoint.event_types, endpoint.min_severity) == (["attempt.claimed"], "warn")
     for url in (
         reverse("admin:push_webhookendpoint_changelist"),
@@ -35,7 +37,7 @@ def test_adding_an_endpoint_shows_its_secret_once_and_never_again(ops_client, fl
     ):
         page = ops_client.get(url)
         assert page.status_code == 200
-        assert endpoint.secret.encode() not in page.content
+        assert secret.encode() not in page.content
 
 
 def test_a_refused_target_is_a_form_error_not_a_500(ops_client, settings):
@@ -46,6 +48,17 @@ def test_a_refused_target_is_a_form_error_not_a_500(ops_client, settings):
     )
     assert response.status_code == 200
     assert b"LEASEHOLD_WEBHOOK_ALLOW_PRIVATE" in response.content
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_a_url_with_a_control_character_is_a_form_error_not_an_endpoint(ops_client):
+    """A DEL passes the form's URLField but not the HTTP client that would post to it."""
+    response = ops_client.post(
+        reverse("admin:push_webhookendpoint_add"),
+        {"url": "http://127.0.0.1:9/ho\x7fok", "min_severity": "info", "format": "json"},
+    )
+    assert response.status_code == 200
+    assert b"not a valid URL" in response.content
     assert not WebhookEndpoint.objects.exists()
 
 

@@ -18,6 +18,7 @@ from django.db.migrations.executor import MigrationExecutor
 
 from insight.models import JobHeartbeat
 from push.models import WebhookEndpoint
+from push.secret_box import decrypt
 from reconciliation.models import Finding
 
 BEFORE_THE_MOVE = [("leases", "0012_tally_changes"), ("ledger", "0012_task_counts")]
@@ -73,7 +74,7 @@ def test_rows_written_before_the_move_are_read_after_it_and_the_move_runs_both_w
         finding = Finding.objects.get(subject_key="feat/old")
         assert (finding.project.slug, finding.condition, finding.first_seen_at) == ("moved", "orphan_branch", AT)
         assert JobHeartbeat.objects.get(name="sweep_expired").runs == 7
-        assert WebhookEndpoint.objects.get(url="https://hooks.example.org/x").secret == "s" * 40
+        assert decrypt(WebhookEndpoint.objects.get(url="https://hooks.example.org/x").secret) == "s" * 40
         for app, (_old, models) in MOVED.items():
             for model in models:
                 assert _labels(model) == {app}, model

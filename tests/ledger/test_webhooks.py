@@ -23,6 +23,7 @@ from ledger.actors import SYSTEM, Actor
 from ledger.models import Event, EventType
 from ledger.services.events import event_append
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
+from push.secret_box import decrypt
 from push.services.webhooks import (
     BACKOFF_SECONDS,
     DISABLE_AFTER_FAILURES,
@@ -136,7 +137,8 @@ def test_the_secret_never_reaches_an_event(receiver):
     text = json.dumps(list(Event.objects.values_list("payload", flat=True)))
     assert receiver.secrets[0] not in text
     assert new not in text
-    assert rolled.secret == new
+    assert decrypt(rolled.secret) == new
+    assert decrypt(rolled.previous_secret) == receiver.secrets[0]
 
 
 def test_a_claim_reaches_the_receiver_signed_with_the_full_event(clock, project, receiver):
@@ -308,9 +310,9 @@ def test_create_webhook_prints_the_secret_alone_on_the_last_line(project, capsys
     )
     lines = capsys.readouterr().out.strip().splitlines()
     endpoint = WebhookEndpoint.objects.get()
-    assert lines[-1] == endpoint.secret
+    assert lines[-1] == decrypt(endpoint.secret)
     assert lines[-1].startswith("lhwh_")
-    assert endpoint.secret not in "\n".join(lines[:-1])
+    assert lines[-1] not in "\n".join(lines[:-1])
     assert (endpoint.project, endpoint.event_types, endpoint.min_severity, endpoint.format) == (
         project,
         ["attempt.claimed", "finding.opened"],
