@@ -5,7 +5,7 @@ import pytest
 from environments.models import Environment
 from environments.services import environment_create
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, EventType
 from tests.factories import ProjectFactory
 
 pytestmark = pytest.mark.django_db
@@ -38,7 +38,7 @@ def test_a_ledger_admin_edits_the_mapping_through_the_service(ops_client, enviro
         "vault/pb",
     )
     assert environment.resources == {"container_name": "pb"}
-    assert Event.objects.get(type="environment.updated").actor_user is not None
+    assert Event.objects.get(type=EventType.ENVIRONMENT_UPDATED).actor_user is not None
 
 
 def test_a_password_in_the_mapping_is_refused_on_the_form(ops_client, environment):

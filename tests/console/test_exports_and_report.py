@@ -13,7 +13,7 @@ from insight.reports import fleet_report
 from leases.services import attempt_finish, lease_claim, task_update
 from ledger import clock as clock_module
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, EventType
 from reconciliation.models import Condition, Finding, SubjectType
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
@@ -71,7 +71,7 @@ def test_events_csv_has_task_title_actor_severity_and_a_readable_summary_beside_
     _, _, _, parser, _, _ = history
     task_update(task=parser, actor=SYSTEM, changes={"status": "ready"})
     rows = read_csv(manager_client.get("/admin/ledger/event/export/"))
-    row = next(r for r in rows if r["type"] == "task.status_changed" and r["task"] == parser.key)
+    row = next(r for r in rows if r["type"] == EventType.TASK_STATUS_CHANGED and r["task"] == parser.key)
     assert row["task_title"] == "'=HYPERLINK(evil)"
     assert row["summary"] == "done → ready"
     assert row["payload"].startswith("{")
@@ -138,7 +138,7 @@ def test_a_100k_row_events_export_streams_in_bounded_memory(manager_client, cloc
     now = clock_module.now()
     payload = {"from": "ready", "to": "blocked", "reason": "x" * 60}
     batch = [
-        Event(project=project, task=task, type="task.status_changed", payload=payload, created_at=now)
+        Event(project=project, task=task, type=EventType.TASK_STATUS_CHANGED, payload=payload, created_at=now)
         for _ in range(min(ROWS, 10_000))
     ]
     for _ in range(max(1, ROWS // len(batch))):

@@ -9,7 +9,7 @@ from environments.models import EnvironmentStatus
 from environments.services import environment_create
 from leases.services import attempt_release, lease_claim
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, EventType
 from reconciliation.models import AttemptDiscard, Condition, Finding, FindingStatus, SubjectType
 from reconciliation.remedies import REMEDIES
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -109,7 +109,7 @@ def test_acknowledge_with_owner_and_note_then_resolve_with_a_note(ops_client, wo
     assert dead.owner == "maria"
     assert dead.acknowledged_by == "user:ops"
     assert dead.resolution_note == "paging the host"
-    assert Event.objects.get(type="finding.acknowledged").payload["owner"] == "maria"
+    assert Event.objects.get(type=EventType.FINDING_ACKNOWLEDGED).payload["owner"] == "maria"
     ops_client.post(f"/admin/reconciliation/finding/{dead.pk}/resolve/", {"note": "host replaced"})
     dead.refresh_from_db()
     assert dead.status == FindingStatus.RESOLVED

@@ -14,7 +14,7 @@ from leases.services import (
     task_force_release,
 )
 from ledger.actors import SYSTEM
-from ledger.models import Event, Task
+from ledger.models import Event, EventType, Task
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
@@ -33,7 +33,7 @@ def test_a_named_environment_is_allocated_and_named_in_the_label(project, agent)
     assert grant.allocation is not None
     assert grant.allocation.status == AllocationStatus.ACTIVE
     assert grant.attempt.label == "owner=agent-07;branch=claude/web-1-search-copy;env=preview-b;task=WEB-1;epoch=1"
-    assert Event.objects.filter(type="environment.allocated", attempt_id=grant.attempt.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ENVIRONMENT_ALLOCATED, attempt_id=grant.attempt.pk).count() == 1
 
 
 @pytest.mark.django_db

@@ -28,7 +28,7 @@ from leases.services import (
     task_force_release,
 )
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, EventType
 from ledger.services import budget_set
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
@@ -102,7 +102,7 @@ def test_finishing_with_an_environment_still_releases_it(project, agent):
     grant = lease_claim(task=TaskFactory(project=project), agent=agent, environment="preview-b")
     attempt_finish(proof=proof_of(grant), outcome="done")
     assert Allocation.objects.get().status == AllocationStatus.RELEASED
-    assert Event.objects.filter(type="environment.released", attempt_id=grant.attempt.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ENVIRONMENT_RELEASED, attempt_id=grant.attempt.pk).count() == 1
 
 
 def test_a_reclaim_after_a_revocation_inherits_the_stale_environment(project, agent, user_actor):

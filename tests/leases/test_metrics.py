@@ -9,7 +9,7 @@ from insight.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_d
 from leases.models import ClaimRefusalTally
 from leases.services import attempt_finish, attempt_release, lease_claim, task_update
 from ledger.actors import Actor
-from ledger.models import Event
+from ledger.models import Event, EventType
 from reconciliation.models import Condition, Finding, FindingStatus, SubjectType
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
@@ -64,7 +64,7 @@ def test_lease_conflicts_add_refused_claims_and_contested_writes_per_day(clock):
     task_update(task=task, actor=Actor(agent=rival), changes={"status": "blocked", "blocked_reason": "waiting on QA"})
 
     assert ClaimRefusalTally.objects.get().count == 2
-    assert Event.objects.filter(type="task.contested").count() == 1
+    assert Event.objects.filter(type=EventType.TASK_CONTESTED).count() == 1
     assert values(lease_conflicts_per_day(days=3)) == [0, 2, 1]
     assert values(lease_conflicts_per_day(days=3, project=ProjectFactory())) == [0, 0, 0]
 

@@ -60,14 +60,14 @@ def test_a_matching_event_gets_a_delivery_row_in_its_own_transaction(clock, proj
     everything = webhook_create(url="http://127.0.0.1:9/a", actor=SYSTEM)[0]
     this_project = webhook_create(url="http://127.0.0.1:9/b", project=project, actor=SYSTEM)[0]
     other_project = webhook_create(url="http://127.0.0.1:9/c", project=ProjectFactory(), actor=SYSTEM)[0]
-    claims_only = webhook_create(url="http://127.0.0.1:9/d", event_types=["attempt.claimed"], actor=SYSTEM)[0]
+    claims_only = webhook_create(url="http://127.0.0.1:9/d", event_types=[EventType.ATTEMPT_CLAIMED], actor=SYSTEM)[0]
     warnings = webhook_create(url="http://127.0.0.1:9/e", min_severity="warn", actor=SYSTEM)[0]
     off = webhook_create(url="http://127.0.0.1:9/f", actor=SYSTEM)[0]
     webhook_set_active(endpoint=off, active=False, actor=SYSTEM)
     WebhookDelivery.objects.all().update(status=DeliveryStatus.DEAD)  # the endpoints' own events
     agent = AgentFactory(projects=[project])
     grant = lease_claim(task=TaskFactory(project=project), agent=agent)
-    claimed = Event.objects.get(type="attempt.claimed", attempt_id=grant.attempt.pk)
+    claimed = Event.objects.get(type=EventType.ATTEMPT_CLAIMED, attempt_id=grant.attempt.pk)
     got = set(WebhookDelivery.objects.filter(event=claimed).values_list("endpoint_id", flat=True))
     assert got == {everything.pk, this_project.pk, claims_only.pk}
     row = WebhookDelivery.objects.get(event=claimed, endpoint=everything)
@@ -77,7 +77,7 @@ def test_a_matching_event_gets_a_delivery_row_in_its_own_transaction(clock, proj
         actor=Actor(agent=AgentFactory(projects=[project])),
         changes={"status": "blocked", "blocked_reason": "x"},
     )
-    contested = Event.objects.get(type="task.contested")
+    contested = Event.objects.get(type=EventType.TASK_CONTESTED)
     got = set(WebhookDelivery.objects.filter(event=contested).values_list("endpoint_id", flat=True))
     assert got == {everything.pk, this_project.pk, warnings.pk}
     assert other_project.pk not in got
@@ -140,7 +140,7 @@ def test_the_secret_never_reaches_an_event(receiver):
 
 
 def test_a_claim_reaches_the_receiver_signed_with_the_full_event(clock, project, receiver):
-    subscribe(receiver, project=project, event_types=["attempt.claimed"])
+    subscribe(receiver, project=project, event_types=[EventType.ATTEMPT_CLAIMED])
     agent = AgentFactory(projects=[project])
     grant = lease_claim(task=TaskFactory(project=project), agent=agent)
     run = webhook_deliveries_run()
@@ -160,7 +160,7 @@ def test_a_claim_reaches_the_receiver_signed_with_the_full_event(clock, project,
         "payload",
         "created_at",
     }
-    assert got.document["type"] == "attempt.claimed"
+    assert got.document["type"] == EventType.ATTEMPT_CLAIMED
     assert (got.document["project"], got.document["task"]) == (project.slug, grant.task.key)
     assert (got.document["attempt"], got.document["actor"]) == (grant.attempt.pk, agent.handle)
     row = WebhookDelivery.objects.get(event_id=got.document["id"])
@@ -168,10 +168,10 @@ def test_a_claim_reaches_the_receiver_signed_with_the_full_event(clock, project,
 
 
 def test_failing_three_times_then_succeeding_takes_exactly_four_tries(clock, project, receiver):
-    subscribe(receiver, event_types=["task.created"])
+    subscribe(receiver, event_types=[EventType.TASK_CREATED])
     TaskFactory(project=project)
     receiver.fail_next(3)
-    delivery = WebhookDelivery.objects.get(event__type="task.created")
+    delivery = WebhookDelivery.objects.get(event__type=EventType.TASK_CREATED)
     for wait in (0, *BACKOFF_SECONDS[:3]):
         clock.advance(wait)
         webhook_deliveries_run()
@@ -185,7 +185,7 @@ def test_failing_three_times_then_succeeding_takes_exactly_four_tries(clock, pro
 
 
 def test_a_receiver_down_for_good_ends_dead_after_eight_tries_over_a_day(clock, project, receiver):
-    endpoint = subscribe(receiver, event_types=["task.created"])
+    endpoint = subscribe(receiver, event_types=[EventType.TASK_CREATED])
     TaskFactory(project=project)
     receiver.fail_always = True
     start = clock.now()
@@ -202,7 +202,7 @@ def test_a_receiver_down_for_good_ends_dead_after_eight_tries_over_a_day(clock, 
 
 
 def test_twenty_failures_in_a_row_disable_the_endpoint_with_a_warn_event(clock, project, receiver):
-    endpoint = subscribe(receiver, event_types=["task.created"])
+    endpoint = subscribe(receiver, event_types=[EventType.TASK_CREATED])
     for _ in range(3):
         TaskFactory(project=project)
     receiver.fail_always = True
@@ -217,7 +217,7 @@ def test_twenty_failures_in_a_row_disable_the_endpoint_with_a_warn_event(clock, 
     assert len(receiver.requests) == DISABLE_AFTER_FAILURES
     statuses = list(WebhookDelivery.objects.order_by("event_id").values_list("status", "attempts"))
     assert statuses == [("dead", 8), ("dead", 8), ("failed", 4)]  # in event-id order, one head at a time
-    disabled = Event.objects.get(type="webhook.disabled")
+    disabled = Event.objects.get(type=EventType.WEBHOOK_DISABLED)
     assert disabled.severity == "warn"
     assert disabled.payload["endpoint"] == endpoint.pk
     clock.advance(86400)
@@ -239,11 +239,11 @@ def test_a_warn_endpoint_gets_only_warnings(clock, project, receiver):
     webhook_deliveries_run()
     assert receiver.requests
     assert all(r.document["severity"] in ("warn", "error") for r in receiver.requests)
-    assert "task.contested" in [r.document["type"] for r in receiver.requests]
+    assert EventType.TASK_CONTESTED in [r.document["type"] for r in receiver.requests]
 
 
 def test_deliveries_of_one_endpoint_go_in_event_id_order(clock, project, receiver):
-    subscribe(receiver, event_types=["task.created"])
+    subscribe(receiver, event_types=[EventType.TASK_CREATED])
     for _ in range(5):
         TaskFactory(project=project)
     webhook_deliveries_run()
@@ -253,7 +253,7 @@ def test_deliveries_of_one_endpoint_go_in_event_id_order(clock, project, receive
 
 
 def test_after_a_roll_both_secrets_sign_for_a_day(clock, project, receiver):
-    endpoint = subscribe(receiver, event_types=["task.created"])
+    endpoint = subscribe(receiver, event_types=[EventType.TASK_CREATED])
     old = receiver.secrets[0]
     _, new = webhook_roll_secret(endpoint=endpoint, actor=SYSTEM)
     TaskFactory(project=project)
@@ -272,18 +272,18 @@ def test_after_a_roll_both_secrets_sign_for_a_day(clock, project, receiver):
 
 
 def test_slack_format_posts_one_line_with_the_task_key_and_an_admin_link(clock, project, receiver):
-    subscribe(receiver, format="slack", event_types=["task.created"])
+    subscribe(receiver, format="slack", event_types=[EventType.TASK_CREATED])
     task = TaskFactory(project=project)
     webhook_deliveries_run()
     text = receiver.requests[0].document["text"]
     assert "\n" not in text
     assert task.key in text
-    assert "task.created" in text
+    assert EventType.TASK_CREATED in text
     assert f"/admin/ledger/task/{task.pk}/change/" in text
 
 
 def test_redeliver_posts_a_delivered_event_again(clock, project, receiver):
-    subscribe(receiver, event_types=["task.created"])
+    subscribe(receiver, event_types=[EventType.TASK_CREATED])
     TaskFactory(project=project)
     webhook_deliveries_run()
     delivery = WebhookDelivery.objects.get()
@@ -313,7 +313,7 @@ def test_create_webhook_prints_the_secret_alone_on_the_last_line(project, capsys
     assert endpoint.secret not in "\n".join(lines[:-1])
     assert (endpoint.project, endpoint.event_types, endpoint.min_severity, endpoint.format) == (
         project,
-        ["attempt.claimed", "finding.opened"],
+        [EventType.ATTEMPT_CLAIMED, EventType.FINDING_OPENED],
         "warn",
         "slack",
     )
