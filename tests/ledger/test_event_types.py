@@ -13,9 +13,13 @@ sweep SQL included) but missing from the enum fails the suite.
 from __future__ import annotations
 
 import ast
+import importlib.util
 import re
 import textwrap
 from pathlib import Path
+from types import ModuleType
+
+import pytest
 
 from ledger.models import EventType
 
@@ -119,3 +123,36 @@ def test_event_type_values_are_dotted_subject_and_verb() -> None:
         assert subject
         assert verb
         assert value == value.lower()
+
+
+def _event_types_doc() -> ModuleType:
+    """scripts/event_types_doc.py, which writes docs/api.md's list (scripts/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("event_types_doc", ROOT / "scripts" / "event_types_doc.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_docs_list_every_event_type_as_generated() -> None:
+    doc = _event_types_doc()
+    written = doc.API_DOC.read_text()
+    assert written == doc.with_current_list(written), (
+        "docs/api.md's list of event types is not current: run `.venv/bin/python scripts/event_types_doc.py`"
+    )
+
+
+def test_the_generated_list_has_each_type_with_its_label_and_replaces_a_stale_one() -> None:
+    doc = _event_types_doc()
+    lines = doc.event_types_list().splitlines()
+    assert len(lines) == len(EventType.values)
+    assert f"- `{EventType.TASK_QUEUE_WAIT_EXCEEDED}`: Task Queue Wait Exceeded" in lines
+    stale = f"# API\n\n{doc.START}\n- `task.renamed`: Task Renamed\n{doc.END}\n\n## Headers\n"
+    current = doc.with_current_list(stale)
+    assert current != stale
+    assert "task.renamed" not in current
+    assert current.startswith(f"# API\n\n{doc.START}\n- `agent.created`: Agent Created\n")
+    assert current.endswith(f"{doc.END}\n\n## Headers\n")
+    with pytest.raises(ValueError, match="markers"):
+        doc.with_current_list("# API without the markers\n")
