@@ -224,7 +224,7 @@ def wait_latency(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
 
 
 def push(target: Target, sizes: Any) -> tuple[list[Row], dict[str, Any]]:
-    from bench import workloads
+    from bench.sizes import SMOKE
 
-    smoke = sizes is workloads.SMOKE
+    smoke = sizes is SMOKE
     return metrics(target, sizes, smoke=smoke) + wait_latency(target, sizes, smoke=smoke), {}
