@@ -11,12 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from leases.models import Attempt, AttemptStatus, ClaimRefusalTally
 from leases.selectors import with_lease_state
 from leases.services import attempt_finish, attempt_release, lease_claim, sweep_expired, task_update
-from ledger.actors import SYSTEM, Actor
+from ledger.actors import Actor
 from ledger.models import Event, EventType, Task
-from push.services.webhooks import webhook_create
 from reconciliation.models import Finding, ReconciliationRun
 from reconciliation.services import reconcile
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory, WebhookEndpointFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +55,7 @@ def fleet(clock):
     lapsing = lease_claim(task=tasks[5], agent=agents[2], lease_seconds=60)
     task_update(task=tasks[0], actor=Actor(agent=agents[1]), changes={"status": "blocked", "blocked_reason": "x"})
     ClaimRefusalTally.objects.create(day=clock.now().date(), project=web, agent=agents[1], count=3)
-    webhook_create(url="http://127.0.0.1:9/hook", event_types=[EventType.ATTEMPT_CLAIMED], actor=SYSTEM)
+    WebhookEndpointFactory(event_types=[EventType.ATTEMPT_CLAIMED])
     lease_claim(task=TaskFactory(project=web), agent=agents[2], lease_seconds=3600)
     clock.advance(120)
     sweep_expired()

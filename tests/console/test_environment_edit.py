@@ -3,17 +3,15 @@ from __future__ import annotations
 import pytest
 
 from environments.models import Environment
-from environments.services import environment_create
-from ledger.actors import SYSTEM
 from ledger.models import Event, EventType
-from tests.factories import ProjectFactory
+from tests.factories import EnvironmentFactory, ProjectFactory
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def environment():
-    return environment_create(project=ProjectFactory(slug="web"), name="preview-b", kind="database", actor=SYSTEM)
+    return EnvironmentFactory(project=ProjectFactory(slug="web"), name="preview-b", kind="database")
 
 
 def change_url(environment):

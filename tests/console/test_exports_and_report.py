@@ -14,8 +14,8 @@ from leases.services import attempt_finish, lease_claim, task_update
 from ledger import clock as clock_module
 from ledger.actors import SYSTEM
 from ledger.models import Event, EventType
-from reconciliation.models import Condition, Finding, SubjectType
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from reconciliation.models import Condition
+from tests.factories import AgentFactory, FindingFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
@@ -96,14 +96,7 @@ def test_the_report_counts_throughput_lead_time_and_failure_reasons_by_agent_and
 
 def test_the_report_pools_the_orphan_rate_over_the_range(history, clock):
     web, *_ = history
-    Finding.objects.create(
-        condition=Condition.ORPHAN_BRANCH,
-        project=web,
-        subject_type=SubjectType.BRANCH,
-        subject_key="lh/x",
-        first_seen_at=clock.now(),
-        last_seen_at=clock.now(),
-    )
+    FindingFactory(condition=Condition.ORPHAN_BRANCH, project=web)
     report = fleet_report(first=clock.now().date(), last=clock.now().date())
     assert report.orphan_rate == pytest.approx(1 / 3)
 

@@ -5,11 +5,9 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from ledger.actors import SYSTEM
 from ledger.models import EventType
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
-from push.services.webhooks import webhook_create
-from tests.factories import TaskFactory
+from tests.factories import TaskFactory, WebhookEndpointFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -51,7 +49,7 @@ def test_a_refused_target_is_a_form_error_not_a_500(ops_client, settings):
 
 
 def test_redeliver_from_the_deliveries_log(ops_client, fleet):
-    endpoint, _ = webhook_create(url="http://127.0.0.1:9/hook", event_types=[EventType.TASK_CREATED], actor=SYSTEM)
+    endpoint = WebhookEndpointFactory(event_types=[EventType.TASK_CREATED])
     TaskFactory(project=fleet.project)
     delivery = WebhookDelivery.objects.get(endpoint=endpoint)
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.DEAD, attempts=8)

@@ -7,14 +7,13 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 
-from environments.services import environment_create
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note
 from leases.services import attempt_release, check_queue_wait, expiry, lease_claim, note_add, sweep_expired, task_update
 from ledger.actors import SYSTEM
 from ledger.models import Event, EventType, Task, TaskStatus
 from tests.concurrency import run_in_threads
 from tests.conftest import START
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, EnvironmentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 postgres_only = pytest.mark.skipif(
@@ -124,7 +123,7 @@ def test_a_sweep_batch_writes_exactly_the_rows_of_expiry(clock, sweep_path):
     ada = AgentFactory(handle="ada", projects=[project])
     bob = AgentFactory(handle="bob", projects=[project])
     for name in ("preview-a", "preview-b", "preview-c"):
-        environment_create(project=project, name=name, kind="database", isolation="container", actor=SYSTEM)
+        EnvironmentFactory(project=project, name=name, kind="database", isolation="container")
     # Claimed at 09:00:00: lapses on a whole second, with an environment.
     whole = lease_claim(task=TaskFactory(project=project), agent=ada, lease_seconds=60, environment="preview-a")
     held = lease_claim(task=TaskFactory(project=project), agent=ada, lease_seconds=600, environment="preview-b")

@@ -33,7 +33,7 @@ from push.services.webhooks import (
     webhook_roll_secret,
     webhook_set_active,
 )
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory, WebhookEndpointFactory
 from tests.webhook_receiver import running_receiver, signature_valid
 
 pytestmark = pytest.mark.django_db
@@ -51,18 +51,18 @@ def receiver():
 
 
 def subscribe(receiver, **options):
-    endpoint, secret = webhook_create(url=receiver.url, actor=SYSTEM, **options)
-    receiver.secrets.append(secret)
+    endpoint = WebhookEndpointFactory(url=receiver.url, **options)
+    receiver.secrets.append(endpoint.secret)
     return endpoint
 
 
 def test_a_matching_event_gets_a_delivery_row_in_its_own_transaction(clock, project):
-    everything = webhook_create(url="http://127.0.0.1:9/a", actor=SYSTEM)[0]
-    this_project = webhook_create(url="http://127.0.0.1:9/b", project=project, actor=SYSTEM)[0]
-    other_project = webhook_create(url="http://127.0.0.1:9/c", project=ProjectFactory(), actor=SYSTEM)[0]
-    claims_only = webhook_create(url="http://127.0.0.1:9/d", event_types=[EventType.ATTEMPT_CLAIMED], actor=SYSTEM)[0]
-    warnings = webhook_create(url="http://127.0.0.1:9/e", min_severity="warn", actor=SYSTEM)[0]
-    off = webhook_create(url="http://127.0.0.1:9/f", actor=SYSTEM)[0]
+    everything = WebhookEndpointFactory()
+    this_project = WebhookEndpointFactory(project=project)
+    other_project = WebhookEndpointFactory(project=ProjectFactory())
+    claims_only = WebhookEndpointFactory(event_types=[EventType.ATTEMPT_CLAIMED])
+    warnings = WebhookEndpointFactory(min_severity="warn")
+    off = WebhookEndpointFactory()
     webhook_set_active(endpoint=off, active=False, actor=SYSTEM)
     WebhookDelivery.objects.all().update(status=DeliveryStatus.DEAD)  # the endpoints' own events
     agent = AgentFactory(projects=[project])
@@ -85,7 +85,7 @@ def test_a_matching_event_gets_a_delivery_row_in_its_own_transaction(clock, proj
 
 
 def test_a_rolled_back_event_leaves_no_delivery(project):
-    webhook_create(url="http://127.0.0.1:9/a", actor=SYSTEM)
+    WebhookEndpointFactory()
     before = WebhookDelivery.objects.count()
     seen_inside = []
 
