@@ -30,11 +30,12 @@ from pathlib import Path
 from typing import Any
 
 from bench import ops
+from bench.cycles import capture_ops, fresh_fleet, release_pool
 from bench.environment import Target
 from bench.harness import percentile
 from bench.replay import RawConnection
 from bench.results import Row
-from bench.workloads import Sizes, capture_ops, fresh_fleet, release_pool
+from bench.sizes import Sizes
 
 WARMUP_CYCLES = 30
 CYCLES = 300

@@ -48,18 +48,19 @@ EXPECTED = ("task_taken", "nothing_claimable")
 
 
 def fleet(target: Target, sizes: Any) -> tuple[list[Row], dict[str, Any]]:
-    from bench import data, workloads
+    from bench import cycles, data
+    from bench.sizes import SMOKE
 
-    smoke = sizes is workloads.SMOKE
+    smoke = sizes is SMOKE
     shapes = [ONE_CLIENT, (2, 2)] if smoke else [ONE_CLIENT, FLEET]
     seconds = float(os.environ.get("LEASEHOLD_BENCH_FLEET_SECONDS", "") or (3.0 if smoke else SECONDS))
     projects = []
     for processes, agents in [ONE_CLIENT, *shapes]:  # the first is the warm-up
-        project = workloads.fresh_fleet("fleet", agents=0, tasks=TASKS).project
+        project = cycles.fresh_fleet("fleet", agents=0, tasks=TASKS).project
         made = served.create_agents(project, processes * agents, prefix=f"{project.slug}-a")
         projects.append((processes, agents, project.slug, [token for _, token in made]))
     data.analyze()
-    workloads.release_pool()
+    cycles.release_pool()
     rows: list[Row] = []
     workers, threads = server_shape()
     with served.serving(target, workers=workers, threads=threads) as server:

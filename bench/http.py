@@ -168,7 +168,7 @@ def http_workloads(
     target: Target, sizes: Any, *, workers: int, payload: dict[str, Any]
 ) -> tuple[list[Row], dict[str, Any]]:
     """W3 through HTTP at each level, then the bytes of a compact page and of a work context."""
-    from bench.workloads import fresh_fleet, release_pool
+    from bench.cycles import fresh_fleet, release_pool
 
     raw_rows = {
         row["concurrency"]: row

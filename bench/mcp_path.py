@@ -33,13 +33,14 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from bench.cycles import fresh_fleet, release_pool
 from bench.environment import Target
 from bench.harness import percentile
 from bench.http import create_agents, serving
 from bench.mcp_cpu import CpuMeter, Groups
 from bench.processes import PROJECT_ROOT
 from bench.results import Row
-from bench.workloads import Sizes, fresh_fleet, release_pool
+from bench.sizes import Sizes
 
 LEVELS = (1, 8)
 SMOKE_LEVELS = (1,)

@@ -49,22 +49,24 @@ AGENTS = 40
 LIVE = 200
 DAYS = 60
 EVENT_COLUMNS = ("project_id", "task_id", "attempt_id", "actor_agent_id", "type", "severity", "payload", "created_at")
-EVENT_MIX = (
-    ("attempt.claimed", "info"),
-    ("attempt.finished", "info"),
-    ("note.added", "info"),
-    ("task.status_changed", "info"),
-    ("attempt.updated", "info"),
-    ("attempt.expired", "info"),
-    ("task.queue_wait_exceeded", "warn"),
-    ("task.contested", "warn"),
-)
 
 
 def seed(scale: int, now: datetime) -> dict[str, int]:
     from bench.data import ATTEMPT_COLUMNS, _copy_rows, bulk_ready_tasks, make_project, vacuum_analyze
-    from ledger.models import Agent, Task
+    from ledger.models import Agent, EventType, Task
     from reconciliation.models import Condition, Finding, SubjectType
+
+    # The mix of the seeded history beyond each task's `task.created`.
+    event_mix = (
+        (EventType.ATTEMPT_CLAIMED, "info"),
+        (EventType.ATTEMPT_FINISHED, "info"),
+        (EventType.NOTE_ADDED, "info"),
+        (EventType.TASK_STATUS_CHANGED, "info"),
+        (EventType.ATTEMPT_UPDATED, "info"),
+        (EventType.ATTEMPT_EXPIRED, "info"),
+        (EventType.TASK_QUEUE_WAIT_EXCEEDED, "warn"),
+        (EventType.TASK_CONTESTED, "warn"),
+    )
 
     tasks_n, attempts_n, events_n = (BASE[key] * scale for key in ("tasks", "attempts", "events"))
     fleets = [
@@ -121,9 +123,11 @@ def seed(scale: int, now: datetime) -> dict[str, int]:
     _copy_rows("leases_attempt", ATTEMPT_COLUMNS, attempts())
     project_of = dict(task_rows)
     payloads = {
-        "task.queue_wait_exceeded": json.dumps({"ready_since": now.isoformat(), "waited_seconds": 7200}),
-        "task.contested": json.dumps({"actor": "user:ops", "holder": "a0-000", "from": "ready", "to": "blocked"}),
-        "task.status_changed": json.dumps({"from": "ready", "to": "done", "version": 2}),
+        EventType.TASK_QUEUE_WAIT_EXCEEDED: json.dumps({"ready_since": now.isoformat(), "waited_seconds": 7200}),
+        EventType.TASK_CONTESTED: json.dumps(
+            {"actor": "user:ops", "holder": "a0-000", "from": "ready", "to": "blocked"}
+        ),
+        EventType.TASK_STATUS_CHANGED: json.dumps({"from": "ready", "to": "done", "version": 2}),
     }
 
     created = now - timedelta(days=DAYS)
@@ -132,11 +136,11 @@ def seed(scale: int, now: datetime) -> dict[str, int]:
     def events() -> Iterator[tuple[Any, ...]]:
         # Each task's `task.created` (ready): where the report's lead time starts (its first-ready rollup).
         for task_id, project_id in task_rows:
-            yield (project_id, task_id, None, None, "task.created", "info", created_payload, created)
+            yield (project_id, task_id, None, None, EventType.TASK_CREATED, "info", created_payload, created)
         mixed = events_n - len(task_rows)
         for index in range(mixed):
             task_id = task_rows[(index * 31) % len(task_rows)][0]
-            kind, severity = EVENT_MIX[index % len(EVENT_MIX)]
+            kind, severity = event_mix[index % len(event_mix)]
             at = now - timedelta(seconds=(mixed - index) * (DAYS * 86400 / mixed))
             yield (
                 project_of[task_id],
@@ -238,12 +242,12 @@ def plans() -> dict[str, str]:
     from console.fleet.dashboard import QUEUE_WAIT_WINDOW
     from leases.models import Attempt
     from ledger import clock
-    from ledger.models import Event
+    from ledger.models import Event, EventType
 
     now = clock.now()
     queries: dict[str, Any] = {
         "queue-wait alerts grouped (24 h)": Event.objects.filter(
-            type="task.queue_wait_exceeded", created_at__gte=now - QUEUE_WAIT_WINDOW
+            type=EventType.TASK_QUEUE_WAIT_EXCEEDED, created_at__gte=now - QUEUE_WAIT_WINDOW
         )
         .order_by()
         .values("type", "task_id")

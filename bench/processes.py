@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import data
+from bench import data, ops
+from bench.cycles import CYCLE, close_django_connections, service_cycles
 from bench.environment import Target
-from bench.harness import percentile
+from bench.harness import percentile, run_threads
 from bench.results import Row
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -148,9 +149,6 @@ def agents_main(project_id: int, agent_ids: list[int], seconds: float, start_at:
     import django
 
     django.setup()
-    from bench import ops
-    from bench.harness import run_threads
-    from bench.workloads import CYCLE, close_django_connections, service_cycles
     from ledger.models import Agent, Project
 
     project = Project.objects.get(pk=project_id)

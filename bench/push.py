@@ -29,15 +29,6 @@ from bench.environment import Target
 from bench.results import Row
 
 EVENT_COLUMNS = ("project_id", "task_id", "attempt_id", "type", "severity", "payload", "created_at")
-EVENT_MIX = (
-    ("task.created", 20),
-    ("attempt.claimed", 25),
-    ("note.added", 25),
-    ("attempt.finished", 20),
-    ("attempt.expired", 4),
-    ("task.contested", 3),
-    ("finding.opened", 3),
-)
 
 
 def _percentile(values: list[float], fraction: float) -> float:
@@ -46,14 +37,25 @@ def _percentile(values: list[float], fraction: float) -> float:
 
 
 def _bulk_events(project_id: int, first_task: int, last_task: int, count: int, now: datetime) -> None:
-    kinds = [kind for kind, weight in EVENT_MIX for _ in range(weight)]
+    from ledger.models import EventType
+
+    event_mix = (
+        (EventType.TASK_CREATED, 20),
+        (EventType.ATTEMPT_CLAIMED, 25),
+        (EventType.NOTE_ADDED, 25),
+        (EventType.ATTEMPT_FINISHED, 20),
+        (EventType.ATTEMPT_EXPIRED, 4),
+        (EventType.TASK_CONTESTED, 3),
+        (EventType.FINDING_OPENED, 3),
+    )
+    kinds = [kind for kind, weight in event_mix for _ in range(weight)]
     rng = random.Random(18)
 
     def rows() -> Iterator[tuple[Any, ...]]:
         for index in range(count):
             kind = kinds[index % len(kinds)]
-            payload = json.dumps({"status": "completed"} if kind == "attempt.finished" else {})
-            severity = "warn" if kind in ("task.contested", "finding.opened") else "info"
+            payload = json.dumps({"status": "completed"} if kind == EventType.ATTEMPT_FINISHED else {})
+            severity = "warn" if kind in (EventType.TASK_CONTESTED, EventType.FINDING_OPENED) else "info"
             yield (
                 project_id,
                 rng.randint(first_task, last_task),
@@ -222,7 +224,7 @@ def wait_latency(target: Target, sizes: Any, *, smoke: bool) -> list[Row]:
 
 
 def push(target: Target, sizes: Any) -> tuple[list[Row], dict[str, Any]]:
-    from bench import workloads
+    from bench.sizes import SMOKE
 
-    smoke = sizes is workloads.SMOKE
+    smoke = sizes is SMOKE
     return metrics(target, sizes, smoke=smoke) + wait_latency(target, sizes, smoke=smoke), {}

@@ -49,20 +49,21 @@ CONNECT_BATCH = 50
 
 
 def waiters(target: Target, sizes: Any, *, workers: int) -> tuple[list[Row], dict[str, Any]]:
-    from bench import workloads
+    from bench import cycles
+    from bench.sizes import SMOKE
 
-    smoke = sizes is workloads.SMOKE
+    smoke = sizes is SMOKE
     count, agents, seconds = (50, 2, 2.0) if smoke else (WAITERS, 4, 10.0)
     # Another number of waiters (e.g. 20, for the HTTP path's wake latency without a herd).
     count = int(os.environ.get("LEASEHOLD_BENCH_WAITERS", "") or count)
-    w3 = workloads.fresh_fleet("w3wait", agents=0, tasks=sizes.w3_tasks)
+    w3 = cycles.fresh_fleet("w3wait", agents=0, tasks=sizes.w3_tasks)
     w3_agents = http.create_agents(w3.project, agents, prefix=f"{w3.project.slug}-a")
-    quiet = workloads.fresh_fleet("quiet", agents=0, tasks=1)
+    quiet = cycles.fresh_fleet("quiet", agents=0, tasks=1)
     ((_, waiter_token),) = http.create_agents(quiet.project, 1, prefix=f"{quiet.project.slug}-w")
     from bench import data
 
     data.analyze()
-    workloads.release_pool()
+    cycles.release_pool()
     tokens = [token for _, token in w3_agents]
     rows: list[Row] = []
     with http.serving(target, workers=workers) as server:

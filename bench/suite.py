@@ -71,10 +71,11 @@ def run_workloads(
     payload: dict[str, Any],
     sweep_batch: int | None = None,
 ) -> list[Row]:
-    from bench import workloads
+    from bench import sweep, workloads
     from bench.audit import audit, failures
+    from bench.sizes import FULL, SMOKE
 
-    sizes = workloads.SMOKE if smoke else workloads.FULL
+    sizes = SMOKE if smoke else FULL
     if sweep_batch:
         sizes = dataclasses.replace(sizes, sweep_batch=sweep_batch)
     steps: list[tuple[str, Any]] = [
@@ -82,7 +83,7 @@ def run_workloads(
         ("w2", workloads.w2),
         ("w3", workloads.w3),
         ("procs", workloads.w3_processes),
-        ("w5", workloads.w5),
+        ("w5", sweep.w5),
         ("bytes", workloads.context_bytes),
     ]
     if "cpu" in only:

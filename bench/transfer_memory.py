@@ -45,6 +45,7 @@ def seed(tasks: int, events: int) -> None:
     django.setup()
     from bench.data import _copy_rows, bulk_history, bulk_ready_tasks, make_project
     from leases.models import Attempt
+    from ledger.models import EventType
 
     fleet = make_project("big", agents=1)
     first, last = bulk_ready_tasks(fleet.project, tasks, body_bytes=200)
@@ -60,7 +61,7 @@ def seed(tasks: int, events: int) -> None:
             task = first + index % tasks
             payload = json.dumps({"note": index, "kind": "progress", "version": index % 7})
             created = start + timedelta(milliseconds=index)
-            yield (fleet.project.pk, task, attempts[index % tasks], "note.added", "info", payload, created)
+            yield (fleet.project.pk, task, attempts[index % tasks], EventType.NOTE_ADDED, "info", payload, created)
 
     _copy_rows("ledger_event", EVENT_COLUMNS, rows())
 

@@ -43,10 +43,12 @@ def _acknowledgement_needed(attempt: Attempt, task: Task) -> list[str]:
         return []
     changed: set[str] = set()
     events = Event.objects.filter(
-        task=task, type__in=("task.updated", "task.status_changed"), id__gt=attempt.event_id_at_claim or 0
+        task=task,
+        type__in=(EventType.TASK_UPDATED, EventType.TASK_STATUS_CHANGED),
+        id__gt=attempt.event_id_at_claim or 0,
     ).values_list("type", "payload")
     for event_type, payload in events:
-        if event_type == "task.status_changed":
+        if event_type == EventType.TASK_STATUS_CHANGED:
             changed.add("status")
         else:
             changed.update(set(payload.get("fields", ())) & ACKNOWLEDGED_FIELDS)

@@ -39,7 +39,7 @@ from leases.models import (
     ReviewRequest,
     TaskUsage,
 )
-from ledger.models import Agent, Decision, Event, Project, Task, TaskComment, TaskDependency
+from ledger.models import Agent, Decision, Event, EventType, Project, Task, TaskComment, TaskDependency
 from reconciliation.models import AttemptDiscard, Finding
 
 FORMAT_VERSION = 1
@@ -61,7 +61,7 @@ PAYLOAD_REFERENCES: dict[str, str] = {
     "inherited_from_attempt": "attempt",
 }
 # `decision.superseded` names the superseding decision as `by` (an id); elsewhere `by` is a label.
-PAYLOAD_REFERENCES_BY_TYPE: dict[str, dict[str, str]] = {"decision.superseded": {"by": "decision"}}
+PAYLOAD_REFERENCES_BY_TYPE: dict[str, dict[str, str]] = {EventType.DECISION_SUPERSEDED: {"by": "decision"}}
 
 
 def payload_references(event_type: str) -> dict[str, str]:

@@ -7,7 +7,7 @@ from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
 from ledger.actors import SYSTEM
-from ledger.models import Event, Task
+from ledger.models import Event, EventType, Task
 from ledger.permissions import MANAGERS
 from ledger.services import agent_deactivate
 from tests.api.conftest import assert_error, attempt_url, client_for, holder
@@ -45,7 +45,7 @@ def test_a_staff_session_sees_every_project_and_acts_as_its_user(admin_user, pro
     assert len(client.get("/api/v1/tasks/").json()["results"]) == 2
     created = client.post("/api/v1/tasks/", {"project": "other", "title": "From the admin"}, format="json")
     assert created.status_code == 201
-    event = Event.objects.get(type="task.created", task__key=created.json()["key"])
+    event = Event.objects.get(type=EventType.TASK_CREATED, task__key=created.json()["key"])
     assert event.actor_user == admin_user
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.models import Event
+from ledger.models import Event, EventType
 from tests.api.conftest import assert_error, attempt_url, holder
 
 pytestmark = pytest.mark.django_db
@@ -33,7 +33,7 @@ def test_budget_tokens_1000_renewals_600_then_500_exhaust_it(client, other_clien
     error = assert_error(second, 409, "BUDGET_EXHAUSTED")
     assert error["retryable"] is False
     assert error["details"]["spent_tokens"] == 1100
-    assert Event.objects.filter(type="budget.warning").count() == 1
+    assert Event.objects.filter(type=EventType.BUDGET_WARNING).count() == 1
     note = client.post(
         attempt_url(claim, "notes"), {"kind": "progress", "content": "x"}, format="json", **holder(claim)
     )

@@ -40,8 +40,8 @@ def test_changes_are_ascending_paged_and_scoped(client, task, project):
     nothing_new = client.get(f"/api/v1/changes/?since={ids[-1]}").json()
     assert nothing_new == {"events": [], "latest_event_id": ids[-1], "has_more": False}
     # agent.created has no project: an agent never sees it.
-    assert "agent.created" not in {event["type"] for event in everything["events"]}
-    assert Event.objects.filter(type="agent.created").exists()
+    assert EventType.AGENT_CREATED not in {event["type"] for event in everything["events"]}
+    assert Event.objects.filter(type=EventType.AGENT_CREATED).exists()
 
 
 @pytest.mark.django_db
@@ -113,7 +113,13 @@ def test_paging_while_others_write_yields_every_event_once_in_order(clock):
     assert seen == expected  # every event, once, in id order
     assert len(reads_while_writing) > 1  # the reader really paged while the writers wrote
     types = set(Event.objects.filter(pk__in=seen).values_list("type", flat=True))
-    assert {"task.created", "attempt.claimed", "note.added", "attempt.finished", "task.status_changed"} <= types
+    assert {
+        EventType.TASK_CREATED,
+        EventType.ATTEMPT_CLAIMED,
+        EventType.NOTE_ADDED,
+        EventType.ATTEMPT_FINISHED,
+        EventType.TASK_STATUS_CHANGED,
+    } <= types
 
 
 def _append(project, title: str) -> int:

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from ledger.models import EventType
 from tests.served import Served, manage, server_database, serving
 
 pytestmark = pytest.mark.slow
@@ -82,7 +83,7 @@ def test_forty_long_poll_waiters_hold_no_thread_and_all_wake_on_one_commit(fleet
     woke_after = time.monotonic() - committed
     assert woke_after < 10, woke_after
     for body, took in answers:
-        assert [e["type"] for e in body["events"]][:1] == ["task.created"]
+        assert [e["type"] for e in body["events"]][:1] == [EventType.TASK_CREATED]
         assert body["events"][0]["task"] == task["key"]
         assert took < 20
 

@@ -50,7 +50,7 @@ def test_a_waiter_answers_as_soon_as_an_event_commits():
     body = client.get(f"/api/v1/changes/?since={since}&wait=10").json()
     took = time.monotonic() - started
     writer.join()
-    assert [event["type"] for event in body["events"]] == ["task.updated"]
+    assert [event["type"] for event in body["events"]] == [EventType.TASK_UPDATED]
     assert 0.4 < took < 3.0
     assert body["latest_event_id"] == body["events"][0]["id"]
 

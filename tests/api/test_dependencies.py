@@ -10,7 +10,7 @@ import pytest
 from django.contrib.auth.models import Group
 from rest_framework.test import APIClient
 
-from ledger.models import Event, TaskDependency
+from ledger.models import Event, EventType, TaskDependency
 from ledger.permissions import MANAGERS
 from tests.api.conftest import assert_error, client_for
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -47,7 +47,7 @@ def test_adding_answers_the_full_task_and_blocks_its_next_claim(client, current,
     assert body == client.get(f"/api/v1/tasks/{current.key}/").json()
     assert body["blocked_by"] == [{"key": follow_up.key, "status": "open"}]
     assert body["unresolved_blockers"] == 1
-    assert Event.objects.filter(type="task.dependency_added", task=current).count() == 1
+    assert Event.objects.filter(type=EventType.TASK_DEPENDENCY_ADDED, task=current).count() == 1
     refused = assert_error(
         client.post(f"/api/v1/tasks/{current.key}/claim/", {}, format="json"), 409, "TASK_NOT_CLAIMABLE"
     )
@@ -60,7 +60,7 @@ def test_adding_twice_keeps_one_dependency_and_one_event(client, current, follow
     assert again.status_code == 200
     assert again.json()["blocked_by"] == [{"key": follow_up.key, "status": "open"}]
     assert TaskDependency.objects.filter(task=current).count() == 1
-    assert Event.objects.filter(type="task.dependency_added").count() == 1
+    assert Event.objects.filter(type=EventType.TASK_DEPENDENCY_ADDED).count() == 1
 
 
 def test_removing_sets_removed_at_and_keeps_the_row(client, current, follow_up, clock):
@@ -72,10 +72,10 @@ def test_removing_sets_removed_at_and_keeps_the_row(client, current, follow_up, 
     assert response.json()["unresolved_blockers"] == 0
     (row,) = TaskDependency.objects.filter(task=current)
     assert row.removed_at == clock.now()
-    assert Event.objects.filter(type="task.dependency_removed", task=current).count() == 1
+    assert Event.objects.filter(type=EventType.TASK_DEPENDENCY_REMOVED, task=current).count() == 1
     # Removing what is not there changes nothing and still answers the task.
     assert remove(client, current, follow_up).status_code == 200
-    assert Event.objects.filter(type="task.dependency_removed").count() == 1
+    assert Event.objects.filter(type=EventType.TASK_DEPENDENCY_REMOVED).count() == 1
     # And it can be added again: a new row.
     assert add(client, current, follow_up).json()["unresolved_blockers"] == 1
     assert TaskDependency.objects.filter(task=current).count() == 2
@@ -148,4 +148,4 @@ def test_a_staff_user_adds_as_itself(admin_user, current, follow_up):
     client = APIClient()
     client.force_login(admin_user)
     assert add(client, current, follow_up).status_code == 200
-    assert Event.objects.get(type="task.dependency_added").actor_user == admin_user
+    assert Event.objects.get(type=EventType.TASK_DEPENDENCY_ADDED).actor_user == admin_user

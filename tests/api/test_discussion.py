@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.models import Decision, Event, TaskComment
+from ledger.models import Decision, Event, EventType, TaskComment
 from tests.api.conftest import assert_error, attempt_url, holder
 from tests.factories import TaskFactory
 
@@ -75,7 +75,7 @@ def test_a_comment_under_a_live_lease_is_counted_in_the_holders_renewals(client,
         assert posted.status_code == 201
     renew = client.post(attempt_url(claim, "renew"), {}, format="json", **holder(claim)).json()
     assert renew["new_comments"] == 2
-    assert Event.objects.filter(task=task, type="task.commented").count() == 3
+    assert Event.objects.filter(task=task, type=EventType.TASK_COMMENTED).count() == 3
     listed = client.get(f"/api/v1/tasks/{task.key}/comments/", {"limit": 2}).json()
     assert [c["body"] for c in listed["results"]] == ["and the header", "please also fix the footer"]
     assert listed["next_cursor"] is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from ledger.models import EventType
 from tests.api.conftest import assert_error, attempt_url, holder
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +38,7 @@ def test_recorded_facts_are_in_the_answer_the_attempt_view_and_the_feed(client, 
     detail = client.get(attempt_url(claim)).json()
     assert {name: detail[name] for name in FACTS} == FACTS
     events = client.get("/api/v1/changes/?since=0").json()["events"]
-    (updated,) = [event for event in events if event["type"] == "attempt.updated"]
+    (updated,) = [event for event in events if event["type"] == EventType.ATTEMPT_UPDATED]
     assert updated["payload"] == {"base_commit": BASE, **FACTS}
 
 

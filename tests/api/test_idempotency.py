@@ -10,7 +10,7 @@ from django.db import connection
 from leases.idempotency import idempotency_purge
 from leases.models import Attempt, IdempotencyRecord, Note
 from ledger import clock as clock_module
-from ledger.models import Event, Task
+from ledger.models import Event, EventType, Task
 from tests.api.conftest import assert_error, attempt_url, client_for, holder
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -28,7 +28,7 @@ def test_a_replayed_claim_answers_the_same_status_body_and_token(client, task):
     assert second.content == first.content  # byte for byte, token included
     assert second["Idempotent-Replayed"] == "true"
     assert Attempt.objects.filter(task=task).count() == 1
-    assert Event.objects.filter(type="attempt.claimed").count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_CLAIMED).count() == 1
     token = first.json()["lease_token"]
     record = IdempotencyRecord.objects.get(key="claim-1")
     assert token not in str(record.response)
@@ -197,7 +197,7 @@ def test_concurrent_duplicates_do_the_work_once(path):
     assert {status for status, _ in results} == {201}
     assert len({content for _, content in results}) == 1  # one answer, one token
     assert Attempt.objects.count() == 1
-    assert Event.objects.filter(type="attempt.claimed").count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_CLAIMED).count() == 1
     assert IdempotencyRecord.objects.count() == 1
 
 
@@ -214,7 +214,7 @@ def test_a_refusal_keeps_what_the_service_committed_before_refusing(client, othe
     late = client.post(attempt_url(claim, "renew"), {}, format="json", HTTP_IDEMPOTENCY_KEY="r", **holder(claim))
     assert_error(late, 409, "LEASE_EXPIRED")
     assert Attempt.objects.get(pk=claim["attempt"]["id"]).status == AttemptStatus.EXPIRED
-    assert Event.objects.filter(type="attempt.expired").count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_EXPIRED).count() == 1
     replay = client.post(attempt_url(claim, "renew"), {}, format="json", HTTP_IDEMPOTENCY_KEY="r", **holder(claim))
     assert replay.content == late.content
 
@@ -241,4 +241,4 @@ def test_concurrent_duplicate_notes_write_one_note():
     assert {status for status, _ in results} == {201}
     assert len({content for _, content in results}) == 1
     assert Note.objects.count() == 1
-    assert Event.objects.filter(type="note.added").count() == 1
+    assert Event.objects.filter(type=EventType.NOTE_ADDED).count() == 1

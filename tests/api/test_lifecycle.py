@@ -190,11 +190,9 @@ def test_attempt_detail_lists_compact_notes(client, task):
 
 
 def test_a_claim_can_allocate_an_environment(client, other_client, project):
-    from environments.services import environment_create
-    from ledger.actors import SYSTEM
-    from tests.factories import TaskFactory
+    from tests.factories import EnvironmentFactory, TaskFactory
 
-    environment_create(project=project, name="preview-b", kind="database", actor=SYSTEM)
+    EnvironmentFactory(project=project, name="preview-b", kind="database")
     first, second = TaskFactory(project=project), TaskFactory(project=project)
     claim = client.post(f"/api/v1/tasks/{first.key}/claim/", {"environment_kind": "database"}, format="json")
     assert claim.status_code == 201, claim.content

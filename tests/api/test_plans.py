@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ledger.models import Decision, Event, Task, TaskDependency
+from ledger.models import Decision, Event, EventType, Task, TaskDependency
 from tests.api.conftest import assert_error, client_for
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -70,7 +70,7 @@ def test_a_fifty_task_plan_with_eighty_edges_applies_in_one_call_with_keys_by_re
             )
         )
         assert actual == expected, item["ref"]
-    created = Event.objects.filter(type="task.created", task__key__in=keys.values()).order_by("id")
+    created = Event.objects.filter(type=EventType.TASK_CREATED, task__key__in=keys.values()).order_by("id")
     assert [event.payload["key"] for event in created] == list(keys.values())
     assert created[0].payload["blocked_by"] == [existing.key]
     project.refresh_from_db()
@@ -153,7 +153,7 @@ def test_a_plan_carries_decisions_about_its_own_tasks_and_the_project(client, pr
     assert [d.title for d in made] == ["PostgreSQL only features are fine", "UUIDs"]
     assert made[0].task is None
     assert made[1].task.key == body["keys"]["schema"]
-    assert Event.objects.filter(type="decision.created", project=project).count() == 2
+    assert Event.objects.filter(type=EventType.DECISION_CREATED, project=project).count() == 2
 
 
 def problems(response) -> list[dict]:

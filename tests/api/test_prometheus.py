@@ -11,12 +11,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from leases.models import Attempt, AttemptStatus, ClaimRefusalTally
 from leases.selectors import with_lease_state
 from leases.services import attempt_finish, attempt_release, lease_claim, sweep_expired, task_update
-from ledger.actors import SYSTEM, Actor
-from ledger.models import Event, Task
-from push.services.webhooks import webhook_create
+from ledger.actors import Actor
+from ledger.models import Event, EventType, Task
 from reconciliation.models import Finding, ReconciliationRun
 from reconciliation.services import reconcile
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory, WebhookEndpointFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
@@ -56,7 +55,7 @@ def fleet(clock):
     lapsing = lease_claim(task=tasks[5], agent=agents[2], lease_seconds=60)
     task_update(task=tasks[0], actor=Actor(agent=agents[1]), changes={"status": "blocked", "blocked_reason": "x"})
     ClaimRefusalTally.objects.create(day=clock.now().date(), project=web, agent=agents[1], count=3)
-    webhook_create(url="http://127.0.0.1:9/hook", event_types=["attempt.claimed"], actor=SYSTEM)
+    WebhookEndpointFactory(event_types=[EventType.ATTEMPT_CLAIMED])
     lease_claim(task=TaskFactory(project=web), agent=agents[2], lease_seconds=3600)
     clock.advance(120)
     sweep_expired()
@@ -78,7 +77,7 @@ def test_the_scrape_parses_and_every_value_matches_the_database(clock, fleet):
     assert samples[("leasehold_live_leases", ())] == live.count() == 3
     soon = live.filter(lease_expires_at__lte=now + timedelta(minutes=10)).count()
     assert samples[("leasehold_leases_expiring_soon", ())] == soon == 1
-    assert samples[("leasehold_claims_total", ())] == Event.objects.filter(type="attempt.claimed").count() == 7
+    assert samples[("leasehold_claims_total", ())] == Event.objects.filter(type=EventType.ATTEMPT_CLAIMED).count() == 7
     assert samples[("leasehold_contested_writes_total", ())] == 1
     assert samples[("leasehold_lease_conflicts_total", ())] == 3 + 1
     finished = {

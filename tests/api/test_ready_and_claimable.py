@@ -8,7 +8,7 @@ from django.contrib.auth import get_user_model
 
 from leases.services import task_release_quarantine
 from ledger.actors import Actor
-from ledger.models import Event, TaskDependency
+from ledger.models import Event, EventType, TaskDependency
 from tests.api.conftest import assert_error, attempt_url, holder
 from tests.factories import TaskFactory
 
@@ -73,7 +73,7 @@ def test_a_task_failing_three_times_is_quarantined_once_and_never_handed_out(cli
         finished = client.post(attempt_url(claim, "finish"), body, format="json", **holder(claim))
         assert finished.status_code == 200
     assert finished.json()["task"]["status"] == "blocked"
-    assert Event.objects.filter(task=broken, type="task.quarantined").count() == 1
+    assert Event.objects.filter(task=broken, type=EventType.TASK_QUARANTINED).count() == 1
     shown = client.get(f"/api/v1/tasks/{broken.key}/").json()
     assert shown["blocked_reason"].startswith("quarantined: 3 attempts in a row failed or expired")
     claim = client.post("/api/v1/claims/next/", {"project": project.slug}, format="json").json()
@@ -83,4 +83,4 @@ def test_a_task_failing_three_times_is_quarantined_once_and_never_handed_out(cli
     assert listed(client)[broken.key]["claimable"] is True
     again = client.post("/api/v1/claims/next/", {"project": project.slug}, format="json").json()
     assert again["task"]["key"] == broken.key
-    assert Event.objects.filter(task=broken, type="task.quarantined").count() == 1
+    assert Event.objects.filter(task=broken, type=EventType.TASK_QUARANTINED).count() == 1

@@ -8,7 +8,7 @@ from rest_framework.test import APIClient
 
 from leases.services import task_cancel, task_reassign
 from ledger.actors import SYSTEM
-from ledger.models import Event, Task
+from ledger.models import Event, EventType, Task
 from ledger.permissions import LEDGER_ADMINS, MANAGERS
 from tests.api.conftest import assert_error, attempt_url, client_for, holder
 from tests.factories import AgentFactory
@@ -42,7 +42,7 @@ def test_a_ledger_admin_clears_a_reservation_and_anyone_may_claim_again(django_u
     body = response.json()
     assert body["reserved_for"] is None
     assert body["version"] == Task.objects.get(pk=task.pk).version
-    event = Event.objects.get(type="task.reservation_cleared")
+    event = Event.objects.get(type=EventType.TASK_RESERVATION_CLEARED)
     assert event.payload == {"agent": reserved.handle, "reason": "planning changed", "version": body["version"]}
     assert client.post(f"/api/v1/tasks/{task.key}/claim/", {}, format="json").status_code == 201
 
@@ -53,7 +53,7 @@ def test_an_agent_may_give_up_its_own_reservation_but_not_another_agents(task, p
     assert Task.objects.get(pk=task.pk).reserved_for_id == agent.pk
     response = clear(client_for(agent), task)
     assert response.status_code == 200
-    assert Event.objects.get(type="task.reservation_cleared").payload["reason"] == "cleared by hand"
+    assert Event.objects.get(type=EventType.TASK_RESERVATION_CLEARED).payload["reason"] == "cleared by hand"
 
 
 def test_managers_cannot_clear_and_unknown_fields_are_refused(django_user_model, task, project, client):
@@ -69,7 +69,7 @@ def test_clearing_a_task_without_a_reservation_answers_it_unchanged(client, task
     response = clear(client, task)
     assert response.status_code == 200
     assert response.json()["version"] == version
-    assert not Event.objects.filter(type="task.reservation_cleared").exists()
+    assert not Event.objects.filter(type=EventType.TASK_RESERVATION_CLEARED).exists()
 
 
 def test_the_holder_learns_at_renewal_that_its_task_was_cancelled_and_releases(client, task):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from leases.models import Attempt, AttemptKind, AttemptStatus, ReviewRequest, ReviewStatus
-from ledger.models import Event, Project, Task
+from ledger.models import Event, EventType, Project, Task
 from tests.api.conftest import assert_error, attempt_url, client_for, holder
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -80,12 +80,12 @@ def test_the_review_loop_changes_requested_then_approved(client, other_client, p
     assert sorted(statuses.values()) == [ReviewStatus.APPROVED, ReviewStatus.CHANGES_REQUESTED]
     types = list(Event.objects.filter(task=task, type__startswith="review.").values_list("type", flat=True))
     assert types == [
-        "review.requested",
-        "review.claimed",
-        "review.changes_requested",
-        "review.requested",
-        "review.claimed",
-        "review.approved",
+        EventType.REVIEW_REQUESTED,
+        EventType.REVIEW_CLAIMED,
+        EventType.REVIEW_CHANGES_REQUESTED,
+        EventType.REVIEW_REQUESTED,
+        EventType.REVIEW_CLAIMED,
+        EventType.REVIEW_APPROVED,
     ]
 
 
@@ -119,7 +119,7 @@ def test_a_review_whose_task_was_edited_is_stale_and_superseded(client, other_cl
     assert request.status == ReviewStatus.SUPERSEDED
     assert Task.objects.get(pk=task.pk).status == "ready"  # the work goes on against the new text
     assert Attempt.objects.get(pk=review["attempt"]["id"]).status == AttemptStatus.RELEASED
-    assert Event.objects.filter(task=task, type="review.superseded").count() == 1
+    assert Event.objects.filter(task=task, type=EventType.REVIEW_SUPERSEDED).count() == 1
 
 
 @pytest.mark.django_db
@@ -188,7 +188,7 @@ def test_twenty_reviewers_racing_for_one_review_one_wins(clock):
     assert results.count(201) == 1, results
     assert set(results) <= {201, 204, 409}, results
     assert Attempt.objects.filter(task=task, kind=AttemptKind.REVIEW).count() == 1
-    assert Event.objects.filter(task=task, type="review.claimed").count() == 1
+    assert Event.objects.filter(task=task, type=EventType.REVIEW_CLAIMED).count() == 1
 
 
 @pytest.mark.django_db

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from ledger.models import Event, Task
+from ledger.models import Event, EventType, Task
 from tests.api.conftest import COMPACT_KEYS, assert_error, attempt_url, holder
 from tests.factories import TaskFactory
 
@@ -111,7 +111,7 @@ def test_create_answers_the_full_task(client, task):
     assert body["description"] == "All of them."
     assert body["blocked_by"] == [{"key": task.key, "status": "ready"}]
     assert body["unresolved_blockers"] == 1
-    assert Event.objects.filter(type="task.created", task__key="WEB-2").exists()
+    assert Event.objects.filter(type=EventType.TASK_CREATED, task__key="WEB-2").exists()
 
 
 def test_create_refuses_unknown_blockers_and_statuses(client, task):
@@ -179,7 +179,7 @@ def test_a_holder_update_renews_the_lease(client, task, clock):
     )
     assert response.status_code == 200
     assert response.json()["lease_expires_at"] == "2026-01-05T09:15:00Z"
-    assert not Event.objects.filter(type="task.contested").exists()
+    assert not Event.objects.filter(type=EventType.TASK_CONTESTED).exists()
 
 
 def test_a_holder_update_with_a_wrong_token_is_refused(client, task):
@@ -209,7 +209,7 @@ def test_a_status_change_by_someone_else_is_contested_and_leaves_the_lease(clien
     )
     assert response.status_code == 200
     assert response.json()["effective_status"] == "in_progress"
-    contested = Event.objects.filter(type="task.contested")
+    contested = Event.objects.filter(type=EventType.TASK_CONTESTED)
     assert contested.count() == 1
     assert contested.get().severity == "warn"
     renew = client.post(attempt_url(claim, "renew"), {}, format="json", **holder(claim))

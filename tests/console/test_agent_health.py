@@ -9,7 +9,7 @@ from insight.agent_health import agent_health
 from leases.models import Attempt, AttemptStatus
 from leases.services import attempt_finish, lease_claim, note_add, sweep_expired
 from ledger.actors import SYSTEM
-from ledger.models import Agent, Event
+from ledger.models import Agent, Event, EventType
 from ledger.services import agent_deactivate, agent_heartbeat, agent_rotate_token
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
@@ -94,7 +94,7 @@ def test_force_release_all_needs_the_tick_and_revokes_every_lease_of_the_agent(o
     assert done.status_code == 302
     assert Attempt.objects.get(pk=grant.attempt.pk).status == AttemptStatus.REVOKED
     assert Attempt.objects.get(pk=other.attempt.pk).status == AttemptStatus.REVOKED
-    assert Event.objects.filter(type="attempt.revoked", payload__reason="host died").count() == 2
+    assert Event.objects.filter(type=EventType.ATTEMPT_REVOKED, payload__reason="host died").count() == 2
 
 
 def test_deactivate_with_a_reason_then_reactivate(ops_client, crew):
@@ -103,13 +103,13 @@ def test_deactivate_with_a_reason_then_reactivate(ops_client, crew):
     assert response.status_code == 302
     quiet.refresh_from_db()
     assert not quiet.is_active
-    assert Event.objects.get(type="agent.deactivated").payload == {"handle": "quiet", "reason": "retired"}
+    assert Event.objects.get(type=EventType.AGENT_DEACTIVATED).payload == {"handle": "quiet", "reason": "retired"}
     response = ops_client.post(f"/admin/ledger/agent/{quiet.pk}/reactivate/", {"post": "yes", "reason": "back"})
     assert response.status_code == 302
     quiet.refresh_from_db()
     assert quiet.is_active
     assert quiet.deactivated_at is None
-    assert Event.objects.get(type="agent.reactivated").payload == {"handle": "quiet", "reason": "back"}
+    assert Event.objects.get(type=EventType.AGENT_REACTIVATED).payload == {"handle": "quiet", "reason": "back"}
 
 
 def test_rotating_a_deactivated_agents_token_is_refused_by_the_service(crew):
@@ -120,7 +120,7 @@ def test_rotating_a_deactivated_agents_token_is_refused_by_the_service(crew):
     with pytest.raises(ValidationFailed, match="deactivated"):
         agent_rotate_token(agent=quiet, actor=SYSTEM)
     assert Agent.objects.get(pk=quiet.pk).token_hash == before
-    assert not Event.objects.filter(type="agent.token_rotated").exists()
+    assert not Event.objects.filter(type=EventType.AGENT_TOKEN_ROTATED).exists()
 
 
 def test_rotating_a_deactivated_agents_token_in_the_admin_shows_why_and_issues_none(ops_client, crew):
@@ -133,7 +133,7 @@ def test_rotating_a_deactivated_agents_token_in_the_admin_shows_why_and_issues_n
     assert "is deactivated" in body
     assert "Reactivate it first" in body
     assert "Rotated" not in body
-    assert not Event.objects.filter(type="agent.token_rotated").exists()
+    assert not Event.objects.filter(type=EventType.AGENT_TOKEN_ROTATED).exists()
     page = ops_client.get(f"/admin/ledger/agent/{quiet.pk}/rotate-token/", follow=True).content.decode()
     assert "Reactivate it first" in page
 

@@ -10,7 +10,7 @@ from core.errors import LeaseNotHeld
 from leases.services import agent_set_projects, attempt_finish, lease_claim
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.models import Event, Project
+from ledger.models import Event, EventType, Project
 from tests.api.conftest import client_for
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
@@ -24,7 +24,7 @@ def test_setting_projects_appends_one_event_naming_what_changed_and_nothing_when
     result = agent_set_projects(agent=agent, projects=[docs, ops], actor=SYSTEM)
     assert (result.added, result.removed) == (["ops"], ["web"])
     assert set(agent.projects.values_list("slug", flat=True)) == {"docs", "ops"}
-    changed = Event.objects.filter(type="agent.projects_changed")
+    changed = Event.objects.filter(type=EventType.AGENT_PROJECTS_CHANGED)
     assert [event.payload for event in changed] == [{"handle": "agent-07", "added": ["ops"], "removed": ["web"]}]
     agent_set_projects(agent=agent, projects=[ops, docs], actor=SYSTEM)
     assert changed.count() == 1
@@ -66,7 +66,7 @@ def test_the_admin_page_sets_projects_logs_the_change_and_is_for_ledger_admins_o
     assert set(agent.projects.values_list("slug", flat=True)) == {"docs"}
     entry = LogEntry.objects.get(object_id=str(agent.pk))
     assert entry.get_change_message() == "Projects: added docs; removed web."
-    assert Event.objects.get(type="agent.projects_changed").actor_user_id == entry.user_id
+    assert Event.objects.get(type=EventType.AGENT_PROJECTS_CHANGED).actor_user_id == entry.user_id
 
     manager_client = Client()
     manager_client.force_login(manager)

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from ledger.models import Agent, Event, Project, Task
+from ledger.models import Agent, Event, EventType, Project, Task
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -37,7 +37,7 @@ def test_set_budget_on_a_task_goes_through_the_task_update(admin_client):
     assert _set(admin_client, "/admin/ledger/task/", task.pk, "1000", "2.5").status_code == 302
     task = Task.objects.get(pk=task.pk)
     assert (task.budget_tokens, task.budget_cost_usd) == (1000, Decimal("2.5"))
-    assert Event.objects.filter(type="task.updated", task=task).exists()
+    assert Event.objects.filter(type=EventType.TASK_UPDATED, task=task).exists()
     view = admin_client.get(f"/admin/ledger/task/{task.pk}/change/")
     assert b"0 tokens" in view.content
 
@@ -49,7 +49,7 @@ def test_set_daily_budget_on_projects_and_agents(admin_client):
     assert _set(admin_client, "/admin/ledger/agent/", agent.pk, "", "1.25").status_code == 302
     assert Project.objects.get(pk=project.pk).daily_budget_tokens == 500
     assert Agent.objects.get(pk=agent.pk).daily_budget_cost_usd == Decimal("1.25")
-    assert Event.objects.filter(type="budget.set").count() == 2
+    assert Event.objects.filter(type=EventType.BUDGET_SET).count() == 2
 
 
 def test_bad_budget_input_shows_the_form_again(admin_client):

@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from console.fleet.dashboard import build_dashboard
 from leases.services import check_queue_wait, lease_claim, task_update
 from ledger.actors import SYSTEM
+from ledger.models import EventType
 from reconciliation.services import reconcile
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
@@ -62,8 +63,8 @@ def test_only_leases_lapsing_within_ten_minutes_are_listed(clock, fleet_state):
 def test_findings_alerts_and_charts(clock, fleet_state):
     dashboard = build_dashboard(now=clock.now())
     assert {row.condition: row.open for row in dashboard.findings} == {"expired_lease_still_active": 1}
-    assert [group.code for group in dashboard.queue_alerts.groups] == ["task.queue_wait_exceeded"]
-    assert "task.contested" in [group.code for group in dashboard.recent_alerts.groups]
+    assert [group.code for group in dashboard.queue_alerts.groups] == [EventType.TASK_QUEUE_WAIT_EXCEEDED]
+    assert EventType.TASK_CONTESTED in [group.code for group in dashboard.recent_alerts.groups]
     assert [chart.title for chart in dashboard.charts] == [
         "Claims per day",
         "Lease conflicts per day",

@@ -13,8 +13,8 @@ from leases import jobs
 from leases.services import attempt_finish, check_queue_wait, lease_claim, task_update
 from ledger.actors import SYSTEM
 from reconciliation.jobs import reconcile_job
-from reconciliation.models import Condition, Finding, SubjectType
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from reconciliation.models import Condition, SubjectType
+from tests.factories import AgentFactory, FindingFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
@@ -80,14 +80,12 @@ def test_findings_panel_names_the_task_of_an_attempt_finding(ops_client, clock):
     agent = AgentFactory(projects=[web])
     task = TaskFactory(project=web, title="Stuck somewhere")
     grant = lease_claim(task=task, agent=agent)
-    Finding.objects.create(
+    FindingFactory(
         condition=Condition.STALLED_ATTEMPT,
         project=web,
         subject_type=SubjectType.ATTEMPT,
         subject_key=str(grant.attempt.pk),
         attempt=grant.attempt,
-        first_seen_at=clock.now(),
-        last_seen_at=clock.now(),
     )
     body = ops_client.get("/admin/").content.decode()
     panel = body[body.index('id="lh-findings"') :]
@@ -103,28 +101,17 @@ def _finish_one(project, agent, clock):
     return grant.attempt
 
 
-def _orphan(project, clock, n):
-    Finding.objects.create(
-        condition=Condition.ORPHAN_BRANCH,
-        project=project,
-        subject_type=SubjectType.BRANCH,
-        subject_key=f"lh/orphan-{n}",
-        first_seen_at=clock.now(),
-        last_seen_at=clock.now(),
-    )
-
-
 def test_the_orphan_rate_is_pooled_and_empty_days_are_not_drawn(clock):
     """Bug 5: the headline was the mean of daily ratios with empty days as 0 %, and empty days drawn as 0 %."""
     web = ProjectFactory(slug="web")
     agent = AgentFactory(projects=[web])
     # Day 1: 1 of 1 finished is an orphan (100 %). Day 2: 1 of 9 (11 %). Pooled: 2 / 10 = 20 %.
     _finish_one(web, agent, clock)
-    _orphan(web, clock, 1)
+    FindingFactory(project=web)  # an orphan branch
     clock.advance(86400)
     for _ in range(9):
         _finish_one(web, agent, clock)
-    _orphan(web, clock, 2)
+    FindingFactory(project=web)
     dashboard = build_dashboard(now=clock.now())
     assert dashboard.orphan_rate == pytest.approx(0.2)
     svg = str(dashboard.charts[2].svg)

@@ -3,17 +3,15 @@ from __future__ import annotations
 import pytest
 
 from environments.models import Environment
-from environments.services import environment_create
-from ledger.actors import SYSTEM
-from ledger.models import Event
-from tests.factories import ProjectFactory
+from ledger.models import Event, EventType
+from tests.factories import EnvironmentFactory, ProjectFactory
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def environment():
-    return environment_create(project=ProjectFactory(slug="web"), name="preview-b", kind="database", actor=SYSTEM)
+    return EnvironmentFactory(project=ProjectFactory(slug="web"), name="preview-b", kind="database")
 
 
 def change_url(environment):
@@ -38,7 +36,7 @@ def test_a_ledger_admin_edits_the_mapping_through_the_service(ops_client, enviro
         "vault/pb",
     )
     assert environment.resources == {"container_name": "pb"}
-    assert Event.objects.get(type="environment.updated").actor_user is not None
+    assert Event.objects.get(type=EventType.ENVIRONMENT_UPDATED).actor_user is not None
 
 
 def test_a_password_in_the_mapping_is_refused_on_the_form(ops_client, environment):

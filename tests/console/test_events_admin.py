@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from console.base import EstimatedCountPaginator
-from ledger.models import Event, Severity
+from ledger.models import Event, EventType, Severity
 from tests.conftest import START
 from tests.factories import AgentFactory, ProjectFactory
 
@@ -25,7 +25,7 @@ COUNT_ON_EVENTS = re.compile(r"COUNT\(.*\bFROM\s+\"?ledger_event\"?", re.IGNOREC
 
 
 def bulk_events(count: int, *, project, agent) -> None:
-    types = ("attempt.claimed", "note.added", "attempt.finished", "task.contested")
+    types = (EventType.ATTEMPT_CLAIMED, EventType.NOTE_ADDED, EventType.ATTEMPT_FINISHED, EventType.TASK_CONTESTED)
     Event.objects.bulk_create(
         (
             Event(
@@ -131,9 +131,9 @@ def test_csv_export_streams_exactly_the_filtered_rows(manager_client, big_log):
     assert response["Content-Type"].startswith("text/csv")
     assert "attachment" in response["Content-Disposition"]
     rows = list(csv.DictReader(io.StringIO(b"".join(response.streaming_content).decode())))
-    assert len(rows) == Event.objects.filter(type="task.contested").count() == 1250
+    assert len(rows) == Event.objects.filter(type=EventType.TASK_CONTESTED).count() == 1250
     assert {(row["type"], row["severity"], row["actor"], row["project"]) for row in rows} == {
-        ("task.contested", "warn", "agent-07", "web")
+        (EventType.TASK_CONTESTED, "warn", "agent-07", "web")
     }
     ids = [int(row["id"]) for row in rows]
     assert ids == sorted(ids, reverse=True)  # the list's own ordering

@@ -13,9 +13,9 @@ from insight.reports import fleet_report
 from leases.services import attempt_finish, lease_claim, task_update
 from ledger import clock as clock_module
 from ledger.actors import SYSTEM
-from ledger.models import Event
-from reconciliation.models import Condition, Finding, SubjectType
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from ledger.models import Event, EventType
+from reconciliation.models import Condition
+from tests.factories import AgentFactory, FindingFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
@@ -71,7 +71,7 @@ def test_events_csv_has_task_title_actor_severity_and_a_readable_summary_beside_
     _, _, _, parser, _, _ = history
     task_update(task=parser, actor=SYSTEM, changes={"status": "ready"})
     rows = read_csv(manager_client.get("/admin/ledger/event/export/"))
-    row = next(r for r in rows if r["type"] == "task.status_changed" and r["task"] == parser.key)
+    row = next(r for r in rows if r["type"] == EventType.TASK_STATUS_CHANGED and r["task"] == parser.key)
     assert row["task_title"] == "'=HYPERLINK(evil)"
     assert row["summary"] == "done → ready"
     assert row["payload"].startswith("{")
@@ -96,14 +96,7 @@ def test_the_report_counts_throughput_lead_time_and_failure_reasons_by_agent_and
 
 def test_the_report_pools_the_orphan_rate_over_the_range(history, clock):
     web, *_ = history
-    Finding.objects.create(
-        condition=Condition.ORPHAN_BRANCH,
-        project=web,
-        subject_type=SubjectType.BRANCH,
-        subject_key="lh/x",
-        first_seen_at=clock.now(),
-        last_seen_at=clock.now(),
-    )
+    FindingFactory(condition=Condition.ORPHAN_BRANCH, project=web)
     report = fleet_report(first=clock.now().date(), last=clock.now().date())
     assert report.orphan_rate == pytest.approx(1 / 3)
 
@@ -138,7 +131,7 @@ def test_a_100k_row_events_export_streams_in_bounded_memory(manager_client, cloc
     now = clock_module.now()
     payload = {"from": "ready", "to": "blocked", "reason": "x" * 60}
     batch = [
-        Event(project=project, task=task, type="task.status_changed", payload=payload, created_at=now)
+        Event(project=project, task=task, type=EventType.TASK_STATUS_CHANGED, payload=payload, created_at=now)
         for _ in range(min(ROWS, 10_000))
     ]
     for _ in range(max(1, ROWS // len(batch))):

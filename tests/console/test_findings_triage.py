@@ -6,22 +6,14 @@ import pytest
 from django.utils.html import escape
 
 from environments.models import EnvironmentStatus
-from environments.services import environment_create
 from leases.services import attempt_release, lease_claim
-from ledger.actors import SYSTEM
-from ledger.models import Event
-from reconciliation.models import AttemptDiscard, Condition, Finding, FindingStatus, SubjectType
+from ledger.models import Event, EventType
+from reconciliation.models import AttemptDiscard, Condition, FindingStatus, SubjectType
 from reconciliation.remedies import REMEDIES
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, EnvironmentFactory, FindingFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
-
-
-def make_finding(project, clock, condition, **fields):
-    return Finding.objects.create(
-        condition=condition, project=project, first_seen_at=clock.now(), last_seen_at=clock.now(), **fields
-    )
 
 
 @pytest.fixture
@@ -30,25 +22,23 @@ def world(clock):
     agent = AgentFactory(handle="agent-07", projects=[web])
     task = TaskFactory(project=web, title="Silent holder's task")
     grant = lease_claim(task=task, agent=agent, branch="feature/silent")
-    dead = make_finding(
-        web,
-        clock,
-        Condition.LIVE_LEASE_DEAD_AGENT,
+    dead = FindingFactory(
+        project=web,
+        condition=Condition.LIVE_LEASE_DEAD_AGENT,
         subject_type=SubjectType.ATTEMPT,
         subject_key=str(grant.attempt.pk),
         attempt=grant.attempt,
         task=task,
     )
-    environment = environment_create(project=web, name="preview-1", kind="database", actor=SYSTEM)
-    leaked = make_finding(
-        web,
-        clock,
-        Condition.LEAKED_ENVIRONMENT,
+    environment = EnvironmentFactory(project=web, name="preview-1", kind="database")
+    leaked = FindingFactory(
+        project=web,
+        condition=Condition.LEAKED_ENVIRONMENT,
         subject_type=SubjectType.ENVIRONMENT,
         subject_key="preview-1",
         environment=environment,
     )
-    old = make_finding(web, clock, Condition.ORPHAN_BRANCH, subject_type=SubjectType.BRANCH, subject_key="lh/old")
+    old = FindingFactory(project=web, condition=Condition.ORPHAN_BRANCH, subject_key="lh/old")
     old.status = FindingStatus.RESOLVED
     old.resolved_at = clock.now()
     old.save()
@@ -109,7 +99,7 @@ def test_acknowledge_with_owner_and_note_then_resolve_with_a_note(ops_client, wo
     assert dead.owner == "maria"
     assert dead.acknowledged_by == "user:ops"
     assert dead.resolution_note == "paging the host"
-    assert Event.objects.get(type="finding.acknowledged").payload["owner"] == "maria"
+    assert Event.objects.get(type=EventType.FINDING_ACKNOWLEDGED).payload["owner"] == "maria"
     ops_client.post(f"/admin/reconciliation/finding/{dead.pk}/resolve/", {"note": "host replaced"})
     dead.refresh_from_db()
     assert dead.status == FindingStatus.RESOLVED
@@ -129,9 +119,7 @@ def test_discard_the_ended_attempt_of_an_orphan_branch(ops_client, clock, world)
     task = TaskFactory(project=web, title="Abandoned")
     grant = lease_claim(task=task, agent=agent, branch="feature/abandoned")
     attempt_release(proof=proof_of(grant))
-    orphan = make_finding(
-        web, clock, Condition.ORPHAN_BRANCH, subject_type=SubjectType.BRANCH, subject_key="feature/abandoned"
-    )
+    orphan = FindingFactory(project=web, condition=Condition.ORPHAN_BRANCH, subject_key="feature/abandoned")
     body = ops_client.get(f"/admin/reconciliation/finding/{orphan.pk}/change/").content.decode()
     assert 'id="lh-triage-discard"' in body
     url = f"/admin/reconciliation/finding/{orphan.pk}/discard/"

@@ -7,8 +7,7 @@ from django.contrib import admin
 from django.urls import reverse
 
 from environments.models import Environment
-from environments.services import environment_create
-from ledger.actors import SYSTEM
+from tests.factories import EnvironmentFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +20,7 @@ def leasehold_models():
 
 @pytest.fixture
 def populated(fleet):
-    environment_create(project=fleet.project, name="preview-b", kind="database", actor=SYSTEM)
+    EnvironmentFactory(project=fleet.project, name="preview-b", kind="database")
     return fleet
 
 

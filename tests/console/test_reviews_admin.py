@@ -8,7 +8,7 @@ import pytest
 from leases.models import ReviewRequest, ReviewStatus
 from leases.services import attempt_finish, lease_claim
 from ledger.actors import Actor
-from ledger.models import Decision, Event, Task
+from ledger.models import Decision, Event, EventType, Task
 from ledger.services import comment_add
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
@@ -51,7 +51,7 @@ def test_requesting_changes_goes_through_a_confirmation_page(ops_client, in_revi
     )
     assert decided.reviewer_user.username == "ops"
     assert Task.objects.get(pk=in_review.task_id).status == "ready"
-    assert Event.objects.filter(type="review.changes_requested", actor_user__username="ops").count() == 1
+    assert Event.objects.filter(type=EventType.REVIEW_CHANGES_REQUESTED, actor_user__username="ops").count() == 1
 
 
 def test_approving_a_moved_target_is_refused_and_supersedes(ops_client, in_review):
@@ -78,7 +78,7 @@ def test_decisions_are_added_through_the_service_and_comments_show_on_the_task(o
     assert response.status_code == 200
     decision = Decision.objects.get()
     assert decision.author_user == ledger_admin
-    assert Event.objects.filter(type="decision.created").count() == 1
+    assert Event.objects.filter(type=EventType.DECISION_CREATED).count() == 1
     comment_add(task=in_review.task, body="Looks risky", actor=Actor(user=ledger_admin))
     page = ops_client.get(f"{TASKS}{in_review.task_id}/change/").content.decode()
     assert "Looks risky" in page

@@ -10,7 +10,7 @@ import pytest
 from leases.models import Attempt
 from leases.services import HolderProof, attempt_renew, lease_claim, task_reassign, task_update
 from ledger.actors import SYSTEM
-from ledger.models import Event, Task, TaskDependency
+from ledger.models import Event, EventType, Task, TaskDependency
 from ledger.services import agent_deactivate, dependency_add
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
@@ -49,7 +49,7 @@ def test_editing_the_priority_goes_through_the_service_and_bumps_the_version(ops
     assert response.status_code == 302
     task.refresh_from_db()
     assert (task.priority, task.labels, task.version) == (7, ["ui", "copy"], 2)
-    event = Event.objects.filter(task=task, type="task.updated").latest("id")
+    event = Event.objects.filter(task=task, type=EventType.TASK_UPDATED).latest("id")
     assert event.payload == {"fields": ["labels", "priority"], "version": 2}
     assert event.actor_user.username == "ops"
 
@@ -88,7 +88,7 @@ def test_adding_and_removing_a_dependency_on_the_task_page(ops_client, fleet):
     response = ops_client.post(f"{TASKS}{task.pk}/dependencies/add/", {"blocked_by": blocker.key.lower()}, follow=True)
     assert f"{task.key} now waits for {blocker.key}" in response.content.decode()
     assert TaskDependency.objects.filter(task=task, blocked_by=blocker, removed_at__isnull=True).exists()
-    assert Event.objects.filter(type="task.dependency_added", task=task, actor_user__username="ops").exists()
+    assert Event.objects.filter(type=EventType.TASK_DEPENDENCY_ADDED, task=task, actor_user__username="ops").exists()
 
     response = ops_client.post(f"{TASKS}{task.pk}/dependencies/remove/", {"blocked_by": blocker.key}, follow=True)
     assert f"{task.key} no longer waits for {blocker.key}" in response.content.decode()
@@ -146,7 +146,7 @@ def test_a_reservation_is_cleared_from_the_task_page(ops_client, fleet):
     response = ops_client.post(f"{TASKS}{fleet.idle.pk}/reservation/clear/", follow=True)
     assert "no longer reserved for agent-09" in response.content.decode()
     assert Task.objects.get(pk=fleet.idle.pk).reserved_for_id is None
-    assert Event.objects.get(type="task.reservation_cleared").actor_user.username == "ops"
+    assert Event.objects.get(type=EventType.TASK_RESERVATION_CLEARED).actor_user.username == "ops"
 
 
 def test_the_dashboard_ready_count_leaves_out_tasks_nobody_can_claim(ops_client, fleet):

@@ -8,6 +8,7 @@ from django.test.utils import CaptureQueriesContext
 
 from leases.services import lease_claim, task_update
 from ledger.actors import SYSTEM
+from ledger.models import EventType
 from ledger.services import dependency_add
 from tests.factories import AgentFactory, TaskFactory
 
@@ -65,7 +66,12 @@ def test_the_task_page_has_attempts_dependencies_and_the_timeline(ops_client, fl
     task_update(task=fleet.held, actor=SYSTEM, changes={"priority": 9})
     body = ops_client.get(f"{TASKS}{fleet.held.pk}/change/").content.decode()
     assert 'id="timeline"' in body
-    for event_type in ("task.created", "attempt.claimed", "task.dependency_added", "task.updated"):
+    for event_type in (
+        EventType.TASK_CREATED,
+        EventType.ATTEMPT_CLAIMED,
+        EventType.TASK_DEPENDENCY_ADDED,
+        EventType.TASK_UPDATED,
+    ):
         assert event_type in body
     assert "Attempts (newest first)" in body
     assert "Blocked by" in body

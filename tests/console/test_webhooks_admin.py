@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 from django.urls import reverse
 
-from ledger.actors import SYSTEM
+from ledger.models import EventType
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from push.secret_box import decrypt
-from push.services.webhooks import webhook_create
-from tests.factories import TaskFactory
+from tests.factories import TaskFactory, WebhookEndpointFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -20,7 +19,7 @@ def test_adding_an_endpoint_shows_its_secret_once_and_never_again(ops_client, fl
         {
             "url": "http://127.0.0.1:9/hook",
             "project": fleet.project.pk,
-            "event_types": ["attempt.claimed"],
+            "event_types": [EventType.ATTEMPT_CLAIMED],
             "min_severity": "warn",
             "format": "json",
         },
@@ -29,7 +28,7 @@ def test_adding_an_endpoint_shows_its_secret_once_and_never_again(ops_client, fl
     endpoint = WebhookEndpoint.objects.get()
     secret = decrypt(endpoint.secret)
     assert secret.encode() in response.content
-    assert (endpoint.event_types, endpoint.min_severity) == (["attempt.claimed"], "warn")
+    assert (endpoint.event_types, endpoint.min_severity) == ([EventType.ATTEMPT_CLAIMED], "warn")
     for url in (
         reverse("admin:push_webhookendpoint_changelist"),
         reverse("admin:push_webhookendpoint_change", args=[endpoint.pk]),
@@ -63,7 +62,7 @@ def test_a_url_with_a_control_character_is_a_form_error_not_an_endpoint(ops_clie
 
 
 def test_redeliver_from_the_deliveries_log(ops_client, fleet):
-    endpoint, _ = webhook_create(url="http://127.0.0.1:9/hook", event_types=["task.created"], actor=SYSTEM)
+    endpoint = WebhookEndpointFactory(event_types=[EventType.TASK_CREATED])
     TaskFactory(project=fleet.project)
     delivery = WebhookDelivery.objects.get(endpoint=endpoint)
     WebhookDelivery.objects.filter(pk=delivery.pk).update(status=DeliveryStatus.DEAD, attempts=8)

@@ -5,7 +5,7 @@ import pytest
 from core.errors import ValidationFailed
 from environments.services import environment_create, environment_update
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, EventType
 from tests.factories import ProjectFactory
 
 pytestmark = pytest.mark.django_db
@@ -19,10 +19,10 @@ def test_the_mapping_is_edited_through_the_service_with_one_event():
         changes={"isolation": "container", "resources": {"ports": [5433]}, "kind": "database"},
     )
     assert (changed.isolation, changed.resources) == ("container", {"ports": [5433]})
-    event = Event.objects.get(type="environment.updated")
+    event = Event.objects.get(type=EventType.ENVIRONMENT_UPDATED)
     assert event.payload == {"environment": "preview-b", "fields": ["isolation", "resources"]}
     environment_update(environment=env, actor=SYSTEM, changes={"isolation": "container"})
-    assert Event.objects.filter(type="environment.updated").count() == 1  # no change, no event
+    assert Event.objects.filter(type=EventType.ENVIRONMENT_UPDATED).count() == 1  # no change, no event
 
 
 @pytest.mark.parametrize(

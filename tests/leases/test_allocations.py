@@ -14,31 +14,30 @@ from leases.services import (
     task_force_release,
 )
 from ledger.actors import SYSTEM
-from ledger.models import Event, Task
+from ledger.models import Event, EventType, Task
 from tests.concurrency import run_in_threads
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, EnvironmentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
-
-
-def make_env(project, name, kind="database", isolation="container", **resources):
-    return environment_create(
-        project=project, name=name, kind=kind, isolation=isolation, resources=resources, actor=SYSTEM
-    )
 
 
 @pytest.mark.django_db
 def test_a_named_environment_is_allocated_and_named_in_the_label(project, agent):
-    make_env(project, "preview-b", database_url="postgres://app@db/preview_b")
+    EnvironmentFactory(
+        project=project,
+        name="preview-b",
+        isolation="container",
+        resources={"database_url": "postgres://app@db/preview_b"},
+    )
     grant = lease_claim(task=TaskFactory(project=project, title="Search copy"), agent=agent, environment="preview-b")
     assert grant.allocation is not None
     assert grant.allocation.status == AllocationStatus.ACTIVE
     assert grant.attempt.label == "owner=agent-07;branch=claude/web-1-search-copy;env=preview-b;task=WEB-1;epoch=1"
-    assert Event.objects.filter(type="environment.allocated", attempt_id=grant.attempt.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ENVIRONMENT_ALLOCATED, attempt_id=grant.attempt.pk).count() == 1
 
 
 @pytest.mark.django_db
 def test_a_taken_environment_is_unavailable_and_the_claim_leaves_nothing(project, agent):
-    make_env(project, "preview-b")
+    EnvironmentFactory(project=project, name="preview-b", isolation="container")
     lease_claim(task=TaskFactory(project=project), agent=agent, environment="preview-b")
     second = TaskFactory(project=project)
     with pytest.raises(EnvironmentUnavailable) as caught:
@@ -57,20 +56,20 @@ def test_unknown_environment_is_not_found(project, agent):
 @pytest.mark.django_db
 def test_an_environment_below_the_required_isolation_is_never_allocated(project, agent):
     type(project).objects.filter(pk=project.pk).update(required_isolation="microvm")
-    make_env(project, "shared-dir", kind="sandbox", isolation="directory")
+    EnvironmentFactory(project=project, name="shared-dir", kind="sandbox", isolation="directory")
     task = Task.objects.select_related("project").get(pk=TaskFactory(project=project).pk)
     with pytest.raises(EnvironmentUnavailable) as caught:
         lease_claim(task=task, agent=agent, environment="shared-dir")
     assert caught.value.details["reason"] == "insufficient_isolation"
     with pytest.raises(EnvironmentUnavailable):
         lease_claim(task=task, agent=agent, environment_kind="sandbox")
-    make_env(project, "vm-1", kind="sandbox", isolation="dedicated_host")
+    EnvironmentFactory(project=project, name="vm-1", kind="sandbox", isolation="dedicated_host")
     assert lease_claim(task=task, agent=agent, environment_kind="sandbox").allocation.environment.name == "vm-1"
 
 
 @pytest.mark.django_db
 def test_quarantined_environments_are_not_allocated(project, agent):
-    env = make_env(project, "preview-b")
+    env = EnvironmentFactory(project=project, name="preview-b", isolation="container")
     environment_set_status(environment=env, status="quarantined", actor=SYSTEM, reason="suspicious data")
     with pytest.raises(EnvironmentUnavailable):
         lease_claim(task=TaskFactory(project=project), agent=agent, environment="preview-b")
@@ -83,13 +82,20 @@ def test_quarantined_environments_are_not_allocated(project, agent):
 @pytest.mark.django_db
 def test_passwords_never_enter_the_catalog(project):
     with pytest.raises(ValidationFailed):
-        make_env(project, "leaky", database_url="postgres://app:hunter2@db/x")
+        environment_create(
+            project=project,
+            name="leaky",
+            kind="database",
+            isolation="container",
+            resources={"database_url": "postgres://app:hunter2@db/x"},
+            actor=SYSTEM,
+        )
 
 
 @pytest.mark.django_db
 @pytest.mark.parametrize("how", ["done", "release"])
 def test_finishing_or_releasing_frees_the_environment(project, agent, how):
-    make_env(project, "preview-b")
+    EnvironmentFactory(project=project, name="preview-b", isolation="container")
     grant = lease_claim(task=TaskFactory(project=project), agent=agent, environment="preview-b")
     if how == "done":
         attempt_finish(proof=proof_of(grant), outcome="done")
@@ -101,7 +107,7 @@ def test_finishing_or_releasing_frees_the_environment(project, agent, how):
 
 @pytest.mark.django_db
 def test_expiry_marks_stale_and_a_reclaim_of_the_same_task_inherits(clock, project, agent):
-    make_env(project, "preview-b")
+    EnvironmentFactory(project=project, name="preview-b", isolation="container")
     task = TaskFactory(project=project)
     first = lease_claim(task=task, agent=agent, environment="preview-b", lease_seconds=30)
     clock.advance(31)
@@ -118,7 +124,7 @@ def test_expiry_marks_stale_and_a_reclaim_of_the_same_task_inherits(clock, proje
 
 @pytest.mark.django_db
 def test_revocation_marks_stale_and_an_admin_releases_it(project, agent, user_actor):
-    make_env(project, "preview-b")
+    EnvironmentFactory(project=project, name="preview-b", isolation="container")
     grant = lease_claim(task=TaskFactory(project=project), agent=agent, environment="preview-b")
     with pytest.raises(ValidationFailed):
         allocation_release(allocation=grant.allocation, actor=user_actor)  # live attempt: revoke first
@@ -132,7 +138,7 @@ def test_revocation_marks_stale_and_an_admin_releases_it(project, agent, user_ac
 @pytest.mark.django_db(transaction=True)
 def test_two_concurrent_claims_of_one_environment_give_one_allocation():
     project = ProjectFactory(slug="envrace")
-    make_env(project, "preview-b")
+    EnvironmentFactory(project=project, name="preview-b", isolation="container")
     agents = [AgentFactory(projects=[project]) for _ in range(2)]
     tasks = [TaskFactory(project=project) for _ in range(2)]
     results = run_in_threads(2, lambda i: lease_claim(task=tasks[i], agent=agents[i], environment="preview-b"))
@@ -147,7 +153,7 @@ def test_two_concurrent_claims_of_one_environment_give_one_allocation():
 def test_a_pool_of_three_serves_three_of_five_concurrent_claims():
     project = ProjectFactory(slug="pool")
     for n in range(3):
-        make_env(project, f"db-{n}")
+        EnvironmentFactory(project=project, name=f"db-{n}", isolation="container")
     agents = [AgentFactory(projects=[project]) for _ in range(5)]
     tasks = [TaskFactory(project=project) for _ in range(5)]
     results = run_in_threads(5, lambda i: lease_claim(task=tasks[i], agent=agents[i], environment_kind="database"))
@@ -161,7 +167,7 @@ def test_a_pool_of_three_serves_three_of_five_concurrent_claims():
 
 @pytest.mark.django_db
 def test_a_reclaim_that_expires_the_lapsed_attempt_itself_inherits_its_environment(clock, project, agent):
-    make_env(project, "preview-b")
+    EnvironmentFactory(project=project, name="preview-b", isolation="container")
     task = TaskFactory(project=project)
     lease_claim(task=task, agent=agent, environment="preview-b", lease_seconds=30)
     clock.advance(31)  # lapsed, and no sweep has run: the claim expires it

@@ -20,7 +20,7 @@ from leases.services import (
 )
 from leases.services.usage import validate_usage
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, EventType
 from ledger.services import budget_set
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -40,7 +40,7 @@ def test_task_budget_warns_once_stops_holder_writes_and_finish_still_works(clock
     proof = proof_of(grant)
 
     attempt_renew(proof=proof, usage={"input_tokens": 400, "output_tokens": 200})
-    assert _events("budget.warning") == []
+    assert _events(EventType.BUDGET_WARNING) == []
     with pytest.raises(BudgetExhausted) as refused:
         attempt_renew(proof=proof, usage={"input_tokens": 500})
     assert refused.value.details["scope"] == "task"
@@ -48,12 +48,12 @@ def test_task_budget_warns_once_stops_holder_writes_and_finish_still_works(clock
     assert refused.value.http_status == 409
     assert not refused.value.retryable
 
-    warnings = _events("budget.warning")
+    warnings = _events(EventType.BUDGET_WARNING)
     assert len(warnings) == 1
     assert warnings[0].severity == "warn"
     assert warnings[0].payload["scope"] == "task"
     assert warnings[0].task_id == task.pk
-    assert len(_events("budget.exhausted")) == 1
+    assert len(_events(EventType.BUDGET_EXHAUSTED)) == 1
     # The refused call's usage was spent: it is counted.
     assert TaskUsage.objects.get(task=task).input_tokens == 900
     # Every other holder write is refused too, and repeats write no second warning.
@@ -63,7 +63,7 @@ def test_task_budget_warns_once_stops_holder_writes_and_finish_still_works(clock
         attempt_set_git(proof=proof, dirty=True)
     with pytest.raises(BudgetExhausted):
         task_update(task=task, actor=SYSTEM.__class__(agent=agent), changes={"priority": 3}, proof=proof)
-    assert len(_events("budget.warning")) == 1
+    assert len(_events(EventType.BUDGET_WARNING)) == 1
 
     finished = attempt_finish(
         proof=proof, outcome="failed", failure_reason_code="other", usage={"output_tokens": 10, "cost_usd": "0.25"}
@@ -134,14 +134,14 @@ def test_project_daily_budget_refuses_every_task_of_the_project(clock):
     task = TaskFactory(project=project)
     grant = lease_claim(task=task, agent=agent)
     attempt_renew(proof=proof_of(grant), usage={"input_tokens": 80})
-    assert [e.payload["scope"] for e in _events("budget.warning")] == ["project"]
+    assert [e.payload["scope"] for e in _events(EventType.BUDGET_WARNING)] == ["project"]
     with pytest.raises(BudgetExhausted):
         attempt_renew(proof=proof_of(grant), usage={"output_tokens": 20})
     attempt_finish(proof=proof_of(grant), outcome="done")
     TaskFactory(project=project)
     with pytest.raises(TaskNotClaimable):
         lease_claim_next(project=project, agent=AgentFactory(projects=[project]))
-    assert len(_events("budget.set")) == 1
+    assert len(_events(EventType.BUDGET_SET)) == 1
 
 
 @pytest.mark.parametrize(
@@ -195,5 +195,5 @@ def test_concurrent_renewals_crossing_80_percent_write_one_warning_and_lose_no_u
     assert [r for r in results if isinstance(r, BaseException)] == []
     total = ProjectDailyUsage.objects.get(project=project)
     assert (total.input_tokens, total.cost_usd) == (88, Decimal("0.08"))
-    assert len(_events("budget.warning")) == 1
-    assert _events("budget.exhausted") == []
+    assert len(_events(EventType.BUDGET_WARNING)) == 1
+    assert _events(EventType.BUDGET_EXHAUSTED) == []

@@ -16,7 +16,6 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from core.errors import BudgetExhausted, StorageBusy, TaskNotClaimable
-from environments.services import environment_create
 from leases.models import Allocation, AllocationStatus
 from leases.services import (
     attempt_finish,
@@ -28,9 +27,9 @@ from leases.services import (
     task_force_release,
 )
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, EventType
 from ledger.services import budget_set
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, EnvironmentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
@@ -98,15 +97,15 @@ def test_renew_and_note_answer_from_what_they_locked(clock, project, agent, djan
 
 
 def test_finishing_with_an_environment_still_releases_it(project, agent):
-    environment_create(project=project, name="preview-b", kind="database", isolation="container", actor=SYSTEM)
+    EnvironmentFactory(project=project, name="preview-b", kind="database", isolation="container")
     grant = lease_claim(task=TaskFactory(project=project), agent=agent, environment="preview-b")
     attempt_finish(proof=proof_of(grant), outcome="done")
     assert Allocation.objects.get().status == AllocationStatus.RELEASED
-    assert Event.objects.filter(type="environment.released", attempt_id=grant.attempt.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ENVIRONMENT_RELEASED, attempt_id=grant.attempt.pk).count() == 1
 
 
 def test_a_reclaim_after_a_revocation_inherits_the_stale_environment(project, agent, user_actor):
-    environment_create(project=project, name="preview-b", kind="database", isolation="container", actor=SYSTEM)
+    EnvironmentFactory(project=project, name="preview-b", kind="database", isolation="container")
     grant = lease_claim(task=TaskFactory(project=project), agent=agent, environment="preview-b")
     task_force_release(task=grant.task, actor=user_actor, reason="agent gone")
     again = lease_claim(task=grant.task, agent=AgentFactory(projects=[project]))

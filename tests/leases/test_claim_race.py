@@ -13,7 +13,7 @@ from core.errors import TaskTaken
 from leases.models import Attempt, AttemptStatus
 from leases.services import attempt_finish, lease_claim, lease_claim_next, task_update
 from ledger.actors import SYSTEM
-from ledger.models import Event, Project, Task, TaskStatus
+from ledger.models import Event, EventType, Project, Task, TaskStatus
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
@@ -77,7 +77,7 @@ def test_claim_next_race_never_gives_one_task_two_live_attempts():
         assert Task.objects.get(pk=task_id).epoch == len(intervals)
     assert not Attempt.objects.filter(status=AttemptStatus.ACTIVE).exists()
     assert Attempt.objects.count() == outcomes["claimed"]
-    assert Event.objects.filter(type="attempt.claimed").count() == outcomes["claimed"]
+    assert Event.objects.filter(type=EventType.ATTEMPT_CLAIMED).count() == outcomes["claimed"]
 
 
 def test_many_agents_claiming_one_task_one_wins_the_rest_get_task_taken():

@@ -11,7 +11,7 @@ from leases.models import Attempt, AttemptStatus
 from leases.selectors import with_lease_state
 from leases.services import attempt_finish, lease_claim, lease_claim_next, sweep_expired, task_update
 from ledger.actors import SYSTEM
-from ledger.models import Event, Task, TaskStatus
+from ledger.models import Event, EventType, Task, TaskStatus
 from ledger.services import dependency_add
 from ledger.tokens import hash_token
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -45,7 +45,7 @@ def test_claim_bumps_epoch_not_version_and_writes_the_label(clock, project, agen
     assert grant.attempt.label == "owner=agent-07;branch=claude/web-1-search-copy;env=-;task=WEB-1;epoch=1"
     assert grant.renew_every_seconds == 300
     assert grant.renew_attempts == 3
-    assert Event.objects.filter(type="attempt.claimed", attempt_id=grant.attempt.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_CLAIMED, attempt_id=grant.attempt.pk).count() == 1
 
 
 def test_a_live_lease_refuses_a_second_claim_with_task_taken(project, agent, other):
@@ -89,7 +89,7 @@ def test_a_lapsed_lease_is_expired_lazily_by_the_next_claim(clock, project, agen
     assert first.attempt.finished_at == first.attempt.lease_expires_at
     assert second.attempt.epoch == 2
     types = list(Event.objects.filter(task=task).values_list("type", flat=True))
-    assert types[-3:] == ["attempt.claimed", "attempt.expired", "attempt.claimed"]
+    assert types[-3:] == [EventType.ATTEMPT_CLAIMED, EventType.ATTEMPT_EXPIRED, EventType.ATTEMPT_CLAIMED]
 
 
 @pytest.mark.parametrize(

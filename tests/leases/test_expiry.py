@@ -7,14 +7,13 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 
-from environments.services import environment_create
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, Note
 from leases.services import attempt_release, check_queue_wait, expiry, lease_claim, note_add, sweep_expired, task_update
 from ledger.actors import SYSTEM
-from ledger.models import Event, Task, TaskStatus
+from ledger.models import Event, EventType, Task, TaskStatus
 from tests.concurrency import run_in_threads
 from tests.conftest import START
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, EnvironmentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 postgres_only = pytest.mark.skipif(
@@ -47,7 +46,7 @@ def test_sweep_expires_exactly_the_lapsed_attempts_and_keeps_their_notes(clock, 
     assert Note.objects.get().content == "keep me"
     assert Task.objects.get(pk=short[1].task.pk).status == TaskStatus.REVIEW
     assert Task.objects.get(pk=short[0].task.pk).ready_since == clock.now()  # the instant it lapsed
-    assert Event.objects.filter(type="attempt.expired").count() == 3
+    assert Event.objects.filter(type=EventType.ATTEMPT_EXPIRED).count() == 3
     assert sweep_expired().expired == 0
 
 
@@ -58,7 +57,7 @@ def test_two_sweeps_at_once_produce_one_event_per_attempt(clock, project, agent)
     results = run_in_threads(2, lambda _: sweep_expired(batch_size=7))
     assert not [r for r in results if isinstance(r, BaseException)], results
     assert sum(r.expired for r in results) == 40
-    assert Event.objects.filter(type="attempt.expired").count() == 40
+    assert Event.objects.filter(type=EventType.ATTEMPT_EXPIRED).count() == 40
     assert set(Attempt.objects.values_list("status", flat=True)) == {AttemptStatus.EXPIRED}
     assert len(grants) == 40
 
@@ -72,7 +71,7 @@ def test_queue_wait_alerts_once_per_waiting_period(clock, project, agent):
     clock.advance(1)
     assert check_queue_wait() == 1
     assert check_queue_wait() == 0  # same waiting period
-    event = Event.objects.get(type="task.queue_wait_exceeded")
+    event = Event.objects.get(type=EventType.TASK_QUEUE_WAIT_EXCEEDED)
     assert (event.severity, event.task_id, event.payload["waited_seconds"]) == ("warn", task.pk, 600)
     # A claim and a release start a new waiting period.
     from leases.services import attempt_release
@@ -80,7 +79,7 @@ def test_queue_wait_alerts_once_per_waiting_period(clock, project, agent):
     attempt_release(proof=proof_of(lease_claim(task=task, agent=agent)))
     clock.advance(601)
     assert check_queue_wait() == 1
-    assert Event.objects.filter(type="task.queue_wait_exceeded").count() == 2
+    assert Event.objects.filter(type=EventType.TASK_QUEUE_WAIT_EXCEEDED).count() == 2
 
 
 @pytest.mark.django_db
@@ -124,7 +123,7 @@ def test_a_sweep_batch_writes_exactly_the_rows_of_expiry(clock, sweep_path):
     ada = AgentFactory(handle="ada", projects=[project])
     bob = AgentFactory(handle="bob", projects=[project])
     for name in ("preview-a", "preview-b", "preview-c"):
-        environment_create(project=project, name=name, kind="database", isolation="container", actor=SYSTEM)
+        EnvironmentFactory(project=project, name=name, kind="database", isolation="container")
     # Claimed at 09:00:00: lapses on a whole second, with an environment.
     whole = lease_claim(task=TaskFactory(project=project), agent=ada, lease_seconds=60, environment="preview-a")
     held = lease_claim(task=TaskFactory(project=project), agent=ada, lease_seconds=600, environment="preview-b")
@@ -181,7 +180,17 @@ def test_a_sweep_batch_writes_exactly_the_rows_of_expiry(clock, sweep_path):
 
     def expired_event(grant, handle, lapsed_at):
         payload = {"agent": handle, "epoch": 1, "lapsed_at": lapsed_at}
-        return ("attempt.expired", "info", project.pk, grant.task.pk, grant.attempt.pk, None, None, payload, sweep_time)
+        return (
+            EventType.ATTEMPT_EXPIRED,
+            "info",
+            project.pk,
+            grant.task.pk,
+            grant.attempt.pk,
+            None,
+            None,
+            payload,
+            sweep_time,
+        )
 
     assert events == [
         expired_event(in_review, "bob", "2026-01-05T09:00:45.250000+00:00"),
@@ -236,7 +245,7 @@ def test_a_sweep_skips_attempts_locked_by_a_call_in_progress_and_expires_them_la
     holder, report = run_in_threads(2, work)
     assert holder is None, holder
     assert report.expired == len(free), report
-    expired_events = Event.objects.filter(type="attempt.expired")
+    expired_events = Event.objects.filter(type=EventType.ATTEMPT_EXPIRED)
     assert set(expired_events.values_list("attempt_id", flat=True)) == {g.attempt.pk for g in free}
     assert sweep_expired(batch_size=5).expired == len(locked)
     per_attempt = Counter(expired_events.values_list("attempt_id", flat=True))
@@ -253,6 +262,6 @@ def test_two_whole_sweeps_at_once_write_one_event_per_attempt(clock, sweep_path)
     results = run_in_threads(2, lambda _: sweep_expired(batch_size=4))
     assert not [r for r in results if isinstance(r, BaseException)], results
     assert sum(r.expired for r in results) == 60
-    per_attempt = Counter(Event.objects.filter(type="attempt.expired").values_list("attempt_id", flat=True))
+    per_attempt = Counter(Event.objects.filter(type=EventType.ATTEMPT_EXPIRED).values_list("attempt_id", flat=True))
     assert per_attempt == Counter({g.attempt.pk: 1 for g in grants})
     assert set(Attempt.objects.values_list("status", flat=True)) == {AttemptStatus.EXPIRED}

@@ -11,7 +11,7 @@ from leases.models import Attempt
 from leases.services import attempt_finish, attempt_renew, attempt_set_git, lease_claim, note_add, task_update
 from leases.services.git_facts import git_facts
 from ledger.actors import Actor
-from ledger.models import Event
+from ledger.models import Event, EventType
 from tests.factories import TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -42,11 +42,11 @@ def test_every_fact_is_recorded_and_one_event_says_what_changed(clock, grant):
     stored = row(grant)
     assert {name: getattr(stored, name) for name in FACTS} == FACTS
     assert stored.base_commit == "b" * 40
-    (event,) = Event.objects.filter(type="attempt.updated", attempt_id=stored.pk)
+    (event,) = Event.objects.filter(type=EventType.ATTEMPT_UPDATED, attempt_id=stored.pk)
     assert event.payload == {"base_commit": "b" * 40, **FACTS}
 
     attempt_set_git(proof=proof_of(grant), commits_ahead=3, dirty=True, host=FACTS["host"])
-    latest = Event.objects.filter(type="attempt.updated", attempt_id=stored.pk).order_by("-id").first()
+    latest = Event.objects.filter(type=EventType.ATTEMPT_UPDATED, attempt_id=stored.pk).order_by("-id").first()
     assert latest is not None
     assert latest.payload == {"commits_ahead": 3}  # only what changed
     assert row(grant).head_commit == HEAD  # a fact not given is kept
@@ -55,7 +55,7 @@ def test_every_fact_is_recorded_and_one_event_says_what_changed(clock, grant):
 def test_reporting_the_same_facts_again_appends_no_event(grant):
     attempt_set_git(proof=proof_of(grant), **FACTS)
     attempt_set_git(proof=proof_of(grant), **FACTS)
-    assert Event.objects.filter(type="attempt.updated").count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_UPDATED).count() == 1
 
 
 def test_a_null_fact_is_not_reported_and_clears_nothing(grant):
@@ -97,7 +97,7 @@ def test_a_bad_fact_is_a_validation_error_naming_its_field(grant, field, value):
     with pytest.raises(ValidationFailed) as caught:
         attempt_set_git(proof=proof_of(grant), **{field: value})
     assert set(caught.value.details["fields"]) == {field}
-    assert not Event.objects.filter(type="attempt.updated").exists()
+    assert not Event.objects.filter(type=EventType.ATTEMPT_UPDATED).exists()
 
 
 def test_the_limits_themselves_are_accepted(grant):
@@ -129,7 +129,7 @@ def test_a_bad_branch_is_invalid_branch_name_as_for_a_claim(grant):
 def test_a_new_branch_rewrites_the_label(grant):
     attempt = attempt_set_git(proof=proof_of(grant), branch="feature/search-copy", commits_ahead=1)
     assert attempt.label == "owner=agent-07;branch=feature/search-copy;env=-;task=WEB-1;epoch=1"
-    event = Event.objects.get(type="attempt.updated")
+    event = Event.objects.get(type=EventType.ATTEMPT_UPDATED)
     assert event.payload == {"branch": "feature/search-copy", "commits_ahead": 1}
 
 
@@ -137,8 +137,10 @@ def test_finish_records_its_git_facts_before_the_attempt_ends(grant):
     attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="tests_failed", git=FACTS)
     stored = row(grant)
     assert {name: getattr(stored, name) for name in FACTS} == FACTS
-    updated, finished = Event.objects.filter(attempt_id=stored.pk, type__in=("attempt.updated", "attempt.finished"))
-    assert (updated.type, finished.type) == ("attempt.updated", "attempt.finished")
+    updated, finished = Event.objects.filter(
+        attempt_id=stored.pk, type__in=(EventType.ATTEMPT_UPDATED, EventType.ATTEMPT_FINISHED)
+    )
+    assert (updated.type, finished.type) == (EventType.ATTEMPT_UPDATED, EventType.ATTEMPT_FINISHED)
     assert updated.payload == FACTS
 
 

@@ -26,7 +26,7 @@ from leases.services import (
     task_update,
 )
 from ledger.actors import SYSTEM, Actor
-from ledger.models import Event, TaskStatus
+from ledger.models import Event, EventType, TaskStatus
 from tests.factories import AgentFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -70,7 +70,7 @@ def test_renewing_at_the_expiry_instant_expires_the_attempt(clock, grant):
         attempt_renew(proof=proof_of(grant))
     row = attempt_row(grant)
     assert row.status == AttemptStatus.EXPIRED  # committed although the call was refused
-    assert Event.objects.filter(type="attempt.expired", attempt_id=row.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_EXPIRED, attempt_id=row.pk).count() == 1
     with pytest.raises(LeaseExpired):
         attempt_renew(proof=proof_of(grant))  # an expired attempt is never resumed
 
@@ -170,7 +170,7 @@ def test_finish_outcomes(clock, grant, outcome, extra, attempt_status, task_stat
     row = attempt_row(grant)
     assert (row.status, row.finished_at, row.next_steps) == (attempt_status, clock.now(), ["n"])
     assert finished.task.status == task_status
-    assert Event.objects.filter(type="attempt.finished", attempt_id=row.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_FINISHED, attempt_id=row.pk).count() == 1
 
 
 @pytest.mark.parametrize(
@@ -220,7 +220,7 @@ def test_a_contested_write_records_one_event_and_leaves_the_lease_alone(clock, g
     task_update(
         task=grant.task, actor=Actor(agent=other), changes={"status": TaskStatus.BLOCKED, "blocked_reason": "x"}
     )
-    contested = list(Event.objects.filter(type="task.contested"))
+    contested = list(Event.objects.filter(type=EventType.TASK_CONTESTED))
     assert len(contested) == 1
     assert contested[0].severity == "warn"
     assert contested[0].payload["actor"] == "agent-08"
@@ -232,10 +232,10 @@ def test_a_contested_write_records_one_event_and_leaves_the_lease_alone(clock, g
 
 def test_a_non_status_edit_by_someone_else_is_not_contested(grant, other):
     task_update(task=grant.task, actor=Actor(agent=other), changes={"title": "typo fix"})
-    assert not Event.objects.filter(type="task.contested").exists()
+    assert not Event.objects.filter(type=EventType.TASK_CONTESTED).exists()
 
 
 def test_no_contested_event_once_the_lease_has_lapsed(clock, grant, user_actor):
     clock.advance(600)
     task_update(task=grant.task, actor=user_actor, changes={"status": TaskStatus.OPEN})
-    assert not Event.objects.filter(type="task.contested").exists()
+    assert not Event.objects.filter(type=EventType.TASK_CONTESTED).exists()

@@ -68,7 +68,7 @@ from leases.services import (
 )
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Agent, Event, Project, Task, TaskStatus
+from ledger.models import Agent, Event, EventType, Project, Task, TaskStatus
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 R = TypeVar("R")
@@ -87,12 +87,12 @@ CLOCK_STEPS = (1, 29, 30, 31, 300, 899, 900, 3_600, 86_400, 86_401)
 NOTE_LENGTHS = (1, 300, NOTE_MAX_CHARS, NOTE_MAX_CHARS + 1, 3 * NOTE_MAX_CHARS)
 
 TERMINAL_EVENT = {
-    AttemptStatus.COMPLETED: "attempt.finished",
-    AttemptStatus.FAILED: "attempt.finished",
-    AttemptStatus.INTERRUPTED: "attempt.finished",
-    AttemptStatus.RELEASED: "attempt.released",
-    AttemptStatus.EXPIRED: "attempt.expired",
-    AttemptStatus.REVOKED: "attempt.revoked",
+    AttemptStatus.COMPLETED: EventType.ATTEMPT_FINISHED,
+    AttemptStatus.FAILED: EventType.ATTEMPT_FINISHED,
+    AttemptStatus.INTERRUPTED: EventType.ATTEMPT_FINISHED,
+    AttemptStatus.RELEASED: EventType.ATTEMPT_RELEASED,
+    AttemptStatus.EXPIRED: EventType.ATTEMPT_EXPIRED,
+    AttemptStatus.REVOKED: EventType.ATTEMPT_REVOKED,
 }
 TERMINAL_EVENT_TYPES = frozenset(TERMINAL_EVENT.values())
 FINISHED_STATUS = {
@@ -372,7 +372,7 @@ class LeaseMachine(RuleBasedStateMachine):
             row.update(status=AttemptStatus.EXPIRED, finished_at=row["lease_expires_at"])
             if allowed.tasks[row["task_id"]]["status"] == TaskStatus.READY:
                 allowed.tasks[row["task_id"]]["ready_since"] = row["lease_expires_at"]
-            allowed.events.append(("attempt.expired", case.attempt.pk, None))
+            allowed.events.append((EventType.ATTEMPT_EXPIRED, case.attempt.pk, None))
         self.fenced_calls.append(
             FencedCall(
                 description=f"{description} with {case.kind} proof {case.proof.epoch=} of {case.attempt}",
@@ -764,10 +764,14 @@ class LeaseMachine(RuleBasedStateMachine):
     def every_state_change_has_its_event(self) -> None:
         ledger = self.ledger()
         events = Counter((attempt_id, kind) for kind, attempt_id, _ in ledger.events if attempt_id is not None)
-        finished_as = {attempt_id: status for kind, attempt_id, status in ledger.events if kind == "attempt.finished"}
+        finished_as = {
+            attempt_id: status for kind, attempt_id, status in ledger.events if kind == EventType.ATTEMPT_FINISHED
+        }
         for pk, attempt in ledger.attempts.items():
             status = attempt["status"]
-            assert events[(pk, "attempt.claimed")] == 1, f"attempt {pk}: {events[(pk, 'attempt.claimed')]} claims"
+            assert events[(pk, EventType.ATTEMPT_CLAIMED)] == 1, (
+                f"attempt {pk}: {events[(pk, EventType.ATTEMPT_CLAIMED)]} claims"
+            )
             terminal = {kind: events[(pk, kind)] for kind in TERMINAL_EVENT_TYPES if events[(pk, kind)]}
             if status == AttemptStatus.ACTIVE:
                 assert terminal == {}, f"active attempt {pk} has terminal events {terminal}"
@@ -775,7 +779,7 @@ class LeaseMachine(RuleBasedStateMachine):
             else:
                 assert terminal == {TERMINAL_EVENT[status]: 1}, f"{status} attempt {pk} has events {terminal}"
                 assert attempt["finished_at"] is not None, attempt
-            if TERMINAL_EVENT.get(status) == "attempt.finished":
+            if TERMINAL_EVENT.get(status) == EventType.ATTEMPT_FINISHED:
                 assert finished_as[pk] == status, (attempt, finished_as[pk])
         attempts_per_task = Counter(row["task_id"] for row in ledger.attempts.values())
         for task_id, task in ledger.tasks.items():
@@ -801,10 +805,10 @@ class LeaseMachine(RuleBasedStateMachine):
         previous_of_task: dict[int, tuple[str, dict[str, Any]]] = {}
         seen = set()
         for task_id, kind, payload in Event.objects.order_by("id").values_list("task_id", "type", "payload"):
-            if kind == "review.approved":
+            if kind == EventType.REVIEW_APPROVED:
                 before_kind, before_payload = previous_of_task[task_id]
                 review = payload["review"]
-                assert before_kind == "task.status_changed", (review, before_kind)
+                assert before_kind == EventType.TASK_STATUS_CHANGED, (review, before_kind)
                 assert (before_payload["from"], before_payload["to"]) == ("review", "done"), before_payload
                 assert before_payload["version"] == approved[review] + 1, ("approved a moved target", review)
                 seen.add(review)

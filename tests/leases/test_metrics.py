@@ -9,9 +9,9 @@ from insight.metrics import claims_per_day, fleet_metrics, lease_conflicts_per_d
 from leases.models import ClaimRefusalTally
 from leases.services import attempt_finish, attempt_release, lease_claim, task_update
 from ledger.actors import Actor
-from ledger.models import Event
-from reconciliation.models import Condition, Finding, FindingStatus, SubjectType
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from ledger.models import Event, EventType
+from reconciliation.models import Condition, FindingStatus
+from tests.factories import AgentFactory, FindingFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
 pytestmark = pytest.mark.django_db
@@ -64,7 +64,7 @@ def test_lease_conflicts_add_refused_claims_and_contested_writes_per_day(clock):
     task_update(task=task, actor=Actor(agent=rival), changes={"status": "blocked", "blocked_reason": "waiting on QA"})
 
     assert ClaimRefusalTally.objects.get().count == 2
-    assert Event.objects.filter(type="task.contested").count() == 1
+    assert Event.objects.filter(type=EventType.TASK_CONTESTED).count() == 1
     assert values(lease_conflicts_per_day(days=3)) == [0, 2, 1]
     assert values(lease_conflicts_per_day(days=3, project=ProjectFactory())) == [0, 0, 0]
 
@@ -77,14 +77,10 @@ def test_orphan_rate_is_orphans_first_found_over_attempts_finished_that_day(cloc
         attempt_finish(proof=proof_of(grant), outcome="failed", failure_reason_code="other")
     lease_claim(task=TaskFactory(project=project), agent=agent)  # still active: not finished
     for number, status in enumerate((FindingStatus.OPEN, FindingStatus.RESOLVED)):
-        Finding.objects.create(
-            condition=Condition.ORPHAN_BRANCH,
+        FindingFactory(
             project=project,
-            subject_type=SubjectType.BRANCH,
             subject_key=f"feature/orphan-{number}",
             status=status,
-            first_seen_at=clock.now(),
-            last_seen_at=clock.now(),
             resolved_at=clock.now() if status == FindingStatus.RESOLVED else None,
         )
     clock.advance(DAY)
@@ -101,14 +97,7 @@ def test_orphan_rate_is_orphans_first_found_over_attempts_finished_that_day(cloc
 
 def test_orphan_rate_is_zero_on_a_day_when_nothing_finished_and_keeps_the_raw_counts(clock):
     project = ProjectFactory()
-    Finding.objects.create(
-        condition=Condition.ORPHAN_BRANCH,
-        project=project,
-        subject_type=SubjectType.BRANCH,
-        subject_key="feature/late-find",
-        first_seen_at=clock.now(),
-        last_seen_at=clock.now(),
-    )
+    FindingFactory(condition=Condition.ORPHAN_BRANCH, project=project, subject_key="feature/late-find")
     assert orphan_rate_per_day(days=1) == [{"day": "2026-01-05", "value": 0.0, "orphans": 1, "finished": 0}]
 
 

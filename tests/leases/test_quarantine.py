@@ -17,7 +17,7 @@ from leases.services import (
     task_release_quarantine,
 )
 from ledger.actors import Actor
-from ledger.models import Event, Project, Task, TaskStatus
+from ledger.models import Event, EventType, Project, Task, TaskStatus
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -48,7 +48,7 @@ def fail(task, agent):
 
 
 def quarantine_events(task):
-    return Event.objects.filter(task=task, type="task.quarantined")
+    return Event.objects.filter(task=task, type=EventType.TASK_QUARANTINED)
 
 
 def test_three_failures_in_a_row_quarantine_the_task_once(clock, project, agent):
@@ -105,7 +105,7 @@ def test_release_from_quarantine_makes_it_claimable_with_a_fresh_streak(clock, p
         task_release_quarantine(task=TaskFactory(project=project), actor=admin)
     released = task_release_quarantine(task=task, actor=admin)
     assert (released.status, released.blocked_reason) == (TaskStatus.READY, "")
-    assert Event.objects.filter(task=task, type="task.quarantine_released").count() == 1
+    assert Event.objects.filter(task=task, type=EventType.TASK_QUARANTINE_RELEASED).count() == 1
     grant = lease_claim_next(project=project, agent=agent)
     assert grant.task.pk == task.pk
     # That claim and two more must fail before the task is quarantined again.

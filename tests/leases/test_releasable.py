@@ -5,13 +5,11 @@ from __future__ import annotations
 import pytest
 
 from core.errors import ValidationFailed
-from environments.services import environment_create
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.selectors import releasable
 from leases.services import allocation_release, lease_claim
 from ledger import clock
-from ledger.actors import SYSTEM
-from tests.factories import TaskFactory
+from tests.factories import EnvironmentFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -22,7 +20,7 @@ def the_allocation() -> Allocation:
 
 @pytest.fixture
 def grant(project, agent):
-    environment_create(project=project, name="preview-b", kind="database", actor=SYSTEM)
+    EnvironmentFactory(project=project, name="preview-b", kind="database")
     return lease_claim(task=TaskFactory(project=project), agent=agent, environment="preview-b")
 
 

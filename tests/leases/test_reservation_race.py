@@ -12,7 +12,7 @@ import pytest
 from core.errors import ValidationFailed
 from leases.services import task_reassign
 from ledger.actors import SYSTEM
-from ledger.models import Agent, Event, Task
+from ledger.models import Agent, Event, EventType, Task
 from ledger.services import agent_deactivate
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -39,4 +39,4 @@ def test_reassign_and_deactivation_never_leave_a_reservation_for_an_inactive_age
     assert not Task.objects.filter(reserved_for=agent).exists()
     reassigned = [result for result in results[1:] if not isinstance(result, Exception)]
     # Every reassign that went through was cleared again by the deactivation that followed it.
-    assert Event.objects.filter(type="task.reservation_cleared").count() == len(reassigned)
+    assert Event.objects.filter(type=EventType.TASK_RESERVATION_CLEARED).count() == len(reassigned)

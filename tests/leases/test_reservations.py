@@ -26,7 +26,7 @@ from leases.services import (
 )
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.models import Event, Task, TaskDependency
+from ledger.models import Event, EventType, Task, TaskDependency
 from ledger.services import agent_deactivate, dependency_add, task_reservation_clear
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
@@ -55,7 +55,7 @@ def test_reassign_refuses_an_agent_that_cannot_see_the_project(web):
     assert refused.value.details["fields"] == {"agent": ["not a member of the task's project"]}
     task.refresh_from_db()
     assert task.reserved_for_id is None
-    assert not Event.objects.filter(type="task.reassigned").exists()
+    assert not Event.objects.filter(type=EventType.TASK_REASSIGNED).exists()
 
 
 def test_reassign_refuses_an_inactive_agent_and_revokes_nothing(web):
@@ -82,7 +82,7 @@ def test_deactivating_the_reserved_agent_clears_its_reservations_with_an_event(w
 
     assert list(Task.objects.filter(reserved_for=agent)) == []
     assert Task.objects.get(pk=other.pk).reserved_for.handle == "keeps"
-    cleared = Event.objects.filter(type="task.reservation_cleared").order_by("id")
+    cleared = Event.objects.filter(type=EventType.TASK_RESERVATION_CLEARED).order_by("id")
     assert [event.task_id for event in cleared] == [first.pk, second.pk]
     assert cleared[0].payload["agent"] == "reserved"
     assert cleared[0].payload["reason"] == "reserved was deactivated"
@@ -101,7 +101,7 @@ def test_losing_the_project_clears_the_reservations_there_only(web):
 
     assert Task.objects.get(pk=here.pk).reserved_for_id is None
     assert Task.objects.get(pk=there.pk).reserved_for_id == agent.pk
-    event = Event.objects.get(type="task.reservation_cleared")
+    event = Event.objects.get(type=EventType.TASK_RESERVATION_CLEARED)
     assert event.task_id == here.pk
     assert event.payload["reason"] == "reserved lost access to project web"
 
@@ -117,13 +117,13 @@ def test_a_reservation_is_cleared_by_hand_and_any_agent_may_claim_again(web):
     cleared = task_reservation_clear(task=task, actor=SYSTEM, reason="planning changed")
 
     assert cleared.reserved_for_id is None
-    assert Event.objects.get(type="task.reservation_cleared").payload["reason"] == "planning changed"
+    assert Event.objects.get(type=EventType.TASK_RESERVATION_CLEARED).payload["reason"] == "planning changed"
     assert lease_claim(task=task, agent=anyone).attempt.agent == anyone
     # Clearing a task that has no reservation changes nothing.
     version = Task.objects.get(pk=task.pk).version
     task_reservation_clear(task=task, actor=SYSTEM)
     assert Task.objects.get(pk=task.pk).version == version
-    assert Event.objects.filter(type="task.reservation_cleared").count() == 1
+    assert Event.objects.filter(type=EventType.TASK_RESERVATION_CLEARED).count() == 1
 
 
 def test_claimable_by_anyone_leaves_out_blocked_held_and_unclaimable_reservations(web):
@@ -184,7 +184,7 @@ def test_cancel_with_release_revokes_the_lease_in_the_same_transaction(web):
     assert grant.attempt.status == "revoked"
     assert Task.objects.get(pk=task.pk).status == "cancelled"
     # Revoked first, so the cancel itself was not contested.
-    assert not Event.objects.filter(type="task.contested").exists()
+    assert not Event.objects.filter(type=EventType.TASK_CONTESTED).exists()
 
 
 def test_cancel_of_a_done_task_is_refused_before_anything_is_revoked(web):

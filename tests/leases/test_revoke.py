@@ -5,7 +5,7 @@ import pytest
 from core.errors import LeaseNotHeld, TaskNotClaimable, ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.services import attempt_renew, lease_claim, task_force_release, task_reassign
-from ledger.models import Event
+from ledger.models import Event, EventType
 from tests.factories import AgentFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -30,7 +30,7 @@ def test_force_release_revokes_and_bumps_nothing_else(project, agents, user_acto
     row = Attempt.objects.get(pk=grant.attempt.pk)
     assert (row.status, row.revoked_by, row.revoke_reason) == ("revoked", "user:root", "agent crashed")
     assert (result.task.epoch, result.task.version) == (1, 1)
-    event = Event.objects.get(type="attempt.revoked")
+    event = Event.objects.get(type=EventType.ATTEMPT_REVOKED)
     assert (event.severity, event.payload["holder"], event.actor_user_id) == (
         "warn",
         row.agent.handle,
@@ -55,8 +55,8 @@ def test_reassign_reserves_the_task_for_the_chosen_agent(project, agents, user_a
         attempt_renew(proof=proof_of(grant))
     assert caught.value.details == {"attempt": grant.attempt.pk, "status": "revoked"}
     types = list(Event.objects.filter(task=grant.task).values_list("type", flat=True))
-    assert types.count("task.reassigned") == 1
-    assert types.count("attempt.revoked") == 1
+    assert types.count(EventType.TASK_REASSIGNED) == 1
+    assert types.count(EventType.ATTEMPT_REVOKED) == 1
 
 
 def test_force_release_of_a_lapsed_lease_expires_it_instead(clock, project, agents, user_actor):
@@ -65,7 +65,7 @@ def test_force_release_of_a_lapsed_lease_expires_it_instead(clock, project, agen
     result = task_force_release(task=grant.task, actor=user_actor, reason="cleanup")
     assert result.revoked is None
     assert Attempt.objects.get(pk=grant.attempt.pk).status == AttemptStatus.EXPIRED
-    assert not Event.objects.filter(type="attempt.revoked").exists()
+    assert not Event.objects.filter(type=EventType.ATTEMPT_REVOKED).exists()
 
 
 def test_reassigning_a_lapsed_lease_keeps_the_lapse_instant_as_ready_since(clock, project, agents, user_actor):

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.core.management import CommandError, call_command
 
-from ledger.models import Agent, Event, Project
+from ledger.models import Agent, Event, EventType, Project
 from tests.factories import AgentFactory, ProjectFactory
 
 pytestmark = pytest.mark.django_db
@@ -24,7 +24,7 @@ def test_set_budget_sets_changes_and_clears_daily_limits():
     call_command("set_budget", "--project", "web", "--daily-tokens", "none", stdout=io.StringIO())
     project = Project.objects.get(pk=project.pk)
     assert (project.daily_budget_tokens, project.daily_budget_cost_usd) == (None, Decimal("12.5"))
-    assert Event.objects.filter(type="budget.set").count() == 2
+    assert Event.objects.filter(type=EventType.BUDGET_SET).count() == 2
 
     agent = AgentFactory(handle="bot-1")
     call_command("set_budget", "--agent", "bot-1", "--daily-cost-usd", "3", stdout=io.StringIO())

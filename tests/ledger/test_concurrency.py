@@ -3,7 +3,7 @@ from __future__ import annotations
 import pytest
 
 from ledger.actors import SYSTEM
-from ledger.models import Event, Project, Task
+from ledger.models import Event, EventType, Project, Task
 from ledger.services import task_create
 from tests.concurrency import run_in_threads
 from tests.factories import ProjectFactory
@@ -23,4 +23,4 @@ def test_forty_concurrent_creates_get_forty_gap_free_keys():
     assert errors == []
     assert sorted(results, key=lambda key: int(key.split("-")[1])) == [f"RACE-{n}" for n in range(1, 41)]
     assert Task.objects.filter(project=project).count() == 40
-    assert Event.objects.filter(type="task.created").count() == 40
+    assert Event.objects.filter(type=EventType.TASK_CREATED).count() == 40

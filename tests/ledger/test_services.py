@@ -8,7 +8,7 @@ from django.db import connection
 from core.errors import DependencyCycle, InvalidStatusTransition, ValidationFailed, VersionConflict
 from leases.services import task_update as leases_task_update
 from ledger.actors import SYSTEM
-from ledger.models import ALLOWED_TRANSITIONS, Event, Task, TaskStatus
+from ledger.models import ALLOWED_TRANSITIONS, Event, EventType, Task, TaskStatus
 from ledger.selectors import agent_for_token
 from ledger.services import (
     agent_deactivate,
@@ -39,7 +39,7 @@ def test_task_keys_are_prefix_plus_sequence_per_project():
 def test_task_create_appends_one_created_event():
     task = TaskFactory(status=TaskStatus.OPEN)
     events = list(Event.objects.filter(task=task).values_list("type", flat=True))
-    assert events == ["task.created"]
+    assert events == [EventType.TASK_CREATED]
 
 
 def test_ready_task_records_when_it_became_ready(clock):
@@ -109,7 +109,7 @@ def test_update_bumps_version_once_and_records_events():
     assert task.version == 2
     assert changed == {"title", "status"}
     types = list(Event.objects.filter(task=task).values_list("type", flat=True))
-    assert types == ["task.created", "task.status_changed", "task.updated"]
+    assert types == [EventType.TASK_CREATED, EventType.TASK_STATUS_CHANGED, EventType.TASK_UPDATED]
 
 
 def test_update_with_stale_version_is_refused_and_changes_nothing():
@@ -155,8 +155,8 @@ def test_removed_dependency_no_longer_counts_for_cycles():
     assert dependency_remove(task=a, blocked_by=b, actor=SYSTEM) is True
     dependency_add(task=b, blocked_by=a, actor=SYSTEM)
     types = list(Event.objects.filter(task__in=[a, b]).values_list("type", flat=True))
-    assert types.count("task.dependency_added") == 2
-    assert types.count("task.dependency_removed") == 1
+    assert types.count(EventType.TASK_DEPENDENCY_ADDED) == 2
+    assert types.count(EventType.TASK_DEPENDENCY_REMOVED) == 1
 
 
 def test_dependencies_stay_within_a_project():
@@ -188,7 +188,7 @@ def test_rotation_retires_the_old_token_and_deactivation_refuses_the_new():
     agent_deactivate(agent=agent, actor=SYSTEM)
     assert agent_for_token(new) is None
     types = list(Event.objects.filter(type__startswith="agent.").values_list("type", flat=True))
-    assert types == ["agent.created", "agent.token_rotated", "agent.deactivated"]
+    assert types == [EventType.AGENT_CREATED, EventType.AGENT_TOKEN_ROTATED, EventType.AGENT_DEACTIVATED]
 
 
 @pytest.mark.parametrize("bogus", ["", "lh_", "nope", "lh_" + "x" * 500, "lh_\x00"])

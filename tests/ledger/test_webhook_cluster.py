@@ -18,6 +18,7 @@ from django_q.models import Schedule
 from leases.models import Attempt
 from leases.services import lease_claim, task_update
 from ledger.actors import SYSTEM, Actor
+from ledger.models import EventType
 from operations.schedules import ensure_schedules
 from push.services.webhooks import webhook_create
 from reconciliation.services import reconcile
@@ -54,29 +55,40 @@ def test_a_running_cluster_posts_a_claim_a_contested_write_and_a_finding_within_
         _, secret = webhook_create(
             url=receiver.url,
             project=project,
-            event_types=["task.created", "attempt.claimed", "task.contested", "finding.opened"],
+            event_types=[
+                EventType.TASK_CREATED,
+                EventType.ATTEMPT_CLAIMED,
+                EventType.TASK_CONTESTED,
+                EventType.FINDING_OPENED,
+            ],
             actor=SYSTEM,
         )
         receiver.secrets.append(secret)
         cluster = start_cluster(log_path)
         try:
             TaskFactory(project=project)  # the first delivery: the job is running once it arrives
-            wait_for(receiver, "task.created", seconds=60, cluster=cluster, log_path=log_path)
+            wait_for(receiver, EventType.TASK_CREATED, seconds=60, cluster=cluster, log_path=log_path)
 
             started = time.monotonic()
             grant = lease_claim(task=TaskFactory(project=project), agent=holder, lease_seconds=600)
-            claimed = wait_for(receiver, "attempt.claimed", seconds=WITHIN_SECONDS, cluster=cluster, log_path=log_path)
+            claimed = wait_for(
+                receiver, EventType.ATTEMPT_CLAIMED, seconds=WITHIN_SECONDS, cluster=cluster, log_path=log_path
+            )
             assert claimed.at - started < WITHIN_SECONDS
 
             started = time.monotonic()
             task_update(task=grant.task, actor=Actor(agent=other), changes={"status": "blocked", "blocked_reason": "x"})
-            contested = wait_for(receiver, "task.contested", seconds=WITHIN_SECONDS, cluster=cluster, log_path=log_path)
+            contested = wait_for(
+                receiver, EventType.TASK_CONTESTED, seconds=WITHIN_SECONDS, cluster=cluster, log_path=log_path
+            )
             assert contested.at - started < WITHIN_SECONDS
 
             Attempt.objects.filter(pk=grant.attempt.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=5))
             started = time.monotonic()
             reconcile()  # expired_lease_still_active
-            found = wait_for(receiver, "finding.opened", seconds=WITHIN_SECONDS, cluster=cluster, log_path=log_path)
+            found = wait_for(
+                receiver, EventType.FINDING_OPENED, seconds=WITHIN_SECONDS, cluster=cluster, log_path=log_path
+            )
             assert found.at - started < WITHIN_SECONDS
         finally:
             stop_cluster(cluster)

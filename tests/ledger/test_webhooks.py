@@ -34,7 +34,7 @@ from push.services.webhooks import (
     webhook_roll_secret,
     webhook_set_active,
 )
-from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory, WebhookEndpointFactory
 from tests.webhook_receiver import running_receiver, signature_valid
 
 pytestmark = pytest.mark.django_db
@@ -52,23 +52,23 @@ def receiver():
 
 
 def subscribe(receiver, **options):
-    endpoint, secret = webhook_create(url=receiver.url, actor=SYSTEM, **options)
-    receiver.secrets.append(secret)
+    endpoint = WebhookEndpointFactory(url=receiver.url, **options)
+    receiver.secrets.append(endpoint.secret)
     return endpoint
 
 
 def test_a_matching_event_gets_a_delivery_row_in_its_own_transaction(clock, project):
-    everything = webhook_create(url="http://127.0.0.1:9/a", actor=SYSTEM)[0]
-    this_project = webhook_create(url="http://127.0.0.1:9/b", project=project, actor=SYSTEM)[0]
-    other_project = webhook_create(url="http://127.0.0.1:9/c", project=ProjectFactory(), actor=SYSTEM)[0]
-    claims_only = webhook_create(url="http://127.0.0.1:9/d", event_types=["attempt.claimed"], actor=SYSTEM)[0]
-    warnings = webhook_create(url="http://127.0.0.1:9/e", min_severity="warn", actor=SYSTEM)[0]
-    off = webhook_create(url="http://127.0.0.1:9/f", actor=SYSTEM)[0]
+    everything = WebhookEndpointFactory()
+    this_project = WebhookEndpointFactory(project=project)
+    other_project = WebhookEndpointFactory(project=ProjectFactory())
+    claims_only = WebhookEndpointFactory(event_types=[EventType.ATTEMPT_CLAIMED])
+    warnings = WebhookEndpointFactory(min_severity="warn")
+    off = WebhookEndpointFactory()
     webhook_set_active(endpoint=off, active=False, actor=SYSTEM)
     WebhookDelivery.objects.all().update(status=DeliveryStatus.DEAD)  # the endpoints' own events
     agent = AgentFactory(projects=[project])
     grant = lease_claim(task=TaskFactory(project=project), agent=agent)
-    claimed = Event.objects.get(type="attempt.claimed", attempt_id=grant.attempt.pk)
+    claimed = Event.objects.get(type=EventType.ATTEMPT_CLAIMED, attempt_id=grant.attempt.pk)
     got = set(WebhookDelivery.objects.filter(event=claimed).values_list("endpoint_id", flat=True))
     assert got == {everything.pk, this_project.pk, claims_only.pk}
     row = WebhookDelivery.objects.get(event=claimed, endpoint=everything)
@@ -78,7 +78,7 @@ def test_a_matching_event_gets_a_delivery_row_in_its_own_transaction(clock, proj
         actor=Actor(agent=AgentFactory(projects=[project])),
         changes={"status": "blocked", "blocked_reason": "x"},
     )
-    contested = Event.objects.get(type="task.contested")
+    contested = Event.objects.get(type=EventType.TASK_CONTESTED)
     got = set(WebhookDelivery.objects.filter(event=contested).values_list("endpoint_id", flat=True))
     assert got == {everything.pk, this_project.pk, warnings.pk}
     assert other_project.pk not in got
@@ -86,7 +86,7 @@ def test_a_matching_event_gets_a_delivery_row_in_its_own_transaction(clock, proj
 
 
 def test_a_rolled_back_event_leaves_no_delivery(project):
-    webhook_create(url="http://127.0.0.1:9/a", actor=SYSTEM)
+    WebhookEndpointFactory()
     before = WebhookDelivery.objects.count()
     seen_inside = []
 
@@ -142,7 +142,7 @@ def test_the_secret_never_reaches_an_event(receiver):
 
 
 def test_a_claim_reaches_the_receiver_signed_with_the_full_event(clock, project, receiver):
-    subscribe(receiver, project=project, event_types=["attempt.claimed"])
+    subscribe(receiver, project=project, event_types=[EventType.ATTEMPT_CLAIMED])
     agent = AgentFactory(projects=[project])
     grant = lease_claim(task=TaskFactory(project=project), agent=agent)
     run = webhook_deliveries_run()
@@ -162,7 +162,7 @@ def test_a_claim_reaches_the_receiver_signed_with_the_full_event(clock, project,
         "payload",
         "created_at",
     }
-    assert got.document["type"] == "attempt.claimed"
+    assert got.document["type"] == EventType.ATTEMPT_CLAIMED
     assert (got.document["project"], got.document["task"]) == (project.slug, grant.task.key)
     assert (got.document["attempt"], got.document["actor"]) == (grant.attempt.pk, agent.handle)
     row = WebhookDelivery.objects.get(event_id=got.document["id"])
@@ -170,10 +170,10 @@ def test_a_claim_reaches_the_receiver_signed_with_the_full_event(clock, project,
 
 
 def test_failing_three_times_then_succeeding_takes_exactly_four_tries(clock, project, receiver):
-    subscribe(receiver, event_types=["task.created"])
+    subscribe(receiver, event_types=[EventType.TASK_CREATED])
     TaskFactory(project=project)
     receiver.fail_next(3)
-    delivery = WebhookDelivery.objects.get(event__type="task.created")
+    delivery = WebhookDelivery.objects.get(event__type=EventType.TASK_CREATED)
     for wait in (0, *BACKOFF_SECONDS[:3]):
         clock.advance(wait)
         webhook_deliveries_run()
@@ -187,7 +187,7 @@ def test_failing_three_times_then_succeeding_takes_exactly_four_tries(clock, pro
 
 
 def test_a_receiver_down_for_good_ends_dead_after_eight_tries_over_a_day(clock, project, receiver):
-    endpoint = subscribe(receiver, event_types=["task.created"])
+    endpoint = subscribe(receiver, event_types=[EventType.TASK_CREATED])
     TaskFactory(project=project)
     receiver.fail_always = True
     start = clock.now()
@@ -204,7 +204,7 @@ def test_a_receiver_down_for_good_ends_dead_after_eight_tries_over_a_day(clock, 
 
 
 def test_twenty_failures_in_a_row_disable_the_endpoint_with_a_warn_event(clock, project, receiver):
-    endpoint = subscribe(receiver, event_types=["task.created"])
+    endpoint = subscribe(receiver, event_types=[EventType.TASK_CREATED])
     for _ in range(3):
         TaskFactory(project=project)
     receiver.fail_always = True
@@ -219,7 +219,7 @@ def test_twenty_failures_in_a_row_disable_the_endpoint_with_a_warn_event(clock, 
     assert len(receiver.requests) == DISABLE_AFTER_FAILURES
     statuses = list(WebhookDelivery.objects.order_by("event_id").values_list("status", "attempts"))
     assert statuses == [("dead", 8), ("dead", 8), ("failed", 4)]  # in event-id order, one head at a time
-    disabled = Event.objects.get(type="webhook.disabled")
+    disabled = Event.objects.get(type=EventType.WEBHOOK_DISABLED)
     assert disabled.severity == "warn"
     assert disabled.payload["endpoint"] == endpoint.pk
     clock.advance(86400)
@@ -241,11 +241,11 @@ def test_a_warn_endpoint_gets_only_warnings(clock, project, receiver):
     webhook_deliveries_run()
     assert receiver.requests
     assert all(r.document["severity"] in ("warn", "error") for r in receiver.requests)
-    assert "task.contested" in [r.document["type"] for r in receiver.requests]
+    assert EventType.TASK_CONTESTED in [r.document["type"] for r in receiver.requests]
 
 
 def test_deliveries_of_one_endpoint_go_in_event_id_order(clock, project, receiver):
-    subscribe(receiver, event_types=["task.created"])
+    subscribe(receiver, event_types=[EventType.TASK_CREATED])
     for _ in range(5):
         TaskFactory(project=project)
     webhook_deliveries_run()
@@ -255,7 +255,7 @@ def test_deliveries_of_one_endpoint_go_in_event_id_order(clock, project, receive
 
 
 def test_after_a_roll_both_secrets_sign_for_a_day(clock, project, receiver):
-    endpoint = subscribe(receiver, event_types=["task.created"])
+    endpoint = subscribe(receiver, event_types=[EventType.TASK_CREATED])
     old = receiver.secrets[0]
     _, new = webhook_roll_secret(endpoint=endpoint, actor=SYSTEM)
     TaskFactory(project=project)
@@ -274,18 +274,18 @@ def test_after_a_roll_both_secrets_sign_for_a_day(clock, project, receiver):
 
 
 def test_slack_format_posts_one_line_with_the_task_key_and_an_admin_link(clock, project, receiver):
-    subscribe(receiver, format="slack", event_types=["task.created"])
+    subscribe(receiver, format="slack", event_types=[EventType.TASK_CREATED])
     task = TaskFactory(project=project)
     webhook_deliveries_run()
     text = receiver.requests[0].document["text"]
     assert "\n" not in text
     assert task.key in text
-    assert "task.created" in text
+    assert EventType.TASK_CREATED in text
     assert f"/admin/ledger/task/{task.pk}/change/" in text
 
 
 def test_redeliver_posts_a_delivered_event_again(clock, project, receiver):
-    subscribe(receiver, event_types=["task.created"])
+    subscribe(receiver, event_types=[EventType.TASK_CREATED])
     TaskFactory(project=project)
     webhook_deliveries_run()
     delivery = WebhookDelivery.objects.get()
@@ -315,7 +315,7 @@ def test_create_webhook_prints_the_secret_alone_on_the_last_line(project, capsys
     assert lines[-1] not in "\n".join(lines[:-1])
     assert (endpoint.project, endpoint.event_types, endpoint.min_severity, endpoint.format) == (
         project,
-        ["attempt.claimed", "finding.opened"],
+        [EventType.ATTEMPT_CLAIMED, EventType.FINDING_OPENED],
         "warn",
         "slack",
     )

@@ -20,6 +20,7 @@ from contextlib import ExitStack
 
 import pytest
 
+from ledger.models import EventType
 from tests.served import Served, manage, server_database, serving
 
 pytestmark = pytest.mark.slow
@@ -202,7 +203,7 @@ def test_streams_that_never_read_do_not_delay_other_waiters(site):
             committed = time.monotonic()
             call(server, tokens["worker"], "POST", "/api/v1/tasks/", {"project": "web", "title": "seen at once"})
             body, _ = waiter.result(timeout=60)
-        assert [e["type"] for e in body["events"]] == ["task.created"]
+        assert [e["type"] for e in body["events"]] == [EventType.TASK_CREATED]
         assert time.monotonic() - committed < 3.0
         reading.join(timeout=30)
         assert len(ids) == 30

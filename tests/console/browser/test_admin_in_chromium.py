@@ -16,7 +16,7 @@ from leases.models import Attempt, AttemptStatus
 from leases.services import HolderProof, attempt_finish, attempt_renew, lease_claim, task_update
 from ledger import clock
 from ledger.actors import SYSTEM, Actor
-from ledger.models import Agent, Event
+from ledger.models import Agent, Event, EventType
 from ledger.permissions import MANAGERS
 from ledger.selectors import agent_for_token
 from ledger.services import event_append
@@ -108,7 +108,7 @@ def test_admin_sees_the_dashboard_with_its_charts(page, superuser):
     live = TaskFactory(project=project, title="Rewrite the search copy", priority=5)
     lease_claim(task=live, agent=agents[1], lease_seconds=240)
     TaskFactory(project=project, title="Waiting for a taker")
-    event_append(type="task.queue_wait_exceeded", severity="warn", actor=SYSTEM, at=clock.now(), task=live)
+    event_append(type=EventType.TASK_QUEUE_WAIT_EXCEEDED, severity="warn", actor=SYSTEM, at=clock.now(), task=live)
 
     login(page, "root")
     expect(page.locator("h1")).to_contain_text("Fleet dashboard")
@@ -165,7 +165,7 @@ def test_force_release_needs_a_reason_and_the_tick_then_fences_the_holder(page, 
     assert renew_through_api_or_service(page, grant) == "LEASE_NOT_HELD"
 
     page.goto(f"/admin/ledger/task/{task.pk}/change/")
-    expect(page.locator("#timeline")).to_contain_text("attempt.revoked")
+    expect(page.locator("#timeline")).to_contain_text(EventType.ATTEMPT_REVOKED)
     expect(page.locator("#timeline")).to_contain_text("Agent host rebooted")
     page.locator("#timeline").scroll_into_view_if_needed()
     screenshot(page, "task-timeline.png")
@@ -305,13 +305,13 @@ def test_events_export_as_csv_respecting_the_filters(page, manager):
     for number in range(3):
         lease_claim(task=TaskFactory(project=project, title=f"Task {number}"), agent=agent)
     at = clock.now()
-    event_append(type="task.updated", actor=Actor(agent=agent), at=at, project=project, payload={"x": "=1+1"})
-    claimed = Event.objects.filter(type="attempt.claimed").count()
+    event_append(type=EventType.TASK_UPDATED, actor=Actor(agent=agent), at=at, project=project, payload={"x": "=1+1"})
+    claimed = Event.objects.filter(type=EventType.ATTEMPT_CLAIMED).count()
     assert claimed == 3
 
     login(page, "boss")
     page.goto("/admin/ledger/event/")
-    page.locator("#changelist-filter a", has_text="attempt.claimed").first.click()
+    page.locator("#changelist-filter a", has_text=EventType.ATTEMPT_CLAIMED).first.click()
     expect(page.locator("#result_list tbody tr")).to_have_count(claimed)
     with page.expect_download() as download_info:
         page.click("#lh-export-csv")
@@ -319,7 +319,7 @@ def test_events_export_as_csv_respecting_the_filters(page, manager):
     assert download.suggested_filename.endswith(".csv")
     rows = read_csv(download.path())
     assert len(rows) == claimed
-    assert {row["type"] for row in rows} == {"attempt.claimed"}
+    assert {row["type"] for row in rows} == {EventType.ATTEMPT_CLAIMED}
     assert {row["actor"] for row in rows} == {"agent-07"}
     assert list(rows[0]) == [
         "id",

@@ -15,7 +15,7 @@ from leases.models import Attempt, AttemptStatus
 from leases.services import lease_claim, note_add, task_update
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, EventType
 from ledger.permissions import LEDGER_ADMINS
 from ledger.services import agent_heartbeat, event_append
 from reconciliation.jobs import reconcile_job
@@ -148,7 +148,7 @@ def test_the_events_list_and_dashboard_fit_1400_px(page: Page, operator, fleet):
     task_update(task=held, actor=SYSTEM, changes={"status": "blocked", "blocked_reason": long_reason})
     # Unbreakable values (a long branch, a URL) are what ran the details column off the screen.
     event_append(
-        type="attempt.updated",
+        type=EventType.ATTEMPT_UPDATED,
         actor=SYSTEM,
         at=clock.now(),
         task=held,

@@ -9,7 +9,7 @@ from playwright.sync_api import FloatRect, Locator, Page, expect
 from leases.models import Attempt
 from leases.services import lease_claim, task_reassign
 from ledger.actors import SYSTEM
-from ledger.models import Event, Task, TaskDependency
+from ledger.models import Event, EventType, Task, TaskDependency
 from ledger.services import dependency_add
 from tests.console.browser.conftest import login, screenshot
 from tests.console.conftest import PASSWORD
@@ -99,7 +99,7 @@ def test_clearing_a_reservation(page, superuser):
     expect(page.locator("#lh-clear-reservation")).to_have_count(0)
     screenshot(page, "task-reservation-cleared.png")
     assert Task.objects.get(pk=task.pk).reserved_for_id is None
-    assert Event.objects.filter(type="task.reservation_cleared", task=task).count() == 1
+    assert Event.objects.filter(type=EventType.TASK_RESERVATION_CLEARED, task=task).count() == 1
 
 
 def test_cancel_with_force_release(page, superuser):
@@ -116,7 +116,7 @@ def test_cancel_with_force_release(page, superuser):
     page.click("#lh-confirm-submit")
     expect(page.locator(".messagelist")).to_contain_text("1 task cancelled. Revoked 1 live lease.")
     expect(page.locator(".lh-summary")).to_contain_text("Cancelled")
-    expect(page.locator("#timeline")).to_contain_text("attempt.revoked")
+    expect(page.locator("#timeline")).to_contain_text(EventType.ATTEMPT_REVOKED)
     assert Attempt.objects.get(pk=grant.attempt.pk).status == "revoked"
     assert Task.objects.get(pk=task.pk).status == "cancelled"
 
@@ -142,7 +142,7 @@ def test_the_task_page_at_375_px(page, superuser):
     page.set_viewport_size({"width": 375, "height": 812})
     login(page, "root")
     page.goto(f"/admin/ledger/task/{task.pk}/change/")
-    expect(page.locator("#timeline")).to_contain_text("attempt.claimed")
+    expect(page.locator("#timeline")).to_contain_text(EventType.ATTEMPT_CLAIMED)
     timeline = page.locator("#timeline li").first
     time_box = box_of(timeline.locator("time"))
     type_box = box_of(timeline.locator("a.lh-mono"))

@@ -10,7 +10,7 @@ from django.core.management import call_command
 from core.errors import ValidationFailed
 from leases.services import attempt_finish, lease_claim
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, EventType
 from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun
 from reconciliation.pruning import PRUNED_NOTE
 from reconciliation.services import attempt_discard, reconcile
@@ -168,4 +168,4 @@ def test_discarding_needs_an_ended_attempt_and_a_reason(tmp_path, clock):
     again = attempt_discard(attempt=grant.attempt, actor=SYSTEM, reason="dead end, really")
     assert again.pk == first.pk
     assert again.reason == "dead end"
-    assert Event.objects.filter(type="attempt.discarded", attempt_id=grant.attempt.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_DISCARDED, attempt_id=grant.attempt.pk).count() == 1

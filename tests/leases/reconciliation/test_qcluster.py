@@ -24,7 +24,7 @@ from django_q.models import Task as QueuedTask
 
 from leases.models import Attempt, AttemptStatus
 from leases.services import lease_claim
-from ledger.models import Event
+from ledger.models import Event, EventType
 from operations.schedules import ensure_schedules
 from reconciliation.models import ReconciliationRun
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -98,7 +98,7 @@ def test_a_real_cluster_runs_the_due_sweep_and_reconcile_schedules(tmp_path):
 
     log = log_path.read_text()
     assert Attempt.objects.get(pk=grant.attempt.pk).status == AttemptStatus.EXPIRED, log
-    assert Event.objects.filter(type="attempt.expired", attempt_id=grant.attempt.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_EXPIRED, attempt_id=grant.attempt.pk).count() == 1
     assert QueuedTask.objects.filter(func="leases.jobs.sweep_expired_job", success=True).exists(), log
     assert ReconciliationRun.objects.filter(finished_at__isnull=False).exists(), log
     assert QueuedTask.objects.filter(func="reconciliation.jobs.reconcile_job", success=True).exists(), log

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ledger.models import Event
+from ledger.models import Event, EventType
 from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, RunStatus
 from reconciliation.services import reconcile
 from reconciliation.triage import RECONCILIATION_ACTOR
@@ -36,7 +36,7 @@ def test_scenario_opens_exactly_its_finding(condition, tmp_path, clock):
     assert run.status == RunStatus.SUCCEEDED, run.errors
     assert run.counts == {c: (len(scenario.subjects) if c == condition else 0) for c in Condition.values}
     assert run.opened == len(scenario.subjects)
-    opened = {e.payload["finding"]: e for e in Event.objects.filter(type="finding.opened")}
+    opened = {e.payload["finding"]: e for e in Event.objects.filter(type=EventType.FINDING_OPENED)}
     assert sorted(opened) == [f.pk for f in findings]
     assert all(opened[f.pk].project_id == f.project_id for f in findings)
     assert all(opened[f.pk].payload["condition"] == condition for f in findings)
@@ -56,7 +56,7 @@ def test_second_run_moves_last_seen_and_adds_no_duplicate(condition, tmp_path, c
     assert all(f.last_seen_at == clock.now() for f in after)
     assert second.opened == 0
     assert Finding.objects.count() == len(before)
-    assert Event.objects.filter(type="finding.opened").count() == len(before)
+    assert Event.objects.filter(type=EventType.FINDING_OPENED).count() == len(before)
 
 
 @pytest.mark.parametrize("condition", CONDITIONS)
@@ -75,7 +75,7 @@ def test_repairing_the_scenario_resolves_its_finding(condition, tmp_path, clock)
     assert all(f.resolved_by == RECONCILIATION_ACTOR for f in findings)
     assert run.resolved == len(findings)
     assert run.counts[condition] == 0
-    resolved_events = Event.objects.filter(type="finding.resolved")
+    resolved_events = Event.objects.filter(type=EventType.FINDING_RESOLVED)
     assert sorted(e.payload["finding"] for e in resolved_events) == sorted(f.pk for f in findings)
 
 

@@ -6,7 +6,7 @@ import pytest
 from django.db import IntegrityError, transaction
 
 from core.errors import ValidationFailed
-from ledger.models import DeletionRefused, Event
+from ledger.models import DeletionRefused, Event, EventType
 from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, SubjectType
 from reconciliation.services import finding_acknowledge, finding_resolve, reconcile
 from tests.factories import ProjectFactory
@@ -27,7 +27,7 @@ def test_acknowledging_keeps_the_finding_until_its_condition_ends(open_finding, 
     finding = finding_acknowledge(finding=finding, actor=user_actor, note="looking into it")
     assert finding.status == FindingStatus.ACKNOWLEDGED
     assert finding.acknowledged_by == "user:root"
-    event = Event.objects.get(type="finding.acknowledged")
+    event = Event.objects.get(type=EventType.FINDING_ACKNOWLEDGED)
     assert event.actor_user == user_actor.user
     assert event.project_id == finding.project_id
 
@@ -50,7 +50,7 @@ def test_resolving_by_hand_while_the_condition_holds_opens_a_new_finding_next_ru
     assert finding.status == FindingStatus.RESOLVED
     assert finding.resolved_by == "user:root"
     assert finding.resolution_note == "fixed the agent config"
-    assert Event.objects.filter(type="finding.resolved", actor_user=user_actor.user).count() == 1
+    assert Event.objects.filter(type=EventType.FINDING_RESOLVED, actor_user=user_actor.user).count() == 1
 
     clock.advance(60)
     reconcile()
@@ -63,7 +63,7 @@ def test_resolving_twice_appends_one_event_and_a_resolved_finding_cannot_be_ackn
     _, finding = open_finding
     finding_resolve(finding=finding, actor=user_actor)
     finding_resolve(finding=finding, actor=user_actor)
-    assert Event.objects.filter(type="finding.resolved").count() == 1
+    assert Event.objects.filter(type=EventType.FINDING_RESOLVED).count() == 1
     with pytest.raises(ValidationFailed):
         finding_acknowledge(finding=finding, actor=user_actor)
 

@@ -17,7 +17,7 @@ from django.test import override_settings
 
 from leases.models import Attempt
 from leases.services import attempt_finish, attempt_release, attempt_renew, attempt_set_git, lease_claim, note_add
-from ledger.models import Event, Project
+from ledger.models import Event, EventType, Project
 from ledger.services import agent_heartbeat
 from reconciliation.models import Condition, Finding, FindingStatus, RunStatus
 from reconciliation.services import reconcile
@@ -314,10 +314,10 @@ def test_commits_reconciliation_saw_make_an_ended_attempts_branch_inherited(how,
     task, grant, base = ended_without_facts(world, how=how, commits=2)
     reconcile()
     assert Attempt.objects.get(pk=grant.attempt.pk).seen_commits_ahead == 2
-    (event,) = Event.objects.filter(type="attempt.updated", attempt_id=grant.attempt.pk)
+    (event,) = Event.objects.filter(type=EventType.ATTEMPT_UPDATED, attempt_id=grant.attempt.pk)
     assert (event.payload, event.actor_agent) == ({"seen_commits_ahead": 2}, None)
     reconcile()
-    assert Event.objects.filter(type="attempt.updated", attempt_id=grant.attempt.pk).count() == 1
+    assert Event.objects.filter(type=EventType.ATTEMPT_UPDATED, attempt_id=grant.attempt.pk).count() == 1
 
     again = lease_claim(task=task, agent=agent_in(task.project))
     assert (again.attempt.branch, again.attempt.base_commit) == ("feature/left-behind", base)

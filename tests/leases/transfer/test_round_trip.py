@@ -10,7 +10,7 @@ from django.core.management import call_command
 
 from leases.models import Attempt, AttemptStatus
 from leases.services import sweep_expired
-from ledger.models import Agent, Event, Project, Task
+from ledger.models import Agent, Event, EventType, Project, Task
 from operations.transfer.export import project_export
 from push.models import DeliveryStatus, WebhookDelivery
 from push.services.webhooks import webhook_create
@@ -79,7 +79,7 @@ def test_imported_events_keep_their_order_and_their_payload_ids_point_at_the_cop
     assert min(e.id for e in Event.objects.filter(project__slug="copy")) > max(
         e.id for e in Event.objects.filter(project__slug="src")
     )
-    superseded = Event.objects.get(project__slug="copy", type="decision.superseded")
+    superseded = Event.objects.get(project__slug="copy", type=EventType.DECISION_SUPERSEDED)
     from ledger.models import Decision
 
     assert Decision.objects.get(pk=superseded.payload["by"]).project.slug == "copy"

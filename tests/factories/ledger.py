@@ -1,4 +1,4 @@
-"""Factories that build through the services, so every object carries its events."""
+"""The ledger's factories (projects, tasks, agents), built through its services, so every object carries its events."""
 
 from __future__ import annotations
 
