@@ -30,6 +30,7 @@ from django.test import override_settings
 
 from core.errors import ValidationFailed
 from ledger.actors import SYSTEM
+from ledger.models import EventType
 from push import webhooks
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from push.services import webhooks as webhook_services
@@ -183,9 +184,9 @@ def test_create_webhook_refuses_a_url_read_from_a_file_with_crlf_line_ends():
 
 
 def test_a_stored_url_the_client_cannot_post_to_is_a_failed_try_and_the_others_still_get_events(clock, receiver):
-    broken, _ = webhook_create(url="http://127.0.0.1:9/hook", event_types=["task.created"], actor=SYSTEM)
+    broken, _ = webhook_create(url="http://127.0.0.1:9/hook", event_types=[EventType.TASK_CREATED], actor=SYSTEM)
     WebhookEndpoint.objects.filter(pk=broken.pk).update(url="http://127.0.0.1:9/hook\r")  # stored before the check
-    good = subscribe(receiver, event_types=["task.created"])
+    good = subscribe(receiver, event_types=[EventType.TASK_CREATED])
     TaskFactory(project=ProjectFactory())
     run = webhook_deliveries_run()
     assert (run.tries, run.delivered, run.failed) == (2, 1, 1)
@@ -203,7 +204,7 @@ def test_a_stored_url_the_client_cannot_post_to_is_a_failed_try_and_the_others_s
 
 def test_a_trickled_answer_ends_at_the_try_deadline_and_is_recorded(clock):
     with raw_server(trickle_headers) as server:
-        endpoint, _ = webhook_create(url=server.url(), event_types=["task.created"], actor=SYSTEM)
+        endpoint, _ = webhook_create(url=server.url(), event_types=[EventType.TASK_CREATED], actor=SYSTEM)
         TaskFactory(project=ProjectFactory())
         started = time.monotonic()
         run = webhook_deliveries_run()
@@ -218,7 +219,7 @@ def test_a_trickled_answer_ends_at_the_try_deadline_and_is_recorded(clock):
 
 def test_a_huge_answer_is_not_read(clock):
     with raw_server(huge_body) as server:
-        endpoint, _ = webhook_create(url=server.url(), event_types=["task.created"], actor=SYSTEM)
+        endpoint, _ = webhook_create(url=server.url(), event_types=[EventType.TASK_CREATED], actor=SYSTEM)
         TaskFactory(project=ProjectFactory())
         started = time.monotonic()
         run = webhook_deliveries_run()
@@ -231,8 +232,8 @@ def test_a_huge_answer_is_not_read(clock):
 
 def test_a_slow_receiver_does_not_hold_up_the_other_endpoints(clock, receiver):
     with raw_server(trickle_headers) as server:
-        webhook_create(url=server.url(), event_types=["task.created"], actor=SYSTEM)  # the first endpoint
-        subscribe(receiver, event_types=["task.created"])
+        webhook_create(url=server.url(), event_types=[EventType.TASK_CREATED], actor=SYSTEM)  # the first endpoint
+        subscribe(receiver, event_types=[EventType.TASK_CREATED])
         project = ProjectFactory()
         for _ in range(3):
             TaskFactory(project=project)
@@ -245,7 +246,7 @@ def test_a_slow_receiver_does_not_hold_up_the_other_endpoints(clock, receiver):
 
 
 def test_a_try_cut_off_by_a_killed_job_is_counted_and_not_posted_again_at_once(clock, receiver, monkeypatch):
-    endpoint = subscribe(receiver, event_types=["task.created"])
+    endpoint = subscribe(receiver, event_types=[EventType.TASK_CREATED])
     TaskFactory(project=ProjectFactory())
 
     def killed(**kwargs):
@@ -274,7 +275,7 @@ def test_a_try_cut_off_by_a_killed_job_is_counted_and_not_posted_again_at_once(c
 def test_a_delivery_process_killed_mid_post_leaves_the_try_counted(tmp_path):
     """The real thing: another process posts to a trickling receiver and gets SIGKILL in the middle."""
     with raw_server(trickle_headers) as server:
-        endpoint, _ = webhook_create(url=server.url(), event_types=["task.created"], actor=SYSTEM)
+        endpoint, _ = webhook_create(url=server.url(), event_types=[EventType.TASK_CREATED], actor=SYSTEM)
         TaskFactory(project=ProjectFactory())
         env = {
             **os.environ,
@@ -306,7 +307,7 @@ def test_a_delivery_process_killed_mid_post_leaves_the_try_counted(tmp_path):
 
 
 def test_a_last_try_cut_off_leaves_the_delivery_dead_without_a_ninth_post(clock, receiver, monkeypatch):
-    subscribe(receiver, event_types=["task.created"])
+    subscribe(receiver, event_types=[EventType.TASK_CREATED])
     TaskFactory(project=ProjectFactory())
     WebhookDelivery.objects.update(attempts=MAX_TRIES - 1)
     monkeypatch.setattr(webhooks, "post", lambda **kwargs: (_ for _ in ()).throw(SystemExit("killed")))

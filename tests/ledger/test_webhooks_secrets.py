@@ -20,6 +20,7 @@ from django.db.migrations.executor import MigrationExecutor
 from django.test import override_settings
 
 from ledger.actors import SYSTEM
+from ledger.models import EventType
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from push.secret_box import SecretUnreadable, decrypt
 from push.services.webhooks import webhook_create, webhook_deliveries_run, webhook_roll_secret
@@ -67,7 +68,7 @@ def test_a_backup_holds_no_secret_in_clear(tmp_path):
 @pytest.mark.django_db
 def test_after_a_key_rotation_the_fallback_reads_the_secrets_until_they_are_encrypted_anew(clock):
     with running_receiver() as receiver, override_settings(SECRET_KEY=OLD_KEY, SECRET_KEY_FALLBACKS=[]):
-        endpoint, secret = webhook_create(url=receiver.url, event_types=["task.created"], actor=SYSTEM)
+        endpoint, secret = webhook_create(url=receiver.url, event_types=[EventType.TASK_CREATED], actor=SYSTEM)
         receiver.secrets.append(secret)
         project = ProjectFactory()
 
@@ -101,7 +102,7 @@ def test_after_a_key_rotation_the_fallback_reads_the_secrets_until_they_are_encr
 def test_a_secret_lost_with_its_key_is_replaced_by_rolling_it(clock):
     with running_receiver() as receiver:
         with override_settings(SECRET_KEY=OLD_KEY, SECRET_KEY_FALLBACKS=[]):
-            endpoint, _ = webhook_create(url=receiver.url, event_types=["task.created"], actor=SYSTEM)
+            endpoint, _ = webhook_create(url=receiver.url, event_types=[EventType.TASK_CREATED], actor=SYSTEM)
         TaskFactory(project=ProjectFactory())  # under the test key: the secret is lost
         webhook_deliveries_run()
         assert "cannot be decrypted" in WebhookDelivery.objects.get().last_error
