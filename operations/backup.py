@@ -39,7 +39,7 @@ PRIVATE_FILE_MODE = 0o600
 
 # The triggers Leasehold's migrations create on SQLite: name → (app, migration that creates it, table).
 # A backup of an older schema lacks the later ones (`migrate` adds them); any other trigger is foreign.
-# tests/leases/test_backup.py checks this against a freshly migrated database.
+# tests/operations/test_backup.py checks this against a freshly migrated database.
 SQLITE_TRIGGERS: dict[str, tuple[str, str, str]] = {
     "ledger_event_no_update": ("ledger", "0002_event_append_only", "ledger_event"),
     "ledger_event_no_delete": ("ledger", "0002_event_append_only", "ledger_event"),

@@ -1,6 +1,6 @@
 """What to do about each reconciliation condition: the remedy column of docs/operations.md, word for word.
 
-Shown on each finding's page; `tests/leases/reconciliation/test_remedies.py` fails when the two drift.
+Shown on each finding's page; `tests/reconciliation/test_remedies.py` fails when the two drift.
 """
 
 from __future__ import annotations

@@ -119,3 +119,18 @@ def admin_user(django_user_model):
 @pytest.fixture
 def user_actor(admin_user) -> Actor:
     return Actor(user=admin_user)
+
+
+@pytest.fixture
+def project():
+    """The project most room tests start from; a module or folder that needs others overrides it."""
+    from tests.factories import ProjectFactory
+
+    return ProjectFactory(slug="web")
+
+
+@pytest.fixture
+def agent(project):
+    from tests.factories import AgentFactory
+
+    return AgentFactory(handle="agent-07", projects=[project])

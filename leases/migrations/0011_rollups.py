@@ -58,7 +58,7 @@ class Migration(migrations.Migration):
 
 # --- Backfill and triggers (insight/models/rollups.py) --------------------------
 # Appended to the generated migration by hand; keep them on regenerating.
-# The rules, in both dialects (tests/leases/test_rollups.py holds them to the live counts):
+# The rules, in both dialects (tests/insight/test_rollups.py holds them to the live counts):
 # - an attempt counts one claim on the UTC day of `claimed_at` and, once it has one, one finish on the
 #   UTC day of `finished_at`, under its task's project and its agent; an update that changes any of those
 #   takes the old row's counts back and adds the new row's;

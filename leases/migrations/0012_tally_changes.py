@@ -45,7 +45,7 @@ class Migration(migrations.Migration):
 # again: the swap happens under a lock that keeps every writer of the two tables out (PostgreSQL; SQLite's
 # migration holds the only write lock already).
 # On SQLite, a later migration that rebuilds `leases_attempt` or `ledger_event` drops these triggers and must
-# recreate them (tests/leases/test_rollups.py checks that they exist).
+# recreate them (tests/insight/test_rollups.py checks that they exist).
 
 CONTESTED = "task.contested"
 CHANGES = "leases_fleetdaytallychange (day, project_id, agent_id, claims, finished, contested)"

@@ -12,7 +12,7 @@ the trigger's table lock on PostgreSQL (no writer can slip between).
 
 On SQLite, a later migration that rebuilds `ledger_task` (Django does that
 for many ALTERs) drops these triggers and must recreate them
-(`tests/ledger/test_task_counts.py` checks they exist after migrate).
+(`tests/insight/test_task_counts.py` checks they exist after migrate).
 """
 
 from typing import Any

@@ -95,7 +95,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("event", Event, lambda p: Event.objects.filter(project=p)),
 )
 # Every other model of Leasehold's rooms, and why a project's export leaves it out
-# (tests/leases/transfer/test_round_trip.py checks that no model is forgotten).
+# (tests/operations/transfer/test_round_trip.py checks that no model is forgotten).
 NOT_EXPORTED: dict[str, str] = {
     "ledger.Agent": "written as `agent` rows by handle, without its token",
     "push.WebhookEndpoint": "the server's own signing secrets and targets",

@@ -73,7 +73,7 @@ def test_readyz_follows_a_real_cluster_heartbeat_and_names_the_scheduler_once_it
     from insight.models.job_heartbeat import JobHeartbeat
     from ledger import clock
     from operations.schedules import ensure_schedules
-    from tests.leases.reconciliation.test_qcluster import WAIT_SECONDS, start_cluster, stop_cluster
+    from tests.reconciliation.test_qcluster import WAIT_SECONDS, start_cluster, stop_cluster
 
     now = timezone.now()
     ensure_schedules()

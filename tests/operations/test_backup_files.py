@@ -21,7 +21,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from operations import backup
-from tests.leases.test_backup import _base_env
+from tests.operations.test_backup import _base_env
 from tests.served import manage
 
 pytestmark = pytest.mark.django_db

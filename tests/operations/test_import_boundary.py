@@ -23,8 +23,8 @@ from django.test import override_settings
 from leases.models import Attempt
 from ledger.models import Event, Project, Task
 from operations.transfer.export import project_export
-from tests.leases.test_backup import ROOT, _base_env
-from tests.leases.transfer.scenario import build_project
+from tests.operations.test_backup import ROOT, _base_env
+from tests.operations.transfer.scenario import build_project
 
 pytestmark = pytest.mark.django_db
 

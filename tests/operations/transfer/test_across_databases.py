@@ -17,7 +17,7 @@ import pytest
 
 from ledger.models import Project
 from operations.transfer.export import project_export
-from tests.leases.transfer.scenario import build_project, lines_of, normalized
+from tests.operations.transfer.scenario import build_project, lines_of, normalized
 
 ROOT = Path(__file__).resolve().parents[3]
 POSTGRES = os.environ.get("LEASEHOLD_TEST_POSTGRES_URL", "postgres://postgres@127.0.0.1:5432/postgres")

@@ -23,7 +23,7 @@ from operations.schedules import ensure_schedules
 from push.services.webhooks import webhook_create
 from reconciliation.services import reconcile
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
-from tests.leases.reconciliation.test_qcluster import start_cluster, stop_cluster
+from tests.reconciliation.test_qcluster import start_cluster, stop_cluster
 from tests.webhook_receiver import running_receiver
 
 WITHIN_SECONDS = 10.0

@@ -8,7 +8,7 @@ from ledger.models import Event, EventType
 from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, RunStatus
 from reconciliation.services import reconcile
 from reconciliation.triage import RECONCILIATION_ACTOR
-from tests.leases.reconciliation.scenarios import SCENARIOS
+from tests.reconciliation.scenarios import SCENARIOS
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ from reconciliation.models import Condition, Finding, FindingStatus
 from reconciliation.services import reconcile
 from tests.factories import ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
-from tests.leases.reconciliation.gitworld import GitWorld, git
-from tests.leases.reconciliation.scenarios import agent_in
+from tests.reconciliation.gitworld import GitWorld, git
+from tests.reconciliation.scenarios import agent_in
 
 pytestmark = pytest.mark.django_db
 

@@ -16,8 +16,8 @@ from reconciliation.pruning import PRUNED_NOTE
 from reconciliation.services import attempt_discard, reconcile
 from tests.factories import ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
-from tests.leases.reconciliation.gitworld import GitWorld, git
-from tests.leases.reconciliation.scenarios import agent_in
+from tests.reconciliation.gitworld import GitWorld, git
+from tests.reconciliation.scenarios import agent_in
 
 pytestmark = pytest.mark.django_db
 

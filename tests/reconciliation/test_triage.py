@@ -10,7 +10,7 @@ from ledger.models import DeletionRefused, Event, EventType
 from reconciliation.models import Condition, Finding, FindingStatus, ReconciliationRun, SubjectType
 from reconciliation.services import finding_acknowledge, finding_resolve, reconcile
 from tests.factories import ProjectFactory
-from tests.leases.reconciliation import scenarios
+from tests.reconciliation import scenarios
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from ledger.models import Project
 from reconciliation.models import Condition, Finding, FindingStatus, RunStatus
 from reconciliation.services import reconcile
 from tests.factories import ProjectFactory
-from tests.leases.reconciliation import scenarios
+from tests.reconciliation import scenarios
 
 pytestmark = pytest.mark.django_db
 
@@ -61,7 +61,7 @@ def test_a_missing_default_branch_is_an_error_not_a_flood_of_findings(tmp_path, 
 
 
 def test_a_path_inside_another_repository_is_not_read_as_that_repository(tmp_path, clock):
-    from tests.leases.reconciliation.gitworld import GitWorld
+    from tests.reconciliation.gitworld import GitWorld
 
     world = GitWorld(tmp_path / "git")
     inner = world.clone / "subdir"

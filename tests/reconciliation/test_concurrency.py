@@ -8,7 +8,7 @@ from ledger.models import Event, EventType
 from reconciliation.models import Finding, FindingStatus, ReconciliationRun, RunStatus
 from reconciliation.services import reconcile
 from tests.concurrency import run_in_threads
-from tests.leases.reconciliation import scenarios
+from tests.reconciliation import scenarios
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

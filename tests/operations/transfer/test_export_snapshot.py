@@ -13,7 +13,7 @@ from ledger.models import Project, Task
 from ledger.services import task_create
 from operations.transfer.export import project_export
 from tests.factories import ProjectFactory, TaskFactory
-from tests.leases.transfer.scenario import lines_of
+from tests.operations.transfer.scenario import lines_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

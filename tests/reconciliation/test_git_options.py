@@ -23,8 +23,8 @@ from reconciliation.git import GitError, LocalRepository, remote_heads, worktree
 from reconciliation.services import reconcile
 from tests.factories import ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
-from tests.leases.reconciliation.gitworld import GitWorld, git
-from tests.leases.reconciliation.scenarios import agent_in
+from tests.reconciliation.gitworld import GitWorld, git
+from tests.reconciliation.scenarios import agent_in
 
 VICTIM_TEXT = "precious\n"
 

@@ -13,7 +13,7 @@ from reconciliation.git import (
     run_git,
     worktree_cleanliness,
 )
-from tests.leases.reconciliation.gitworld import GitWorld
+from tests.reconciliation.gitworld import GitWorld
 
 PORCELAIN = """worktree /srv/repo
 HEAD 1111111111111111111111111111111111111111

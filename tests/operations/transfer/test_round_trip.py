@@ -14,7 +14,7 @@ from ledger.models import Agent, Event, EventType, Project, Task
 from operations.transfer.export import project_export
 from push.models import DeliveryStatus, WebhookDelivery
 from push.services.webhooks import webhook_create
-from tests.leases.transfer.scenario import build_project, lines_of, normalized
+from tests.operations.transfer.scenario import build_project, lines_of, normalized
 
 pytestmark = pytest.mark.django_db
 

@@ -12,8 +12,8 @@ from reconciliation.models import Condition, Finding, FindingStatus, SubjectType
 from reconciliation.services import reconcile
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
-from tests.leases.reconciliation.gitworld import GitWorld
-from tests.leases.reconciliation.scenarios import agent_in
+from tests.reconciliation.gitworld import GitWorld
+from tests.reconciliation.scenarios import agent_in
 
 pytestmark = pytest.mark.django_db
 
@@ -134,7 +134,7 @@ def test_orphan_branch_is_not_reported_when_the_work_has_a_home(case, tmp_path, 
     if case == "merged":
         world.merge("feature/work")
     if case == "deleted":
-        from tests.leases.reconciliation.gitworld import git
+        from tests.reconciliation.gitworld import git
 
         git("branch", "-D", "feature/work", cwd=world.clone)
     reconcile()

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.leases.reconciliation.gitworld import GIT_TEST_ENV, GitWorld
+from tests.reconciliation.gitworld import GIT_TEST_ENV, GitWorld
 
 
 @pytest.fixture(autouse=True)

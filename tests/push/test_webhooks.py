@@ -3,7 +3,7 @@
 The receiver is a real http.server on loopback (tests/webhook_receiver.py)
 that checks every signature; the delivery run is called in-process with the
 fake clock, so backoff is walked without sleeping. The cluster delivering is
-tests/ledger/test_webhook_cluster.py.
+tests/push/test_webhook_cluster.py.
 """
 
 from __future__ import annotations

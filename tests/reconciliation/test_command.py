@@ -11,7 +11,7 @@ from operations.schedules import SCHEDULES
 from reconciliation.jobs import reconcile_job
 from reconciliation.models import Condition, ReconciliationRun
 from tests.factories import ProjectFactory
-from tests.leases.reconciliation import scenarios
+from tests.reconciliation import scenarios
 
 pytestmark = pytest.mark.django_db
 

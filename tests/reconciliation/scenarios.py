@@ -31,7 +31,7 @@ from ledger.services import agent_heartbeat
 from reconciliation.models import Condition
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
-from tests.leases.reconciliation.gitworld import GitWorld, git
+from tests.reconciliation.gitworld import GitWorld, git
 
 
 @dataclass(frozen=True)

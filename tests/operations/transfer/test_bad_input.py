@@ -11,7 +11,7 @@ from django.core.management.base import CommandError
 
 from ledger.models import Agent, Event, Project, Task
 from operations.transfer.export import project_export
-from tests.leases.transfer.scenario import build_project
+from tests.operations.transfer.scenario import build_project
 
 pytestmark = pytest.mark.django_db
 
