@@ -1,14 +1,16 @@
 """Rate limits (issue 14): failed authentications per client address, and requests per agent.
 
 Fixed one-minute windows counted in Django's cache: one `add` and one
-`incr` per request, no history list to rewrite. The cache is the process's
-own memory unless `CACHES` says otherwise, so with several server processes
-each counts on its own (documented: docs/operations.md, "Security").
+`incr` per request, no history list to rewrite. With `LEASEHOLD_REDIS_URL`
+the cache is Redis, shared by every server process; without it each process
+counts in its own memory (documented: docs/operations.md, "Security").
 
 - Failed bearer authentications: `LEASEHOLD_AUTH_FAILURES_PER_MINUTE`
-  (default 20) per client address. Past it, every bearer attempt from that
-  address answers `RATE_LIMITED` (429, `Retry-After`) *before* its token is
-  checked, so the answers teach a guesser nothing until the window ends.
+  (default 20) per client address. A valid token is always served; a bad
+  one past the limit answers `RATE_LIMITED` (429, `Retry-After`) instead of
+  `AUTHENTICATION_FAILED`. Tokens carry ~256 random bits, so guessing is
+  hopeless either way: the limit bounds what failures cost the server, and
+  never locks out the valid agents that share an address with a bad one.
 - Requests per agent: `LEASEHOLD_AGENT_REQUESTS_PER_MINUTE` (default 6000,
   100 a second; 0 turns it off), the DRF throttle every API view runs.
 
@@ -80,7 +82,8 @@ class AgentRateThrottle(BaseThrottle):
 
 
 class FailedAuthentications:
-    """Bad bearer tokens per client address; used by the authentication class itself."""
+    """Bad bearer tokens per client address; used by the authentication class itself, after the token
+    was found not valid (a valid token is never refused for its neighbours' failures)."""
 
     def __init__(self, request: Request) -> None:
         window, self.seconds_left = _window()

@@ -242,6 +242,9 @@ if LEASEHOLD_HTTPS:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = True
+    # Probes and the scrape reach the server directly over HTTP, and a 301 would count as a pass
+    # (probes) or fail the scrape: they are answered where they are asked.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/?$", r"^readyz/?$", r"^metrics/?$"]
     SECURE_HSTS_SECONDS = env_int("LEASEHOLD_HSTS_SECONDS", 31536000, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("LEASEHOLD_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("LEASEHOLD_HSTS_PRELOAD", False)
@@ -261,10 +264,11 @@ LEASEHOLD_TRUSTED_PROXIES = env_int("LEASEHOLD_TRUSTED_PROXIES", 0, minimum=0, m
 # authentications, per agent for requests (0 turns the agent limit off).
 LEASEHOLD_AUTH_FAILURES_PER_MINUTE = env_int("LEASEHOLD_AUTH_FAILURES_PER_MINUTE", 20, minimum=1)
 LEASEHOLD_AGENT_REQUESTS_PER_MINUTE = env_int("LEASEHOLD_AGENT_REQUESTS_PER_MINUTE", 6000, minimum=0)
-# Admin login lockout (django-axes): per client address, reset by a success.
+# Admin login lockout (django-axes): per user name and client address together, reset by a success.
+# One user's failures do not lock out the other users behind the same address (a NAT, an office).
 AXES_FAILURE_LIMIT = env_int("LEASEHOLD_ADMIN_LOGIN_FAILURES", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LEASEHOLD_ADMIN_LOCKOUT_MINUTES", 15, minimum=1))
-AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 # The same client address as the API's throttles (X-Forwarded-For only through trusted proxies).
@@ -308,6 +312,17 @@ if LEASEHOLD_LOG_FORMAT not in ("text", "json"):
 LEASEHOLD_REDIS_URL = env_str("LEASEHOLD_REDIS_URL")
 if LEASEHOLD_REDIS_URL and not LEASEHOLD_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"LEASEHOLD_REDIS_URL must be a redis:// URL; got {LEASEHOLD_REDIS_URL!r}.")
+
+# The cache holds the API's rate-limit windows (api/throttles.py): in Redis, shared by every server
+# process, when LEASEHOLD_REDIS_URL is set; otherwise in each process's memory (each counts on its own).
+if LEASEHOLD_REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": LEASEHOLD_REDIS_URL,
+            "KEY_PREFIX": "leasehold",
+        }
+    }
 
 # --- django-q2 (SPEC §9) ------------------------------------------------------
 
