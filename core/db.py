@@ -49,6 +49,13 @@ _CONNECTION_LOST_MESSAGES = (
     "couldn't get a connection",
 )
 
+# The storage cannot take a write right now, and nothing of the transaction committed: the disk
+# is full, the file system failed a read or write, a lock outlasted its wait. The caller retries
+# later (STORAGE_BUSY); a 500 with a traceback would tell it the opposite.
+_STORAGE_FAULT_MESSAGES = ("database or disk is full", "disk i/o error")
+# PostgreSQL: class 53 (insufficient resources: disk full, out of memory, too many connections) and an I/O error.
+_STORAGE_FAULT_SQLSTATE_PREFIXES = ("53", "58030")
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -72,6 +79,19 @@ def is_transient_lock_error(exc: BaseException) -> bool:
         return True
     message = str(exc).lower()
     return "database is locked" in message or "database table is locked" in message
+
+
+def is_storage_fault(exc: BaseException) -> bool:
+    """The database refused for want of storage (disk full, an I/O error) or a lock: retryable, nothing written."""
+    if not isinstance(exc, OperationalError):
+        return False
+    if is_transient_lock_error(exc):
+        return True
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if sqlstate is not None:
+        return str(sqlstate).startswith(_STORAGE_FAULT_SQLSTATE_PREFIXES)
+    message = str(exc).lower()
+    return any(sign in message for sign in _STORAGE_FAULT_MESSAGES)
 
 
 def write_transaction(func: Callable[P, R]) -> Callable[P, R]:
