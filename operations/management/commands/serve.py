@@ -1,18 +1,24 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+# prctl(2): ask the kernel to send a signal to this process when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 
 class Command(BaseCommand):
@@ -96,11 +102,16 @@ class Command(BaseCommand):
                 env=web_env,
                 cwd=cwd,
                 start_new_session=True,
+                preexec_fn=die_with_this_process(),
             ),
         }
         if not options["no_cluster"]:
             children["cluster"] = subprocess.Popen(
-                [sys.executable, "-m", "django", "qcluster"], env=env, cwd=cwd, start_new_session=True
+                [sys.executable, "-m", "django", "qcluster"],
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=die_with_this_process(),
             )
         banner = f"Leasehold is serving on http://{bind}/ (admin at /admin/, API at /api/v1/)."
         if settings.LEASEHOLD_LOG_FORMAT == "json":
@@ -144,3 +155,26 @@ class Command(BaseCommand):
 def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signum)
+
+
+def die_with_this_process() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child die with serve, even when serve is killed with SIGKILL.
+
+    Each child leads a session of its own (so that Ctrl-C reaches serve alone and serve stops them in
+    order), which also means nothing ends them when serve dies without stopping them: gunicorn would
+    keep the port and a new serve fail "Address already in use". Linux's parent-death signal sends
+    the child SIGTERM when serve goes, and each stops its own workers as on any SIGTERM. Elsewhere
+    (no prctl) it is None: serve still stops its children on SIGINT and SIGTERM.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    prctl = libc.prctl  # looked up here, in the parent: the child only calls it
+    parent = os.getpid()
+
+    def in_the_child() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # serve died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return in_the_child
