@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import ParamSpec, TypeVar
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import Error, InterfaceError, OperationalError, connection, transaction
 
@@ -187,3 +190,43 @@ def read_snapshot() -> Iterator[None]:
                 yield
             finally:
                 cursor.execute("COMMIT")  # nothing was written: commit and rollback end it alike
+
+
+class PrivateFileConnection(sqlite3.Connection):
+    """SQLite's connection (settings: OPTIONS `factory`), opening its database 0600 in a 0700 directory.
+
+    The database holds webhook secrets, session keys and password hashes: it
+    must not be readable by the machine's other users whatever the umask.
+    SQLite creates the `-wal` and `-shm` files with the database file's own
+    mode, so a database file created private keeps all three private.
+    """
+
+    def __init__(self, database: Any, *args: Any, **kwargs: Any) -> None:
+        make_sqlite_files_private(database)
+        super().__init__(database, *args, **kwargs)
+
+
+def make_sqlite_files_private(database: object) -> None:
+    """Create the database file 0600 (in a 0700 directory) before SQLite does; make existing ones private too.
+
+    In-memory databases (`:memory:`, `file:…` URIs) have no file. A file or
+    directory owned by another user is left alone (the server cannot change
+    it, and refusing to start would not make it private either).
+    """
+    name = os.fspath(database) if isinstance(database, str | os.PathLike) else ""
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return
+    path = Path(name)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _restrict(path.parent, 0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    for suffix in ("", "-wal", "-shm", ".writelock"):
+        _restrict(path.with_name(f"{path.name}{suffix}"), 0o600)
+
+
+def _restrict(path: Path, mode: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        status = path.stat()
+        if status.st_uid == os.geteuid() and status.st_mode & 0o777 != mode:
+            path.chmod(mode)

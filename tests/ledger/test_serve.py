@@ -28,8 +28,9 @@ def free_port() -> int:
 
 def test_serve_runs_web_and_cluster_on_fresh_sqlite_and_stops_both(tmp_path):
     port = free_port()
+    data_dir = tmp_path / "var"  # created by the server, under a umask that would leave it readable
     env = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_") and k != "DATABASE_URL"}
-    env.update({"LEASEHOLD_DATA_DIR": str(tmp_path), "LEASEHOLD_DEBUG": "1"})
+    env.update({"LEASEHOLD_DATA_DIR": str(data_dir), "LEASEHOLD_DEBUG": "1"})
     env["DJANGO_SETTINGS_MODULE"] = "config.settings.base"
     server = subprocess.Popen(
         [sys.executable, "manage.py", "serve", "--port", str(port), "--workers", "1"],
@@ -38,6 +39,7 @@ def test_serve_runs_web_and_cluster_on_fresh_sqlite_and_stops_both(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        preexec_fn=lambda: os.umask(0o022),
     )
     lines: list[str] = []
 
@@ -60,7 +62,12 @@ def test_serve_runs_web_and_cluster_on_fresh_sqlite_and_stops_both(tmp_path):
                 time.sleep(0.3)
         assert status == 200
         assert "Leasehold" in page
-        assert (tmp_path / "leasehold.sqlite3").exists()
+        assert (data_dir / "leasehold.sqlite3").exists()
+        assert (data_dir / "leasehold.sqlite3-wal").exists()
+        # Nothing under the data directory is readable by others: database, WAL, static files, keys (issue 27).
+        readable = subprocess.run(["find", str(data_dir), "-perm", "/044"], capture_output=True, text=True)
+        assert readable.stdout == "", readable.stdout[:2000]
+        assert any((data_dir / "static").rglob("*.gz"))  # the compressed copies were checked too
         # The scheduler runs beside the web server (it may come up a little later).
         while time.monotonic() < deadline and not any("Q Cluster" in line and "running" in line for line in lines):
             time.sleep(0.2)

@@ -53,8 +53,14 @@ class Command(BaseCommand):
         for name in ("head_timeout", "socket_timeout"):
             if not 0 < options[name] <= 3600:
                 raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 3600 seconds.")
-        call_command("migrate", interactive=False, verbosity=0)
-        call_command("collectstatic", interactive=False, verbosity=0)
+        # What these create under the data directory (the database, the collected and compressed static
+        # files) is the server's alone, whatever the umask serve was started with; the children keep it.
+        umask = os.umask(0o077)
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+            call_command("collectstatic", interactive=False, verbosity=0)
+        finally:
+            os.umask(umask)
         settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.base")
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module}
         # HeadFirstWorker reads its timeouts from these (config/gunicorn.py).
