@@ -16,6 +16,7 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from config.logs import logging_config
 from core.db import PrivateFileConnection
 from core.env import env_bool, env_int, env_list, env_str
 
@@ -210,24 +211,12 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
-}
-if env_str("LEASEHOLD_LOG_FORMAT", "text") == "json":
-    from config.logs import logging_config
-
+# Django's 4xx lines at INFO without traceback, a bad Host header in one line (config.logs.ExpectedResponses).
+_json_logs = env_str("LEASEHOLD_LOG_FORMAT", "text") == "json"
+LOGGING = logging_config(json_lines=_json_logs, level="INFO" if DEBUG else "WARNING")
+if _json_logs:
     # One JSON object per line (docs/operations.md, "Logs"); the request log is INFO even without DEBUG.
-    LOGGING = logging_config(json_lines=True, level="INFO" if DEBUG else "WARNING")
-    LOGGING["loggers"] = {
-        "leasehold.request": {"level": "INFO"},
-        # Django's own default handler for "django" (and django-q's, which it adds when it finds none) write
-        # plain text: these loggers get the JSON handler instead.
-        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "django-q": {"handlers": ["console"], "level": "INFO", "propagate": False},
-    }
+    LOGGING["loggers"]["leasehold.request"] = {"level": "INFO"}
 
 # --- HTTPS, behind a TLS-terminating proxy (docs/operations.md, "Deploying") --
 
