@@ -21,7 +21,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError, InternalError, OperationalError, ProgrammingError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, UnreadablePostError
 from django.views import defaults as django_defaults
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -144,6 +144,9 @@ def as_ledger_error(exc: BaseException) -> tuple[LedgerError, dict[str, str]]:
         return ValidationFailed(_summary(errors), details={"fields": errors}), {}
     if isinstance(exc, RequestDataTooBig):
         return PayloadTooLarge(details={"max_bytes": MAX_BODY_BYTES}), {}
+    if isinstance(exc, UnreadablePostError):
+        # The body did not arrive by its deadline (config/gunicorn.py), or the client went away.
+        return ValidationFailed("The request body did not arrive in time."), {}
     if isinstance(exc, SuspiciousOperation):
         return ValidationFailed("The request was refused as malformed."), {}
     if isinstance(exc, OperationalError) and is_transient_lock_error(exc):

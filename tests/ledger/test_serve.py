@@ -81,7 +81,13 @@ def test_serve_runs_web_and_cluster_on_fresh_sqlite_and_stops_both(tmp_path):
 
 @pytest.mark.parametrize(
     ("option", "value"),
-    [("--workers", "0"), ("--threads", "0"), ("--head-timeout", "0"), ("--socket-timeout", "-1")],
+    [
+        ("--workers", "0"),
+        ("--threads", "0"),
+        ("--head-timeout", "0"),
+        ("--body-timeout", "0"),
+        ("--socket-timeout", "-1"),
+    ],
 )
 def test_serve_refuses_bad_worker_options_before_touching_anything(option, value):
     with pytest.raises(CommandError, match=option):

@@ -39,6 +39,12 @@ class Command(BaseCommand):
             help="seconds a client has to send its request head before it is disconnected",
         )
         parser.add_argument(
+            "--body-timeout",
+            type=float,
+            default=20.0,
+            help="seconds a client has to send its request body after its head before it is disconnected",
+        )
+        parser.add_argument(
             "--socket-timeout",
             type=float,
             default=30.0,
@@ -50,7 +56,7 @@ class Command(BaseCommand):
         for name in ("workers", "threads"):
             if options[name] < 1:
                 raise CommandError(f"--{name} must be at least 1.")
-        for name in ("head_timeout", "socket_timeout"):
+        for name in ("head_timeout", "body_timeout", "socket_timeout"):
             if not 0 < options[name] <= 3600:
                 raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 3600 seconds.")
         # What these create under the data directory (the database, the collected and compressed static
@@ -67,6 +73,7 @@ class Command(BaseCommand):
         web_env = {
             **env,
             "LEASEHOLD_HEAD_TIMEOUT_SECONDS": str(options["head_timeout"]),
+            "LEASEHOLD_BODY_TIMEOUT_SECONDS": str(options["body_timeout"]),
             "LEASEHOLD_SOCKET_TIMEOUT_SECONDS": str(options["socket_timeout"]),
         }
         cwd = str(settings.BASE_DIR)
