@@ -20,16 +20,22 @@ X-Forwarded-For through `LEASEHOLD_TRUSTED_PROXIES` proxies.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from redis.exceptions import RedisError
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
 from ledger import clock
 
 WINDOW_SECONDS = 60
+
+logger = logging.getLogger("leasehold.api")
+_unavailable_logged_at = -float("inf")
 
 
 def client_address(request: Any) -> str:
@@ -53,14 +59,27 @@ def _window() -> tuple[int, float]:
 
 
 def _count(key: str) -> int:
-    """Count one more in this window; returns the count so far."""
-    if cache.add(key, 1, timeout=WINDOW_SECONDS * 2):
-        return 1
+    """Count one more in this window; returns the count so far (0 while the shared cache is unreachable)."""
     try:
-        return int(cache.incr(key))
-    except ValueError:  # expired between add and incr
-        cache.add(key, 1, timeout=WINDOW_SECONDS * 2)
-        return 1
+        if cache.add(key, 1, timeout=WINDOW_SECONDS * 2):
+            return 1
+        try:
+            return int(cache.incr(key))
+        except ValueError:  # expired between add and incr
+            cache.add(key, 1, timeout=WINDOW_SECONDS * 2)
+            return 1
+    except RedisError as exc:
+        _cache_unavailable(exc)
+        return 0
+
+
+def _cache_unavailable(exc: Exception) -> None:
+    """Redis down: the limits are off rather than every request failing; said once a minute."""
+    global _unavailable_logged_at
+    now = time.monotonic()
+    if now - _unavailable_logged_at >= WINDOW_SECONDS:
+        _unavailable_logged_at = now
+        logger.warning("rate limits not counted: the cache (LEASEHOLD_REDIS_URL) is unreachable: %s", exc)
 
 
 class AgentRateThrottle(BaseThrottle):
@@ -90,7 +109,11 @@ class FailedAuthentications:
         self.key = f"lh-throttle:auth:{client_address(request)}:{window}"
 
     def exhausted(self) -> bool:
-        return int(cache.get(self.key, 0)) >= settings.LEASEHOLD_AUTH_FAILURES_PER_MINUTE
+        try:
+            return int(cache.get(self.key, 0)) >= settings.LEASEHOLD_AUTH_FAILURES_PER_MINUTE
+        except RedisError as exc:
+            _cache_unavailable(exc)
+            return False
 
     def record(self) -> None:
         _count(self.key)

@@ -104,3 +104,28 @@ def test_without_redis_each_process_counts_on_its_own(tmp_path):
     first = _count_failures_in_a_process(tmp_path, None).split()[:4]
     second = _count_failures_in_a_process(tmp_path, None).split()[:4]
     assert first == second == ["LocMemCache", "401", "401", "401"]
+
+
+@pytest.mark.django_db
+def test_an_unreachable_redis_turns_the_limits_off_instead_of_failing_every_request(settings, caplog):
+    from django.core.cache import caches
+
+    from tests.api.conftest import client_for
+    from tests.factories import AgentFactory, ProjectFactory
+
+    agent = AgentFactory(projects=[ProjectFactory(slug="web")])
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    settings.CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": f"redis://127.0.0.1:{port}/0"}
+    }
+    try:
+        assert client_for(agent).get("/api/v1/projects/").status_code == 200
+        bad = client_for(agent)
+        bad.credentials(HTTP_AUTHORIZATION="Bearer lh_not-a-token")
+        assert bad.get("/api/v1/projects/").status_code == 401
+    finally:
+        caches["default"].close()
+        del caches["default"]
+    assert any("unreachable" in record.getMessage() for record in caplog.records)
