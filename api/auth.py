@@ -63,14 +63,16 @@ class AgentTokenAuthentication(BaseAuthentication):
         from api.throttles import FailedAuthentications  # not at the top: see the module's docstring
         from ledger.selectors import agent_for_token
 
+        agent = agent_for_token(token)
+        if agent is not None:
+            # A valid token is served whatever its neighbours sent: agents on one machine, behind
+            # a NAT or a proxy share an address, and one bad token must not lock them all out.
+            return AgentPrincipal(agent), agent
         failures = FailedAuthentications(request)
         if failures.exhausted():
             raise drf.Throttled(wait=failures.seconds_left, detail="Too many failed authentications from here.")
-        agent = agent_for_token(token)
-        if agent is None:
-            failures.record()
-            raise drf.AuthenticationFailed("The agent token is not valid, or its agent is deactivated.")
-        return AgentPrincipal(agent), agent
+        failures.record()
+        raise drf.AuthenticationFailed("The agent token is not valid, or its agent is deactivated.")
 
     def authenticate_header(self, request: Request) -> str:
         return BEARER_REALM

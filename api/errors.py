@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 import logging
 import math
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -19,14 +21,14 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError, InternalError, OperationalError, ProgrammingError
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, UnreadablePostError
 from django.views import defaults as django_defaults
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
 from api.auth import BEARER_REALM
 from api.inputs import MAX_BODY_BYTES
-from core.db import is_connection_loss, is_transient_lock_error
+from core.db import is_connection_loss, is_storage_fault, is_transient_lock_error
 from core.errors import (
     AuthenticationFailed,
     LedgerError,
@@ -45,6 +47,32 @@ logger = logging.getLogger("leasehold.api")
 
 MAX_MESSAGE_CHARS = 1000
 MAX_DETAILS_BYTES = 4096
+# A full disk fails every write until someone frees space: one log line per minute of it says so,
+# where a traceback per request would fill what little is left.
+STORAGE_FAULT_LOG_SECONDS = 60.0
+
+
+class _StorageFaultLog:
+    """Logs the first storage fault of a burst in one line, then one line a minute with how many followed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._logged_at: float | None = None
+        self._since = 0
+
+    def record(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        with self._lock:
+            if self._logged_at is not None and now - self._logged_at < STORAGE_FAULT_LOG_SECONDS:
+                self._since += 1
+                return
+            since, self._since, self._logged_at = self._since, 0, now
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        suffix = f" ({since} more since the last report)" if since else ""
+        logger.warning("storage fault, answered STORAGE_BUSY: %s%s", first_line[:300], suffix)
+
+
+storage_fault_log = _StorageFaultLog()
 
 
 def _plain(value: Any) -> Any:
@@ -116,10 +144,17 @@ def as_ledger_error(exc: BaseException) -> tuple[LedgerError, dict[str, str]]:
         return ValidationFailed(_summary(errors), details={"fields": errors}), {}
     if isinstance(exc, RequestDataTooBig):
         return PayloadTooLarge(details={"max_bytes": MAX_BODY_BYTES}), {}
+    if isinstance(exc, UnreadablePostError):
+        # The body did not arrive by its deadline (config/gunicorn.py), or the client went away.
+        return ValidationFailed("The request body did not arrive in time."), {}
     if isinstance(exc, SuspiciousOperation):
         return ValidationFailed("The request was refused as malformed."), {}
     if isinstance(exc, OperationalError) and is_transient_lock_error(exc):
         return StorageBusy(), {}
+    if is_storage_fault(exc):
+        # Disk full, an I/O error: nothing of this request committed, and it may succeed later.
+        storage_fault_log.record(exc)
+        return StorageBusy("The database cannot store this now (disk full or a storage error); retry later."), {}
     if is_connection_loss(exc):
         # A restart, a failover, a dropped pooled connection: nothing of this
         # request committed that the caller was told of; retrying is safe.

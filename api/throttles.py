@@ -1,14 +1,16 @@
 """Rate limits (issue 14): failed authentications per client address, and requests per agent.
 
 Fixed one-minute windows counted in Django's cache: one `add` and one
-`incr` per request, no history list to rewrite. The cache is the process's
-own memory unless `CACHES` says otherwise, so with several server processes
-each counts on its own (documented: docs/operations.md, "Security").
+`incr` per request, no history list to rewrite. With `LEASEHOLD_REDIS_URL`
+the cache is Redis, shared by every server process; without it each process
+counts in its own memory (documented: docs/operations.md, "Security").
 
 - Failed bearer authentications: `LEASEHOLD_AUTH_FAILURES_PER_MINUTE`
-  (default 20) per client address. Past it, every bearer attempt from that
-  address answers `RATE_LIMITED` (429, `Retry-After`) *before* its token is
-  checked, so the answers teach a guesser nothing until the window ends.
+  (default 20) per client address. A valid token is always served; a bad
+  one past the limit answers `RATE_LIMITED` (429, `Retry-After`) instead of
+  `AUTHENTICATION_FAILED`. Tokens carry ~256 random bits, so guessing is
+  hopeless either way: the limit bounds what failures cost the server, and
+  never locks out the valid agents that share an address with a bad one.
 - Requests per agent: `LEASEHOLD_AGENT_REQUESTS_PER_MINUTE` (default 6000,
   100 a second; 0 turns it off), the DRF throttle every API view runs.
 
@@ -18,16 +20,22 @@ X-Forwarded-For through `LEASEHOLD_TRUSTED_PROXIES` proxies.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
+from redis.exceptions import RedisError
 from rest_framework.request import Request
 from rest_framework.throttling import BaseThrottle
 
 from ledger import clock
 
 WINDOW_SECONDS = 60
+
+logger = logging.getLogger("leasehold.api")
+_unavailable_logged_at = -float("inf")
 
 
 def client_address(request: Any) -> str:
@@ -51,14 +59,27 @@ def _window() -> tuple[int, float]:
 
 
 def _count(key: str) -> int:
-    """Count one more in this window; returns the count so far."""
-    if cache.add(key, 1, timeout=WINDOW_SECONDS * 2):
-        return 1
+    """Count one more in this window; returns the count so far (0 while the shared cache is unreachable)."""
     try:
-        return int(cache.incr(key))
-    except ValueError:  # expired between add and incr
-        cache.add(key, 1, timeout=WINDOW_SECONDS * 2)
-        return 1
+        if cache.add(key, 1, timeout=WINDOW_SECONDS * 2):
+            return 1
+        try:
+            return int(cache.incr(key))
+        except ValueError:  # expired between add and incr
+            cache.add(key, 1, timeout=WINDOW_SECONDS * 2)
+            return 1
+    except RedisError as exc:
+        _cache_unavailable(exc)
+        return 0
+
+
+def _cache_unavailable(exc: Exception) -> None:
+    """Redis down: the limits are off rather than every request failing; said once a minute."""
+    global _unavailable_logged_at
+    now = time.monotonic()
+    if now - _unavailable_logged_at >= WINDOW_SECONDS:
+        _unavailable_logged_at = now
+        logger.warning("rate limits not counted: the cache (LEASEHOLD_REDIS_URL) is unreachable: %s", exc)
 
 
 class AgentRateThrottle(BaseThrottle):
@@ -80,14 +101,19 @@ class AgentRateThrottle(BaseThrottle):
 
 
 class FailedAuthentications:
-    """Bad bearer tokens per client address; used by the authentication class itself."""
+    """Bad bearer tokens per client address; used by the authentication class itself, after the token
+    was found not valid (a valid token is never refused for its neighbours' failures)."""
 
     def __init__(self, request: Request) -> None:
         window, self.seconds_left = _window()
         self.key = f"lh-throttle:auth:{client_address(request)}:{window}"
 
     def exhausted(self) -> bool:
-        return int(cache.get(self.key, 0)) >= settings.LEASEHOLD_AUTH_FAILURES_PER_MINUTE
+        try:
+            return int(cache.get(self.key, 0)) >= settings.LEASEHOLD_AUTH_FAILURES_PER_MINUTE
+        except RedisError as exc:
+            _cache_unavailable(exc)
+            return False
 
     def record(self) -> None:
         _count(self.key)

@@ -45,15 +45,69 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry, separators=(",", ":"), default=str)
 
 
+# Django's loggers of answers (a refused CSRF token is a 403 like any other).
+_RESPONSE_LOGGERS = frozenset({"django.request", "django.security.csrf"})
+
+
+class ExpectedResponses(logging.Filter):
+    """Django's lines about answers the server meant to give, at their weight and in one line each.
+
+    Django logs every 4xx as a warning on `django.request` (a 403 with its
+    traceback, a CSRF refusal on `django.security.csrf`), a refused `Host`
+    header on `django.security.DisallowedHost` with a 1 KB traceback, and
+    every 503 as an error. A client's mistake is
+    not the operator's: 4xx lines become INFO (shown only when the log level
+    is INFO), without traceback; security events stay warnings, in one line;
+    503s (`STORAGE_BUSY`) are dropped, their cause being logged once per burst
+    where it is decided (`api.errors`). Everything else passes unchanged.
+    """
+
+    def __init__(self, level: str = "WARNING") -> None:
+        super().__init__()
+        self.level = logging.getLevelName(level)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        status = getattr(record, "status_code", None)
+        if record.name not in _RESPONSE_LOGGERS or not isinstance(status, int):
+            if record.name.startswith("django.security."):
+                _one_line(record, logging.WARNING)
+            return True
+        if status == 503:
+            return False
+        if status < 500:
+            if self.level > logging.INFO:
+                return False
+            _one_line(record, logging.INFO)
+        return True
+
+
+def _one_line(record: logging.LogRecord, level: int) -> None:
+    message = record.getMessage().splitlines()
+    record.msg, record.args = (message[0][:500] if message else ""), None
+    record.exc_info, record.exc_text, record.stack_info = None, None, None
+    record.levelno, record.levelname = level, logging.getLevelName(level)
+
+
 def logging_config(*, json_lines: bool, level: str) -> dict[str, Any]:
-    """Django's LOGGING (and, with `gunicorn_loggers`, gunicorn's own) for the chosen format."""
-    formatter = {"()": "config.logs.JsonFormatter"} if json_lines else {"format": "%(levelname)s %(name)s %(message)s"}
+    """Django's LOGGING (and, through `gunicorn_logging`, gunicorn's own) for the chosen format.
+
+    Django's own loggers write through the same handler (not Django's default
+    ones, which print in their own format and skip the filter).
+    """
+    formatter = {"()": "config.logs.JsonFormatter"} if json_lines else {"format": "%(message)s"}
     return {
         "version": 1,
         "disable_existing_loggers": False,
         "formatters": {"leasehold": formatter},
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "leasehold"}},
+        "filters": {"expected_responses": {"()": "config.logs.ExpectedResponses", "level": level}},
+        "handlers": {
+            "console": {"class": "logging.StreamHandler", "formatter": "leasehold", "filters": ["expected_responses"]}
+        },
         "root": {"handlers": ["console"], "level": level},
+        "loggers": {
+            "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+            "django-q": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        },
     }
 
 

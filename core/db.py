@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
+import sqlite3
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import ParamSpec, TypeVar
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
 
 from django.db import Error, InterfaceError, OperationalError, connection, transaction
 
@@ -49,6 +52,13 @@ _CONNECTION_LOST_MESSAGES = (
     "couldn't get a connection",
 )
 
+# The storage cannot take a write right now, and nothing of the transaction committed: the disk
+# is full, the file system failed a read or write, a lock outlasted its wait. The caller retries
+# later (STORAGE_BUSY); a 500 with a traceback would tell it the opposite.
+_STORAGE_FAULT_MESSAGES = ("database or disk is full", "disk i/o error")
+# PostgreSQL: class 53 (insufficient resources: disk full, out of memory, too many connections) and an I/O error.
+_STORAGE_FAULT_SQLSTATE_PREFIXES = ("53", "58030")
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -72,6 +82,19 @@ def is_transient_lock_error(exc: BaseException) -> bool:
         return True
     message = str(exc).lower()
     return "database is locked" in message or "database table is locked" in message
+
+
+def is_storage_fault(exc: BaseException) -> bool:
+    """The database refused for want of storage (disk full, an I/O error) or a lock: retryable, nothing written."""
+    if not isinstance(exc, OperationalError):
+        return False
+    if is_transient_lock_error(exc):
+        return True
+    sqlstate = getattr(exc.__cause__, "sqlstate", None)
+    if sqlstate is not None:
+        return str(sqlstate).startswith(_STORAGE_FAULT_SQLSTATE_PREFIXES)
+    message = str(exc).lower()
+    return any(sign in message for sign in _STORAGE_FAULT_MESSAGES)
 
 
 def write_transaction(func: Callable[P, R]) -> Callable[P, R]:
@@ -167,3 +190,43 @@ def read_snapshot() -> Iterator[None]:
                 yield
             finally:
                 cursor.execute("COMMIT")  # nothing was written: commit and rollback end it alike
+
+
+class PrivateFileConnection(sqlite3.Connection):
+    """SQLite's connection (settings: OPTIONS `factory`), opening its database 0600 in a 0700 directory.
+
+    The database holds webhook secrets, session keys and password hashes: it
+    must not be readable by the machine's other users whatever the umask.
+    SQLite creates the `-wal` and `-shm` files with the database file's own
+    mode, so a database file created private keeps all three private.
+    """
+
+    def __init__(self, database: Any, *args: Any, **kwargs: Any) -> None:
+        make_sqlite_files_private(database)
+        super().__init__(database, *args, **kwargs)
+
+
+def make_sqlite_files_private(database: object) -> None:
+    """Create the database file 0600 (in a 0700 directory) before SQLite does; make existing ones private too.
+
+    In-memory databases (`:memory:`, `file:…` URIs) have no file. A file or
+    directory owned by another user is left alone (the server cannot change
+    it, and refusing to start would not make it private either).
+    """
+    name = os.fspath(database) if isinstance(database, str | os.PathLike) else ""
+    if not name or name == ":memory:" or name.startswith("file:"):
+        return
+    path = Path(name)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _restrict(path.parent, 0o700)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+    for suffix in ("", "-wal", "-shm", ".writelock"):
+        _restrict(path.with_name(f"{path.name}{suffix}"), 0o600)
+
+
+def _restrict(path: Path, mode: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        status = path.stat()
+        if status.st_uid == os.geteuid() and status.st_mode & 0o777 != mode:
+            path.chmod(mode)

@@ -84,7 +84,7 @@ def _open_writer_lock(name: object) -> int | None:
     if path == ":memory:" or path.startswith("file:") or "mode=memory" in path:
         return None
     try:
-        return os.open(f"{path}.writelock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        return os.open(f"{path}.writelock", os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600)
     except OSError:
         logger.warning("cannot open %s.writelock; SQLite writers queue in its busy handler", path, exc_info=True)
         return None

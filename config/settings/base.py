@@ -6,6 +6,7 @@ start-up with a message naming the variable (see `core.env`).
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 from datetime import timedelta
@@ -15,6 +16,8 @@ from typing import Any
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from config.logs import logging_config
+from core.db import PrivateFileConnection
 from core.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -37,9 +40,11 @@ def _secret_key() -> str:
         )
     key_file = DATA_DIR / "secret_key"
     if not key_file.exists():
-        DATA_DIR.mkdir(parents=True, exist_ok=True)
-        key_file.write_text(secrets.token_urlsafe(50))
-        key_file.chmod(0o600)
+        DATA_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
+        # Created 0600, never readable by others even for a moment, whatever the umask.
+        descriptor = os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as out:
+            out.write(secrets.token_urlsafe(50))
     return key_file.read_text().strip()
 
 
@@ -133,6 +138,8 @@ def _database() -> dict[str, Any]:
             # file every time (measured: ~1 ms of the server's CPU per request).
             "CONN_MAX_AGE": None,
             "OPTIONS": {
+                # The database file 0600 in a 0700 data directory, whatever the umask (core.db).
+                "factory": PrivateFileConnection,
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 5,
                 "init_command": (
@@ -195,29 +202,21 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = DATA_DIR / "static"
+# Files Django's storages write under the data directory (collected static files) are the server's
+# alone, as everything else there (whitenoise serves them from the same process).
+FILE_UPLOAD_PERMISSIONS = 0o600
+FILE_UPLOAD_DIRECTORY_PERMISSIONS = 0o700
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
 }
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
-    "root": {"handlers": ["console"], "level": "INFO" if DEBUG else "WARNING"},
-}
-if env_str("LEASEHOLD_LOG_FORMAT", "text") == "json":
-    from config.logs import logging_config
-
+# Django's 4xx lines at INFO without traceback, a bad Host header in one line (config.logs.ExpectedResponses).
+_json_logs = env_str("LEASEHOLD_LOG_FORMAT", "text") == "json"
+LOGGING = logging_config(json_lines=_json_logs, level="INFO" if DEBUG else "WARNING")
+if _json_logs:
     # One JSON object per line (docs/operations.md, "Logs"); the request log is INFO even without DEBUG.
-    LOGGING = logging_config(json_lines=True, level="INFO" if DEBUG else "WARNING")
-    LOGGING["loggers"] = {
-        "leasehold.request": {"level": "INFO"},
-        # Django's own default handler for "django" (and django-q's, which it adds when it finds none) write
-        # plain text: these loggers get the JSON handler instead.
-        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "django-q": {"handlers": ["console"], "level": "INFO", "propagate": False},
-    }
+    LOGGING["loggers"]["leasehold.request"] = {"level": "INFO"}
 
 # --- HTTPS, behind a TLS-terminating proxy (docs/operations.md, "Deploying") --
 
@@ -242,6 +241,9 @@ if LEASEHOLD_HTTPS:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
     SECURE_SSL_REDIRECT = True
+    # Probes and the scrape reach the server directly over HTTP, and a 301 would count as a pass
+    # (probes) or fail the scrape: they are answered where they are asked.
+    SECURE_REDIRECT_EXEMPT = [r"^healthz/?$", r"^readyz/?$", r"^metrics/?$"]
     SECURE_HSTS_SECONDS = env_int("LEASEHOLD_HSTS_SECONDS", 31536000, minimum=0)
     SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("LEASEHOLD_HSTS_INCLUDE_SUBDOMAINS", True)
     SECURE_HSTS_PRELOAD = env_bool("LEASEHOLD_HSTS_PRELOAD", False)
@@ -261,10 +263,11 @@ LEASEHOLD_TRUSTED_PROXIES = env_int("LEASEHOLD_TRUSTED_PROXIES", 0, minimum=0, m
 # authentications, per agent for requests (0 turns the agent limit off).
 LEASEHOLD_AUTH_FAILURES_PER_MINUTE = env_int("LEASEHOLD_AUTH_FAILURES_PER_MINUTE", 20, minimum=1)
 LEASEHOLD_AGENT_REQUESTS_PER_MINUTE = env_int("LEASEHOLD_AGENT_REQUESTS_PER_MINUTE", 6000, minimum=0)
-# Admin login lockout (django-axes): per client address, reset by a success.
+# Admin login lockout (django-axes): per user name and client address together, reset by a success.
+# One user's failures do not lock out the other users behind the same address (a NAT, an office).
 AXES_FAILURE_LIMIT = env_int("LEASEHOLD_ADMIN_LOGIN_FAILURES", 10, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("LEASEHOLD_ADMIN_LOCKOUT_MINUTES", 15, minimum=1))
-AXES_LOCKOUT_PARAMETERS = ["ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_VERBOSE = False
 # The same client address as the API's throttles (X-Forwarded-For only through trusted proxies).
@@ -312,6 +315,17 @@ if LEASEHOLD_REDIS_URL and not LEASEHOLD_REDIS_URL.startswith(("redis://", "redi
 # user) and per client address, for the whole server (core/parking.py; docs/operations.md, "Workers").
 LEASEHOLD_WAITERS_PER_AGENT = env_int("LEASEHOLD_WAITERS_PER_AGENT", 20, minimum=1)
 LEASEHOLD_WAITERS_PER_ADDRESS = env_int("LEASEHOLD_WAITERS_PER_ADDRESS", 100, minimum=1)
+
+# The cache holds the API's rate-limit windows (api/throttles.py): in Redis, shared by every server
+# process, when LEASEHOLD_REDIS_URL is set; otherwise in each process's memory (each counts on its own).
+if LEASEHOLD_REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": LEASEHOLD_REDIS_URL,
+            "KEY_PREFIX": "leasehold",
+        }
+    }
 
 # --- django-q2 (SPEC §9) ------------------------------------------------------
 

@@ -93,3 +93,28 @@ def test_a_bad_https_value_stops_startup_naming_the_variable(tmp_path, variable,
     result = start_django(tmp_path, LEASEHOLD_DEBUG="1", **{variable: value})
     assert result.returncode != 0
     assert variable in result.stderr
+
+
+def test_probes_and_the_scrape_are_exempt_from_the_https_redirect(tmp_path):
+    # Load balancers, orchestrators and Prometheus reach the server over plain HTTP: a 301 would
+    # count as a passing probe, and fail the documented scrape (issue 27, L7).
+    code = (
+        "import django; django.setup(); from django.test import RequestFactory; "
+        "from django.middleware.security import SecurityMiddleware; "
+        "middleware = SecurityMiddleware(lambda request: None); "
+        "paths = ['/healthz', '/readyz', '/metrics', '/healthz/', '/admin/login/', '/api/v1/projects/', '/metricsx']; "
+        "print(' '.join(str(getattr(middleware.process_request(RequestFactory().get(p, HTTP_HOST='a.example.org')), "
+        "'status_code', 'served')) for p in paths))"
+    )
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("LEASEHOLD_") and k != "DATABASE_URL"}
+    clean.update(
+        {
+            "LEASEHOLD_DATA_DIR": str(tmp_path),
+            "LEASEHOLD_SECRET_KEY": SECRET,
+            "LEASEHOLD_ALLOWED_HOSTS": "a.example.org",
+            "DJANGO_SETTINGS_MODULE": "config.settings.base",
+            "LEASEHOLD_HTTPS": "1",
+        }
+    )
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=clean, capture_output=True, text=True)
+    assert result.stdout.split("\n")[0] == "served served served served 301 301 301", result.stderr

@@ -6,6 +6,7 @@ every client is a raw socket on 127.0.0.1 and every wait is bounded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 THREADS = 4
 HEAD_TIMEOUT = 4.0
+BODY_TIMEOUT = 8.0
 SOCKET_TIMEOUT = 3.0
 HALF_HEAD = b"GET /api/v1/projects/ HTTP/1.1\r\nHost: x\r\n"
 
@@ -66,6 +68,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
                 str(THREADS),
                 "--head-timeout",
                 str(HEAD_TIMEOUT),
+                "--body-timeout",
+                str(BODY_TIMEOUT),
                 "--socket-timeout",
                 str(SOCKET_TIMEOUT),
             ],
@@ -241,11 +245,11 @@ def test_a_stalled_body_does_not_hold_a_thread_for_ever(server):
                 b"Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nusername="
             )
             stalled.append(sock)
-        # Every thread now waits in a body read; each read gives up after the
-        # socket timeout, and the connection is closed (an answer may come first).
+        # The bodies are awaited in the event loop, not in a thread; past the
+        # body timeout the connections are closed (an answer may come first).
         for sock in stalled:
-            wait_closed(sock, started + 3 * SOCKET_TIMEOUT + 10)
-        assert time.monotonic() - started <= 2 * SOCKET_TIMEOUT + 3
+            wait_closed(sock, started + BODY_TIMEOUT + 10)
+        assert time.monotonic() - started <= BODY_TIMEOUT + 3
         status, seconds = get(server, "/admin/login/")
         assert status == 200
         assert seconds < 2
@@ -290,3 +294,109 @@ def test_a_head_over_the_limits_is_answered_with_gunicorns_4xx(server):
         status, body = Responses(sock).next()
     assert status == 431, body
     assert json.loads(body)["error"]["code"] == "PAYLOAD_TOO_LARGE", body
+
+
+# --- issue 27, M4: lying and trickling bodies ---------------------------------------------
+
+
+def _post_head(path: str, length: int) -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+    ).encode()
+
+
+def test_lying_and_trickling_bodies_take_no_thread_and_end_by_the_body_timeout(server):
+    """40 connections that never finish their bodies, half trickling a byte within every socket timeout."""
+    liars, tricklers = [], []
+    stop = threading.Event()
+
+    def trickle() -> None:
+        while not stop.wait(SOCKET_TIMEOUT / 3):  # each byte well within the socket timeout
+            for sock in tricklers:
+                with contextlib.suppress(OSError):
+                    sock.send(b" ")
+
+    feeder = threading.Thread(target=trickle)
+    try:
+        started = time.monotonic()
+        for n in range(5 * THREADS):
+            liar = server.connect()
+            liar.sendall(_post_head("/api/v1/projects/", 100) + b'{"slug":')  # says 100 bytes, sends 8
+            liars.append(liar)
+            trickler = server.connect()
+            trickler.sendall(_post_head(f"/api/v1/tasks/X-{n + 1}/claim/", 1000) + b"{")
+            tricklers.append(trickler)
+        feeder.start()
+        time.sleep(SOCKET_TIMEOUT + 1)  # long enough for every thread to be stuck, were they read in threads
+
+        admin_status, admin_seconds = get(server, "/admin/login/")
+        api_status, api_seconds = get(server, "/api/v1/projects/")
+        assert (admin_status, api_status) == (200, 401)
+        assert admin_seconds < 2, admin_seconds
+        assert api_seconds < 2, api_seconds
+
+        # Past the body timeout every one of them is closed, the tricklers too.
+        for sock in liars + tricklers:
+            wait_closed(sock, started + BODY_TIMEOUT + 10)
+        assert time.monotonic() - started <= BODY_TIMEOUT + 4
+    finally:
+        stop.set()
+        if feeder.is_alive():
+            feeder.join(10)
+        for sock in liars + tricklers:
+            sock.close()
+
+
+def test_an_unread_trickling_body_is_not_drained_the_connection_is_closed(server):
+    """A body the API never reads (too large: 413) and that trickles in: answered, then closed at once."""
+    with server.connect() as sock:
+        started = time.monotonic()
+        sock.sendall(_post_head("/api/v1/projects/", 1_000_000) + b"{")  # over what is read in the event loop
+        responses = Responses(sock)
+        status, body = responses.next()
+        assert status == 413, body
+        # Keep trickling, each byte within the socket timeout: the server must not wait for the rest.
+        closed = False
+        while time.monotonic() - started < 3 * SOCKET_TIMEOUT and not closed:
+            try:
+                sock.send(b" ")
+            except OSError:
+                closed = True
+                break
+            sock.settimeout(SOCKET_TIMEOUT / 3)
+            try:
+                closed = sock.recv(1) == b""
+            except TimeoutError:
+                pass
+            except OSError:
+                closed = True
+        assert closed
+        assert time.monotonic() - started <= 1 + 3 + SOCKET_TIMEOUT / 3 * 2
+
+
+def test_a_body_trickled_into_a_thread_ends_by_the_body_timeout(server):
+    """A chunked body is read in the thread: one byte per read, each within the socket timeout, still ends."""
+    stop = threading.Event()
+    with server.connect() as sock:
+        started = time.monotonic()
+        sock.sendall(
+            b"POST /admin/login/ HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            b"Content-Type: application/x-www-form-urlencoded\r\nTransfer-Encoding: chunked\r\n\r\n"
+        )
+
+        def trickle() -> None:
+            while not stop.wait(SOCKET_TIMEOUT / 3):
+                try:
+                    sock.send(b"1\r\na\r\n")
+                except OSError:
+                    return
+
+        feeder = threading.Thread(target=trickle)
+        feeder.start()
+        try:
+            wait_closed(sock, started + BODY_TIMEOUT + 10)
+        finally:
+            stop.set()
+            feeder.join(10)
+        assert time.monotonic() - started <= BODY_TIMEOUT + 3
+    assert get(server, "/admin/login/")[0] == 200

@@ -1,18 +1,24 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+# prctl(2): ask the kernel to send a signal to this process when its parent dies.
+PR_SET_PDEATHSIG = 1
 
 
 class Command(BaseCommand):
@@ -33,6 +39,12 @@ class Command(BaseCommand):
             help="seconds a client has to send its request head before it is disconnected",
         )
         parser.add_argument(
+            "--body-timeout",
+            type=float,
+            default=20.0,
+            help="seconds a client has to send its request body after its head before it is disconnected",
+        )
+        parser.add_argument(
             "--socket-timeout",
             type=float,
             default=30.0,
@@ -44,17 +56,24 @@ class Command(BaseCommand):
         for name in ("workers", "threads"):
             if options[name] < 1:
                 raise CommandError(f"--{name} must be at least 1.")
-        for name in ("head_timeout", "socket_timeout"):
+        for name in ("head_timeout", "body_timeout", "socket_timeout"):
             if not 0 < options[name] <= 3600:
                 raise CommandError(f"--{name.replace('_', '-')} must be between 0 and 3600 seconds.")
-        call_command("migrate", interactive=False, verbosity=0)
-        call_command("collectstatic", interactive=False, verbosity=0)
+        # What these create under the data directory (the database, the collected and compressed static
+        # files) is the server's alone, whatever the umask serve was started with; the children keep it.
+        umask = os.umask(0o077)
+        try:
+            call_command("migrate", interactive=False, verbosity=0)
+            call_command("collectstatic", interactive=False, verbosity=0)
+        finally:
+            os.umask(umask)
         settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.base")
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module}
         # HeadFirstWorker reads its timeouts from these (config/gunicorn.py).
         web_env = {
             **env,
             "LEASEHOLD_HEAD_TIMEOUT_SECONDS": str(options["head_timeout"]),
+            "LEASEHOLD_BODY_TIMEOUT_SECONDS": str(options["body_timeout"]),
             "LEASEHOLD_SOCKET_TIMEOUT_SECONDS": str(options["socket_timeout"]),
         }
         cwd = str(settings.BASE_DIR)
@@ -96,11 +115,16 @@ class Command(BaseCommand):
                 env=web_env,
                 cwd=cwd,
                 start_new_session=True,
+                preexec_fn=die_with_this_process(),
             ),
         }
         if not options["no_cluster"]:
             children["cluster"] = subprocess.Popen(
-                [sys.executable, "-m", "django", "qcluster"], env=env, cwd=cwd, start_new_session=True
+                [sys.executable, "-m", "django", "qcluster"],
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                preexec_fn=die_with_this_process(),
             )
         banner = f"Leasehold is serving on http://{bind}/ (admin at /admin/, API at /api/v1/)."
         if settings.LEASEHOLD_LOG_FORMAT == "json":
@@ -144,3 +168,26 @@ class Command(BaseCommand):
 def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(child.pid, signum)
+
+
+def die_with_this_process() -> Callable[[], None] | None:
+    """A `preexec_fn` that makes the child die with serve, even when serve is killed with SIGKILL.
+
+    Each child leads a session of its own (so that Ctrl-C reaches serve alone and serve stops them in
+    order), which also means nothing ends them when serve dies without stopping them: gunicorn would
+    keep the port and a new serve fail "Address already in use". Linux's parent-death signal sends
+    the child SIGTERM when serve goes, and each stops its own workers as on any SIGTERM. Elsewhere
+    (no prctl) it is None: serve still stops its children on SIGINT and SIGTERM.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    prctl = libc.prctl  # looked up here, in the parent: the child only calls it
+    parent = os.getpid()
+
+    def in_the_child() -> None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        if os.getppid() != parent:  # serve died before the signal was armed
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return in_the_child
