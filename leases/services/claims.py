@@ -26,8 +26,8 @@ from leases.branches import suggest_branch_name
 from leases.labels import Label, render_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptKind, AttemptStatus
 from leases.selectors import claimable_tasks, lease_seconds_for
-from leases.services.allocations import bind_allocation, choose_environment
-from leases.services.claim_state import ClaimRequest, ClaimState, claim_state, validate_claim_request
+from leases.services.allocations import EnvironmentChoice, bind_allocation, choose_environment
+from leases.services.claim_state import ClaimRequest, ClaimState, Inheritance, claim_state, validate_claim_request
 from leases.services.expiry import expire_lapsed
 from leases.services.reservations import PathsClaim, claimed_paths, refuse_overlap, reserve
 from leases.services.tallies import tally_claim_refusal
@@ -86,6 +86,42 @@ class LeaseGrant:
         return RENEW_ATTEMPTS
 
 
+_EPOCH_BUMP = PreparedUpdate(
+    lambda task_id, epoch: (Task.objects.filter(pk=task_id), {"epoch": epoch}),
+    samples=({"task_id": SAMPLE_INT[0], "epoch": SAMPLE_INT[1]}, {"task_id": SAMPLE_INT[1], "epoch": SAMPLE_INT[0]}),
+)
+
+
+def _refuse_if_held(state: ClaimState, *, now: datetime) -> None:
+    """One live lease per task (SPEC §3): a task whose lease is live is TASK_TAKEN."""
+    live_until = state.live_until(now)
+    if live_until is not None:
+        task = state.task
+        holder, expires = state.active.holder if state.active else None, live_until.isoformat()
+        raise TaskTaken(
+            f"{task.key} is held by {holder} until {expires}.",
+            details={"task": task.key, "holder": holder, "lease_expires_at": expires},
+        )
+
+
+def _not_claimable_reason(state: ClaimState, *, agent: Agent, review: bool) -> str | None:
+    """Why the task may not be claimed (SPEC §3, §16.1), or None: an archived project, a status
+    other than ready (review, for a review claim), unresolved blockers, a reservation for another agent.
+    """
+    task = state.task
+    if task.project.archived_at is not None:
+        return "project_archived"
+    if review:
+        return None if task.status == TaskStatus.REVIEW else f"status_{task.status}"
+    if task.status != TaskStatus.READY:
+        return f"status_{task.status}"
+    if state.has_unresolved_blockers:
+        return "unresolved_blockers"
+    if task.reserved_for_id is not None and task.reserved_for_id != agent.pk:
+        return "reserved_for_another_agent"
+    return None
+
+
 def _refuse_unless_claimable(
     state: ClaimState,
     *,
@@ -94,25 +130,11 @@ def _refuse_unless_claimable(
     review: bool = False,
     budget_scopes: tuple[str, ...] = ("task", "agent", "project"),
 ) -> None:
+    """Refuse a held task (TASK_TAKEN), then one not claimable (TASK_NOT_CLAIMABLE), then a spent
+    budget (SPEC §19), in that order."""
+    _refuse_if_held(state, now=now)
     task = state.task
-    live_until = state.live_until(now)
-    if live_until is not None:
-        holder, expires = state.active.holder if state.active else None, live_until.isoformat()
-        raise TaskTaken(
-            f"{task.key} is held by {holder} until {expires}.",
-            details={"task": task.key, "holder": holder, "lease_expires_at": expires},
-        )
-    reason = None
-    if task.project.archived_at is not None:
-        reason = "project_archived"
-    elif review:
-        reason = None if task.status == TaskStatus.REVIEW else f"status_{task.status}"
-    elif task.status != TaskStatus.READY:
-        reason = f"status_{task.status}"
-    elif state.has_unresolved_blockers:
-        reason = "unresolved_blockers"
-    elif task.reserved_for_id is not None and task.reserved_for_id != agent.pk:
-        reason = "reserved_for_another_agent"
+    reason = _not_claimable_reason(state, agent=agent, review=review)
     if reason is not None:
         raise TaskNotClaimable(
             f"{task.key} cannot be claimed ({reason.replace('_', ' ')}).",
@@ -123,68 +145,81 @@ def _refuse_unless_claimable(
         raise refusal
 
 
-_EPOCH_BUMP = PreparedUpdate(
-    lambda task_id, epoch: (Task.objects.filter(pk=task_id), {"epoch": epoch}),
-    samples=({"task_id": SAMPLE_INT[0], "epoch": SAMPLE_INT[1]}, {"task_id": SAMPLE_INT[1], "epoch": SAMPLE_INT[0]}),
-)
+def _refuse_overlapping_paths(state: ClaimState, *, request: ClaimRequest, now: datetime) -> PathsClaim | None:
+    """The paths this claim reserves (SPEC §19), refused (PATHS_RESERVED) when another live attempt's
+    overlap them; said before any write, so that claim-next passes over a candidate refused here."""
+    paths = claimed_paths(state.task, paths=request.paths, mode=request.paths_mode)
+    if paths is not None:
+        refuse_overlap(paths, task=state.task, now=now)
+    return paths
 
 
-def claim_locked(
+def _expire_lapsed_holder(state: ClaimState, *, now: datetime, review: bool) -> int | None:
+    """Expire the task's lapsed active attempt, if any, and say which stale allocation to inherit.
+
+    Expiry may complete a streak of failures that quarantines a work task (SPEC §16.4): the claim
+    is then refused, and the quarantine commits. Expiry makes the dead attempt's allocation stale:
+    that one is inherited before any older stale one.
+    """
+    if state.active is None:
+        return state.stale_allocation_id
+    task = state.task
+    expire_lapsed([state.active.id], now=now)
+    if not review and Task.objects.filter(pk=task.pk, status=TaskStatus.BLOCKED).exists():
+        raise _Quarantined(
+            f"{task.key} was quarantined: its attempts keep failing.",
+            details={"task": task.key, "reason": "quarantined", "status": TaskStatus.BLOCKED},
+        )
+    return (
+        Allocation.objects.filter(attempt_id=state.active.id, status=AllocationStatus.STALE)
+        .values_list("id", flat=True)
+        .first()
+        or state.stale_allocation_id
+    )
+
+
+def _inherit(
+    state: ClaimState, *, request: ClaimRequest, review: ReviewClaim | None
+) -> tuple[ClaimRequest, Inheritance | None]:
+    """The request as the new attempt takes it, and what it inherits (SPEC §15.4, §16.1).
+
+    A work claim inherits the branch and base commit of the work it continues, unless it names
+    another branch (then it starts afresh); a review claim inherits nothing and works on the
+    branch and base commit of the work reviewed unless it names its own.
+    """
+    if review is not None:
+        request = replace(request, branch=request.branch or review.branch or None)
+        request = replace(request, base_commit=request.base_commit or review.base_commit or None)
+        return request, None
+    inherited = state.inheritance()
+    if inherited is not None and request.branch is not None and request.branch != inherited.branch:
+        inherited = None
+    return request, inherited
+
+
+def _open_epoch(task: Task) -> int:
+    """Bump the task's epoch (every claim a new epoch, SPEC §3); claims never bump the version."""
+    epoch = task.epoch + 1
+    _EPOCH_BUMP.run(task_id=task.pk, epoch=epoch)
+    task.epoch = epoch
+    return epoch
+
+
+def _insert_attempt(
     state: ClaimState,
     *,
     agent: Agent,
     now: datetime,
     request: ClaimRequest,
-    review: ReviewClaim | None = None,
-    budget_scopes: tuple[str, ...] = ("task", "agent", "project"),
-) -> LeaseGrant:
-    """The claim of a task whose row this transaction has locked, for work or (with `review`) for a
-    review: refuse unless claimable, reserve paths, expire the lapsed attempt, open the next epoch.
-
-    Raises `ClaimCollided` when a concurrent claim won the active-attempt index; the transaction
-    is then spoiled and the caller must leave it.
-    """
-    # A review is not refused for the work's spent task budget (its request would wait for ever);
-    # the reviewer's and the project's daily budgets still apply.
-    scopes = budget_scopes if review is None else tuple(scope for scope in budget_scopes if scope != "task")
-    _refuse_unless_claimable(state, agent=agent, now=now, review=review is not None, budget_scopes=scopes)
+    inherited: Inheritance | None,
+    environment: EnvironmentChoice | None,
+    review: bool,
+) -> tuple[Attempt, str]:
+    """Insert the new epoch's active attempt, with its hashed token and label, and return it with its
+    token. The partial unique index on active attempts is the last line of defence: hitting it is
+    `ClaimCollided` (TASK_TAKEN)."""
     task = state.task
-    paths = claimed_paths(task, paths=request.paths, mode=request.paths_mode)
-    if paths is not None:
-        # Before any write: claim-next passes over a candidate refused here.
-        refuse_overlap(paths, task=task, now=now)
-    stale_allocation_id = state.stale_allocation_id
-    if state.active is not None:
-        expire_lapsed([state.active.id], now=now)
-        if review is None and Task.objects.filter(pk=task.pk, status=TaskStatus.BLOCKED).exists():
-            raise _Quarantined(
-                f"{task.key} was quarantined: its attempts keep failing.",
-                details={"task": task.key, "reason": "quarantined", "status": TaskStatus.BLOCKED},
-            )
-        # Expiry just made the dead attempt's allocation stale: that is the one to inherit.
-        stale_allocation_id = (
-            Allocation.objects.filter(attempt_id=state.active.id, status=AllocationStatus.STALE)
-            .values_list("id", flat=True)
-            .first()
-            or stale_allocation_id
-        )
-    inherited = state.inheritance() if review is None else None
-    if review is not None:
-        request = replace(request, branch=request.branch or review.branch or None)
-        request = replace(request, base_commit=request.base_commit or review.base_commit or None)
-    # SPEC §15.4: a claim naming another branch starts afresh (its own base commit, if any).
-    if inherited is not None and request.branch is not None and request.branch != inherited.branch:
-        inherited = None
-
-    environment = choose_environment(
-        task=task,
-        environment=request.environment,
-        environment_kind=request.environment_kind,
-        stale_allocation_id=stale_allocation_id,
-    )
-    epoch = task.epoch + 1
-    _EPOCH_BUMP.run(task_id=task.pk, epoch=epoch)  # claims bump the epoch, never the version
-    task.epoch = epoch
+    epoch = task.epoch
     seconds = lease_seconds_for(task=task, requested=request.lease_seconds)
     branch_name = (
         request.branch
@@ -209,7 +244,7 @@ def claim_locked(
                 agent=agent,
                 epoch=epoch,
                 status=AttemptStatus.ACTIVE,
-                kind=AttemptKind.REVIEW if review is not None else AttemptKind.WORK,
+                kind=AttemptKind.REVIEW if review else AttemptKind.WORK,
                 token_hash=token_hash,
                 token_salt=salt,
                 lease_seconds=seconds,
@@ -225,20 +260,67 @@ def claim_locked(
     except IntegrityError:
         # Unreachable while claims lock the task row; the index still decides.
         raise ClaimCollided(f"{task.key} was claimed concurrently.", details={"task": task.key}) from None
+    return attempt, token
+
+
+def _append_claimed(attempt: Attempt, *, agent: Agent, now: datetime, review: bool) -> None:
+    """The claim's `attempt.claimed` event, in its transaction."""
     event_append(
         type=EventType.ATTEMPT_CLAIMED,
         actor=Actor(agent=agent),
         at=now,
-        task=task,
+        task=attempt.task,
         attempt_id=attempt.pk,
         payload={
             "agent": agent.handle,
-            "epoch": epoch,
-            "lease_seconds": seconds,
-            "branch": branch_name,
-            **({"kind": AttemptKind.REVIEW} if review is not None else {}),
+            "epoch": attempt.epoch,
+            "lease_seconds": attempt.lease_seconds,
+            "branch": attempt.branch,
+            **({"kind": AttemptKind.REVIEW} if review else {}),
         },
     )
+
+
+def claim_locked(
+    state: ClaimState,
+    *,
+    agent: Agent,
+    now: datetime,
+    request: ClaimRequest,
+    review: ReviewClaim | None = None,
+    budget_scopes: tuple[str, ...] = ("task", "agent", "project"),
+) -> LeaseGrant:
+    """The claim of a task whose row this transaction has locked, for work or (with `review`) for a
+    review: refuse unless claimable, reserve paths, expire the lapsed attempt, open the next epoch.
+
+    Raises `ClaimCollided` when a concurrent claim won the active-attempt index; the transaction
+    is then spoiled and the caller must leave it.
+    """
+    # A review is not refused for the work's spent task budget (its request would wait for ever);
+    # the reviewer's and the project's daily budgets still apply.
+    scopes = budget_scopes if review is None else tuple(scope for scope in budget_scopes if scope != "task")
+    _refuse_unless_claimable(state, agent=agent, now=now, review=review is not None, budget_scopes=scopes)
+    paths = _refuse_overlapping_paths(state, request=request, now=now)
+    stale_allocation_id = _expire_lapsed_holder(state, now=now, review=review is not None)
+    request, inherited = _inherit(state, request=request, review=review)
+    task = state.task
+    environment = choose_environment(
+        task=task,
+        environment=request.environment,
+        environment_kind=request.environment_kind,
+        stale_allocation_id=stale_allocation_id,
+    )
+    _open_epoch(task)
+    attempt, token = _insert_attempt(
+        state,
+        agent=agent,
+        now=now,
+        request=request,
+        inherited=inherited,
+        environment=environment,
+        review=review is not None,
+    )
+    _append_claimed(attempt, agent=agent, now=now, review=review is not None)
     allocation = bind_allocation(environment, attempt=attempt, now=now) if environment else None
     if paths is not None:
         reserve(paths, attempt=attempt, now=now)
