@@ -30,7 +30,7 @@ from api.inputs import (
     encode_cursor,
     query_input,
 )
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import (
     ATTEMPT_ID_SCHEMA,
     IDEMPOTENCY_KEY,
@@ -212,7 +212,7 @@ class TaskCreateApi(ApiView):
         keys = data.pop("blocked_by")
         caller = caller_of(request)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             # Re-runnable: write_transaction may run it again after a lock timeout.
             project = project_by_slug(slug, agent=caller.agent)
             blockers = list(tasks_visible_to(caller.agent).filter(key__in=keys)) if keys else []
@@ -222,7 +222,7 @@ class TaskCreateApi(ApiView):
                     f"Unknown blockers: {', '.join(missing)}.", details={"fields": {"blocked_by": missing}}
                 )
             task = task_create(project=project, actor=caller.actor, blocked_by=blockers, **data)
-            return Outcome(status=201, data=FullTaskSerializer(full_task_read(task, now=clock.now())).data)
+            return MutationResult(status=201, data=FullTaskSerializer(full_task_read(task, now=clock.now())).data)
 
         return run_mutation(request, work)
 
@@ -338,14 +338,14 @@ class TaskUpdateApi(ApiView):
                 raise PermissionDenied("Only an agent can make a holder write.")
             proof = holder_proof_from_headers(request, attempt_id=_attempt_id(request, body_attempt))
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             task = task_by_key(key, agent=caller.agent)
             result = task_update(
                 task=task, actor=caller.actor, changes=data, expected_version=expected_version, proof=proof
             )
             shown = full_task_read(result.task, now=clock.now())
             shown.changed = sorted(result.changed)  # type: ignore[attr-defined]
-            return Outcome(status=200, data=self.OutputSerializer(shown).data)
+            return MutationResult(status=200, data=self.OutputSerializer(shown).data)
 
         return run_mutation(request, work)
 
