@@ -34,7 +34,7 @@ from leases.selectors import (
 )
 from leases.services.allocations import active_allocation_of
 from leases.services.git_facts import GIT_FACT_FIELDS
-from leases.services.reservations import PathsClaim, reservation_of
+from leases.services.path_reservations import PathsClaim, reservation_of
 from ledger import clock
 from ledger.models import Task
 

@@ -27,7 +27,7 @@ from leases.selectors import lease_seconds_for
 from leases.services.allocations import EnvironmentChoice, bind_allocation, choose_environment
 from leases.services.claim_state import ClaimRequest, ClaimState, Inheritance, claim_state, validate_claim_request
 from leases.services.expiry import expire_lapsed
-from leases.services.reservations import PathsClaim, claimed_paths, refuse_overlap, reserve
+from leases.services.path_reservations import PathsClaim, claimed_paths, refuse_overlap, reserve
 from leases.services.tallies import tally_claim_refusal
 from leases.services.usage import claim_budget_refusal
 from leases.tokens import new_lease_token

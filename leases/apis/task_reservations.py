@@ -1,4 +1,4 @@
-"""Clearing a task's reservation: `POST /tasks/{key}/reservation/clear/`.
+"""Clearing a task's reservation (`Task.reserved_for`, not a path reservation): `POST /tasks/{key}/reservation/clear/`.
 
 A reservation is set by an admin's reassign (only that agent may claim the
 task). Clearing it lets every agent of the project claim the task again. A
@@ -28,7 +28,7 @@ from leases.selectors import full_task_read
 from ledger import clock
 from ledger.selectors import task_by_key
 from ledger.services import task_reservation_clear
-from ledger.services.reservations import REASON_MAX_CHARS
+from ledger.services.task_reservations import REASON_MAX_CHARS
 
 
 class TaskReservationClearApi(ApiView):
