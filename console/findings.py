@@ -39,7 +39,7 @@ from console.timeline import payload_summary
 from core.errors import LedgerError
 from leases.models import Attempt, AttemptStatus
 from ledger import clock
-from reconciliation.models import UNRESOLVED_STATUSES, Finding, FindingStatus, SubjectType
+from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Finding, FindingStatus, SubjectType
 from reconciliation.remedies import REMEDIES
 from reconciliation.triage import attempt_discard, finding_acknowledge, finding_resolve
 
@@ -80,7 +80,7 @@ class FindingStatusFilter(admin.SimpleListFilter):
         if value == self.ALL:
             return queryset
         if value == self.UNRESOLVED:
-            return queryset.filter(status__in=UNRESOLVED_STATUSES)
+            return queryset.filter(status__in=UNRESOLVED_FINDING_STATUSES)
         return queryset.filter(status=value)
 
 
@@ -288,7 +288,7 @@ class FindingAdmin(LeaseholdModelAdmin):
                 remedy_text=REMEDIES.get(finding.condition, ""),
                 triage=triage_actions(finding) if operate else [],
                 can_operate=operate,
-                unresolved=finding.status in UNRESOLVED_STATUSES,
+                unresolved=finding.status in UNRESOLVED_FINDING_STATUSES,
                 is_open=finding.status == FindingStatus.OPEN,
                 acknowledge_form=AcknowledgeForm(),
                 resolve_form=ResolveForm(),

@@ -46,19 +46,19 @@ EFFECTIVE_STATUSES = (*TaskStatus.values, IN_PROGRESS, IN_REVIEW)
 BLOCKERS_SHOWN = 100
 
 
-UNRESOLVED_STATUSES = sorted(set(TaskStatus.values) - RESOLVED_STATUSES)
+UNRESOLVED_TASK_STATUSES = sorted(set(TaskStatus.values) - RESOLVED_STATUSES)
 
 
 def unresolved_blockers() -> QuerySet[TaskDependency]:
     """Present dependencies, of the outer task, on a task that is neither done nor cancelled."""
     return TaskDependency.objects.filter(
-        task=OuterRef("pk"), removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_STATUSES
+        task=OuterRef("pk"), removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_TASK_STATUSES
     )
 
 
 def unresolved_blockers_of(task: Task) -> QuerySet[TaskDependency]:
     return TaskDependency.objects.filter(
-        task=task, removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_STATUSES
+        task=task, removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_TASK_STATUSES
     ).order_by("blocked_by__number")
 
 
