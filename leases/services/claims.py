@@ -101,7 +101,7 @@ def _refuse_if_held(state: ClaimState, *, now: datetime) -> None:
 
 
 def _not_claimable_reason(state: ClaimState, *, agent: Agent, review: bool) -> str | None:
-    """Why the task may not be claimed (SPEC §3, §16.1), or None: an archived project, a status
+    """Why the task may not be claimed (SPEC §2, §16.1), or None: an archived project, a status
     other than ready (review, for a review claim), unresolved blockers, a reservation for another agent.
     """
     task = state.task
