@@ -22,16 +22,16 @@ from rest_framework.utils.encoders import JSONEncoder
 from api.auth import caller_of
 from api.errors import envelope
 from core.errors import ValidationFailed
-from leases.idempotency import StoredOutcome, idempotent_call
+from leases.idempotency import StoredResult, idempotent_call
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")
 FINGERPRINTED_HEADERS = ("HTTP_IF_MATCH", "HTTP_X_ATTEMPT_ID", "HTTP_X_LEASE_EPOCH", "HTTP_X_LEASE_TOKEN")
 
 
 @dataclass(frozen=True)
-class Outcome:
-    """What a mutating view's work produced. `attempt_id` names the attempt whose
-    lease token the body carries under `lease_token` (claims)."""
+class MutationResult:
+    """What a mutating view's work produced: the HTTP status, body and headers to answer.
+    `attempt_id` names the attempt whose lease token the body carries under `lease_token` (claims)."""
 
     status: int
     data: Any = None
@@ -58,14 +58,14 @@ def request_fingerprint(request: Request) -> str:
     return digest.hexdigest()
 
 
-def _response(outcome: Outcome, *, replayed: bool) -> Response:
-    response = Response(outcome.data, status=outcome.status, headers=outcome.headers)
+def _response(result: MutationResult, *, replayed: bool) -> Response:
+    response = Response(result.data, status=result.status, headers=result.headers)
     if replayed:
         response["Idempotent-Replayed"] = "true"
     return response
 
 
-def run_mutation(request: Request, work: Callable[[], Outcome]) -> Response:
+def run_mutation(request: Request, work: Callable[[], MutationResult]) -> Response:
     """Run a mutating operation, under the caller's `Idempotency-Key` when one is sent.
 
     Same key, same request → the stored status and body, without doing the
@@ -86,11 +86,11 @@ def run_mutation(request: Request, work: Callable[[], Outcome]) -> Response:
     if agent is None:
         raise ValidationFailed("Idempotency-Key is kept per agent; staff users cannot send one.")
 
-    def native_work() -> StoredOutcome:
-        outcome = work()
-        return StoredOutcome(status=outcome.status, data=to_native(outcome.data), attempt_id=outcome.attempt_id)
+    def native_work() -> StoredResult:
+        produced = work()
+        return StoredResult(status=produced.status, data=to_native(produced.data), attempt_id=produced.attempt_id)
 
     result = idempotent_call(
         agent=agent, key=key, fingerprint=request_fingerprint(request), work=native_work, refusal_body=envelope
     )
-    return _response(Outcome(status=result.status, data=result.data), replayed=result.replayed)
+    return _response(MutationResult(status=result.status, data=result.data), replayed=result.replayed)

@@ -23,7 +23,7 @@ Refusals and orphan findings are few and counted as they are.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any, TypedDict
 
@@ -35,7 +35,8 @@ from core.errors import ValidationFailed
 from insight.models import FleetDayTally, FleetDayTallyChange
 from leases.models import ClaimRefusalTally
 from ledger import clock
-from ledger.models import Project
+from ledger.models import Agent, Project
+from ledger.selectors import projects_visible_to
 from reconciliation.models import Condition, Finding
 
 DEFAULT_DAYS = 30
@@ -105,7 +106,7 @@ def _count_per_day(queryset: QuerySet[Any], field: str, window: _Window) -> dict
 
 
 def fleet_tally_per_day(
-    column: str, *, first: date, last: date, project: Project | None = None, project_ids: Collection[int] | None = None
+    column: str, *, first: date, last: date, project: Project | None = None, visible_to: Agent | None = None
 ) -> QuerySet[Any]:
     """One counter of the fleet tally summed per day from `first` to `last`: the folded rows and the changes.
 
@@ -115,7 +116,7 @@ def fleet_tally_per_day(
     index leads with the day; the change table is a minute of writes.
     """
     sums = [
-        _scoped(model.objects.all(), "project_id", project, project_ids)
+        _scoped(model.objects.all(), "project_id", project, visible_to)
         .filter(day__gte=first, day__lte=last)
         .values("day")
         .annotate(value=Sum(column))
@@ -125,18 +126,18 @@ def fleet_tally_per_day(
     return sums[0].union(sums[1], all=True)
 
 
-def _tallied(
-    column: str, window: _Window, project: Project | None, project_ids: Collection[int] | None
-) -> dict[date, int]:
-    rows = fleet_tally_per_day(column, first=window.first, last=window.last, project=project, project_ids=project_ids)
+def _tallied(column: str, window: _Window, project: Project | None, visible_to: Agent | None) -> dict[date, int]:
+    rows = fleet_tally_per_day(column, first=window.first, last=window.last, project=project, visible_to=visible_to)
     return window.per_day(rows)
 
 
-def _scoped(queryset: QuerySet[Any], path: str, project: Project | None, project_ids: Collection[int] | None) -> Any:
+def _scoped(queryset: QuerySet[Any], path: str, project: Project | None, visible_to: Agent | None) -> Any:
+    """`queryset` limited to `project`, and to the projects `visible_to` may see
+    (`ledger.selectors.projects_visible_to`; None: staff, every project)."""
     if project is not None:
         queryset = queryset.filter(**{path: project.pk})
-    if project_ids is not None:
-        queryset = queryset.filter(**{f"{path}__in": list(project_ids)})
+    if visible_to is not None:
+        queryset = queryset.filter(**{f"{path}__in": projects_visible_to(visible_to).values("pk")})
     return queryset
 
 
@@ -144,12 +145,12 @@ def claims_per_day(
     *,
     days: int = DEFAULT_DAYS,
     project: Project | None = None,
-    project_ids: Collection[int] | None = None,
+    visible_to: Agent | None = None,
     today: date | None = None,
 ) -> list[DayValue]:
-    """Attempts claimed per day. `project_ids` limits to the projects a caller may see."""
+    """Attempts claimed per day. `visible_to` limits to the projects that agent may see (None: staff, all)."""
     window = _Window(days=days, today=today)
-    totals = _tallied("claims", window, project, project_ids)
+    totals = _tallied("claims", window, project, visible_to)
     return [{"day": day.isoformat(), "value": totals.get(day, 0)} for day in window.days()]
 
 
@@ -157,19 +158,19 @@ def lease_conflicts_per_day(
     *,
     days: int = DEFAULT_DAYS,
     project: Project | None = None,
-    project_ids: Collection[int] | None = None,
+    visible_to: Agent | None = None,
     today: date | None = None,
 ) -> list[DayValue]:
     """Claims refused as taken plus contested writes, per day."""
     window = _Window(days=days, today=today)
-    tallies = _scoped(ClaimRefusalTally.objects.all(), "project_id", project, project_ids)
+    tallies = _scoped(ClaimRefusalTally.objects.all(), "project_id", project, visible_to)
     refused = window.per_day(
         tallies.filter(day__gte=window.first, day__lte=window.last)
         .values("day")
         .annotate(value=Sum("count"))
         .order_by()
     )
-    contested = _tallied("contested", window, project, project_ids)
+    contested = _tallied("contested", window, project, visible_to)
     return [{"day": day.isoformat(), "value": refused.get(day, 0) + contested.get(day, 0)} for day in window.days()]
 
 
@@ -177,16 +178,16 @@ def orphan_rate_per_day(
     *,
     days: int = DEFAULT_DAYS,
     project: Project | None = None,
-    project_ids: Collection[int] | None = None,
+    visible_to: Agent | None = None,
     today: date | None = None,
 ) -> list[OrphanRateDay]:
     """Orphan branches first found per day ÷ attempts finished that day (0.0 when none finished)."""
     window = _Window(days=days, today=today)
-    findings = _scoped(Finding.objects.filter(condition=Condition.ORPHAN_BRANCH), "project_id", project, project_ids)
+    findings = _scoped(Finding.objects.filter(condition=Condition.ORPHAN_BRANCH), "project_id", project, visible_to)
     orphans = _count_per_day(findings, "first_seen_at", window)
     # A finish time means a terminal attempt (CHECK attempt_finished_at_iff_terminal): the tally counts
     # finish times.
-    finished = _tallied("finished", window, project, project_ids)
+    finished = _tallied("finished", window, project, visible_to)
     series: list[OrphanRateDay] = []
     for day in window.days():
         found, ended = orphans.get(day, 0), finished.get(day, 0)
@@ -205,11 +206,11 @@ def fleet_metrics(
     *,
     days: int = DEFAULT_DAYS,
     project: Project | None = None,
-    project_ids: Collection[int] | None = None,
+    visible_to: Agent | None = None,
 ) -> FleetMetrics:
     """All three series over one window, read against one reading of the clock."""
     today = clock.now().astimezone(UTC).date()
-    scope: dict[str, Any] = {"days": days, "project": project, "project_ids": project_ids, "today": today}
+    scope: dict[str, Any] = {"days": days, "project": project, "visible_to": visible_to, "today": today}
     return {
         "days": days,
         "claims": claims_per_day(**scope),

@@ -31,7 +31,7 @@ from django.db.models.functions import Cast
 
 from core.errors import ValidationFailed
 from leases.models import Attempt, AttemptStatus
-from ledger.models import Agent
+from ledger.models import Agent, Project
 from reconciliation.models import Condition, Finding
 
 MAX_RANGE_DAYS = 366
@@ -150,11 +150,11 @@ def _lead_rows(completed: QuerySet[Attempt]) -> Iterator[tuple[int, str, float |
         yield agent_id, task_class, _lead_seconds(_naive_utc(finished_text), _naive_utc(ready_text))
 
 
-def fleet_report(*, first: date, last: date, project_ids: list[int] | None = None) -> Report:
+def fleet_report(*, first: date, last: date, project: Project | None = None) -> Report:
     start, end = _bounds(first, last)
     ended = Attempt.objects.filter(finished_at__gte=start, finished_at__lt=end).exclude(status=AttemptStatus.ACTIVE)
-    if project_ids is not None:
-        ended = ended.filter(task__project_id__in=project_ids)
+    if project is not None:
+        ended = ended.filter(task__project=project)
     by_agent: dict[str, Breakdown] = {}
     by_class: dict[str, Breakdown] = {}
     total = Breakdown(name="All")
@@ -206,8 +206,8 @@ def fleet_report(*, first: date, last: date, project_ids: list[int] | None = Non
     findings = Finding.objects.filter(
         condition=Condition.ORPHAN_BRANCH, first_seen_at__gte=start, first_seen_at__lt=end
     )
-    if project_ids is not None:
-        findings = findings.filter(project_id__in=project_ids)
+    if project is not None:
+        findings = findings.filter(project=project)
     orphans = findings.aggregate(n=Count("id"))["n"]
 
     def ordered(table: dict[str, Breakdown]) -> list[Breakdown]:

@@ -12,6 +12,7 @@ every cut is named in `truncated`.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +20,7 @@ from django.conf import settings
 
 from core.prepared import SAMPLE_INT, Prepared
 from leases.context_parts import discussion_parts, review_parts
-from leases.models import Allocation, Attempt, AttemptKind, AttemptStatus
+from leases.models import Allocation, Attempt, AttemptKind, AttemptStatus, Note
 from leases.selectors import (
     IN_PROGRESS,
     IN_REVIEW,
@@ -33,7 +34,7 @@ from leases.selectors import (
 )
 from leases.services.allocations import active_allocation_of
 from leases.services.git_facts import GIT_FACT_FIELDS
-from leases.services.reservations import PathsClaim, reservation_of
+from leases.services.path_reservations import PathsClaim, reservation_of
 from ledger import clock
 from ledger.models import Task
 
@@ -89,6 +90,121 @@ _BLOCKERS: Prepared[Any] = Prepared(
 )
 
 
+@dataclass(frozen=True)
+class _History:
+    """What earlier attempts left: the latest checkpoint, the latest ended attempts (newest first),
+    and among them the previous one and the last failed one."""
+
+    checkpoint: Note | None
+    recent: list[Attempt]
+    previous: Attempt | None
+    last_failed: Attempt | None
+
+
+def _history(task: Task, *, first_ever: bool) -> _History:
+    """The task's history; a first-ever claim has none to look for. A failure hidden behind a later
+    release or hand-off is still worth knowing (issue 13)."""
+    if first_ever:
+        return _History(checkpoint=None, recent=[], previous=None, last_failed=None)
+    checkpoint = latest_checkpoint(task)
+    recent = recent_terminal_attempts(task, limit=RUNS_OF_TROUBLE)
+    return _History(
+        checkpoint=checkpoint,
+        recent=recent,
+        previous=recent[0] if recent else None,
+        last_failed=next((run for run in recent[1:] if run.status == AttemptStatus.FAILED), None),
+    )
+
+
+def _predecessor(
+    task: Task, *, current: Attempt | None, recent: list[Attempt], just_claimed: bool, predecessor_id: int | None
+) -> Attempt | None:
+    """The attempt whose work the current one continues (SPEC §15.4): the one a claim named, else the
+    latest with work on the current attempt's branch."""
+    if just_claimed:
+        return _known_attempt(predecessor_id, recent)
+    predecessor = _latest_with_work(task, recent)
+    if predecessor is not None and current is not None and predecessor.branch != current.branch:
+        return None  # the current attempt did not continue that work
+    return predecessor
+
+
+def _task_section(task: Task, *, current: Attempt | None, now: datetime) -> dict[str, Any]:
+    """The task, with its effective status: in progress while the current lease lives (in review
+    for a review attempt)."""
+    effective_status = task.status
+    if current is not None and current.lease_expires_at > now:
+        effective_status = IN_REVIEW if current.kind == AttemptKind.REVIEW else IN_PROGRESS
+    return {
+        "key": task.key,
+        "title": task.title,
+        "status": task.status,
+        "effective_status": effective_status,
+        "priority": task.priority,
+        "task_class": task.task_class,
+        "version": task.version,
+        "epoch": task.epoch,
+        "description": task.description,
+        "acceptance_criteria": task.acceptance_criteria,
+    }
+
+
+def _checkpoint(checkpoint: Note | None) -> dict[str, Any] | None:
+    """The latest checkpoint an earlier attempt wrote."""
+    if checkpoint is None:
+        return None
+    return {
+        "attempt": checkpoint.attempt_id,
+        "agent": checkpoint.attempt.agent.handle,
+        "created_at": clock.iso(checkpoint.created_at),
+        "content": checkpoint.content,
+        "next_steps": checkpoint.next_steps,
+    }
+
+
+def _previous_attempt(previous: Attempt | None) -> dict[str, Any] | None:
+    """How the latest ended attempt ended, its summary and next steps."""
+    if previous is None:
+        return None
+    return {
+        "id": previous.pk,
+        "status": previous.status,
+        "agent": previous.agent.handle,
+        "epoch": previous.epoch,
+        "finished_at": clock.iso(previous.finished_at),
+        "result_summary": previous.result_summary,
+        "next_steps": previous.next_steps,
+        "branch": previous.branch or None,
+        "base_commit": previous.base_commit or None,
+        "failure_reason_code": previous.failure_reason_code or None,
+        "interruption_reason_code": previous.interruption_reason_code or None,
+    }
+
+
+def _last_failed_attempt(last_failed: Attempt | None) -> dict[str, Any] | None:
+    """The last failure among the recent attempts, when the latest one is not it."""
+    if last_failed is None:
+        return None
+    return {
+        "id": last_failed.pk,
+        "status": last_failed.status,
+        "agent": last_failed.agent.handle,
+        "finished_at": clock.iso(last_failed.finished_at),
+        "failure_reason_code": last_failed.failure_reason_code or None,
+        "result_summary": last_failed.result_summary,
+    }
+
+
+def _add_discussion(context: dict[str, Any], *, task: Task, current: Attempt | None, first_ever: bool) -> None:
+    """SPEC §16: review findings (or the review a reviewer holds), decisions, comments; each part
+    bounded on its own, its cuts named in `truncated`."""
+    reviewing = review_parts(task, current) if not first_ever else {"review_findings": None, "review": None, "cut": []}
+    discussion = discussion_parts(task)
+    context.update({name: reviewing[name] for name in ("review_findings", "review")})
+    context.update({name: discussion[name] for name in ("decisions", "comments")})
+    context["truncated"].extend([*reviewing["cut"], *discussion["cut"]])
+
+
 def work_context(
     *,
     task: Task,
@@ -112,86 +228,30 @@ def work_context(
     current = attempt or live_attempts(now).filter(task=task).select_related("agent").first()
     blockers = _BLOCKERS.rows(task=task)
     first_ever = just_claimed and attempt is not None and attempt.epoch == 1
-    checkpoint = None if first_ever else latest_checkpoint(task)
-    recent = [] if first_ever else recent_terminal_attempts(task, limit=RUNS_OF_TROUBLE)
-    previous = recent[0] if recent else None
-    # A failure hidden behind a later release or hand-off is still worth knowing (issue 13).
-    last_failed = next((run for run in recent[1:] if run.status == AttemptStatus.FAILED), None)
+    history = _history(task, first_ever=first_ever)
     if allocation is _UNKNOWN:
         allocation = active_allocation_of(current) if current is not None else None
     if reservation is _UNKNOWN:
         reservation = reservation_of(current) if current is not None else None
-    if just_claimed:
-        predecessor = _known_attempt(predecessor_id, recent)
-    else:
-        predecessor = _latest_with_work(task, recent)
-        if predecessor is not None and current is not None and predecessor.branch != current.branch:
-            predecessor = None  # the current attempt did not continue that work
+    predecessor = _predecessor(
+        task, current=current, recent=history.recent, just_claimed=just_claimed, predecessor_id=predecessor_id
+    )
     context: dict[str, Any] = {
-        "task": {
-            "key": task.key,
-            "title": task.title,
-            "status": task.status,
-            "effective_status": IN_PROGRESS if current is not None and current.lease_expires_at > now else task.status,
-            "priority": task.priority,
-            "task_class": task.task_class,
-            "version": task.version,
-            "epoch": task.epoch,
-            "description": task.description,
-            "acceptance_criteria": task.acceptance_criteria,
-        },
+        "task": _task_section(task, current=current, now=now),
         "blockers": [{"key": key, "title": title} for key, title in blockers[:MAX_BLOCKERS]],
         "blockers_total": len(blockers) if len(blockers) <= MAX_BLOCKERS else unresolved_blocker_count(task),
-        "latest_checkpoint": None
-        if checkpoint is None
-        else {
-            "attempt": checkpoint.attempt_id,
-            "agent": checkpoint.attempt.agent.handle,
-            "created_at": clock.iso(checkpoint.created_at),
-            "content": checkpoint.content,
-            "next_steps": checkpoint.next_steps,
-        },
-        "previous_attempt": None
-        if previous is None
-        else {
-            "id": previous.pk,
-            "status": previous.status,
-            "agent": previous.agent.handle,
-            "epoch": previous.epoch,
-            "finished_at": clock.iso(previous.finished_at),
-            "result_summary": previous.result_summary,
-            "next_steps": previous.next_steps,
-            "branch": previous.branch or None,
-            "base_commit": previous.base_commit or None,
-            "failure_reason_code": previous.failure_reason_code or None,
-            "interruption_reason_code": previous.interruption_reason_code or None,
-        },
-        "last_failed_attempt": None
-        if last_failed is None
-        else {
-            "id": last_failed.pk,
-            "status": last_failed.status,
-            "agent": last_failed.agent.handle,
-            "finished_at": clock.iso(last_failed.finished_at),
-            "failure_reason_code": last_failed.failure_reason_code or None,
-            "result_summary": last_failed.result_summary,
-        },
+        "latest_checkpoint": _checkpoint(history.checkpoint),
+        "previous_attempt": _previous_attempt(history.previous),
+        "last_failed_attempt": _last_failed_attempt(history.last_failed),
         "label": current.label if current is not None else None,
         "git": None if current is None else {name: _fact(current, name) for name in GIT_FACT_FIELDS},
         "predecessor_work": _predecessor_work(predecessor),
         "environment": _environment(allocation),
         "reservation": None if reservation is None else {"paths": list(reservation.paths), "mode": reservation.mode},
-        "warnings": _warnings(task, recent),
+        "warnings": _warnings(task, history.recent),
         "truncated": [],
     }
-    # SPEC §16: review findings (or the review a reviewer holds), decisions, comments.
-    reviewing = review_parts(task, current) if not first_ever else {"review_findings": None, "review": None, "cut": []}
-    discussion = discussion_parts(task)
-    context.update({name: reviewing[name] for name in ("review_findings", "review")})
-    context.update({name: discussion[name] for name in ("decisions", "comments")})
-    context["truncated"].extend([*reviewing["cut"], *discussion["cut"]])
-    if current is not None and current.kind == AttemptKind.REVIEW and current.lease_expires_at > now:
-        context["task"]["effective_status"] = IN_REVIEW
+    _add_discussion(context, task=task, current=current, first_ever=first_ever)
     return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
 
 

@@ -66,7 +66,7 @@ R = TypeVar("R")
 
 
 @dataclass(frozen=True)
-class StoredOutcome:
+class StoredResult:
     """A status and a JSON-native body; `attempt_id` names the attempt whose token the body carries."""
 
     status: int
@@ -108,23 +108,23 @@ def _run_once(
     agent: Agent,
     key: str,
     fingerprint: str,
-    work: Callable[[], StoredOutcome],
+    work: Callable[[], StoredResult],
     refusal_body: Callable[[LedgerError], Any],
-) -> StoredOutcome:
+) -> StoredResult:
     record = _insert(agent=agent, key=key, fingerprint=fingerprint)
     try:
         outcome = work()
     except LedgerError as refusal:
         if refusal.retryable:
             raise
-        outcome = StoredOutcome(status=refusal.http_status, data=refusal_body(refusal))
+        outcome = StoredResult(status=refusal.http_status, data=refusal_body(refusal))
     IdempotencyRecord.objects.filter(pk=record.pk).update(
         status_code=outcome.status, response=_stored_text(outcome.data), attempt_id=outcome.attempt_id
     )
     return outcome
 
 
-def _replay(record: IdempotencyRecord, *, fingerprint: str) -> StoredOutcome:
+def _replay(record: IdempotencyRecord, *, fingerprint: str) -> StoredResult:
     if record.status_code == VOIDED_STATUS:
         raise IdempotencyConflict(
             "This Idempotency-Key's answer was voided: your projects changed since it was used. Send a new key.",
@@ -138,7 +138,7 @@ def _replay(record: IdempotencyRecord, *, fingerprint: str) -> StoredOutcome:
     data = json.loads(record.response) if isinstance(record.response, str) else record.response
     if record.attempt_id is not None and isinstance(data, dict) and TOKEN_FIELD in data:
         data[TOKEN_FIELD] = _replayed_token(record.attempt_id)
-    return StoredOutcome(status=record.status_code, data=data, attempt_id=record.attempt_id, replayed=True)
+    return StoredResult(status=record.status_code, data=data, attempt_id=record.attempt_id, replayed=True)
 
 
 def _replayed_token(attempt_id: int) -> str:
@@ -171,9 +171,9 @@ def idempotent_call(
     agent: Agent,
     key: str,
     fingerprint: str,
-    work: Callable[[], StoredOutcome],
+    work: Callable[[], StoredResult],
     refusal_body: Callable[[LedgerError], Any],
-) -> StoredOutcome:
+) -> StoredResult:
     """Do `work` once per (agent, key); replay its stored answer to the same request."""
     record = _stored(agent, key)
     if record is not None:

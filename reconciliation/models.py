@@ -63,7 +63,7 @@ class FindingStatus(models.TextChoices):
     RESOLVED = "resolved", "Resolved"
 
 
-UNRESOLVED_STATUSES: tuple[str, ...] = (FindingStatus.OPEN, FindingStatus.ACKNOWLEDGED)
+UNRESOLVED_FINDING_STATUSES: tuple[str, ...] = (FindingStatus.OPEN, FindingStatus.ACKNOWLEDGED)
 
 
 class Finding(NoDeleteModel):

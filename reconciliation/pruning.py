@@ -19,7 +19,7 @@ from ledger.actors import SYSTEM
 from reconciliation.conditions import Observation
 from reconciliation.git import GitError, LocalRepository, worktree_cleanliness
 from reconciliation.git_conditions import REMOVABLE
-from reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, SubjectType
+from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding, SubjectType
 from reconciliation.snapshot import LedgerSnapshot
 from reconciliation.triage import RECONCILIATION_ACTOR, resolve_finding_locked
 
@@ -65,7 +65,7 @@ def _resolve_pruned(*, project_id: int, path: str, now: datetime) -> None:
         condition=Condition.ORPHAN_WORKTREE,
         subject_type=SubjectType.WORKTREE,
         subject_key=path,
-        status__in=UNRESOLVED_STATUSES,
+        status__in=UNRESOLVED_FINDING_STATUSES,
     ).first()
     if finding is not None:
         resolve_finding_locked(finding, actor=SYSTEM, by=RECONCILIATION_ACTOR, now=now, note=PRUNED_NOTE)

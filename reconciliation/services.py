@@ -40,7 +40,7 @@ from reconciliation.git_conditions import RepositoryView
 from reconciliation.models import (
     GIT_CONDITIONS,
     GIT_INFORMED_CONDITIONS,
-    UNRESOLVED_STATUSES,
+    UNRESOLVED_FINDING_STATUSES,
     Condition,
     Finding,
     ReconciliationRun,
@@ -216,7 +216,7 @@ def _record(
     if superseded:
         ReconciliationRun.objects.filter(pk=run_id).update(status=RunStatus.SUPERSEDED, counts=counts, errors=errors)
         return RunStatus.SUPERSEDED
-    unresolved = {_finding_key(f): f for f in Finding.objects.filter(status__in=UNRESOLVED_STATUSES)}
+    unresolved = {_finding_key(f): f for f in Finding.objects.filter(status__in=UNRESOLVED_FINDING_STATUSES)}
     opened = 0
     refreshed: list[int] = []
     for observation in observations:
@@ -269,7 +269,7 @@ def _open(observation: Observation, *, now: datetime) -> tuple[Finding, bool]:
             condition=observation.condition,
             subject_type=observation.subject_type,
             subject_key=observation.subject_key,
-            status__in=UNRESOLVED_STATUSES,
+            status__in=UNRESOLVED_FINDING_STATUSES,
         )
         return existing, False
     event_append(

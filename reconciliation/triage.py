@@ -17,7 +17,7 @@ from ledger import clock
 from ledger.actors import Actor
 from ledger.models import EventType, Severity
 from ledger.services import event_append
-from reconciliation.models import UNRESOLVED_STATUSES, AttemptDiscard, Finding, FindingStatus
+from reconciliation.models import UNRESOLVED_FINDING_STATUSES, AttemptDiscard, Finding, FindingStatus
 
 # `resolved_by` of a finding whose condition stopped holding.
 RECONCILIATION_ACTOR = "reconciliation"
@@ -49,7 +49,7 @@ def resolve_finding_locked(finding: Finding, *, actor: Actor, by: str, now: date
     Call inside a transaction. Two resolvers at once resolve it once and
     append one `finding.resolved`.
     """
-    changed = Finding.objects.filter(pk=finding.pk, status__in=UNRESOLVED_STATUSES).update(
+    changed = Finding.objects.filter(pk=finding.pk, status__in=UNRESOLVED_FINDING_STATUSES).update(
         status=FindingStatus.RESOLVED, resolved_at=now, resolved_by=by, resolution_note=note
     )
     if changed:

@@ -22,7 +22,7 @@ from django.db.models import Count, Max, Min, Q, QuerySet
 from django.urls import reverse
 
 from ledger.models import Event, EventType, Task
-from reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus, SubjectType
+from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding, FindingStatus, SubjectType
 
 PANEL_SHOWN = 5
 
@@ -214,7 +214,7 @@ def finding_task(finding: Finding) -> Task | None:
 
 def finding_groups(*, shown: int = PANEL_SHOWN) -> AlertPanel:
     """Unresolved findings, one row per condition (count, first and last seen), named by the latest finding."""
-    unresolved = Finding.objects.filter(status__in=UNRESOLVED_STATUSES)
+    unresolved = Finding.objects.filter(status__in=UNRESOLVED_FINDING_STATUSES)
     grouped = (
         unresolved.order_by()
         .values("condition")

@@ -37,7 +37,7 @@ from console.audit.timeline import payload_summary
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
 from core.errors import LedgerError
-from reconciliation.models import UNRESOLVED_STATUSES, Finding, FindingStatus, SubjectType
+from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Finding, FindingStatus, SubjectType
 from reconciliation.remedies import REMEDIES
 from reconciliation.triage import attempt_discard, finding_acknowledge, finding_resolve
 
@@ -75,7 +75,7 @@ class FindingStatusFilter(admin.SimpleListFilter):
         if value == self.ALL:
             return queryset
         if value == self.UNRESOLVED:
-            return queryset.filter(status__in=UNRESOLVED_STATUSES)
+            return queryset.filter(status__in=UNRESOLVED_FINDING_STATUSES)
         return queryset.filter(status=value)
 
 
@@ -190,7 +190,7 @@ class FindingAdmin(LeaseholdModelAdmin):
                 remedy_text=REMEDIES.get(finding.condition, ""),
                 triage=triage_actions(finding) if operate else [],
                 can_operate=operate,
-                unresolved=finding.status in UNRESOLVED_STATUSES,
+                unresolved=finding.status in UNRESOLVED_FINDING_STATUSES,
                 is_open=finding.status == FindingStatus.OPEN,
                 acknowledge_form=AcknowledgeForm(),
                 resolve_form=ResolveForm(),

@@ -30,7 +30,7 @@ from insight.spending import Spend, spend_per_day, top_agents, top_tasks
 from leases.models import Attempt, AttemptKind
 from leases.selectors import IN_PROGRESS, IN_REVIEW, claimable_tasks, live_attempts
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
-from reconciliation.models import UNRESOLVED_STATUSES, Condition, Finding, FindingStatus
+from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding, FindingStatus
 
 EXPIRING_WINDOW = timedelta(minutes=10)
 # Panels show their top 5 with "all N →", so the page fits a laptop screen.
@@ -215,7 +215,7 @@ def findings_by_condition() -> list[FindingRow]:
     """Unresolved findings per condition: open and acknowledged (the partial index on unresolved)."""
     counts: dict[str, dict[str, int]] = defaultdict(dict)
     rows = (
-        Finding.objects.filter(status__in=UNRESOLVED_STATUSES)
+        Finding.objects.filter(status__in=UNRESOLVED_FINDING_STATUSES)
         .order_by()
         .values("condition", "status")
         .annotate(n=Count("id"))

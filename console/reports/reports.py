@@ -85,7 +85,7 @@ def report_page(request: HttpRequest, site: Any) -> TemplateResponse:
     try:
         first, last = _range(form, today)
         project = form.cleaned_data.get("project") if form.is_valid() else None
-        report = fleet_report(first=first, last=last, project_ids=[project.pk] if project else None)
+        report = fleet_report(first=first, last=last, project=project)
     except LedgerError as exc:
         error = exc.message
         first, last = today - timedelta(days=29), today

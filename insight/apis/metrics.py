@@ -14,7 +14,7 @@ from api.base import ApiView
 from api.inputs import query_input
 from api.schema import READ_ERRORS, error_responses
 from insight.metrics import DEFAULT_DAYS, MAX_DAYS, fleet_metrics
-from ledger.selectors import project_by_slug, projects_visible_to
+from ledger.selectors import project_by_slug
 
 
 class NumberField(serializers.FloatField):
@@ -60,6 +60,5 @@ class MetricsApi(ApiView):
         params = query_input(self.FilterSerializer, request)
         agent = caller_of(request).agent
         project = project_by_slug(params["project"], agent=agent) if "project" in params else None
-        project_ids = None if agent is None else list(projects_visible_to(agent).values_list("pk", flat=True))
-        metrics = fleet_metrics(days=params["days"], project=project, project_ids=project_ids)
+        metrics = fleet_metrics(days=params["days"], project=project, visible_to=agent)
         return Response(self.OutputSerializer(metrics).data)

@@ -18,7 +18,7 @@ from rest_framework.response import Response
 from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import body_input
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
 from leases.apis.fields import (
     AbsolutePathField,
@@ -44,14 +44,12 @@ from leases.models import (
 from leases.selectors import attempt_by_id, attempt_notes, attempt_spent
 from leases.services import (
     Finished,
+    Outcome,
     attempt_finish,
     attempt_release,
     attempt_renew,
     attempt_set_git,
     note_add,
-)
-from leases.services import (
-    Outcome as FinishOutcome,
 )
 from ledger import clock
 from ledger.models import TaskStatus
@@ -144,9 +142,9 @@ class AttemptRenewApi(ApiView):
         data = body_input(self.InputSerializer, request)
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             attempt = attempt_renew(proof=proof, lease_seconds=data.get("lease_seconds"), usage=data.get("usage"))
-            return Outcome(
+            return MutationResult(
                 status=200,
                 data={
                     "lease_expires_at": clock.iso(attempt.lease_expires_at),
@@ -194,10 +192,10 @@ class NoteAddApi(ApiView):
         data = body_input(self.InputSerializer, request)
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             written = note_add(proof=proof, **data)
             note = written.note
-            return Outcome(
+            return MutationResult(
                 status=201,
                 data={
                     "note": {
@@ -216,9 +214,9 @@ class NoteAddApi(ApiView):
         return run_mutation(request, work)
 
 
-def finished_outcome(finished: Finished) -> Outcome:
+def finished_result(finished: Finished) -> MutationResult:
     """Finish's body as a plain dict: finish is a measured hot path (FinishedSerializer is its schema)."""
-    return Outcome(
+    return MutationResult(
         status=200,
         data={
             "attempt": attempt_summary(finished.attempt),
@@ -235,7 +233,7 @@ class AttemptFinishApi(ApiView):
     """
 
     class InputSerializer(serializers.Serializer[Any]):
-        outcome = serializers.ChoiceField(choices=[*FinishOutcome.ALL, *FinishOutcome.REVIEW_DECISIONS])
+        outcome = serializers.ChoiceField(choices=[*Outcome.ALL, *Outcome.REVIEW_DECISIONS])
         result_summary = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, default="")
         next_steps = _text_list()
         failure_reason_code = serializers.ChoiceField(choices=FailureReason.values, required=False)
@@ -257,22 +255,22 @@ class AttemptFinishApi(ApiView):
     # code goes with another outcome.
     @extend_schema_serializer(exclude_fields=["failure_reason_code", "interruption_reason_code", "findings"])
     class CompletedInput(InputSerializer):
-        outcome = serializers.ChoiceField(choices=[FinishOutcome.DONE, FinishOutcome.REVIEW])
+        outcome = serializers.ChoiceField(choices=[Outcome.DONE, Outcome.REVIEW])
 
     @extend_schema_serializer(
         exclude_fields=["failure_reason_code", "interruption_reason_code", "acknowledged_version"]
     )
     class DecisionInput(InputSerializer):
-        outcome = serializers.ChoiceField(choices=list(FinishOutcome.REVIEW_DECISIONS))
+        outcome = serializers.ChoiceField(choices=list(Outcome.REVIEW_DECISIONS))
 
     @extend_schema_serializer(exclude_fields=["interruption_reason_code", "findings"])
     class FailedInput(InputSerializer):
-        outcome = serializers.ChoiceField(choices=[FinishOutcome.FAILED])
+        outcome = serializers.ChoiceField(choices=[Outcome.FAILED])
         failure_reason_code = serializers.ChoiceField(choices=FailureReason.values)
 
     @extend_schema_serializer(exclude_fields=["failure_reason_code", "findings"])
     class HandoffInput(InputSerializer):
-        outcome = serializers.ChoiceField(choices=[FinishOutcome.HANDOFF])
+        outcome = serializers.ChoiceField(choices=[Outcome.HANDOFF])
         interruption_reason_code = serializers.ChoiceField(choices=InterruptionReason.values)
 
     OutputSerializer = FinishedSerializer
@@ -282,13 +280,13 @@ class AttemptFinishApi(ApiView):
         request=PolymorphicProxySerializer(
             component_name="AttemptFinishInput",
             serializers={
-                FinishOutcome.DONE: CompletedInput,
-                FinishOutcome.REVIEW: CompletedInput,
-                FinishOutcome.FAILED: FailedInput,
-                FinishOutcome.HANDOFF: HandoffInput,
-                FinishOutcome.APPROVED: DecisionInput,
-                FinishOutcome.CHANGES_REQUESTED: DecisionInput,
-                FinishOutcome.BLOCKED: DecisionInput,
+                Outcome.DONE: CompletedInput,
+                Outcome.REVIEW: CompletedInput,
+                Outcome.FAILED: FailedInput,
+                Outcome.HANDOFF: HandoffInput,
+                Outcome.APPROVED: DecisionInput,
+                Outcome.CHANGES_REQUESTED: DecisionInput,
+                Outcome.BLOCKED: DecisionInput,
             },
             resource_type_field_name="outcome",
         ),
@@ -299,8 +297,8 @@ class AttemptFinishApi(ApiView):
         data = body_input(self.InputSerializer, request)
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
-        def work() -> Outcome:
-            return finished_outcome(attempt_finish(proof=proof, **data))
+        def work() -> MutationResult:
+            return finished_result(attempt_finish(proof=proof, **data))
 
         return run_mutation(request, work)
 
@@ -323,10 +321,10 @@ class AttemptReleaseApi(ApiView):
         data = body_input(self.InputSerializer, request)
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             released = attempt_release(proof=proof, reason=data["reason"])
             shown = {"attempt": released.attempt, "task": ended_task_row(released.task, released.attempt.agent)}
-            return Outcome(status=200, data=self.OutputSerializer(shown).data)
+            return MutationResult(status=200, data=self.OutputSerializer(shown).data)
 
         return run_mutation(request, work)
 
@@ -353,8 +351,8 @@ class AttemptGitApi(ApiView):
         data = body_input(self.InputSerializer, request)
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             attempt = attempt_set_git(proof=proof, **data)
-            return Outcome(status=200, data=self.OutputSerializer({"attempt": attempt}).data)
+            return MutationResult(status=200, data=self.OutputSerializer({"attempt": attempt}).data)
 
         return run_mutation(request, work)

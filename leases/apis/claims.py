@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import body_input
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from environments.models import EnvironmentKind
 from leases.apis.fields import BranchNameField, CommitIdField, EnvironmentNameField, paths_field
@@ -55,7 +55,7 @@ class ClaimInputSerializer(serializers.Serializer[Any]):
     schema_rules: ClassVar[dict[str, Any]] = {"not": {"required": ["environment", "environment_kind"]}}
 
 
-# Schema-only: a claim is a measured hot path, its body is the plain dict of `claim_outcome`.
+# Schema-only: a claim is a measured hot path, its body is the plain dict of `claim_result`.
 class ClaimOutputSerializer(serializers.Serializer[Any]):
     attempt = AttemptSummarySerializer()
     lease_token = serializers.CharField(help_text="Shown once (replayed under the same Idempotency-Key).")
@@ -68,9 +68,9 @@ class ClaimOutputSerializer(serializers.Serializer[Any]):
     context = WorkContextSerializer()  # type: ignore[assignment]  # a field named like Field.context
 
 
-def claim_outcome(grant: LeaseGrant) -> Outcome:
+def claim_result(grant: LeaseGrant) -> MutationResult:
     attempt = grant.attempt
-    return Outcome(
+    return MutationResult(
         status=201,
         attempt_id=attempt.pk,
         data={
@@ -111,9 +111,9 @@ class TaskClaimApi(ApiView):
         data = body_input(self.InputSerializer, request)
         agent = caller_of(request).require_agent()
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             task = task_by_key(key, agent=agent)
-            return claim_outcome(lease_claim(task=task, agent=agent, **data))
+            return claim_result(lease_claim(task=task, agent=agent, **data))
 
         return run_mutation(request, work)
 
@@ -142,9 +142,9 @@ class ClaimNextApi(ApiView):
         slug = data.pop("project")
         agent = caller_of(request).require_agent()
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             project = project_by_slug(slug, agent=agent)
             grant = lease_claim_next(project=project, agent=agent, **data)
-            return Outcome(status=204) if grant is None else claim_outcome(grant)
+            return MutationResult(status=204) if grant is None else claim_result(grant)
 
         return run_mutation(request, work)

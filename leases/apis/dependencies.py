@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import body_input
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from leases.apis.serializers import FullTaskSerializer
 from leases.selectors import full_task_read
@@ -37,11 +37,11 @@ def _change_dependency(request: Request, key: str, change: Callable[..., Any]) -
     data = body_input(DependencyInputSerializer, request)
     caller = caller_of(request)
 
-    def work() -> Outcome:
+    def work() -> MutationResult:
         task = task_by_key(key, agent=caller.agent)
         blocked_by = task_by_key(data["blocked_by"], agent=caller.agent)
         change(task=task, blocked_by=blocked_by, actor=caller.actor)
-        return Outcome(status=200, data=FullTaskSerializer(full_task_read(task, now=clock.now())).data)
+        return MutationResult(status=200, data=FullTaskSerializer(full_task_read(task, now=clock.now())).data)
 
     return run_mutation(request, work)
 

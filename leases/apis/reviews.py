@@ -1,6 +1,6 @@
 """Review endpoints (SPEC §16.1): list and read requests, claim one (or the next) as a review attempt.
 
-A review claim answers the claim's shape (`leases.apis.claims.claim_outcome`: attempt, lease
+A review claim answers the claim's shape (`leases.apis.claims.claim_result`: attempt, lease
 token once, epoch, label, compact task, work context whose `review` part names the work
 pinned) plus the compact `review`. A review attempt then renews, writes notes and finishes
 through the attempt endpoints, like any attempt.
@@ -18,9 +18,9 @@ from rest_framework.response import Response
 from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import PageQuery, body_input, decode_cursor, encode_cursor, query_input
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import IDEMPOTENCY_KEY, NON_BLANK_TEXT_PATTERN, READ_ERRORS, WRITE_ERRORS, error_responses
-from leases.apis.claims import LEASE_SECONDS_MAX_INPUT, ClaimOutputSerializer, claim_outcome
+from leases.apis.claims import LEASE_SECONDS_MAX_INPUT, ClaimOutputSerializer, claim_result
 from leases.models import ReviewRequest, ReviewStatus
 from leases.selectors import review_by_id, reviews_visible_to
 from leases.services import ReviewGrant, review_claim, review_claim_next
@@ -129,9 +129,9 @@ class ReviewClaimOutputSerializer(ClaimOutputSerializer):
     review = ReviewItemSerializer()
 
 
-def review_claim_outcome(granted: ReviewGrant) -> Outcome:
-    outcome = claim_outcome(granted.grant)
-    return Outcome(
+def review_claim_result(granted: ReviewGrant) -> MutationResult:
+    outcome = claim_result(granted.grant)
+    return MutationResult(
         status=outcome.status,
         attempt_id=outcome.attempt_id,
         data={**outcome.data, "review": review_item(granted.request)},
@@ -159,9 +159,9 @@ class ReviewClaimApi(ApiView):
         data = body_input(self.InputSerializer, request)
         agent = caller_of(request).require_agent()
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             review = review_by_id(review_id, agent=agent)
-            return review_claim_outcome(review_claim(request=review, agent=agent, **data))
+            return review_claim_result(review_claim(request=review, agent=agent, **data))
 
         return run_mutation(request, work)
 
@@ -187,9 +187,9 @@ class ReviewNextApi(ApiView):
         slug = data.pop("project")
         agent = caller_of(request).require_agent()
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             project = project_by_slug(slug, agent=agent)
             granted = review_claim_next(project=project, agent=agent, **data)
-            return Outcome(status=204) if granted is None else review_claim_outcome(granted)
+            return MutationResult(status=204) if granted is None else review_claim_result(granted)
 
         return run_mutation(request, work)

@@ -1,4 +1,5 @@
-"""Task endpoints: list (compact), create, read (full), update (If-Match), work context, long texts in ranges.
+"""Task endpoints: list (compact), create, read (full), update (If-Match). The work context and
+long texts in ranges are `leases.apis.task_context`.
 
 Thin doors (STYLE.md): parse the input, call the outermost service or
 selector, render. Rules live in `ledger.services`, `leases.services` and
@@ -29,7 +30,7 @@ from api.inputs import (
     encode_cursor,
     query_input,
 )
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import (
     ATTEMPT_ID_SCHEMA,
     IDEMPOTENCY_KEY,
@@ -45,20 +46,17 @@ from core.errors import PermissionDenied, ValidationFailed
 from leases.apis.fields import TaskKeyField, budget_cost_field, budget_tokens_field, paths_field
 from leases.apis.holder import holder_proof_from_headers, lease_headers_present
 from leases.apis.projections import COMPACT_TASK_FIELDS
-from leases.apis.serializers import CompactTaskPageSerializer, FullTaskSerializer, WorkContextSerializer
-from leases.context import work_context
+from leases.apis.serializers import CompactTaskPageSerializer, FullTaskSerializer
 from leases.filters import TaskFilter
 from leases.selectors import EFFECTIVE_STATUSES, full_task_read, with_compact_state
 from leases.services import task_update
 from ledger import clock
 from ledger.models import PathsMode, Task, TaskStatus
-from ledger.selectors import TASK_TEXT_FIELDS, project_by_slug, task_by_key, task_text, tasks_visible_to
+from ledger.selectors import project_by_slug, task_by_key, tasks_visible_to
 from ledger.services import INITIAL_STATUSES, task_create
 
 INT32_MAX = 2**31 - 1
 INT32_MIN = -(2**31)
-TEXT_LIMIT_DEFAULT = 4000
-TEXT_LIMIT_MAX = 16000
 IF_MATCH = re.compile(r'^\s*(?:W/)?"?([0-9]{1,10})"?\s*$')
 SLUG_PATTERN = "^[-a-zA-Z0-9_]+$"
 
@@ -214,7 +212,7 @@ class TaskCreateApi(ApiView):
         keys = data.pop("blocked_by")
         caller = caller_of(request)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             # Re-runnable: write_transaction may run it again after a lock timeout.
             project = project_by_slug(slug, agent=caller.agent)
             blockers = list(tasks_visible_to(caller.agent).filter(key__in=keys)) if keys else []
@@ -224,7 +222,7 @@ class TaskCreateApi(ApiView):
                     f"Unknown blockers: {', '.join(missing)}.", details={"fields": {"blocked_by": missing}}
                 )
             task = task_create(project=project, actor=caller.actor, blocked_by=blockers, **data)
-            return Outcome(status=201, data=FullTaskSerializer(full_task_read(task, now=clock.now())).data)
+            return MutationResult(status=201, data=FullTaskSerializer(full_task_read(task, now=clock.now())).data)
 
         return run_mutation(request, work)
 
@@ -340,14 +338,14 @@ class TaskUpdateApi(ApiView):
                 raise PermissionDenied("Only an agent can make a holder write.")
             proof = holder_proof_from_headers(request, attempt_id=_attempt_id(request, body_attempt))
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             task = task_by_key(key, agent=caller.agent)
             result = task_update(
                 task=task, actor=caller.actor, changes=data, expected_version=expected_version, proof=proof
             )
             shown = full_task_read(result.task, now=clock.now())
             shown.changed = sorted(result.changed)  # type: ignore[attr-defined]
-            return Outcome(status=200, data=self.OutputSerializer(shown).data)
+            return MutationResult(status=200, data=self.OutputSerializer(shown).data)
 
         return run_mutation(request, work)
 
@@ -366,51 +364,3 @@ def _attempt_id(request: Request, body_attempt: int | None) -> int:
     if body_attempt is not None and body_attempt != int(header):
         raise ValidationFailed("X-Attempt-Id and attempt_id disagree.")
     return int(header)
-
-
-class TaskContextApi(ApiView):
-    """The bounded work context: what an agent reads before (and while) working on a task."""
-
-    @extend_schema(
-        operation_id="tasks_context",
-        responses={200: WorkContextSerializer, **error_responses(*READ_ERRORS)},
-    )
-    def get(self, request: Request, key: str) -> Response:
-        task = task_by_key(key, agent=caller_of(request).agent)
-        return Response(WorkContextSerializer(work_context(task=task, now=clock.now())).data)
-
-
-class TaskTextQuery(serializers.Serializer[Any]):
-    field = serializers.ChoiceField(choices=list(TASK_TEXT_FIELDS), required=False, default="description")
-    offset = serializers.IntegerField(
-        required=False, default=0, min_value=0, max_value=INT32_MAX - 1, help_text="In characters, from 0."
-    )
-    limit = serializers.IntegerField(
-        required=False,
-        default=TEXT_LIMIT_DEFAULT,
-        min_value=1,
-        max_value=TEXT_LIMIT_MAX,
-        help_text=f"Characters to read, 1-{TEXT_LIMIT_MAX} (default {TEXT_LIMIT_DEFAULT}).",
-    )
-
-
-class TaskTextApi(ApiView):
-    """A range of the task's description or acceptance criteria: read what the work context cut."""
-
-    class OutputSerializer(serializers.Serializer[Any]):
-        key = serializers.CharField()
-        field = serializers.ChoiceField(choices=list(TASK_TEXT_FIELDS))
-        offset = serializers.IntegerField()
-        length = serializers.IntegerField(help_text="The whole text's length in characters.")
-        text = serializers.CharField(allow_blank=True, help_text="Empty beyond the end.")
-        more = serializers.BooleanField(help_text="Text remains after this range.")
-
-    @extend_schema(
-        operation_id="tasks_text",
-        parameters=[TaskTextQuery],
-        responses={200: OutputSerializer, **error_responses(*READ_ERRORS)},
-    )
-    def get(self, request: Request, key: str) -> Response:
-        query = query_input(TaskTextQuery, request)
-        text = task_text(key, agent=caller_of(request).agent, **query)
-        return Response(self.OutputSerializer(text).data)

@@ -19,18 +19,12 @@ from leases.apis.attempts import (
 from leases.apis.claims import ClaimNextApi, TaskClaimApi
 from leases.apis.dependencies import TaskDependencyAddApi, TaskDependencyRemoveApi
 from leases.apis.graph import ProjectGraphApi, TaskGraphApi
-from leases.apis.reservation_clear import TaskReservationClearApi
-from leases.apis.reservations import ReservationListApi
+from leases.apis.path_reservations import ReservationListApi
 from leases.apis.reviews import ReviewClaimApi, ReviewDetailApi, ReviewListApi, ReviewNextApi
 from leases.apis.search import SearchApi
-from leases.apis.tasks import (
-    TaskContextApi,
-    TaskCreateApi,
-    TaskDetailApi,
-    TaskListApi,
-    TaskTextApi,
-    TaskUpdateApi,
-)
+from leases.apis.task_context import TaskContextApi, TaskTextApi
+from leases.apis.task_reservations import TaskReservationClearApi
+from leases.apis.tasks import TaskCreateApi, TaskDetailApi, TaskListApi, TaskUpdateApi
 
 urlpatterns = [
     path("tasks/", route(get=TaskListApi, post=TaskCreateApi), name="tasks"),

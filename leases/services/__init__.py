@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from leases.services.allocations import allocation_release
 from leases.services.cancelling import Cancelled, task_cancel
-from leases.services.claims import LeaseGrant, lease_claim, lease_claim_next
+from leases.services.claim_next import lease_claim_next
+from leases.services.claims import LeaseGrant, lease_claim
 from leases.services.expiry import SweepReport, check_queue_wait, expire_lapsed, sweep_expired
 from leases.services.finishing import Finished, Outcome, attempt_finish, attempt_release
 from leases.services.holding import HolderProof, attempt_renew
 from leases.services.membership import agent_set_projects
 from leases.services.notes import NoteWritten, attempt_set_git, note_add
 from leases.services.quarantine import task_release_quarantine
-from leases.services.reviews import ReviewGrant, ReviewOutcome, review_claim, review_claim_next, review_decide
+from leases.services.review_claims import ReviewGrant, review_claim, review_claim_next
+from leases.services.reviews import ReviewOutcome, review_decide
 from leases.services.revoke import Revocation, task_force_release, task_reassign
 from leases.services.task_updates import TaskUpdated, task_update
 

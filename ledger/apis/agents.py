@@ -11,7 +11,7 @@ from rest_framework.response import Response
 
 from api.auth import caller_of
 from api.base import ApiView
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import IDEMPOTENCY_KEY, error_responses
 from ledger.services import agent_heartbeat
 
@@ -32,8 +32,10 @@ class AgentHeartbeatApi(ApiView):
     def post(self, request: Request) -> Response:
         agent = caller_of(request).require_agent()
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             seen_at = agent_heartbeat(agent=agent)
-            return Outcome(status=200, data=self.OutputSerializer({"agent": agent.handle, "seen_at": seen_at}).data)
+            return MutationResult(
+                status=200, data=self.OutputSerializer({"agent": agent.handle, "seen_at": seen_at}).data
+            )
 
         return run_mutation(request, work)

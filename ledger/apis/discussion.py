@@ -16,7 +16,7 @@ from rest_framework.response import Response
 from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import PageQuery, body_input, decode_cursor, encode_cursor, query_input
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import IDEMPOTENCY_KEY, NON_BLANK_TEXT_PATTERN, READ_ERRORS, WRITE_ERRORS, error_responses
 from ledger import clock
 from ledger.models import (
@@ -162,13 +162,13 @@ class DecisionCreateApi(ApiView):
         data = body_input(self.InputSerializer, request)
         caller = caller_of(request)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             project = project_by_slug(data["project"], agent=caller.agent)
             task = task_by_key(data["task"], agent=caller.agent) if "task" in data else None
             decision = decision_create(
                 project=project, task=task, title=data["title"], body=data["body"], actor=caller.actor
             )
-            return Outcome(status=201, data=decision_item(decision, whole=True))
+            return MutationResult(status=201, data=decision_item(decision, whole=True))
 
         return run_mutation(request, work)
 
@@ -201,10 +201,10 @@ class DecisionSupersedeApi(ApiView):
         data = body_input(self.InputSerializer, request)
         caller = caller_of(request)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             decision = decision_by_id(decision_id, agent=caller.agent)
             by = decision_by_id(data["by"], agent=caller.agent)
-            return Outcome(
+            return MutationResult(
                 status=200, data=decision_item(decision_supersede(decision=decision, by=by, actor=caller.actor))
             )
 
@@ -247,9 +247,9 @@ class TaskCommentCreateApi(ApiView):
         data = body_input(self.InputSerializer, request)
         caller = caller_of(request)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             task = task_by_key(key, agent=caller.agent)
             comment = comment_add(task=task, body=data["body"], actor=caller.actor)
-            return Outcome(status=201, data=comment_item(comment, whole=True))
+            return MutationResult(status=201, data=comment_item(comment, whole=True))
 
         return run_mutation(request, work)

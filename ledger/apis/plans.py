@@ -23,7 +23,7 @@ from rest_framework.request import Request
 from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import query_input, refuse_unknown
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from core.errors import PermissionDenied, ValidationFailed
 from ledger.models import DECISION_BODY_MAX_CHARS, DECISION_TITLE_MAX_CHARS, TaskStatus
@@ -212,16 +212,16 @@ class PlanApplyApi(ApiView):
             # `POST /decisions/` asks for it; a plan's decisions are no side door.
             raise PermissionDenied(f"Your account lacks the permission {DECISION_PERMISSION} a plan's decisions need.")
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             project = project_by_slug(data["project"], agent=caller.agent)
             if dry_run:
                 checked = plan_check(project=project, tasks=tasks, decisions=decisions)
                 would = {"tasks": len(checked.tasks), "edges": checked.edge_count, "decisions": len(decisions)}
-                return Outcome(
+                return MutationResult(
                     status=200, data={"dry_run": True, "created": 0, "would_create": would, "refs": checked.refs}
                 )
             result = plan_apply(project=project, tasks=tasks, decisions=decisions, actor=caller.actor)
-            return Outcome(
+            return MutationResult(
                 status=201,
                 data={
                     "keys": result.keys,

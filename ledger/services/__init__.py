@@ -32,7 +32,7 @@ from ledger.services.plans import (
     plan_check,
 )
 from ledger.services.projects import key_prefix_from_slug, project_create
-from ledger.services.reservations import reservations_clear_for, task_reservation_clear
+from ledger.services.task_reservations import reservations_clear_for, task_reservation_clear
 from ledger.services.tasks import (
     ACKNOWLEDGED_FIELDS,
     INITIAL_STATUSES,

@@ -14,7 +14,7 @@ from ledger import clock
 from ledger.actors import Actor
 from ledger.models import Agent, EventType, Project
 from ledger.services.events import event_append
-from ledger.services.reservations import reservations_clear_for
+from ledger.services.task_reservations import reservations_clear_for
 from ledger.services.validation import validate_model
 from ledger.tokens import hash_token, new_agent_token
 

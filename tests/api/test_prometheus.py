@@ -175,7 +175,7 @@ def test_spend_and_the_job_heartbeats_are_served_from_the_database(clock):
 
 
 def test_a_task_held_by_a_reviewer_is_scraped_as_in_review(clock):
-    from leases.services.reviews import review_claim_next
+    from leases.services.review_claims import review_claim_next
 
     project = ProjectFactory(slug="rev")
     worker, reviewer = AgentFactory(projects=[project]), AgentFactory(projects=[project])

@@ -23,7 +23,7 @@ from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 PINNED = {"claim": 12, "claim_next": 12, "renew": 5, "note": 7, "finish": 9}
 # Outside a test transaction SQLite's claim-next first looks for a candidate without the write lock
-# (`leases.services.claims._nothing_to_claim`): one statement more when it finds one, and an empty
+# (`leases.services.claim_next._nothing_to_claim`): one statement more when it finds one, and an empty
 # claim-next is authentication, the project and that read, with no transaction (SPEC §20: in a
 # fleet most claims find nothing); on PostgreSQL it is those and the transaction's two markers.
 IN_PRODUCTION = {**PINNED, "claim_next": 13 if connection.vendor == "sqlite" else 12, "empty_claim_next": 5}

@@ -131,7 +131,7 @@ def test_the_status_table_equals_grouping_by_the_effective_status_annotation(clo
 
 def test_a_task_held_by_a_reviewer_counts_as_in_review_not_in_progress(clock):
     from leases.services import attempt_finish
-    from leases.services.reviews import review_claim_next
+    from leases.services.review_claims import review_claim_next
     from tests.leases.helpers import proof_of
 
     project = ProjectFactory(slug="rev")

@@ -41,15 +41,16 @@ def test_claims_per_day_zero_fills_the_window_oldest_first(clock):
 
 def test_metrics_can_be_limited_to_one_project_or_to_the_projects_a_caller_sees(clock):
     mine, theirs = ProjectFactory(), ProjectFactory()
+    agents = {}
     for project, claims in ((mine, 1), (theirs, 3)):
-        agent = AgentFactory(projects=[project])
+        agents[project] = agent = AgentFactory(projects=[project])
         for _ in range(claims):
             lease_claim(task=TaskFactory(project=project), agent=agent)
 
     assert values(claims_per_day(days=1)) == [4]
     assert values(claims_per_day(days=1, project=mine)) == [1]
-    assert values(claims_per_day(days=1, project_ids=[theirs.pk])) == [3]
-    assert values(claims_per_day(days=1, project_ids=[])) == [0]
+    assert values(claims_per_day(days=1, visible_to=agents[theirs])) == [3]
+    assert values(claims_per_day(days=1, visible_to=AgentFactory(projects=[]))) == [0]
 
 
 def test_lease_conflicts_add_refused_claims_and_contested_writes_per_day(clock):

@@ -111,7 +111,7 @@ def test_claims_finishes_and_contested_writes_are_tallied_exactly_per_day_and_pr
         sum(n for (day, _), n in live["finished"].items() if day == clock.now().date() - timedelta(days=DAYS - offset))
         for offset in range(DAYS + 1)
     ]
-    assert [entry["value"] for entry in lease_conflicts_per_day(days=DAYS + 1, project_ids=[theirs.pk])] == [0] * 5
+    assert [entry["value"] for entry in lease_conflicts_per_day(days=DAYS + 1, visible_to=agents[theirs.pk])] == [0] * 5
     assert sum(entry["value"] for entry in lease_conflicts_per_day(days=DAYS + 1, project=mine)) == DAYS
 
 
@@ -400,6 +400,7 @@ def test_the_readers_are_exact_before_and_after_a_fold(clock):
     """The charts and the report read folded rows plus pending changes: a fold changes no figure."""
     project, other = ProjectFactory(), ProjectFactory()
     agents = [AgentFactory(projects=[project, other]) for _ in range(2)]
+    sees_other = AgentFactory(projects=[other])
 
     def activity() -> None:
         for number, agent in enumerate(agents * 2):
@@ -420,7 +421,7 @@ def test_the_readers_are_exact_before_and_after_a_fold(clock):
         return (
             fleet_metrics(days=4),
             fleet_metrics(days=4, project=project),
-            lease_conflicts_per_day(days=4, project_ids=[other.pk]),
+            lease_conflicts_per_day(days=4, visible_to=sees_other),
             fleet_report(first=day - timedelta(days=3), last=day),
         )
 

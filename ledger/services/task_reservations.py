@@ -1,4 +1,4 @@
-"""Reservations: clearing one, by hand or because its agent can no longer claim.
+"""Task reservations (`Task.reserved_for`): clearing one, by hand or because its agent can no longer claim.
 
 A reservation (`Task.reserved_for`, set by an admin's reassign) means only
 that agent may claim the task. An agent that is deactivated, or loses the

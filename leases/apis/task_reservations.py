@@ -1,4 +1,4 @@
-"""Clearing a task's reservation: `POST /tasks/{key}/reservation/clear/`.
+"""Clearing a task's reservation (`Task.reserved_for`, not a path reservation): `POST /tasks/{key}/reservation/clear/`.
 
 A reservation is set by an admin's reassign (only that agent may claim the
 task). Clearing it lets every agent of the project claim the task again. A
@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import body_input
-from api.mutations import Outcome, run_mutation
+from api.mutations import MutationResult, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
 from core.errors import PermissionDenied
 from leases.apis.serializers import FullTaskSerializer
@@ -28,7 +28,7 @@ from leases.selectors import full_task_read
 from ledger import clock
 from ledger.selectors import task_by_key
 from ledger.services import task_reservation_clear
-from ledger.services.reservations import REASON_MAX_CHARS
+from ledger.services.task_reservations import REASON_MAX_CHARS
 
 
 class TaskReservationClearApi(ApiView):
@@ -57,11 +57,11 @@ class TaskReservationClearApi(ApiView):
         data = body_input(self.InputSerializer, request)
         caller = caller_of(request)
 
-        def work() -> Outcome:
+        def work() -> MutationResult:
             task = task_by_key(key, agent=caller.agent)
             if caller.agent is not None and task.reserved_for_id not in (None, caller.agent.pk):
                 raise PermissionDenied("An agent may clear only its own reservation.")
             cleared = task_reservation_clear(task=task, actor=caller.actor, reason=data["reason"])
-            return Outcome(status=200, data=FullTaskSerializer(full_task_read(cleared, now=clock.now())).data)
+            return MutationResult(status=200, data=FullTaskSerializer(full_task_read(cleared, now=clock.now())).data)
 
         return run_mutation(request, work)

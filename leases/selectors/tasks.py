@@ -1,0 +1,236 @@
+"""Reads of tasks that know about leases: effective status, unresolved blockers, claimability.
+
+The effective status (`in_progress`, `in_review`) is computed from live attempts, never stored
+(SPEC §1.3, §16.1); claimability is one rule, `claimable_condition` (SPEC §2). `now` is always a
+parameter: an operation reads the clock once and every query of that operation sees the same instant.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db.models import (
+    BooleanField,
+    Case,
+    CharField,
+    Count,
+    Exists,
+    F,
+    IntegerField,
+    OuterRef,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
+from django.db.models.functions import Coalesce
+
+from core.prepared import SAMPLE_INT, Prepared
+from leases.models import AttemptKind, TaskUsage
+from leases.selectors.attempts import live_attempts
+from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
+
+IN_PROGRESS = "in_progress"
+
+
+# SPEC §16.1: while a live review attempt exists.
+IN_REVIEW = "in_review"
+
+
+EFFECTIVE_STATUSES = (*TaskStatus.values, IN_PROGRESS, IN_REVIEW)
+
+
+BLOCKERS_SHOWN = 100
+
+
+UNRESOLVED_TASK_STATUSES = sorted(set(TaskStatus.values) - RESOLVED_STATUSES)
+
+
+def unresolved_blockers() -> QuerySet[TaskDependency]:
+    """Present dependencies, of the outer task, on a task that is neither done nor cancelled."""
+    return TaskDependency.objects.filter(
+        task=OuterRef("pk"), removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_TASK_STATUSES
+    )
+
+
+def unresolved_blockers_of(task: Task) -> QuerySet[TaskDependency]:
+    return TaskDependency.objects.filter(
+        task=task, removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_TASK_STATUSES
+    ).order_by("blocked_by__number")
+
+
+# Every finish answers it, and a work context with many blockers (SPEC §20: compiled once).
+_UNRESOLVED_COUNT: Prepared[TaskDependency] = Prepared(
+    lambda task: unresolved_blockers_of(task).order_by().values("task").annotate(n=Count("pk")).values_list("n"),
+    samples=({"task": Task(pk=SAMPLE_INT[0])}, {"task": Task(pk=SAMPLE_INT[1])}),
+)
+
+
+def unresolved_blocker_count(task: Task) -> int:
+    """How many unresolved blockers `task` has (`unresolved_blockers_of(task).count()`)."""
+    rows = _UNRESOLVED_COUNT.rows(task=task)
+    return int(rows[0][0]) if rows else 0
+
+
+def with_lease_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
+    """Annotate `effective_status`, `holder_handle`, `holder_attempt_id` and `lease_expires_at`.
+
+    `effective_status` is `in_progress` exactly while a live work attempt
+    exists, `in_review` while a live review attempt exists (SPEC §16.1), else
+    the stored status (SPEC §1.3); usable in filters and ordering.
+    """
+    live = live_attempts(now).filter(task=OuterRef("pk"))
+    return tasks.annotate(
+        holder_attempt_id=Subquery(live.values("id")[:1]),
+        holder_handle=Subquery(live.values("agent__handle")[:1]),
+        lease_expires_at=Subquery(live.values("lease_expires_at")[:1]),
+        holder_attempt_kind=Subquery(live.values("kind")[:1]),
+    ).annotate(
+        effective_status=Case(
+            When(holder_attempt_kind=AttemptKind.REVIEW, then=Value(IN_REVIEW)),
+            When(holder_attempt_id__isnull=False, then=Value(IN_PROGRESS)),
+            default=F("status"),
+            output_field=CharField(),
+        ),
+    )
+
+
+def with_compact_state(tasks: QuerySet[Task], *, now: datetime, agent: Agent | None = None) -> QuerySet[Task]:
+    """`with_lease_state` plus `blocked_by_count`, the number of unresolved blockers, and `claimable`
+    (for `agent`: the rule of `claimable_tasks`, as a column)."""
+    blocker_count = unresolved_blockers().order_by().values("task").annotate(n=Count("pk")).values("n")
+    return with_lease_state(tasks, now=now).annotate(
+        blocked_by_count=Coalesce(Subquery(blocker_count, output_field=IntegerField()), 0),
+        claimable=Case(
+            When(claimable_condition(now=now, agent=agent), then=Value(True)),
+            default=Value(False),
+            output_field=BooleanField(),
+        ),
+    )
+
+
+def task_spent(task: Task) -> dict[str, Any]:
+    """What all attempts of `task` reported spending (SPEC §19); select the task with its `usage` to save a query."""
+    try:
+        usage = task.usage
+    except TaskUsage.DoesNotExist:
+        return {"input_tokens": 0, "output_tokens": 0, "cost_usd": Decimal(0)}
+    return {"input_tokens": usage.input_tokens, "output_tokens": usage.output_tokens, "cost_usd": usage.cost_usd}
+
+
+def full_task_read(task: Task, *, now: datetime) -> Task:
+    """The task annotated by `with_compact_state`, with `dependencies_shown` attached (as a prefetch's
+    `to_attr` would be): its present dependencies as (`blocked_by__key`, `blocked_by__status`) rows,
+    at most BLOCKERS_SHOWN, by the blocker's number."""
+    annotated = with_compact_state(
+        Task.objects.select_related("project", "reserved_for", "usage"),
+        now=now,  # usage: joined, no statement
+    ).get(pk=task.pk)
+    annotated.spent_totals = task_spent(annotated)  # type: ignore[attr-defined]
+    annotated.dependencies_shown = list(  # type: ignore[attr-defined]
+        TaskDependency.objects.filter(task=task, removed_at__isnull=True)
+        .order_by("blocked_by__number")
+        .values("blocked_by__key", "blocked_by__status")[:BLOCKERS_SHOWN]
+    )
+    return annotated
+
+
+def claimable_tasks(
+    *,
+    project: Project | None,
+    now: datetime,
+    agent: Agent | None = None,
+    task_class: str | None = None,
+    include_reserved: bool = False,
+    by_anyone: bool = False,
+) -> QuerySet[Task]:
+    """Claimable tasks of a project (every project with `project=None`) in claim-next order (SPEC §2, §4).
+
+    Claimable: stored status ready, no unresolved blocker, no live attempt,
+    not reserved for another agent, project not archived, its own budget not
+    spent (SPEC §19; an agent's or project's daily budget is the claim's check,
+    `leases.services.usage.claim_budget_refusal`). With
+    `include_reserved`, tasks reserved for any agent count too (queue-wait).
+    With `by_anyone` (the admin's view: "can somebody claim this?"), a task
+    reserved for an agent counts only while that agent is active and may see
+    the task's project: a reservation for anyone else is a task nobody can
+    claim. The rule itself is `claimable_condition`.
+    """
+    tasks = Task.objects.filter(project=project) if project is not None else Task.objects.all()
+    if task_class:
+        tasks = tasks.filter(task_class=task_class)
+    return (
+        tasks.filter(claimable_condition(now=now, agent=agent, include_reserved=include_reserved, by_anyone=by_anyone))
+        # Exactly the order of the partial index `task_ready_queue` (a ready
+        # task always has `ready_since`), so PostgreSQL reads it in order
+        # instead of sorting every ready task.
+        .order_by(F("priority").desc(), F("ready_since").asc(), "id")
+    )
+
+
+def reservation_holdable() -> QuerySet[Agent]:
+    """The outer task's reserved agent, if it is active and may see the task's project (so may claim it)."""
+    return Agent.objects.filter(pk=OuterRef("reserved_for_id"), is_active=True, projects=OuterRef("project_id"))
+
+
+def with_claimability(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
+    """`with_compact_state` plus `claimable`: whether somebody can claim the task now.
+
+    The one rule, `claimable_tasks(by_anyone=True)`, asked per row by primary key.
+    """
+    claimable = claimable_tasks(project=None, now=now, by_anyone=True).filter(pk=OuterRef("pk")).order_by()
+    return with_compact_state(tasks, now=now).annotate(claimable=Exists(claimable))
+
+
+def claimable_condition(
+    *, now: datetime, agent: Agent | None, include_reserved: bool = False, by_anyone: bool = False
+) -> Q:
+    """Claimability (SPEC §2) as a condition on tasks: the one rule behind `claimable_tasks`, the
+    `claimable` column of compact items and `is_claimable` (the same on values already read)."""
+    condition = Q(status=TaskStatus.READY, project__archived_at__isnull=True)
+    if by_anyone:
+        condition &= Q(reserved_for__isnull=True) | Q(Exists(reservation_holdable()))
+    elif not include_reserved:
+        reservation = Q(reserved_for__isnull=True)
+        if agent is not None:
+            reservation |= Q(reserved_for=agent)
+        condition &= reservation
+    return (
+        condition
+        & ~Q(Exists(unresolved_blockers()))
+        & ~Q(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
+        & ~Q(Exists(task_budget_spent()))
+    )
+
+
+def is_claimable(*, task: Task, agent: Agent | None, blocked_by: int, live: bool) -> bool:
+    """`claimable_condition` for a task whose blocker count and lease are known (a finish's answer).
+
+    The spent task budget is read only for a task that has a budget (one probe of its usage row).
+    """
+    return (
+        task.status == TaskStatus.READY
+        and task.project.archived_at is None
+        and task.reserved_for_id in (None, agent.pk if agent is not None else None)
+        and blocked_by == 0
+        and not live
+        and not task_budget_is_spent(task)
+    )
+
+
+def task_budget_is_spent(task: Task) -> bool:
+    """Whether `task` has a budget and its usage reached it (`task_budget_spent`, for one task)."""
+    if task.budget_tokens is None and task.budget_cost_usd is None:
+        return False
+    return Task.objects.filter(pk=task.pk).filter(Exists(task_budget_spent())).exists()
+
+
+def task_budget_spent() -> QuerySet[TaskUsage]:
+    """The outer task's usage row once it reached the task's budget (tokens or dollars; a null budget never does)."""
+    return TaskUsage.objects.filter(task=OuterRef("pk")).filter(
+        Q(input_tokens__gte=OuterRef("budget_tokens") - F("output_tokens"))
+        | Q(cost_usd__gte=OuterRef("budget_cost_usd"))
+    )

@@ -1,0 +1,178 @@
+"""Claim-next: the project's next claimable task, for whoever asks first (SPEC §3, §4, §20).
+
+Candidates come in claim-next order (priority, then age), each locked as it is read (SKIP LOCKED:
+agents do not queue on one row) and claimed by `leases.services.claims.claim_locked`, which
+re-verifies it; a candidate refused there (taken meanwhile, not claimable, its paths reserved) is
+walked past, at most CLAIM_NEXT_MAX_CANDIDATES of them. On SQLite a read outside any transaction
+answers "nothing" without taking the one write lock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import connection
+from django.db.models import QuerySet
+
+from core.db import write_transaction
+from core.errors import PathsReserved, TaskNotClaimable, TaskTaken
+from core.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared
+from leases.selectors import claimable_tasks
+from leases.services.claim_state import ClaimRequest, claim_state, validate_claim_request
+from leases.services.claims import ClaimCollided, LeaseGrant, claim_locked, refuse_inactive
+from leases.services.tallies import tally_claim_refusal
+from leases.services.usage import claim_budget_refusal
+from ledger import clock
+from ledger.models import Agent, Project, Task
+
+# Claim-next re-verifies each locked candidate; this bounds the walk.
+CLAIM_NEXT_MAX_CANDIDATES = 64
+
+
+def _candidates(*, project: Project, agent: Agent, now: datetime, task_class: str | None = None) -> QuerySet[Task]:
+    """Claim-next's candidates in order, each locked as it is read (SKIP LOCKED: agents do not queue)."""
+    return (
+        claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
+        .select_related("project")
+        .select_for_update(skip_locked=True, no_key=True, of=("self",))
+    )
+
+
+def _candidate_values(*, project: Project, agent: Agent, now: datetime, task_class: str | None) -> dict[str, Any]:
+    """The values of claim-next's candidate statements (a task class only when one is asked for)."""
+    return {"project": project, "agent": agent, "now": now, **({"task_class": task_class} if task_class else {})}
+
+
+def _candidate_statement(build: Callable[..., QuerySet[Task, Any]], *, by_class: bool) -> Prepared[Task]:
+    first, second = (
+        _candidate_values(
+            project=Project(pk=SAMPLE_INT[index]),
+            agent=Agent(pk=SAMPLE_INT[1 - index]),
+            now=SAMPLE_TIME[index],
+            task_class=f"sample-class-{index}" if by_class else None,
+        )
+        for index in (0, 1)
+    )
+    return Prepared(build, samples=(first, second))
+
+
+# The first candidate, with and without a task class, compiled once (SPEC §20); a walk past a
+# candidate builds its query afresh (the excluded list changes the statement).
+_FIRST_CANDIDATE = {
+    by_class: _candidate_statement(lambda **values: _candidates(**values)[:1], by_class=by_class)
+    for by_class in (False, True)
+}
+
+
+# Whether anything is claimable, read without a lock (SQLite, `_nothing_to_claim`).
+_ANY_CANDIDATE = {
+    by_class: _candidate_statement(
+        lambda **values: claimable_tasks(**values).order_by().values_list("pk")[:1], by_class=by_class
+    )
+    for by_class in (False, True)
+}
+
+
+def _nothing_to_claim(*, project: Project, agent: Agent, task_class: str | None) -> bool:
+    """On SQLite, whether a read outside any transaction finds nothing claimable, so claim-next can
+    answer "nothing" without taking the database's one write lock (SPEC §20: in a fleet most claims
+    find nothing). Only a read that finds nothing decides (the answer is true as of that read);
+    one that finds a candidate goes on to the claim, which decides afresh. An agent or project
+    whose daily budget is spent is still told so. On PostgreSQL the claim's own first statement
+    is as cheap and locks nothing that waits, so this is skipped there.
+    """
+    if connection.vendor != "sqlite" or connection.in_atomic_block:
+        return False
+    now = clock.now()
+    if claim_budget_refusal(task=None, agent=agent, project=project, now=now, scopes=("agent", "project")):
+        return False
+    values = _candidate_values(project=project, agent=agent, now=now, task_class=task_class)
+    return not _ANY_CANDIDATE[bool(task_class)].rows(**values)
+
+
+@write_transaction
+def _claim_next(
+    *, project: Project, agent: Agent, task_class: str | None, request: ClaimRequest
+) -> LeaseGrant | TaskTaken | None:
+    now = clock.now()
+    daily = claim_budget_refusal(task=None, agent=agent, project=project, now=now, scopes=("agent", "project"))
+    if daily is not None:
+        raise daily
+    values = _candidate_values(project=project, agent=agent, now=now, task_class=task_class)
+    passed_over: list[int] = []
+    reserved: list[int] = []
+    for _ in range(CLAIM_NEXT_MAX_CANDIDATES):
+        # The row comes back locked (SKIP LOCKED) and as locked: its own columns are current.
+        if passed_over:
+            candidate = _candidates(**values).exclude(pk__in=passed_over).first()
+        else:
+            candidate = _FIRST_CANDIDATE[bool(task_class)].first(**values)
+        if candidate is None:
+            break
+        # The candidate query's NOT EXISTS saw its statement's snapshot; a claim
+        # that committed since is only visible to a new statement. Re-verify.
+        try:
+            return claim_locked(claim_state(candidate), agent=agent, now=now, request=request, budget_scopes=("task",))
+        except ClaimCollided:
+            raise  # the transaction is spoiled; the caller sees TASK_TAKEN
+        except PathsReserved:
+            reserved.append(candidate.pk)
+            passed_over.append(candidate.pk)
+        except (TaskTaken, TaskNotClaimable):
+            passed_over.append(candidate.pk)
+    if passed_over and len(reserved) < len(passed_over):
+        # Returned, not raised: a candidate quarantined on the way (SPEC §16.4) stays quarantined.
+        return TaskTaken(
+            "Every claimable task was taken by another agent meanwhile; ask again.",
+            details={"project": project.slug, "passed_over": len(passed_over)},
+        )
+    return None
+
+
+def lease_claim_next(
+    *,
+    project: Project,
+    agent: Agent,
+    task_class: str | None = None,
+    lease_seconds: int | None = None,
+    branch: str | None = None,
+    base_commit: str | None = None,
+    environment: str | None = None,
+    environment_kind: str | None = None,
+    paths: Sequence[str] | None = None,
+    paths_mode: str | None = None,
+) -> LeaseGrant | None:
+    """Claim the project's next claimable task (priority, then age); None when there is none.
+
+    On PostgreSQL candidates are taken with FOR NO KEY UPDATE SKIP LOCKED, so
+    agents do not queue on one row; on SQLite the IMMEDIATE transaction
+    serializes. Environment refusals are not "taken": they end the call.
+    Candidates whose paths are reserved by another live attempt are walked
+    past; when they were all that was left the answer is None (SPEC §19). An
+    agent or project whose budget for the day is spent gets TASK_NOT_CLAIMABLE
+    (reason `budget`); a task whose own budget is spent is not a candidate.
+    """
+    request = validate_claim_request(
+        ClaimRequest(
+            lease_seconds,
+            branch,
+            base_commit,
+            environment,
+            environment_kind,
+            None if paths is None else tuple(paths),
+            paths_mode,
+        )
+    )
+    refuse_inactive(agent)
+    if _nothing_to_claim(project=project, agent=agent, task_class=task_class):
+        return None
+    try:
+        granted = _claim_next(project=project, agent=agent, task_class=task_class, request=request)
+        if isinstance(granted, TaskTaken):
+            raise granted
+    except TaskTaken:
+        tally_claim_refusal(project_id=project.pk, agent=agent)
+        raise
+    return granted
