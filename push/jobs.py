@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
-from push.services.webhooks import webhook_deliveries_follow
+from push.services.deliveries import webhook_deliveries_follow
 
 # Below the schedule's minute, so one run ends before the next begins (two at once would still be safe).
 FOLLOW_SECONDS = 50.0

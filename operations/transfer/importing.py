@@ -36,32 +36,24 @@ repository (a path or `file://`) is taken only when the operator says so
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from bisect import insort
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any, BinaryIO, cast
-from urllib.parse import urlsplit
+from typing import Any, cast
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, models, transaction
 from django.db.models import Max
 
-from core.errors import LedgerError, ValidationFailed
+from core.errors import LedgerError
 from leases.models import Attempt
-from leases.services.git_facts import git_facts, validate_commit
 from ledger import clock
-from ledger.models import Agent, Decision, DecisionStatus, Event, EventType, Project
+from ledger.models import Agent, Decision, DecisionStatus, Event, Project
 from ledger.services.projects import (
-    is_local_repository,
     validate_default_branch,
-    validate_remote,
-    validate_repository,
 )
 from ledger.tokens import hash_token, new_agent_token
 from operations.transfer.rows import (
@@ -80,16 +72,11 @@ from operations.transfer.rows import (
     has_own_id,
     payload_references,
 )
+from operations.transfer.untrusted import check_row, fail, git_location, parse_row
 from push.models import DeliveryStatus, WebhookDelivery
-from push.webhooks import check_target
 
 BATCH_ROWS = 500
 KEY_PREFIX = re.compile(r"^[A-Z][A-Z0-9]{0,9}$")
-MAX_LINE_BYTES = 1 << 20
-MAX_NESTING = 64
-# The attempt columns that are git facts, checked as `POST /attempts/{id}/git/` checks them.
-GIT_FACT_COLUMNS = ("branch", "base_commit", "head_commit", "commits_ahead", "dirty", "pushed", "worktree_path", "host")
-_GIT_PORTS = {"http": 80, "https": 443, "ssh": 22, "git": 9418}
 
 
 @dataclass
@@ -102,61 +89,6 @@ class ImportResult:
 
 class _Rollback(Exception):
     """Raised at the end of a dry run so the transaction rolls everything back."""
-
-
-def _fail(line: int, message: str) -> ValidationFailed:
-    return ValidationFailed(f"line {line}: {message}", details={"line": line})
-
-
-def read_lines(stream: BinaryIO) -> Iterator[str]:
-    """The lines of a binary file as text, each read with a bound: a line over 1 MB is refused, never read whole."""
-    number = 0
-    while True:
-        raw = stream.readline(MAX_LINE_BYTES + 1)
-        if not raw:
-            return
-        number += 1
-        if len(raw) > MAX_LINE_BYTES and not (len(raw) == MAX_LINE_BYTES + 1 and raw.endswith(b"\n")):
-            raise _fail(number, f"the line is longer than {MAX_LINE_BYTES} bytes; no export row is that long")
-        try:
-            yield raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise _fail(number, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-
-
-def _nesting(text: str) -> int:
-    """How deep JSON arrays and objects nest in `text` (brackets inside strings do not count)."""
-    depth = deepest = 0
-    in_string = escaped = False
-    for character in text:
-        if in_string:
-            if escaped:
-                escaped = False
-            elif character == "\\":
-                escaped = True
-            elif character == '"':
-                in_string = False
-        elif character == '"':
-            in_string = True
-        elif character in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif character in "]}":
-            depth -= 1
-    return deepest
-
-
-def _check_remote_host(line: int, url: str, *, field: str) -> None:
-    """The host of a project's git URL passes the webhooks' address policy (no loopback, private, link-local)."""
-    if "://" in url:
-        parts = urlsplit(url)
-        host, port = parts.hostname or "", parts.port or _GIT_PORTS.get(parts.scheme.lower(), 443)
-    else:  # scp-like user@host:path
-        host, port = url.split("@", 1)[1].split(":", 1)[0], 22
-    try:
-        check_target(f"https://[{host}]:{port}/" if ":" in host else f"https://{host}:{port}/")
-    except ValidationFailed as exc:
-        raise _fail(line, f"{field} {url[:200]!r}: {exc.message}") from None
 
 
 @dataclass
@@ -185,24 +117,24 @@ class _Importer:
 
     def header(self, line: int, row: dict[str, Any]) -> None:
         if row.get("type") != HEADER:
-            raise _fail(line, "the first row must be the header row (type 'header'); is this a Leasehold export?")
+            raise fail(line, "the first row must be the header row (type 'header'); is this a Leasehold export?")
         version = row.get("format")
         if not isinstance(version, int) or isinstance(version, bool):
-            raise _fail(line, "the header's format must be an integer")
+            raise fail(line, "the header's format must be an integer")
         if version > FORMAT_VERSION:
-            raise _fail(line, f"format {version} is newer than this server reads (format {FORMAT_VERSION})")
+            raise fail(line, f"format {version} is newer than this server reads (format {FORMAT_VERSION})")
         if set(row) != {"type", "format"}:
-            raise _fail(line, f"unknown header field(s): {', '.join(sorted(set(row) - {'type', 'format'}))}")
+            raise fail(line, f"unknown header field(s): {', '.join(sorted(set(row) - {'type', 'format'}))}")
 
     def row(self, line: int, row: dict[str, Any]) -> None:
         kind = row.get("type")
         if not isinstance(kind, str) or kind not in ORDER:
-            raise _fail(line, f"unknown row type {kind!r}")
+            raise fail(line, f"unknown row type {kind!r}")
         rank = ORDER.index(kind)
         if rank < self.rank:
-            raise _fail(line, f"a {kind} row after {ORDER[self.rank]} rows: the file is out of order")
+            raise fail(line, f"a {kind} row after {ORDER[self.rank]} rows: the file is out of order")
         if kind != "project" and self.project is None:
-            raise _fail(line, f"a {kind} row before the project row: the file is out of order")
+            raise fail(line, f"a {kind} row before the project row: the file is out of order")
         if kind != self.pending_type:
             self.flush(line)
         self.rank = rank
@@ -219,21 +151,21 @@ class _Importer:
     def _expect(self, line: int, row: dict[str, Any], expected: set[str]) -> None:
         unknown, missing = set(row) - expected, expected - set(row)
         if unknown:
-            raise _fail(line, f"unknown field(s) of a {row['type']} row: {', '.join(sorted(unknown))}")
+            raise fail(line, f"unknown field(s) of a {row['type']} row: {', '.join(sorted(unknown))}")
         if missing:
-            raise _fail(line, f"a {row['type']} row without its field(s): {', '.join(sorted(missing))}")
+            raise fail(line, f"a {row['type']} row without its field(s): {', '.join(sorted(missing))}")
 
     def user(self, line: int, row: dict[str, Any]) -> None:
         self._expect(line, row, {"type", "username"})
         username = row["username"]
         if not isinstance(username, str) or not username:
-            raise _fail(line, "username must be a non-empty string")
+            raise fail(line, "username must be a non-empty string")
         user_model = get_user_model()
         try:
             username_field = cast("models.Field[Any, Any]", user_model._meta.get_field(user_model.USERNAME_FIELD))
             username_field.clean(username, None)
         except ValidationError as exc:
-            raise _fail(line, f"not a valid username: {exc.messages}") from None
+            raise fail(line, f"not a valid username: {exc.messages}") from None
         user = user_model.objects.filter(**{user_model.USERNAME_FIELD: username}).first()
         if user is None:
             user = user_model(**{user_model.USERNAME_FIELD: username, "is_active": False})
@@ -245,13 +177,13 @@ class _Importer:
         self._expect(line, row, {"type", "handle", "kind", "created_at", "member"})
         handle = row["handle"]
         if not isinstance(handle, str):
-            raise _fail(line, "handle must be a string")
+            raise fail(line, "handle must be a string")
         agent = Agent.objects.filter(handle=handle).first()
         if agent is None:
             try:
                 created_at = decode(Agent._meta.get_field("created_at"), row["created_at"])
             except ValueError as exc:
-                raise _fail(line, f"created_at: {exc}") from None
+                raise fail(line, f"created_at: {exc}") from None
             agent = Agent(
                 handle=handle,
                 kind=row["kind"],
@@ -263,85 +195,41 @@ class _Importer:
             try:
                 agent.full_clean(exclude=["token_hash"])
             except ValidationError as exc:
-                raise _fail(line, f"not a valid agent: {exc.messages}") from None
+                raise fail(line, f"not a valid agent: {exc.messages}") from None
             agent.save()
         if not isinstance(row["member"], bool):
-            raise _fail(line, "member: expected true or false")
+            raise fail(line, "member: expected true or false")
         if row["member"]:
             agent.projects.add(self.project)  # type: ignore[arg-type]
         self.handles[handle] = agent.pk
 
     def create_project(self, line: int, row: dict[str, Any]) -> None:
         if self.project is not None:
-            raise _fail(line, "a second project row")
+            raise fail(line, "a second project row")
         section = SECTION_BY_TYPE["project"]
         values = self.values(line, section, row)
         slug = self.slug or values["slug"]
         prefix = self.key_prefix or values["key_prefix"]
         if Project.objects.filter(slug=slug).exists():
-            raise _fail(line, f"a project with slug {slug!r} exists; import under a new one with --as SLUG")
+            raise fail(line, f"a project with slug {slug!r} exists; import under a new one with --as SLUG")
         if not KEY_PREFIX.match(prefix):
-            raise _fail(line, f"key prefix {prefix!r}: uppercase letters and digits, starting with a letter")
+            raise fail(line, f"key prefix {prefix!r}: uppercase letters and digits, starting with a letter")
         if Project.objects.filter(key_prefix=prefix).exists():
-            raise _fail(line, f"key prefix {prefix!r} is taken on this server; choose one with --key-prefix")
+            raise fail(line, f"key prefix {prefix!r} is taken on this server; choose one with --key-prefix")
         values.update(slug=slug, key_prefix=prefix)
         for name in ("repository", "remote"):
-            values[name] = self.git_location(line, name, values[name] or "")
+            values[name] = git_location(line, name, values[name] or "", allow_repository=self.allow_repository)
         try:
             validate_default_branch(values["default_branch"])
         except LedgerError as exc:
-            raise _fail(line, exc.message) from None
+            raise fail(line, exc.message) from None
         self.project = Project(**values)
         try:
             self.project.full_clean()
         except ValidationError as exc:
-            raise _fail(line, f"not a valid project: {exc.messages}") from None
+            raise fail(line, f"not a valid project: {exc.messages}") from None
         self.project.save()
         self.events_before = Event.objects.aggregate(last=Max("id"))["last"] or 0
-
-    def git_location(self, line: int, name: str, value: str) -> str:
-        """A project's repository or remote under the admin's rules, the address policy, and `--allow-repository`."""
-        try:
-            checked = validate_repository(value) if name == "repository" else validate_remote(value)
-        except LedgerError as exc:
-            raise _fail(line, exc.message) from None
-        if not checked:
-            return checked
-        if is_local_repository(checked):
-            if not self.allow_repository:
-                raise _fail(
-                    line,
-                    f"{name} {checked[:200]!r} is on this machine; the server would read it with its own "
-                    "permissions. Import with --allow-repository if you mean it.",
-                )
-            return checked
-        _check_remote_host(line, checked, field=name)
-        return checked
-
-    def check_row(self, line: int, section: Section, obj: models.Model, values: dict[str, Any]) -> None:
-        """What the API refuses, refused here too: field validation, then the rules of the row's kind."""
-        relations = [f.name for f in section.model._meta.concrete_fields if f.is_relation]
-        try:
-            obj.full_clean(
-                exclude=[*relations, "token_hash", "token_salt"], validate_unique=False, validate_constraints=False
-            )
-        except ValidationError as exc:
-            raise _fail(line, f"not a valid {section.type} row: {exc.messages}") from None
-        if section.type == "event" and values["type"] not in EventType.values:
-            raise _fail(line, f"event type {str(values['type'])[:64]!r} is not one the ledger writes")
-        if section.type == "attempt":
-            try:
-                git_facts({name: values[name] for name in GIT_FACT_COLUMNS if values.get(name) not in (None, "")})
-            except LedgerError as exc:
-                raise _fail(line, f"{exc.message} ({exc.code})") from None
-        elif section.type == "review" and values.get("head_commit"):
-            try:
-                validate_commit(values["head_commit"], field="head_commit")
-            except LedgerError as exc:
-                raise _fail(line, exc.message) from None
-        expires = values.get("lease_expires_at")
-        if expires is not None and expires > self.now + timedelta(seconds=settings.LEASEHOLD_MAX_LEASE_SECONDS):
-            raise _fail(line, "lease_expires_at is beyond the longest lease from now (LEASEHOLD_MAX_LEASE_SECONDS)")
 
     def values(self, line: int, section: Section, row: dict[str, Any]) -> dict[str, Any]:
         cols = self.columns_by_type.setdefault(section.type, columns(section))
@@ -355,29 +243,29 @@ class _Importer:
             try:
                 values[column.attname] = decode(column.field, raw)
             except ValueError as exc:
-                raise _fail(line, f"{column.name}: {exc}") from None
+                raise fail(line, f"{column.name}: {exc}") from None
         return values
 
     def reference(self, line: int, section: Section, column: Column, raw: Any) -> int:
         names = {AGENT: self.handles, USER: self.usernames}.get(column.references)
         if names is not None:
             if raw not in names:
-                raise _fail(line, f"{column.name} names {column.references} {raw!r}, which no earlier row defines")
+                raise fail(line, f"{column.name} names {column.references} {raw!r}, which no earlier row defines")
             return names[raw]
         if not isinstance(raw, int) or isinstance(raw, bool):
-            raise _fail(line, f"{column.name}: expected the id of a {column.references} row")
+            raise fail(line, f"{column.name}: expected the id of a {column.references} row")
         if section.type == "decision" and column.name == "superseded_by":
             return raw  # may point forward; resolved once every decision is in (see `supersede`)
         known = self.ids.get(column.references, {})
         if raw not in known:
-            raise _fail(line, f"{column.name} references {column.references} {raw}, which no earlier row defines")
+            raise fail(line, f"{column.name} references {column.references} {raw}, which no earlier row defines")
         return known[raw]
 
     def queue(self, line: int, section: Section, row: dict[str, Any]) -> None:
         values = self.values(line, section, row)
         source = row.get("id") if has_own_id(section) else None
         if source is not None and (not isinstance(source, int) or isinstance(source, bool)):
-            raise _fail(line, "id must be an integer")
+            raise fail(line, "id must be an integer")
         if "project_id" in {f.attname for f in section.model._meta.concrete_fields}:
             values["project_id"] = self.project.pk  # type: ignore[union-attr]
         if section.type == "task":
@@ -395,7 +283,7 @@ class _Importer:
         elif section.type == "event":
             self.event(line, values, source)
         obj = section.model(**values)
-        self.check_row(line, section, obj, values)
+        check_row(line, section, obj, values, now=self.now)
         if section.type == "event":
             self.last_event = obj  # type: ignore[assignment]
         self.pending.append((obj, source))
@@ -405,7 +293,7 @@ class _Importer:
 
     def event(self, line: int, values: dict[str, Any], source: int | None) -> None:
         if source is None or source <= self.last_event_source:
-            raise _fail(line, "event ids must increase: the file is out of order")
+            raise fail(line, "event ids must increase: the file is out of order")
         for key, target in payload_references(values["type"]).items():
             payload = values["payload"]
             if isinstance(payload, dict) and isinstance(payload.get(key), int):
@@ -424,12 +312,12 @@ class _Importer:
             with transaction.atomic():
                 model.objects.bulk_create(objects)  # type: ignore[attr-defined]
         except (DatabaseError, ValueError) as exc:
-            raise _fail(line, f"the database refused the {self.pending_type} rows before this line: {exc}") from None
+            raise fail(line, f"the database refused the {self.pending_type} rows before this line: {exc}") from None
         if self.pending_type != "event":
             known = self.ids.setdefault(self.pending_type, {})
             for obj, source in self.pending:
                 if source in known:
-                    raise _fail(line, f"two {self.pending_type} rows with id {source} before this line")
+                    raise fail(line, f"two {self.pending_type} rows with id {source} before this line")
                 if source is not None:
                     known[source] = obj.pk
         self.pending = []
@@ -438,12 +326,12 @@ class _Importer:
 
     def finish(self, line: int, declared: dict[str, int]) -> None:
         if self.project is None:
-            raise _fail(line, "the end row before any project row: the file holds no project")
+            raise fail(line, "the end row before any project row: the file holds no project")
         self.flush(line)
         for at, decision, by, status in self.supersessions:
             target = self.ids.get("decision", {}).get(by)
             if target is None:
-                raise _fail(at, f"superseded_by references decision {by}, which no row defines")
+                raise fail(at, f"superseded_by references decision {by}, which no row defines")
             Decision.objects.filter(pk=self.ids["decision"][decision]).update(superseded_by_id=target, status=status)
         for _, attempt in self.claims:
             self.claim_events[attempt] = self.last_event
@@ -457,23 +345,7 @@ class _Importer:
         differing = sorted(k for k in set(declared) | set(self.counts) if declared.get(k, 0) != self.counts.get(k, 0))
         if differing:
             detail = ", ".join(f"{k}: {declared.get(k, 0)} declared, {self.counts.get(k, 0)} read" for k in differing)
-            raise _fail(line, f"the end row's counts do not match the rows read ({detail})")
-
-
-def _parse(line: int, text: str) -> dict[str, Any]:
-    if len(text) > MAX_LINE_BYTES:
-        raise _fail(line, f"the line is longer than {MAX_LINE_BYTES} bytes; no export row is that long")
-    if text.count("[") + text.count("{") > MAX_NESTING and _nesting(text) > MAX_NESTING:
-        raise _fail(line, f"JSON nested deeper than {MAX_NESTING} levels; no export row is")
-    try:
-        row = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise _fail(line, f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-    except RecursionError:
-        raise _fail(line, f"JSON nested deeper than {MAX_NESTING} levels; no export row is") from None
-    if not isinstance(row, dict) or "type" not in row:
-        raise _fail(line, "a row must be a JSON object with a type")
-    return row
+            raise fail(line, f"the end row's counts do not match the rows read ({detail})")
 
 
 def project_import(
@@ -495,22 +367,22 @@ def project_import(
         with transaction.atomic():
             for number, text in enumerate(lines, start=1):
                 if ended:
-                    raise _fail(number, "a row after the end row")
-                row = _parse(number, text)
+                    raise fail(number, "a row after the end row")
+                row = parse_row(number, text)
                 if number == 1:
                     importer.header(number, row)
                 elif row["type"] == END:
                     counts = row.get("counts")
                     if set(row) != {"type", "counts"} or not isinstance(counts, dict):
-                        raise _fail(number, "the end row holds exactly its counts")
+                        raise fail(number, "the end row holds exactly its counts")
                     importer.finish(number, counts)
                     ended = True
                 else:
                     importer.row(number, row)
             if number == 0:
-                raise _fail(1, "the file is empty")
+                raise fail(1, "the file is empty")
             if not ended:
-                raise _fail(number, "the file ends without its end row: it is truncated")
+                raise fail(number, "the file ends without its end row: it is truncated")
             if dry_run:
                 raise _Rollback
     except _Rollback:

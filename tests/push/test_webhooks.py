@@ -24,16 +24,8 @@ from ledger.models import Event, EventType
 from ledger.services.events import event_append
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from push.secret_box import decrypt
-from push.services.webhooks import (
-    BACKOFF_SECONDS,
-    DISABLE_AFTER_FAILURES,
-    MAX_TRIES,
-    delivery_redeliver,
-    webhook_create,
-    webhook_deliveries_run,
-    webhook_roll_secret,
-    webhook_set_active,
-)
+from push.services.deliveries import BACKOFF_SECONDS, DISABLE_AFTER_FAILURES, MAX_TRIES, webhook_deliveries_run
+from push.services.webhooks import delivery_redeliver, webhook_create, webhook_roll_secret, webhook_set_active
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory, WebhookEndpointFactory
 from tests.webhook_receiver import running_receiver, signature_valid
 
@@ -53,7 +45,7 @@ def receiver():
 
 def subscribe(receiver, **options):
     endpoint = WebhookEndpointFactory(url=receiver.url, **options)
-    receiver.secrets.append(endpoint.secret)
+    receiver.secrets.append(decrypt(endpoint.secret))
     return endpoint
 
 

@@ -33,8 +33,9 @@ from ledger.actors import SYSTEM
 from ledger.models import EventType
 from push import webhooks
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
-from push.services import webhooks as webhook_services
-from push.services.webhooks import BACKOFF_SECONDS, MAX_TRIES, webhook_create, webhook_deliveries_run
+from push.services import deliveries as webhook_services
+from push.services.deliveries import BACKOFF_SECONDS, MAX_TRIES, webhook_deliveries_run
+from push.services.webhooks import webhook_create
 from tests.factories import ProjectFactory, TaskFactory
 from tests.webhook_receiver import running_receiver
 
@@ -283,7 +284,7 @@ def test_a_delivery_process_killed_mid_post_leaves_the_try_counted(tmp_path):
             "LEASEHOLD_QCLUSTER_TEST_DB": str(connection.settings_dict["NAME"]),
             "PYTHONDONTWRITEBYTECODE": "1",
         }
-        code = "from push.services.webhooks import webhook_deliveries_run; webhook_deliveries_run()"
+        code = "from push.services.deliveries import webhook_deliveries_run; webhook_deliveries_run()"
         log_path = tmp_path / "run.log"
         with log_path.open("wb") as log:
             delivering = subprocess.Popen(

@@ -23,7 +23,8 @@ from ledger.actors import SYSTEM
 from ledger.models import EventType
 from push.models import DeliveryStatus, WebhookDelivery, WebhookEndpoint
 from push.secret_box import SecretUnreadable, decrypt
-from push.services.webhooks import webhook_create, webhook_deliveries_run, webhook_roll_secret
+from push.services.deliveries import webhook_deliveries_run
+from push.services.webhooks import webhook_create, webhook_roll_secret
 from tests.factories import ProjectFactory, TaskFactory
 from tests.webhook_receiver import running_receiver
 

@@ -29,7 +29,7 @@ from operations.schedules import ensure_schedules
 from reconciliation.models import ReconciliationRun
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[2]
 WAIT_SECONDS = 60
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from reconciliation.models import Condition
 from reconciliation.remedies import REMEDIES
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "operations.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
 
 
 def test_every_condition_has_the_remedy_the_operations_guide_gives():

@@ -6,7 +6,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.errors import LedgerError
-from operations.transfer.importing import project_import, read_lines
+from operations.transfer.importing import project_import
+from operations.transfer.untrusted import read_lines
 
 
 class Command(BaseCommand):
