@@ -20,6 +20,7 @@ from api.base import ApiView
 from api.inputs import body_input
 from api.mutations import MutationResult, run_mutation
 from api.schema import HOLDER_HEADERS, READ_ERRORS, WRITE_ERRORS, error_responses
+from core.errors import ValidationFailed
 from leases.apis.fields import (
     AbsolutePathField,
     BranchNameField,
@@ -51,6 +52,7 @@ from leases.services import (
     attempt_set_git,
     note_add,
 )
+from leases.services.git_facts import GIT_FACT_FIELDS
 from ledger import clock
 from ledger.models import TaskStatus
 
@@ -335,7 +337,7 @@ class AttemptGitApi(ApiView):
     class InputSerializer(GitFactsSerializer):
         usage = usage_field()
 
-        # `leases.services.git_facts`: at least one fact (or usage).
+        # At least one fact (or usage) named; a fact given as null is named and "not reported".
         schema_rules: ClassVar[dict[str, Any]] = {"minProperties": 1}
 
     class OutputSerializer(serializers.Serializer[Any]):
@@ -349,6 +351,8 @@ class AttemptGitApi(ApiView):
     )
     def post(self, request: Request, attempt_id: int) -> Response:
         data = body_input(self.InputSerializer, request)
+        if not data:
+            raise ValidationFailed(f"Give at least one git fact: {', '.join(GIT_FACT_FIELDS)}.")
         proof = holder_proof_from_headers(request, attempt_id=attempt_id)
 
         def work() -> MutationResult:

@@ -10,7 +10,7 @@ from typing import Any
 from core.errors import LedgerError, ValidationFailed
 from core.prepared import insert
 from leases.models import NEXT_STEP_MAX_CHARS, NEXT_STEPS_MAX_ITEMS, NOTE_MAX_CHARS, Attempt, Note, NoteKind
-from leases.services.git_facts import GIT_FACT_FIELDS, git_facts, record_git_facts
+from leases.services.git_facts import git_facts, record_git_facts
 from leases.services.holding import HolderProof, extend_lease, held_attempt, refusals_after_commit
 from leases.services.usage import budget_refusal, validate_usage
 from ledger import clock
@@ -105,7 +105,8 @@ def attempt_set_git(
 ) -> Attempt | LedgerError:
     """Record the attempt's git facts (`leases.services.git_facts`); renews the lease.
 
-    A new branch rewrites the label; what changed is one `attempt.updated`.
+    A new branch rewrites the label; what changed is one `attempt.updated`. A report whose facts
+    are all null renews the lease and records nothing.
     """
     validated = git_facts(
         {
@@ -120,8 +121,9 @@ def attempt_set_git(
         }
     )
     spent = validate_usage(usage)
-    if not validated.given() and spent is None:
-        raise ValidationFailed(f"Give at least one git fact: {', '.join(GIT_FACT_FIELDS)}.")
+    # Every fact null (each "not reported", as the schema says) reports nothing: a sign of life
+    # that renews the lease like a heartbeat, not work (`last_worked_at` stays, no event).
+    reported = bool(validated.given()) or spent is not None
     now = clock.now()
     held = held_attempt(proof, now=now, lock_task=False)
     if isinstance(held, LedgerError):
@@ -129,6 +131,6 @@ def attempt_set_git(
     refusal = budget_refusal(held, spent, now=now, actor=Actor(agent=held.agent))
     if refusal is not None:
         return refusal
-    extend_lease(held, now=now, seconds=held.lease_seconds, renewal=False)
+    extend_lease(held, now=now, seconds=held.lease_seconds, renewal=not reported)
     record_git_facts(held, validated, now=now, actor=Actor(agent=held.agent))
     return held

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
+from leases.models import Attempt
 from ledger.models import EventType
 from tests.api.conftest import assert_error, attempt_url, holder
 
@@ -80,6 +83,23 @@ def test_a_bad_or_unknown_fact_is_a_validation_error_naming_it(client, task, fie
 def test_a_git_call_with_no_fact_is_refused(client, task):
     claim = claim_of(client, task)
     assert_error(client.post(attempt_url(claim, "git"), {}, format="json", **holder(claim)), 400, "VALIDATION_ERROR")
+
+
+def test_a_git_call_whose_facts_are_all_null_reports_nothing_and_renews(client, task, clock):
+    """The schema lets each fact added in SPEC §15.4 be null ("not reported"): a report of only
+    nulls is valid, so it is answered (a renewal, not work), never refused."""
+    claim = claim_of(client, task)
+    clock.advance(60)
+    nulls = dict.fromkeys(FACTS)
+    response = client.post(attempt_url(claim, "git"), nulls, format="json", **holder(claim))
+    assert response.status_code == 200, response.content
+    attempt = Attempt.objects.get(pk=claim["attempt"]["id"])
+    assert attempt.lease_expires_at > datetime.fromisoformat(claim["attempt"]["lease_expires_at"])
+    assert attempt.last_renewed_at == clock.now()
+    assert attempt.last_worked_at != clock.now()
+    assert {name: response.json()["attempt"][name] for name in FACTS} == nulls
+    events = client.get("/api/v1/changes/?since=0").json()["events"]
+    assert EventType.ATTEMPT_UPDATED not in [event["type"] for event in events]
 
 
 def test_finish_records_its_git_object(client, task):
