@@ -64,9 +64,16 @@ def test_a_null_fact_is_not_reported_and_clears_nothing(grant):
     assert (row(grant).pushed, row(grant).head_commit) == (True, HEAD)
 
 
-def test_nothing_given_is_refused(grant):
-    with pytest.raises(ValidationFailed):
-        attempt_set_git(proof=proof_of(grant))
+def test_nothing_given_renews_as_a_heartbeat_and_records_nothing(clock, grant):
+    """Every fact None ("not reported"): the lease is renewed, not worked on, and no event says a fact
+    changed (an empty request body is refused by the door, as the schema's minProperties says)."""
+    before = row(grant)
+    clock.advance(60)
+    attempt_set_git(proof=proof_of(grant))
+    after = row(grant)
+    assert after.lease_expires_at > before.lease_expires_at
+    assert (after.renew_count, after.last_worked_at) == (before.renew_count + 1, before.last_worked_at)
+    assert not Event.objects.filter(type=EventType.ATTEMPT_UPDATED, attempt_id=grant.attempt.pk).exists()
 
 
 @pytest.mark.parametrize(
