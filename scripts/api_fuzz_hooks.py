@@ -11,8 +11,8 @@ handed out before, or one about what is stored, so the schema says these in desc
 - `POST /tasks/{key}/dependencies/` (and `remove/`): both tasks exist and the edge closes no cycle;
 - `POST /tasks/{key}/reservation/clear/`: the task exists (the fuzzer's own tasks are never reserved
   for another agent, so clearing answers the task);
-- `POST /decisions/{id}/supersede/`: `by` is another active decision of the same project (the
-  seeded one);
+- `POST /decisions/{id}/supersede/`: `by` is another active decision of the same project (two
+  fresh ones are made for each positive case, the seeded one when that fails);
 - `POST /plans/`: refs unique, each `blocked_by` entry an earlier ref of the plan or an existing
   key (no cycle), a `blocked` task with its reason, a decision's task an existing key;
 - `GET /tasks/{key}/graph/`, `GET /projects/{slug}/graph/`: a task and project that exist;
@@ -178,11 +178,12 @@ def send_each_request_as_a_client_would(context: HookContext, case: Case, kwargs
     wait = str((case.query or {}).get("wait", ""))
     if case.operation.definition.raw.get("operationId") == "changes_list" and wait.isdigit() and 1 < int(wait) <= 30:
         case.query["wait"] = 1
-    # A decision can be superseded once: a positive supersede gets a fresh active decision to supersede
-    # (a generated id names one superseded before, or none), made through the API with the case's token.
+    # A decision can be superseded once, and only by an active one: a positive supersede gets two fresh
+    # active decisions, one to supersede and one as `by`, made through the API with the run's token. (A
+    # generated id names one superseded before, or none; and the seeded decision may itself have been
+    # superseded by a negative case that changed only a header, so it cannot be the `by` of every case.)
     if (
         case.operation.definition.raw.get("operationId") == "decisions_supersede"
-        and SEEDED_DECISION
         and FUZZ_TOKEN
         and _positive(case)
         and isinstance(kwargs.get("url"), str)
@@ -190,15 +191,21 @@ def send_each_request_as_a_client_would(context: HookContext, case: Case, kwargs
         base = kwargs["url"].split("/api/v1/")[0]
         # The run's token (`--header` reaches the transport after this hook, not always in `kwargs`).
         auth = {"Authorization": f"Bearer {FUZZ_TOKEN}"}
-        made = requests.post(
-            f"{base}/api/v1/decisions/",
-            json={"project": SEEDED_PROJECT, "title": "Superseded by the fuzzer"},
-            headers=auth,
-            timeout=10,
-        )
-        if made.status_code == 201:
-            fresh = made.json()["id"]
-            kwargs["url"] = re.sub(r"/decisions/[^/]+/supersede/", f"/decisions/{fresh}/supersede/", kwargs["url"])
+        made = [
+            requests.post(
+                f"{base}/api/v1/decisions/",
+                json={"project": SEEDED_PROJECT, "title": f"{role} by the fuzzer"},
+                headers=auth,
+                timeout=10,
+            )
+            for role in ("Superseded", "Superseding")
+        ]
+        if all(response.status_code == 201 for response in made):
+            superseded, replacement = (response.json()["id"] for response in made)
+            kwargs["url"] = re.sub(r"/decisions/[^/]+/supersede/", f"/decisions/{superseded}/supersede/", kwargs["url"])
+            case.body = {**_body(case), "by": replacement}
+            if isinstance(kwargs.get("json"), dict):
+                kwargs["json"] = {**kwargs["json"], "by": replacement}
     # Generated keys repeat ("0", "00"); a client sends a fresh one per request.
     key = case.headers.get("Idempotency-Key")
     if isinstance(key, str) and IDEMPOTENCY_KEY.fullmatch(key):
