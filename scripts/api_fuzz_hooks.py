@@ -11,8 +11,8 @@ handed out before, or one about what is stored, so the schema says these in desc
 - `POST /tasks/{key}/dependencies/` (and `remove/`): both tasks exist and the edge closes no cycle;
 - `POST /tasks/{key}/reservation/clear/`: the task exists (the fuzzer's own tasks are never reserved
   for another agent, so clearing answers the task);
-- `POST /decisions/{id}/supersede/`: `by` is another active decision of the same project (two
-  fresh ones are made for each positive case, the seeded one when that fails);
+- `POST /decisions/{id}/supersede/` is not fuzzed (see `scripts/api-fuzz`): `by` must be another
+  active decision of the project, a state the fuzzer's own cases keep changing;
 - `POST /plans/`: refs unique, each `blocked_by` entry an earlier ref of the plan or an existing
   key (no cycle), a `blocked` task with its reason, a decision's task an existing key;
 - `GET /tasks/{key}/graph/`, `GET /projects/{slug}/graph/`: a task and project that exist;
@@ -27,11 +27,9 @@ generated: they are meant to be refused.
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
-import requests
 import schemathesis
 from schemathesis import Case, GenerationMode, HookContext
 from schemathesis.generation.meta import TestPhase
@@ -44,9 +42,6 @@ SEEDED_TASK = "FUZZ-1"
 DEPENDENT_TASK = "FUZZ-2"
 SEEDED_PROJECT = "fuzz"
 REVIEW_DECISIONS = frozenset({"approved", "changes_requested", "blocked"})
-# The active decision `scripts/api-fuzz` seeds: what a positive supersede names as `by`.
-SEEDED_DECISION = int(os.environ.get("FUZZ_DECISION_ID") or 0)
-FUZZ_TOKEN = os.environ.get("FUZZ_TOKEN", "")
 
 
 def _positive(case: Case) -> bool:
@@ -103,10 +98,6 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
         # instead (FUZZ-3 to FUZZ-100; a taken one answers TASK_TAKEN, which is the API at work).
         target = 3 + sum(map(ord, case.id)) % 98
         case.path_parameters = {**(case.path_parameters or {}), "key": f"FUZZ-{target}"}
-    elif operation_id == "decisions_supersede" and SEEDED_DECISION:
-        # `by` is an active decision of the same project: the seeded one (the superseded one is made
-        # fresh for each positive case just before it is sent, see `send_each_request_as_a_client_would`).
-        case.body = {**_body(case), "by": SEEDED_DECISION}
     return case
 
 
@@ -178,34 +169,6 @@ def send_each_request_as_a_client_would(context: HookContext, case: Case, kwargs
     wait = str((case.query or {}).get("wait", ""))
     if case.operation.definition.raw.get("operationId") == "changes_list" and wait.isdigit() and 1 < int(wait) <= 30:
         case.query["wait"] = 1
-    # A decision can be superseded once, and only by an active one: a positive supersede gets two fresh
-    # active decisions, one to supersede and one as `by`, made through the API with the run's token. (A
-    # generated id names one superseded before, or none; and the seeded decision may itself have been
-    # superseded by a negative case that changed only a header, so it cannot be the `by` of every case.)
-    if (
-        case.operation.definition.raw.get("operationId") == "decisions_supersede"
-        and FUZZ_TOKEN
-        and _positive(case)
-        and isinstance(kwargs.get("url"), str)
-    ):
-        base = kwargs["url"].split("/api/v1/")[0]
-        # The run's token (`--header` reaches the transport after this hook, not always in `kwargs`).
-        auth = {"Authorization": f"Bearer {FUZZ_TOKEN}"}
-        made = [
-            requests.post(
-                f"{base}/api/v1/decisions/",
-                json={"project": SEEDED_PROJECT, "title": f"{role} by the fuzzer"},
-                headers=auth,
-                timeout=10,
-            )
-            for role in ("Superseded", "Superseding")
-        ]
-        if all(response.status_code == 201 for response in made):
-            superseded, replacement = (response.json()["id"] for response in made)
-            kwargs["url"] = re.sub(r"/decisions/[^/]+/supersede/", f"/decisions/{superseded}/supersede/", kwargs["url"])
-            case.body = {**_body(case), "by": replacement}
-            if isinstance(kwargs.get("json"), dict):
-                kwargs["json"] = {**kwargs["json"], "by": replacement}
     # Generated keys repeat ("0", "00"); a client sends a fresh one per request.
     key = case.headers.get("Idempotency-Key")
     if isinstance(key, str) and IDEMPOTENCY_KEY.fullmatch(key):
