@@ -43,7 +43,7 @@ from insight.services.rollups import fleet_tally_fold
 from insight.services.task_counts import task_counts_fold
 from insight.status_counts import task_counts_by_effective_status
 from leases.models import AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
-from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
+from leases.selectors import EFFECTIVE_STATUSES, live_attempts
 from ledger import clock
 from ledger.models import EventType, Project, Task, TaskStatus
 from push.models import DeliveryStatus, WebhookDelivery
@@ -67,7 +67,7 @@ def _tasks(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
     # Trigger-kept counts (insight/models/task_counts.py) and the live leases: a few rows, however many tasks.
     counts = task_counts_by_effective_status(now)
     for project_id, slug in sorted(slugs.items(), key=lambda item: item[1]):
-        for status in [*TaskStatus.values, IN_PROGRESS, IN_REVIEW]:
+        for status in EFFECTIVE_STATUSES:
             family.add_metric([slug, status], counts.get((project_id, status), 0))
     return family
 

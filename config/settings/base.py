@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "environments",
     "leases",
     "reconciliation",
+    "landing",
     "insight",
     "push",
     "operations",

@@ -177,6 +177,10 @@ class AttemptDetailSerializer(AttemptSummarySerializer):
 class WorkContextSerializer(serializers.Serializer[Any]):
     """The bounded work context (`leases.context.work_context`); at most LEASEHOLD_CONTEXT_MAX_BYTES."""
 
+    landing = serializers.DictField(
+        allow_null=True,
+        help_text="Why the task's last landing sent it back (SPEC §21.2): `failed_landings` and the landing notes.",
+    )
     task = serializers.DictField()
     blockers = serializers.ListField(child=serializers.DictField())
     blockers_total = serializers.IntegerField()
