@@ -50,10 +50,21 @@ class LeaseholdAdminSite(admin.AdminSite):
     def get_urls(self) -> list[URLResolver | URLPattern]:
         """The operations pages that belong to no single model: job health and the managers' report."""
         from console.fleet.jobs_health import jobs_page
+        from console.landing.pages import landing_index, landing_page
         from console.reports.reports import attempts_csv, report_page, tasks_csv
 
         pages = [
             path("jobs/", self.admin_view(lambda request: jobs_page(request, self)), name="leasehold_jobs"),
+            path(
+                "landing/queue/",
+                self.admin_view(lambda request: landing_index(request, self)),
+                name="leasehold_landing_index",
+            ),
+            path(
+                "landing/queue/<slug:slug>/",
+                self.admin_view(lambda request, slug: landing_page(request, self, slug)),
+                name="leasehold_landing",
+            ),
             path("reports/", self.admin_view(lambda request: report_page(request, self)), name="leasehold_report"),
             path("reports/tasks.csv", self.admin_view(tasks_csv), name="leasehold_report_tasks"),
             path("reports/attempts.csv", self.admin_view(attempts_csv), name="leasehold_report_attempts"),

@@ -42,6 +42,7 @@ class ProjectAdmin(ServiceFormAdmin):
         "daily_budget_tokens",
         "daily_budget_cost_usd",
         "tasks_link",
+        "landing_link",
         "created_at",
         "archived_at",
     ]
@@ -95,6 +96,12 @@ class ProjectAdmin(ServiceFormAdmin):
         return badge("cancelled", "archived") if project.archived_at else badge("available", "active")
 
     @admin.display(description="tasks")
+    @admin.display(description="Landing")
+    def landing_link(self, project: Project) -> SafeString:
+        url = reverse("admin:leasehold_landing", args=[project.slug])
+        state = f"on: {project.land_method} onto {project.target_branch}" if project.landing_on else "off"
+        return format_html('<a href="{}">Landing queue and settings</a> ({})', url, state)
+
     def tasks_link(self, project: Project) -> SafeString:
         url = reverse("admin:ledger_task_changelist") + f"?project__id__exact={project.pk}"
         return format_html('<a href="{}">Tasks of {}</a>', url, project.slug)
