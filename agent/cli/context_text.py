@@ -127,6 +127,19 @@ def _generic(name: str, value: Any) -> list[str]:
     return ["", f"{title}: {value}"]
 
 
+def _landing_lines(value: Any) -> list[str]:
+    """SPEC §21.2: why the last landing sent the task back, each landing note in full (newest first)."""
+    if not isinstance(value, dict) or not isinstance(value.get("notes"), list):
+        return _generic("landing", value)
+    failed = value.get("failed_landings")
+    lines = ["", "Landing sent this task back" + (f" ({failed} failed landings in a row):" if failed else ":")]
+    for note in value["notes"]:
+        lines += [
+            f"  - {line}" if index == 0 else f"    {line}" for index, line in enumerate(_text_of(note).splitlines())
+        ]
+    return lines
+
+
 def _review_lines(context: dict[str, Any]) -> list[str]:
     lines: list[str] = []
     findings = context.get("review_findings")
@@ -192,7 +205,7 @@ def human(context: dict[str, Any], held: HeldAttempt | None = None) -> str:
         lines.append(f"Reserved paths ({reservation.get('mode')}): {', '.join(map(str, reservation['paths']))}")
     for name in _FIRST:
         if context.get(name):
-            lines += _generic(name, context[name])
+            lines += _landing_lines(context[name]) if name == "landing" else _generic(name, context[name])
     lines += _review_lines(context)
     for name in ("description", "acceptance_criteria"):
         if task.get(name):
