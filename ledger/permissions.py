@@ -24,3 +24,19 @@ def sync_group_permissions(sender: Any = None, **kwargs: Any) -> None:
     managers, _ = Group.objects.using(using).get_or_create(name=MANAGERS)
     admins.permissions.set(permissions.exclude(codename__startswith="delete_"))
     managers.permissions.set(permissions.filter(codename__startswith="view_"))
+
+
+def may_view(user: Any, *models: Any) -> bool:
+    """The one permission rule for every aggregate (issue 32): a panel, report, export, health page
+    or metrics scrape shows its figures only to a user who may view every model they are read from.
+
+    "May view" is Django's: the model's `view_` or `change_` permission (a change implies a view, as
+    in the admin). A superuser holds every permission; an inactive user none.
+    """
+    if user is None or not getattr(user, "is_active", False):
+        return False
+    return all(
+        user.has_perm(f"{model._meta.app_label}.view_{model._meta.model_name}")
+        or user.has_perm(f"{model._meta.app_label}.change_{model._meta.model_name}")
+        for model in models
+    )

@@ -188,7 +188,7 @@ class FindingAdmin(LeaseholdModelAdmin):
             operate = self.has_operate_permission(request)
             extra.update(
                 remedy_text=REMEDIES.get(finding.condition, ""),
-                triage=triage_actions(finding) if operate else [],
+                triage=triage_actions(finding, user=request.user) if operate else [],
                 can_operate=operate,
                 unresolved=finding.status in UNRESOLVED_FINDING_STATUSES,
                 is_open=finding.status == FindingStatus.OPEN,
@@ -257,7 +257,10 @@ class FindingAdmin(LeaseholdModelAdmin):
         attempt = discardable_attempt(finding)
         if attempt is None:
             self.message_user(
-                request, "This finding has no ended attempt whose work could be discarded.", messages.ERROR
+                request,
+                "This finding has no ended attempt whose work could still be discarded (none, or discarded already): "
+                "nothing recorded.",
+                messages.ERROR,
             )
             return self._back(finding)
         form = ConfirmationForm(request.POST if is_confirmed(request) else None)

@@ -28,6 +28,7 @@ from django.utils.safestring import SafeString
 from console.audit.alerts import human_duration, moment_utc
 from console.base import ConfirmationForm, actor_of, plural
 from console.confirm import Confirmation, RevokeForm, is_confirmed, render_confirmation
+from console.permissions import may_see_page
 from core.errors import LedgerError
 from insight.agent_health import ALIVE, LATE, NEVER, AgentHealth, agent_health, holders_health, silence_limit
 from leases.models import Attempt
@@ -111,7 +112,7 @@ def _row(health: AgentHealth, now: datetime) -> AgentRow:
 
 
 def health_page(model_admin: admin.ModelAdmin, request: HttpRequest) -> TemplateResponse:
-    if not model_admin.has_view_permission(request):
+    if not may_see_page(request, "agent_health"):  # the one rule for aggregates (console.permissions)
         raise PermissionDenied
     now = clock.now()
     agents = Agent.objects.all()

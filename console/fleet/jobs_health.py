@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from console.audit.alerts import human_duration
+from console.permissions import may_see_page
 from insight.job_health import SCHEDULER_HEARTBEAT_MAX_AGE, JobHealth, JobState, job_health
 from insight.models.job_heartbeat import JobName
 from ledger import clock
@@ -97,7 +98,7 @@ def troubled_runs(now: datetime) -> list[ReconciliationRun]:
 
 
 def jobs_page(request: HttpRequest, site: Any) -> TemplateResponse:
-    if not request.user.has_perm("ledger.view_task"):
+    if not may_see_page(request, "job_health"):  # the one rule for aggregates (console.permissions)
         raise PermissionDenied
     now = clock.now()
     context = {

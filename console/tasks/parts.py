@@ -157,6 +157,8 @@ class HolderFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
+        if value and "\x00" in value:
+            return queryset.none()  # no handle holds a NUL, and PostgreSQL refuses one in a text parameter
         if value == NOBODY:
             return queryset.filter(holder_handle__isnull=True)
         return queryset.filter(holder_handle=value) if value else queryset
