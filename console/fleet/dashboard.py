@@ -28,8 +28,8 @@ from console.fleet.jobs_health import JobsView, jobs_view
 from console.permissions import DASHBOARD_PANELS
 from insight.metrics import fleet_metrics, pooled_orphan_rate
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
-from leases.models import Attempt, AttemptKind
-from leases.selectors import IN_PROGRESS, IN_REVIEW, claimable_tasks, live_attempts
+from leases.models import Attempt
+from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, claimable_tasks, effective_status_of_kind, live_attempts
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding, FindingStatus
 
@@ -49,6 +49,8 @@ STATUS_COLUMNS: tuple[tuple[str, str], ...] = (
     (TaskStatus.OPEN, "Open"),
     (TaskStatus.BLOCKED, "Blocked"),
     (TaskStatus.REVIEW, "Review"),
+    (LANDING, "Landing"),
+    (TaskStatus.DELIVERED, "Delivered"),
     (TaskStatus.DONE, "Done"),
     (TaskStatus.CANCELLED, "Cancelled"),
 )
@@ -175,7 +177,7 @@ def status_table(now: datetime) -> tuple[list[ProjectRow], list[StatusCell]]:
     )
     for row in live:
         # A live lease makes the task in progress, or in review when a reviewer holds it (SPEC §16.1).
-        effective = IN_REVIEW if row["kind"] == AttemptKind.REVIEW else IN_PROGRESS
+        effective = effective_status_of_kind(row["kind"])
         counts[row["task__project_id"]][row["task__status"]] -= row["n"]
         counts[row["task__project_id"]][effective] += row["n"]
     table = []
