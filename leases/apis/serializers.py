@@ -101,6 +101,13 @@ class FullTaskSerializer(serializers.Serializer[Any]):
     spent = SpentSerializer(source="spent_totals", help_text="What all its attempts reported spending.")
     paths = serializers.ListField(child=serializers.CharField(), help_text="Paths its claims reserve by default.")
     paths_mode = serializers.ChoiceField(choices=PathsMode.values)
+    # SPEC §21.1: what was delivered for landing, and where it landed (`done` with a landed commit).
+    delivered_branch = BlankAsNullField(allow_null=True, help_text="The branch delivered for landing.")
+    delivered_commit = BlankAsNullField(allow_null=True, help_text="The head commit delivered; what a lander lands.")
+    delivered_at = serializers.DateTimeField(allow_null=True)
+    landed_commit = BlankAsNullField(allow_null=True, help_text="The target's commit holding the work, once landed.")
+    landed_at = serializers.DateTimeField(allow_null=True)
+    landed_by = BlankAsNullField(allow_null=True, help_text="The landing that landed it, or `reconciliation`.")
 
 
 class AttemptSummarySerializer(serializers.Serializer[Any]):
