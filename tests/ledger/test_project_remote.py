@@ -51,7 +51,8 @@ def test_anything_else_is_refused_naming_the_field(remote):
 
 def test_a_remote_may_be_an_absolute_path_as_git_accepts_it():
     # `git clone /srv/git/web.git` works: so does the remote (issue 29), normalised.
-    assert project_create(slug="web", name="Web", remote="/srv/git//web.git/", actor=SYSTEM).remote == "/srv/git/web.git"
+    project = project_create(slug="web", name="Web", remote="/srv/git//web.git/", actor=SYSTEM)
+    assert project.remote == "/srv/git/web.git"
 
 
 def test_a_remote_with_a_password_is_refused():
