@@ -30,7 +30,7 @@ from agent.cli.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
 from agent.client.api import LeaseholdClient
 from agent.client.errors import LeaseholdError
 from agent.client.models import is_past
-from agent.workspace import state
+from agent.workspace import clientfiles, state
 from agent.workspace.config import NotLoggedIn, config_dir, load_settings
 from agent.workspace.git import (
     REMOTE,
@@ -108,6 +108,8 @@ def prepare_worktree(
     if opened.taken_over_from is not None:
         out.info(f"taking over {opened.path} as attempt {opened.taken_over_from} left it")
     state.write_worktree_pointer(opened.path, agent=held.agent, task=held.task, attempt_id=held.attempt_id)
+    for copied in clientfiles.carry_into(repo.root, opened.path):
+        out.info(f"{copied.relative_to(opened.path)} copied from {repo.root} (the MCP client's configuration)")
     answer = record_git(**start_facts(opened, base_known=held.base_commit is not None))
     label = str((answer.get("attempt") or {}).get("label") or held.label)
     try:
