@@ -86,7 +86,15 @@ def make_project(slug: str, *, agents: int = 0, agent_prefix: str | None = None)
 # Columns without a database default that every bulk row of a table carries the same value in
 # (the model's default): the row generators stay as they were when the columns were added.
 CONSTANT_COLUMNS: dict[str, dict[str, Any]] = {
-    "ledger_task": {"paths": "[]", "paths_mode": "exclusive"},
+    "ledger_task": {
+        "paths": "[]",
+        "paths_mode": "exclusive",
+        "delivered_branch": "",
+        "delivered_commit": "",
+        "landed_commit": "",
+        "landed_by": "",
+        "failed_landings": 0,
+    },
     "leases_attempt": {"kind": "work"},
 }
 
