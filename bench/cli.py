@@ -20,7 +20,22 @@ from typing import Any
 
 from bench.results import RESULTS_DIR, Row, machine, markdown_table, table, write_json
 
-WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push", "waiters", "cpu", "mcp", "agent", "fleet")
+WORKLOADS = (
+    "w1",
+    "w2",
+    "w3",
+    "w5",
+    "bytes",
+    "procs",
+    "http",
+    "push",
+    "waiters",
+    "cpu",
+    "mcp",
+    "agent",
+    "fleet",
+    "landing",
+)
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
 
@@ -251,6 +266,7 @@ def evaluate_targets(rows: list[Row]) -> list[dict[str, Any]]:
         )
     targets += _mcp_targets(rows)
     _fleet_targets(rows, add)
+    _landing_targets(rows, add)
     procs = _find(rows, database="sqlite", workload="W3 full cycle, 4 processes", mode="service", concurrency=16)
     pg16 = service16
     if procs is None:
@@ -322,4 +338,20 @@ def _fleet_targets(rows: list[Row], add: Any) -> None:
             f"{label}: HTTP whole-machine CPU per cycle <= 8 ms (server + database, at 1 and 8x8 clients)",
             None if None in spent else all(value <= 8 for value in spent if value is not None),
             f"{spent[0]} ms at 1 client, {spent[1]} ms at 8x8",
+        )
+
+
+def _landing_targets(rows: list[Row], add: Any) -> None:
+    """SPEC §24: 16 queued tasks, 1 failing, a check of T: batched landing within 6·T of wall time (serial: 16·T)."""
+    for database, label in (("postgresql", "PostgreSQL"), ("sqlite", "SQLite")):
+        batched = _find(rows, database=database, workload="landing: ", mode="batched")
+        serial = _find(rows, database=database, workload="landing: ", mode="serial")
+        over = None if batched is None else batched.extra.get("wall_over_T")
+        add(
+            f"{label} run: batched landing of 16 tasks (1 failing) <= 6·T of wall time (agent.land.engine, real git)",
+            None if over is None or batched is None else over <= 6 and not batched.errors,
+            "-"
+            if batched is None
+            else f"{over}·T in {batched.extra.get('check_runs')} check runs; serial "
+            f"{None if serial is None else serial.extra.get('wall_over_T')}·T; ratio {batched.ratio}",
         )

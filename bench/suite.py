@@ -98,6 +98,10 @@ def run_workloads(
         from bench.agent_cpu import agent
 
         steps.append(("agent", agent))
+    if "landing" in only:
+        from bench.landing import landing
+
+        steps.append(("landing", landing))
     if "fleet" in only:
         from bench.fleet import fleet
 

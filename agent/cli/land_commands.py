@@ -51,8 +51,18 @@ def cmd_land(args: argparse.Namespace, out: Output) -> int:
         with stopping.installed():
             if args.watch:
                 out.info(f"landing {project}'s queue from {clone}; waiting for work (SIGTERM to stop)")
-                return lander.watch(client, project, clone, stopping=stopping, emit=emit, log=out.info)
-            report = lander.land_once(client, project, clone, stopping=stopping, log=out.info)
+                return lander.watch(
+                    client,
+                    project,
+                    clone,
+                    stopping=stopping,
+                    emit=emit,
+                    log=out.info,
+                    lease_seconds=args.lease_seconds,
+                )
+            report = lander.land_once(
+                client, project, clone, lease_seconds=args.lease_seconds, stopping=stopping, log=out.info
+            )
             emit(report)
             return report.exit_code
     except LandGitError as error:
@@ -119,6 +129,11 @@ def add_parsers(command: Any) -> None:
     )
     land.add_argument("--repo", help="the lander's clone (default: the repository containing the current directory)")
     land.add_argument("--project", help="project slug (default: the one set at login)")
+    land.add_argument(
+        "--lease-seconds",
+        type=int,
+        help="the landing's lease (default: the project's; the server clamps it); renewed every third of it",
+    )
     landing = command(
         "landing", "Show the project's landing queue, the live landing and the latest results.", cmd_landing
     )

@@ -11,7 +11,9 @@ nothing is sent with the token again), 1 git or the server failed.
 
 `--watch` claims with the server-side wait (`"wait": 30`), so an empty queue
 costs one parked request per 30 s, never a busy poll, and it never exits
-because the queue is empty. SIGTERM or SIGINT: the landing under way is
+because the queue is empty (an empty answer that comes back at once, from a
+server that does not park the claim or while another lander's landing is
+live, is followed by a pause: at most one claim a second). SIGTERM or SIGINT: the landing under way is
 finished (the check included), then the lander exits 0; a second signal
 abandons it at once without pushing (the scratch worktree is removed, the
 landing lease lapses on the server). Nothing is left running either way.
@@ -22,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +44,9 @@ EXIT_LEASE_LOST = 5
 EXIT_LANDING_FAILED = 7
 WATCH_WAIT_SECONDS = 30
 ERROR_PAUSE_SECONDS = 5.0
+# An empty answer sooner than this after asking (a server that does not park the claim, or another
+# lander's live landing of the target) is followed by a pause to this length: never a busy poll.
+MIN_CLAIM_INTERVAL_SECONDS = 1.0
 
 
 @dataclass
@@ -110,13 +116,17 @@ def land_once(
     clone: Path,
     *,
     wait: int | None = None,
+    lease_seconds: int | None = None,
     stopping: Stopping | None = None,
     log: Callable[[str], None] = lambda text: None,
     before_push: Callable[[int], None] | None = None,
 ) -> Report:
-    """Claim one landing and see it through; see the module docstring for the exit codes."""
+    """Claim one landing and see it through; see the module docstring for the exit codes.
+
+    `lease_seconds`: the landing's lease (default: the project's), renewed every third of it.
+    """
     stopping = stopping or Stopping()
-    answer = client.landing_next(project, wait=wait)
+    answer = client.landing_next(project, wait=wait, lease_seconds=lease_seconds)
     if answer is None:
         return Report(EXIT_NOTHING, {"landing": None}, "Nothing to land.")
     landing = answer["landing"]
@@ -187,11 +197,16 @@ def watch(
     emit: Callable[[Report], None],
     log: Callable[[str], None] = lambda text: None,
     wait: int = WATCH_WAIT_SECONDS,
+    lease_seconds: int | None = None,
+    min_claim_interval: float = MIN_CLAIM_INTERVAL_SECONDS,
 ) -> int:
     """Land whatever the queue holds, one landing at a time, until told to stop; 0, or 6-ish on bad credentials."""
     while not stopping.after_current.is_set():
+        asked = time.monotonic()
         try:
-            report = land_once(client, project, clone, wait=wait, stopping=stopping, log=log)
+            report = land_once(
+                client, project, clone, wait=wait, lease_seconds=lease_seconds, stopping=stopping, log=log
+            )
         except LeaseholdError as error:
             if error.code in ("AUTHENTICATION_FAILED", "PERMISSION_DENIED", "NOT_FOUND", "VALIDATION_ERROR"):
                 raise
@@ -204,4 +219,6 @@ def watch(
             continue
         if report.exit_code != EXIT_NOTHING:
             emit(report)
+        else:
+            stopping.after_current.wait(max(0.0, min_claim_interval - (time.monotonic() - asked)))
     return EXIT_OK

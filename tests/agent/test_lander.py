@@ -6,8 +6,10 @@ is the lead's end-to-end test.
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
+import time
 from typing import Any
 
 import httpx
@@ -196,13 +198,41 @@ def test_watch_waits_on_the_server_lands_what_comes_and_stops_after_the_current_
     assert git(landing.remote, "show", "main:one.txt") == "one"
 
 
+def test_an_empty_answer_that_comes_at_once_is_followed_by_a_pause_never_a_busy_poll(landing):
+    one = landing.deliver("AGT-1", {"one.txt": "one\n"})
+    server = FakeServer(landing, [None, None, None, [one]])  # a server that does not park the claim
+    asked: list[float] = []
+    transport = httpx.MockTransport(lambda request: (asked.append(time.monotonic()), server(request))[1])
+    client = LandingClient("http://leasehold.test", "agent-token", transport=transport)
+    stopping = lander.Stopping()
+
+    lander.watch(
+        client,
+        "agt",
+        landing.lander,
+        stopping=stopping,
+        emit=lambda report: stopping.signal(),
+        lease_seconds=3,
+        min_claim_interval=0.3,
+    )
+
+    claims = [at for at, (path, _, _) in zip(asked, server.requests, strict=True) if path == "/landings/next/"]
+    assert len(claims) == 4
+    assert all(later - earlier >= 0.29 for earlier, later in itertools.pairwise(claims)), claims
+    bodies = [body for path, body, _ in server.requests if path == "/landings/next/"]
+    assert bodies == [{"project": "agt", "wait": 30, "lease_seconds": 3}] * 4
+
+
 def test_the_cli_knows_land_and_landing():
     parser = build_parser()
 
-    land = parser.parse_args(["land", "--watch", "--repo", "../lander-clone", "--project", "agt", "--json"])
+    land = parser.parse_args(
+        ["land", "--watch", "--repo", "../lander-clone", "--project", "agt", "--json", "--lease-seconds", "3"]
+    )
     landing = parser.parse_args(["landing", "--project", "agt"])
 
     assert (land.watch, land.repo, land.project, land.json) == (True, "../lander-clone", "agt", True)
+    assert land.lease_seconds == 3
     assert landing.handler.__name__ == "cmd_landing"
 
 
