@@ -35,6 +35,7 @@ class Intent:
     subscribe: Callable[[Callable[[], None]], Callable[[], None]] | None = None
     stream: Stream | None = None
     release: Callable[[], None] = noop
+    carry: Any = None
 
 
 @dataclass(eq=False)
@@ -51,6 +52,8 @@ class Lot:
     release: Callable[[], None] = noop
     # A stream's bytes the socket has not taken yet (framed as sent); the lot waits to write them.
     pending: bytes = b""
+    # The view's own state for its next run (`park(carry=...)`, `CARRY_KEY`).
+    carry: Any = None
 
 
 def framed(resp: Any, data: bytes) -> bytes:
