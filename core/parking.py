@@ -12,7 +12,8 @@ yet calls one and returns a placeholder response:
   request through the application again, with `environ[DEADLINE_KEY]` set to
   that deadline (and `environ[CARRY_KEY]` set to what it passed as
   `park(carry=...)`, if anything), on a pool thread; the view reads again
-  and answers, or parks again.
+  and answers, or parks again. It runs with the body it had (a POST that
+  waits, like `claims/next` with `wait`: the worker keeps what was read).
 - `environ[STREAM_KEY](stream)` (SSE): the worker writes the response's
   headers and first chunk, then parks the open response. When woken it calls
   `stream.poll()` on a pool thread and writes the bytes it returns; when
@@ -53,6 +54,7 @@ loses nothing. So eight streams that never read cannot hold the resume pool.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import selectors
 import sys
@@ -67,7 +69,7 @@ from typing import Any
 from gunicorn import util
 from gunicorn.http import wsgi
 
-from core.parking_lot import PARKED, Intent, Lot, Stream, framed, noop, send_some
+from core.parking_lot import PARKED, Intent, Lot, RecordedInput, Stream, framed, noop, send_some
 from core.waiter_slots import waiter_capacity, waiter_slots
 
 PARK_KEY = "leasehold.park"
@@ -123,12 +125,14 @@ class ParkingMixin:
         deadline: float | None = None,
         held: Callable[[], None] = noop,
         carry: Any = None,
+        body: bytes | None = None,
     ) -> Any:
         """gunicorn's gthread `handle_request`, plus the two parking offers (see the module docstring).
 
         `held` is the slot of a resumed long-poll: it passes to the lot if the
         request parks again, and is given back otherwise. `carry` is what the
-        view handed to `park(carry=...)` before, back in `environ[CARRY_KEY]`.
+        view handed to `park(carry=...)` before, back in `environ[CARRY_KEY]`;
+        `body` the request's body as it was first read (a POST that waits).
         """
         environ: dict[str, Any] = {}
         resp = None
@@ -154,6 +158,8 @@ class ParkingMixin:
             request_start = datetime.now()
             resp, environ = wsgi.create(req, conn.sock, conn.client, conn.server, self.cfg)
             environ["wsgi.multithread"] = True
+            recorded = RecordedInput(io.BytesIO(body) if body is not None else environ["wsgi.input"])
+            environ["wsgi.input"] = recorded
             environ[PARK_KEY] = park
             environ[STREAM_KEY] = stream
             if deadline is not None:
@@ -203,7 +209,15 @@ class ParkingMixin:
                 else:
                     assert intent.subscribe is not None
                     assert intent.deadline is not None
-                    lot = Lot(conn, req, intent.deadline, intent.subscribe, release=intent.release, carry=intent.carry)
+                    lot = Lot(
+                        conn,
+                        req,
+                        intent.deadline,
+                        intent.subscribe,
+                        release=intent.release,
+                        carry=intent.carry,
+                        body=recorded.whole(),
+                    )
                 self._park(lot)
                 return PARKED
             if resp.should_close():
@@ -239,7 +253,9 @@ class ParkingMixin:
         if lot.stream is None:
             # The request runs again and owns the slot from here (see handle_request).
             try:
-                resumed = self.handle_request(lot.req, conn, deadline=lot.deadline, held=lot.release, carry=lot.carry)
+                resumed = self.handle_request(
+                    lot.req, conn, deadline=lot.deadline, held=lot.release, carry=lot.carry, body=lot.body
+                )
                 return resumed, conn
             except Exception as exc:
                 if not isinstance(exc, OSError | StopIteration):
