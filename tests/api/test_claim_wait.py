@@ -38,7 +38,9 @@ def claim_next(client, project, wait, **body):
     def call():
         try:
             started = time.monotonic()
-            response = client.post("/api/v1/claims/next/", {"project": project.slug, "wait": wait, **body}, format="json")
+            response = client.post(
+                "/api/v1/claims/next/", {"project": project.slug, "wait": wait, **body}, format="json"
+            )
             return response, time.monotonic() - started
         finally:
             connection.close()
@@ -186,7 +188,7 @@ def test_a_woken_waiter_that_cannot_take_the_task_passes_the_wake_on():
         parked(2)
         started = time.monotonic()
         task = TaskFactory(project=project)
-        got, took = second.result(timeout=10)
+        got, _took = second.result(timeout=10)
         passed_on = time.monotonic() - started
         assert first.result(timeout=10)[0].status_code == 204
     assert got.status_code == 201

@@ -76,16 +76,19 @@ def test_a_commit_wakes_only_its_own_project_and_queue(registry, watcher):
     _, work_woken = park_many(registry, 3, queue="work", project=OTHER)
     _, review_woken = park_many(registry, 3, queue="review")
     watcher.commit({PROJECT: frozenset({EventType.TASK_CREATED})})
-    assert work_woken == [] and review_woken == []  # task.created opens no review
+    assert work_woken == []
+    assert review_woken == []
     watcher.commit({PROJECT: frozenset({EventType.REVIEW_REQUESTED})})
-    assert work_woken == [] and review_woken == [0]
+    assert work_woken == []
+    assert review_woken == [0]
 
 
 def test_unknown_types_wake_one_waiter_per_queue(registry, watcher):
     _, work_woken = park_many(registry, 3, queue="work")
     _, review_woken = park_many(registry, 3, queue="review")
     watcher.commit({PROJECT: None})
-    assert work_woken == [0] and review_woken == [0]
+    assert work_woken == [0]
+    assert review_woken == [0]
 
 
 def test_a_woken_waiter_that_cannot_claim_passes_the_wake_to_the_next_one(registry, watcher):
@@ -146,4 +149,5 @@ def test_a_lost_listener_wakes_one_waiter_per_project_and_queue(registry, watche
     _, work_woken = park_many(registry, 3)
     _, other_woken = park_many(registry, 3, project=OTHER)
     watcher.commit(None)
-    assert work_woken == [0] and other_woken == [0]
+    assert work_woken == [0]
+    assert other_woken == [0]
