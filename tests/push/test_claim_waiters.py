@@ -7,6 +7,7 @@ exactly what "commits". The real watcher and real claims are in tests/api/test_c
 from __future__ import annotations
 
 import threading
+from functools import partial
 
 import pytest
 
@@ -45,7 +46,7 @@ def park_many(registry: ClaimWaiters, count: int, *, queue: str = "work", projec
     tickets: list[Ticket] = []
     for index in range(count):
         ticket = registry.ticket(projects={project}, queue=queue)
-        registry.park(ticket, lambda index=index: woken.append(index))
+        registry.park(ticket, partial(woken.append, index))
         tickets.append(ticket)
     return tickets, woken
 
