@@ -20,7 +20,22 @@ from typing import Any
 
 from bench.results import RESULTS_DIR, Row, machine, markdown_table, table, write_json
 
-WORKLOADS = ("w1", "w2", "w3", "w5", "bytes", "procs", "http", "push", "waiters", "claimwait", "cpu", "mcp", "fleet")
+WORKLOADS = (
+    "w1",
+    "w2",
+    "w3",
+    "w5",
+    "bytes",
+    "procs",
+    "http",
+    "push",
+    "waiters",
+    "claimwait",
+    "cpu",
+    "mcp",
+    "agent",
+    "fleet",
+)
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
 

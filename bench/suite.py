@@ -94,6 +94,10 @@ def run_workloads(
         from bench.mcp_path import mcp
 
         steps.append(("mcp", mcp))
+    if "agent" in only:
+        from bench.agent_cpu import agent
+
+        steps.append(("agent", agent))
     if "fleet" in only:
         from bench.fleet import fleet
 

@@ -1,8 +1,13 @@
 """Webhooks (SPEC §18): endpoints (added, rolled, enabled and disabled through services) and the deliveries log.
 
-The signing secret is shown once — in the message after adding an endpoint
-or rolling its secret — and never on any page, list or export after that.
-Deliveries are an audit log: read-only, with a redeliver action.
+A signing secret exists in exactly one HTTP response: the `no-store` page
+rendered by the POST that added the endpoint or rolled its secret (like an
+agent's token, `console.fleet.agents.token_page`), with a copy button. It is
+never put in a message (Django's cookie storage is readable without the
+server key), a session, a log entry or an event (issue 32). Rolling is
+confirmed first; every lever (roll, disable, enable, redeliver) writes a
+LogEntry. Deliveries are an audit log: read-only, with a redeliver action,
+and a list that is never counted in full (`EstimatedCountMixin`).
 """
 
 from __future__ import annotations
@@ -11,15 +16,25 @@ import json
 from typing import Any
 
 from django import forms
-from django.contrib import admin, messages
+from django.contrib import admin
 from django.db.models import QuerySet
 from django.forms import BaseForm
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from console.base import ReadOnlyAdmin, ServiceFormAdmin, ServiceModelForm, actor_of, badge, plural
+from console.base import (
+    EstimatedCountMixin,
+    ReadOnlyAdmin,
+    ServiceFormAdmin,
+    ServiceModelForm,
+    actor_of,
+    badge,
+    plural,
+)
+from console.confirm import Confirmation, is_confirmed, render_confirmation
 from ledger.models import EventType
 from push.models import WebhookDelivery, WebhookEndpoint
 from push.services.webhooks import delivery_redeliver, webhook_create, webhook_roll_secret, webhook_set_active
@@ -37,6 +52,28 @@ class WebhookEndpointForm(ServiceModelForm):
     class Meta:
         model = WebhookEndpoint
         fields = ["url", "project", "event_types", "min_severity", "format"]
+
+
+def secret_page(
+    request: HttpRequest,
+    model_admin: admin.ModelAdmin,
+    *,
+    title: str,
+    issued: list[tuple[WebhookEndpoint, str]],
+    rolled: bool,
+) -> TemplateResponse:
+    """The one response that ever carries these secrets: never cached, never a cookie or a message."""
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": title,
+        "opts": model_admin.opts,
+        "issued": [(endpoint, secret, f"lh-secret-{endpoint.pk}") for endpoint, secret in issued],
+        "rolled": rolled,
+    }
+    response = TemplateResponse(request, "admin/push/webhookendpoint/secret_once.html", context)
+    response["Cache-Control"] = "no-store, max-age=0"
+    response["Pragma"] = "no-cache"
+    return response
 
 
 class WebhookEndpointAdmin(ServiceFormAdmin):
@@ -84,15 +121,16 @@ class WebhookEndpointAdmin(ServiceFormAdmin):
         request._leasehold_webhook_secret = secret  # type: ignore[attr-defined]
         return endpoint
 
+    def construct_change_message(self, request: HttpRequest, form: Any, formsets: Any, add: bool = False) -> Any:
+        if add:
+            return "Added the endpoint; its signing secret was shown once."
+        return super().construct_change_message(request, form, formsets, add)
+
     def response_add(self, request: HttpRequest, obj: Any, post_url_continue: str | None = None) -> HttpResponse:
         secret = getattr(request, "_leasehold_webhook_secret", None)
-        if secret:
-            self.message_user(
-                request,
-                f"Signing secret of webhook #{obj.pk}, shown this once — keep it now: {secret}",
-                messages.WARNING,
-            )
-        return super().response_add(request, obj, post_url_continue)
+        if not secret:
+            return super().response_add(request, obj, post_url_continue)
+        return secret_page(request, self, title=f"Webhook #{obj.pk} added", issued=[(obj, secret)], rolled=False)
 
     @admin.display(description="event types")
     def types(self, endpoint: WebhookEndpoint) -> str:
@@ -107,13 +145,39 @@ class WebhookEndpointAdmin(ServiceFormAdmin):
         url = reverse("admin:push_webhookdelivery_changelist") + f"?endpoint__id__exact={endpoint.pk}"
         return format_html('<a href="{}">Deliveries of #{}</a>', url, endpoint.pk)
 
-    @admin.action(description="Roll the signing secret (the old one signs along for 24 h)", permissions=["operate"])
-    def roll_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
-        for endpoint in queryset:
-            _, secret = webhook_roll_secret(endpoint=endpoint, actor=actor_of(request))
-            self.message_user(
-                request, f"New signing secret of webhook #{endpoint.pk}, shown this once: {secret}", messages.WARNING
+    @admin.action(description="Roll the signing secret…", permissions=["operate"])
+    def roll_secret(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> HttpResponse | None:
+        endpoints = list(queryset.order_by("pk"))
+        form = forms.Form(request.POST if is_confirmed(request) else None)
+        if form.is_bound and form.is_valid():
+            actor = actor_of(request)
+            issued = []
+            for endpoint in endpoints:
+                rolled, secret = webhook_roll_secret(endpoint=endpoint, actor=actor)
+                self.log_change(request, rolled, "Rolled the signing secret; the new one was shown once.")
+                issued.append((rolled, secret))
+            return secret_page(
+                request, self, title=f"Rolled {plural(len(issued), 'signing secret')}", issued=issued, rolled=True
             )
+        confirmation = Confirmation(
+            title=f"Roll the signing secret of {plural(len(endpoints), 'webhook')}",
+            intro="Each selected endpoint gets a new signing secret, shown once on the next page. "
+            "The current secret keeps signing alongside for 24 hours (a second v1= signature), "
+            "so receivers have that long to switch to the new one.",
+            submit_label="Yes, roll",
+            columns=["Webhook", "URL", "Project", "State"],
+            rows=[(e, [f"#{e.pk}", e.url, e.project.slug if e.project else "all", self.state(e)]) for e in endpoints],
+            danger=False,
+        )
+        return render_confirmation(
+            request,
+            self,
+            confirmation=confirmation,
+            form=form,
+            action_name="roll_secret",
+            objects=endpoints,
+            cancel_url=reverse("admin:push_webhookendpoint_changelist"),
+        )
 
     @admin.action(description="Disable", permissions=["operate"])
     def disable(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint]) -> None:
@@ -126,10 +190,16 @@ class WebhookEndpointAdmin(ServiceFormAdmin):
     def _set_active(self, request: HttpRequest, queryset: QuerySet[WebhookEndpoint], *, active: bool) -> None:
         actor = actor_of(request)
         changed = [e for e in queryset if webhook_set_active(endpoint=e, active=active, actor=actor)]
+        for endpoint in changed:
+            self.log_change(
+                request,
+                endpoint,
+                "Enabled the endpoint (failure streak cleared)." if active else "Disabled the endpoint.",
+            )
         self.report(request, done=f"{'Enabled' if active else 'Disabled'} {plural(len(changed), 'webhook')}.")
 
 
-class WebhookDeliveryAdmin(ReadOnlyAdmin):
+class WebhookDeliveryAdmin(EstimatedCountMixin, ReadOnlyAdmin):
     list_display = ["id", "event_link", "endpoint", "status_badge", "attempts", "last_status_code", "next_attempt_at"]
     list_filter = ["status", "endpoint"]
     list_select_related = ["event", "endpoint"]
@@ -168,5 +238,8 @@ class WebhookDeliveryAdmin(ReadOnlyAdmin):
 
     @admin.action(description="Redeliver (post again, tries counted anew)", permissions=["operate"])
     def redeliver(self, request: HttpRequest, queryset: QuerySet[WebhookDelivery]) -> None:
-        count = delivery_redeliver(deliveries=list(queryset), actor=actor_of(request))
+        deliveries = list(queryset)
+        count = delivery_redeliver(deliveries=deliveries, actor=actor_of(request))
+        for delivery in deliveries:
+            self.log_change(request, delivery, "Redelivered: queued to post again, tries counted anew.")
         self.report(request, done=f"Queued {plural(count, 'delivery', 'deliveries')} again.")

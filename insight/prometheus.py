@@ -20,6 +20,9 @@ Metrics (all prefixed `leasehold_`):
 - spend (SPEC §19): `spent_tokens_total{project}` and `spent_cost_usd_total{project}`
   (counters over the daily totals), `spent_tokens_today{project}` and
   `spent_cost_usd_today{project}` (the current UTC day, the unit of the daily budgets).
+- landing (SPEC §21.2): `landing_queue_depth{project}` (delivered tasks),
+  `landed_tasks_total{result}` (landed, conflict, check_failed, target_moved,
+  expired) and `landing_duration_seconds{quantile}` over the latest 100 ended landings.
 - jobs: `last_sweep_timestamp_seconds` (the last successful expiry sweep) and
   `scheduler_heartbeat_timestamp_seconds` (the last start of any scheduled
   job), from the job heartbeats that `/readyz` reads too (0: never).
@@ -41,9 +44,10 @@ from insight.models.job_heartbeat import JobName
 from insight.services.event_tally import event_tally_advance
 from insight.services.rollups import fleet_tally_fold
 from insight.services.task_counts import task_counts_fold
-from insight.status_counts import task_counts_by_effective_status
+from insight.status_counts import task_counts_by_effective_status, task_counts_by_status
+from landing.models import Landing
 from leases.models import AttemptStatus, ClaimRefusalTally, ProjectDailyUsage
-from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
+from leases.selectors import EFFECTIVE_STATUSES, live_attempts
 from ledger import clock
 from ledger.models import EventType, Project, Task, TaskStatus
 from push.models import DeliveryStatus, WebhookDelivery
@@ -67,7 +71,7 @@ def _tasks(now: datetime, slugs: dict[int, str]) -> GaugeMetricFamily:
     # Trigger-kept counts (insight/models/task_counts.py) and the live leases: a few rows, however many tasks.
     counts = task_counts_by_effective_status(now)
     for project_id, slug in sorted(slugs.items(), key=lambda item: item[1]):
-        for status in [*TaskStatus.values, IN_PROGRESS, IN_REVIEW]:
+        for status in EFFECTIVE_STATUSES:
             family.add_metric([slug, status], counts.get((project_id, status), 0))
     return family
 
@@ -123,6 +127,48 @@ def _counters(tally: dict[tuple[str, str], int]) -> Iterator[Metric]:
     yield finished
     yield CounterMetricFamily("leasehold_expiries", "Leases that lapsed (attempt.expired).", value=by_status["expired"])
     yield CounterMetricFamily("leasehold_revocations", "Leases revoked (attempt.revoked).", value=by_status["revoked"])
+
+
+LANDING_DURATIONS_SAMPLED = 100
+_LANDING_RESULT_EVENTS = {
+    "landed": EventType.TASK_LANDED,
+    "conflict": EventType.LANDING_CONFLICT,
+    "check_failed": EventType.LANDING_CHECK_FAILED,
+    "target_moved": EventType.LANDING_TARGET_MOVED,
+    "expired": EventType.LANDING_EXPIRED,
+}
+
+
+def _landing(tally: dict[tuple[str, str], int], slugs: dict[int, str]) -> Iterator[Metric]:
+    """SPEC §21.2: the queue's depth per project, tasks by landing result (from the event tally: landed
+    counts reconciliation's too), and how long the latest landings took."""
+    depth = GaugeMetricFamily(
+        "leasehold_landing_queue_depth", "Delivered tasks waiting to land (or landing), by project.", labels=["project"]
+    )
+    for (project_id, status), count in sorted(task_counts_by_status().items()):
+        if status == TaskStatus.DELIVERED and project_id in slugs:
+            depth.add_metric([slugs[project_id]], count)
+    yield depth
+    results = CounterMetricFamily("leasehold_landed_tasks", "Tasks through a landing, by result.", labels=["result"])
+    for result, event_type in _LANDING_RESULT_EVENTS.items():
+        results.add_metric([result], sum(n for (kind, _), n in tally.items() if kind == event_type))
+    yield results
+    # The primary key's order: the latest finished landings, whatever their project.
+    spans = sorted(
+        (finished - claimed).total_seconds()
+        for claimed, finished in Landing.objects.filter(finished_at__isnull=False)
+        .order_by("-id")
+        .values_list("claimed_at", "finished_at")[:LANDING_DURATIONS_SAMPLED]
+        if finished is not None
+    )
+    duration = GaugeMetricFamily(
+        "leasehold_landing_duration_seconds",
+        f"Wall time of the latest {LANDING_DURATIONS_SAMPLED} ended landings, by quantile.",
+        labels=["quantile"],
+    )
+    for quantile in (0.5, 0.9, 1.0):
+        duration.add_metric([str(quantile)], spans[min(len(spans) - 1, int(quantile * len(spans)))] if spans else 0.0)
+    yield duration
 
 
 def _findings() -> GaugeMetricFamily:
@@ -240,6 +286,7 @@ class FleetCollector(Collector):
         yield _tasks(now, slugs)
         yield from _leases(now)
         yield from _counters(tally)
+        yield from _landing(tally, slugs)
         yield _findings()
         yield _queue_wait(now, slugs)
         yield _deliveries()

@@ -17,8 +17,7 @@ from django.db import connection
 from django.db.models import Count
 
 from core.db import read_snapshot
-from leases.models import AttemptKind
-from leases.selectors import IN_PROGRESS, IN_REVIEW, live_attempts
+from leases.selectors import effective_status_of_kind, live_attempts
 
 TASK_COUNTS = """
 SELECT project_id, status, sum(n) FROM (
@@ -54,6 +53,6 @@ def task_counts_by_effective_status(now: datetime) -> dict[tuple[int, str], int]
     for row in live:
         stored = (row["task__project_id"], row["task__status"])
         counts[stored] = counts.get(stored, 0) - row["n"]
-        held = (row["task__project_id"], IN_REVIEW if row["kind"] == AttemptKind.REVIEW else IN_PROGRESS)
+        held = (row["task__project_id"], effective_status_of_kind(row["kind"]))
         counts[held] = counts.get(held, 0) + row["n"]
     return {key: n for key, n in counts.items() if n}

@@ -19,7 +19,7 @@ from typing import Any
 from django.conf import settings
 
 from core.prepared import SAMPLE_INT, Prepared
-from leases.context_parts import discussion_parts, review_parts
+from leases.context_parts import discussion_parts, landing_part, review_parts
 from leases.models import Allocation, Attempt, AttemptKind, AttemptStatus, Note
 from leases.selectors import (
     IN_PROGRESS,
@@ -237,6 +237,8 @@ def work_context(
         task, current=current, recent=history.recent, just_claimed=just_claimed, predecessor_id=predecessor_id
     )
     context: dict[str, Any] = {
+        # SPEC §21.2: a failed landing's reason comes first.
+        "landing": landing_part(task, recent=history.recent, first_ever=first_ever),
         "task": _task_section(task, current=current, now=now),
         "blockers": [{"key": key, "title": title} for key, title in blockers[:MAX_BLOCKERS]],
         "blockers_total": len(blockers) if len(blockers) <= MAX_BLOCKERS else unresolved_blocker_count(task),

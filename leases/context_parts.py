@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from leases.models import Attempt, AttemptKind
+from leases.models import Attempt, AttemptKind, AttemptStatus, Note, NoteKind
 from leases.selectors import latest_changes_requested, review_in_progress
 from ledger import clock
 from ledger.models import Task
@@ -96,3 +96,31 @@ def discussion_parts(task: Task) -> dict[str, Any]:
             }
         )
     return {"decisions": decisions, "comments": comments, "cut": cut}
+
+
+LANDING_NOTES_SHOWN = 3
+
+
+def landing_part(task: Task, *, recent: list[Attempt], first_ever: bool) -> dict[str, Any] | None:
+    """SPEC §21.2: why the task's last landing(s) sent it back, shown first in the next work context —
+    the `landing` notes written since the latest ended work attempt (the one that delivered), newest
+    first; None when there are none."""
+    if first_ever:
+        return None
+    delivered_by = next((run.pk for run in recent if run.kind == AttemptKind.WORK), 0)
+    notes = list(
+        Note.objects.filter(
+            attempt__task=task, attempt__kind=AttemptKind.LAND, kind=NoteKind.LANDING, attempt_id__gt=delivered_by
+        )
+        .exclude(attempt__status=AttemptStatus.ACTIVE)
+        .order_by("-id")[:LANDING_NOTES_SHOWN]
+    )
+    if not notes:
+        return None
+    return {
+        "failed_landings": task.failed_landings,
+        "notes": [
+            {"attempt": note.attempt_id, "content": note.content, "created_at": clock.iso(note.created_at)}
+            for note in notes
+        ],
+    }

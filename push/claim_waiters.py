@@ -41,8 +41,8 @@ The door's side (`api.claim_wait.wait_for_claim` runs it for a view):
 For the "land" queue (`POST /landings/next/`): the lander's view calls
 `api.claim_wait.wait_for_claim(request, project_ids=..., queue="land",
 seconds=..., try_claim=..., more_claimable=...)` exactly as the claim views do;
-`WAKING_TYPES["land"]` lists what wakes it (a task delivered: its
-`task.status_changed`; a landing ending: add its event types there).
+`WAKING_TYPES["land"]` lists what wakes it (a task delivered, a landing
+ending: landed, conflict, check failed, target moved, expired).
 """
 
 from __future__ import annotations
@@ -88,6 +88,9 @@ WAKING_TYPES: dict[str, frozenset[str]] = {
             EventType.ENVIRONMENT_RELEASED,
             EventType.ENVIRONMENT_RESTORED,
             EventType.AGENT_PROJECTS_CHANGED,
+            EventType.AGENT_REACTIVATED,
+            EventType.LANDING_CONFLICT,  # the task goes back to ready
+            EventType.LANDING_CHECK_FAILED,
         }
     ),
     "review": frozenset(
@@ -100,9 +103,17 @@ WAKING_TYPES: dict[str, frozenset[str]] = {
             EventType.AGENT_PROJECTS_CHANGED,
         }
     ),
+    # A task delivered, or a landing ending (the target is free again): the lead's `/landings/next/`.
     "land": frozenset(
         {
-            EventType.TASK_STATUS_CHANGED,  # delivered
+            EventType.TASK_DELIVERED,
+            EventType.TASK_STATUS_CHANGED,
+            EventType.TASK_LANDED,
+            EventType.LANDING_CONFLICT,
+            EventType.LANDING_CHECK_FAILED,
+            EventType.LANDING_TARGET_MOVED,
+            EventType.LANDING_EXPIRED,
+            EventType.LANDING_SETTINGS_CHANGED,
             EventType.ATTEMPT_FINISHED,
             EventType.TASK_QUARANTINE_RELEASED,
         }

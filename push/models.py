@@ -99,6 +99,7 @@ class WebhookDelivery(NoDeleteModel):
 
     class Meta:
         db_table = "ledger_webhookdelivery"  # kept from before the move to this room
+        verbose_name_plural = "webhook deliveries"
         ordering = ["-id"]
         constraints = [
             models.UniqueConstraint(fields=["endpoint", "event"], name="webhook_delivery_once_per_event"),

@@ -18,13 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 import agent.cli.context_text as context_text
-from agent.cli.connect import print_config
 from agent.cli.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
-from agent.cli.run import run
 from agent.client.api import LeaseholdClient
-from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError
+from agent.client.errors import ATTEMPT_ENDED_CODES, LeaseholdError
 from agent.client.models import Event, NoteKind
-from agent.mcp.server import serve
 from agent.workspace import state
 from agent.workspace.config import Settings, config_dir, load_settings, save_settings
 from agent.workspace.session import (
@@ -32,6 +29,7 @@ from agent.workspace.session import (
     claim_from_args,
     claim_text,
     current_attempt,
+    forget_refused,
     hold_claim,
     make_client,
     project_from,
@@ -101,7 +99,7 @@ def cmd_context(args: argparse.Namespace, out: Output) -> int:
 
 
 def _holder(action: Callable[[LeaseholdClient, Any], Any], *, ends: bool = False) -> Any:
-    """Run a holder call on the current attempt; marks its state lost on a lease-ending answer."""
+    """Run a holder call on the current attempt; forgets its state when the answer says the attempt ended."""
     settings = load_settings()
     with make_client(settings) as client:
         current = current_attempt(settings, client)
@@ -115,8 +113,8 @@ def _holder(action: Callable[[LeaseholdClient, Any], Any], *, ends: bool = False
         try:
             result = action(client, current.lease)
         except LeaseholdError as error:
-            if error.code in LEASE_LOSS_CODES:
-                state.mark_lost(config_dir(), current, str(error))
+            if error.code in ATTEMPT_ENDED_CODES:
+                forget_refused(current, error)
             raise
     if ends:
         state.remove(config_dir(), current.agent, current.task, attempt_id=current.attempt_id)
@@ -225,14 +223,20 @@ def cmd_search(args: argparse.Namespace, out: Output) -> int:
 
 
 def cmd_run(args: argparse.Namespace, out: Output) -> int:
+    from agent.cli.run import run  # the supervisor, the keeper and git: only `run` pays for them
+
     return run(args, out)
 
 
 def cmd_mcp(args: argparse.Namespace, out: Output) -> int:
     if args.print_config:
+        from agent.cli.connect import print_config
+
         text, warnings = print_config(args.print_config, project=args.project)
         print(text)
         for warning in warnings:
             print(f"leasehold: warning: {warning}", file=sys.stderr)
         return EXIT_OK
+    from agent.mcp.server import serve  # the MCP SDK (pydantic, anyio, …): only `leasehold mcp` imports it
+
     return serve(project=args.project, keep_alive=not args.no_keep_alive, keep_on_exit=args.keep_on_exit)

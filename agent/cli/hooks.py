@@ -5,12 +5,16 @@ Each reads the JSON Claude Code sends on stdin (`session_id`,
 `reason`) and acts on the attempt held for that `cwd` (its worktree
 pointer, else the agent's only attempt: `agent.workspace.state.current`):
 
-- `session-start` prints the attempt's work context as Markdown (at most
-  16 KB): Claude Code adds a SessionStart hook's output to the model's context.
+- `session-start` asks the server whether the attempt still runs (a state
+  file outlives a killed `run`: one whose attempt ended is forgotten), then
+  prints its work context as Markdown (at most 16 KB): Claude Code adds a
+  SessionStart hook's output to the model's context.
 - `pre-compact` writes a checkpoint note "context compacted" carrying the
   latest progress note's text and next steps, and prints a reminder to
   write a real checkpoint.
-- `session-end` hands the attempt off (`client_shutdown`), unless a live
+- `session-end` hands the attempt off (`client_shutdown`) with the git facts
+  of the session's directory when it is a git checkout (head, commits ahead,
+  dirty, pushed: the successor's "where the work is"), unless a live
   `leasehold run` owns it.
 
 A hook never fails the session: whatever goes wrong (a payload that is not
@@ -31,13 +35,12 @@ from typing import Any, TextIO
 
 from agent.cli.output import EXIT_OK, Output
 from agent.client.api import LeaseholdClient
-from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError
-from agent.mcp.holdings import process_alive
+from agent.client.errors import ATTEMPT_ENDED_CODES, LeaseholdError
 from agent.workspace import state
 from agent.workspace.briefing import context_markdown
 from agent.workspace.config import config_dir, load_settings
-from agent.workspace.session import agent_handle
-from agent.workspace.state import HeldAttempt
+from agent.workspace.session import agent_handle, forget_ended, forget_refused
+from agent.workspace.state import HeldAttempt, process_alive
 
 CONTEXT_MAX_BYTES = 16_000
 CUT_NOTE = "\n\n[…cut to fit; the rest: `leasehold task show {key} --field description --offset {offset}`]"
@@ -75,8 +78,8 @@ class HookRun:
     payload: dict[str, Any]
 
     def lease_lost(self, error: LeaseholdError) -> None:
-        if self.held is not None and error.code in LEASE_LOSS_CODES:
-            state.mark_lost(config_dir(), self.held, str(error))
+        if self.held is not None and error.code in ATTEMPT_ENDED_CODES:
+            forget_refused(self.held, error)
 
 
 def _open(payload: dict[str, Any]) -> HookRun:
@@ -90,6 +93,7 @@ def _open(payload: dict[str, Any]) -> HookRun:
     )
     try:
         agent = agent_handle(settings, client)
+        forget_ended(client, agent)
         cwd = Path(str(payload.get("cwd") or Path.cwd()))
         held = state.current(config_dir(), agent, cwd)
     except Exception:
@@ -104,6 +108,13 @@ def session_start(run: HookRun) -> str:
         return "Leasehold: no task is held here; claim one (MCP `claim_next`, or `leasehold claim --next`) first."
     if held.lost:
         return f"Leasehold: the lease on {held.task} was lost ({held.lost_reason}); do not work on it, claim another."
+    # Asked, not assumed: a state file outlives a killed `run`, and the task may be someone else's by now.
+    forget_ended(run.client, held.agent, only=held)
+    if state.load(config_dir(), held.agent, held.task) is None:
+        return (
+            f"Leasehold: no task is held here (attempt {held.attempt_id} on {held.task} has ended); claim one "
+            "(MCP `claim_next`, or `leasehold claim --next`) first."
+        )
     header = (
         f"Leasehold: you hold {held.task} (attempt {held.attempt_id}, epoch {held.epoch}). Checkpoint as you go; "
         "finish when done.\n\n"
@@ -163,6 +174,20 @@ def pre_compact(run: HookRun) -> str:
     )
 
 
+def _where_the_work_is(run: HookRun, held: HeldAttempt) -> dict[str, Any] | None:
+    """The git facts of the session's directory (head, commits ahead, dirty, pushed, path, host), for the
+    successor's "where the work is"; None outside a git checkout or when git cannot say."""
+    from agent.workspace import gitfacts
+
+    cwd = Path(str(run.payload.get("cwd") or Path.cwd()))
+    try:
+        facts = gitfacts.detect(cwd, base_commit=held.base_commit)
+    except gitfacts.WorkspaceError:
+        return None
+    facts.pop("branch", None)  # the attempt's branch was recorded when it started; a checkout's may be another
+    return facts
+
+
 def session_end(run: HookRun) -> str:
     held = run.held
     if held is None or held.lost:
@@ -176,6 +201,7 @@ def session_end(run: HookRun) -> str:
             "handoff",
             result_summary=f"The Claude Code session ended ({reason}); handed off by its SessionEnd hook.",
             interruption_reason_code="client_shutdown",
+            git=_where_the_work_is(run, held),
         )
     except LeaseholdError as error:
         run.lease_lost(error)

@@ -25,6 +25,7 @@ from collections.abc import Callable, Sequence
 
 import agent.cli.connect as connect
 import agent.cli.hooks as hooks
+import agent.cli.land_commands as land_commands
 import agent.cli.plan_commands as plan_commands
 import agent.cli.review_commands as review_commands
 import agent.cli.task_commands as task_commands
@@ -256,10 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_reach_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """The commands beyond the lease: task show/create, git, block/unblock, connect, hook (SPEC §15.3, §15.4)."""
+    """The commands beyond the lease: task, git, block/unblock, land/landing, connect, hook (SPEC §15.3, §15.4, §21)."""
     task_commands.add_parsers(command)
     review_commands.add_parsers(command)
     plan_commands.add_parsers(command)
+    land_commands.add_parsers(command)
     connect.add_parser(command)
     hooks.add_parser(command)
 

@@ -16,6 +16,7 @@ EXIT_TASK_TAKEN = 4
 EXIT_LEASE_LOST = 5
 EXIT_AUTH = 6
 EXIT_COMMAND_FAILED = 7
+EXIT_LANDING_FAILED = 7  # land: the landing ended conflict, check_failed or target_moved
 EXIT_WORKSPACE = 8
 EXIT_STDOUT_CLOSED = 141  # 128 + SIGPIPE, as for any command whose reader quit early
 
@@ -24,14 +25,16 @@ exit codes:
   0    ok
   1    error (server or connection trouble, any other API error)
   2    usage (bad arguments; no current attempt for a holder command)
-  3    nothing claimable (claim --next found nothing; TASK_NOT_CLAIMABLE)
+  3    nothing claimable (claim --next found nothing; TASK_NOT_CLAIMABLE);
+       land: nothing to land
   4    task taken (TASK_TAKEN: another agent holds it; PATHS_RESERVED: its
        paths)
   5    lease lost (LEASE_EXPIRED, LEASE_NOT_HELD, STALE_EPOCH,
        INVALID_LEASE_TOKEN, or the keeper gave up) or BUDGET_EXHAUSTED: stop
        working on the task
   6    authentication (not logged in, AUTHENTICATION_FAILED, PERMISSION_DENIED)
-  7    run: the command exited non-zero; the attempt was finished `failed`
+  7    run: the command exited non-zero; the attempt was finished `failed`;
+       land: the landing failed (conflict, red check, moved target)
   8    workspace: not a git repository, the branch is checked out by a live
        attempt or the main checkout, DIR is not empty, git failed; nothing
        was changed (a fresh claim is handed back)

@@ -15,8 +15,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from agent.cli.output import EXIT_OK, Output
 from agent.workspace.config import load_settings
 from agent.workspace.session import UsageError, make_client, project_from
@@ -33,6 +31,8 @@ def read_plan(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"{path}: cannot read it ({exc}).") from None
+    import yaml  # only a plan needs it: not every command should pay for importing it
+
     try:
         plan = json.loads(text) if kind == "json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:

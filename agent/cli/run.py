@@ -69,9 +69,11 @@ from agent.workspace.config import config_dir, load_settings
 from agent.workspace.git import Opened, Repository, WorkspaceError, find_repository
 from agent.workspace.session import (
     UsageError,
+    agent_handle,
     claim_from_args,
     claim_text,
     current_attempt,
+    forget_ended,
     hold_claim,
     make_client,
     refuse_to_replace,
@@ -92,6 +94,8 @@ def _lease_for_run(
     if args.key or args.next:
         if args.worktree is None:
             refuse_to_replace(args, client, settings)  # in a worktree the pointer says which attempt is meant
+        else:
+            forget_ended(client, agent_handle(settings, client))
         claim = claim_from_args(client, args, settings)
         if claim is None:
             return None

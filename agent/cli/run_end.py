@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK, Output
-from agent.client.errors import LeaseholdError
+from agent.client.errors import ATTEMPT_ENDED_CODES, LeaseholdError
 from agent.client.keeper import LeaseKeeper
 from agent.client.models import Outcome
 from agent.client.usage import UsageFile
@@ -27,6 +27,22 @@ from agent.workspace.git import Opened, WorkspaceError, head_facts
 from agent.workspace.outcome import SUMMARY_MAX_CHARS, ChosenOutcome, InvalidOutcome, read_outcome
 from agent.workspace.state import HeldAttempt
 from agent.workspace.supervise import Supervised
+
+# ACKNOWLEDGEMENT_REQUIRED again after a re-read (the task changed once more meanwhile): read it again this often.
+ACKNOWLEDGE_TRIES = 3
+
+
+def _forget_or_mark(held: HeldAttempt, error: LeaseholdError | None, reason: str | None) -> None:
+    """The attempt ended on the server (its answer said so): forget it; lost without a verdict: mark it lost.
+
+    A loss without the server's word (renewals got no answer) keeps its file,
+    marked lost, until a later command asks the server
+    (`agent.workspace.session.forget_ended`).
+    """
+    if error is not None and error.code in (*ATTEMPT_ENDED_CODES, "NOT_FOUND"):
+        state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
+    else:
+        state.mark_lost(config_dir(), held, reason or (str(error) if error is not None else "lost"))
 
 
 def report_usage(usage: UsageFile, keeper: LeaseKeeper, out: Output, *, rest: bool = False) -> None:
@@ -65,9 +81,9 @@ def budget_spent(
         except WorkspaceError as problem:
             out.warn(f"the git facts of the end could not be read: {problem}")
     try:
-        finished = keeper.finish("failed", **fields)
+        finished = _finish_acknowledging(keeper, held, "failed", fields, out)
     except LeaseholdError as error:
-        state.mark_lost(config_dir(), held, keeper.lost_reason or str(error))
+        _forget_or_mark(held, error, keeper.lost_reason)
         return out.failure(error)
     state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
     attempt, task = finished["attempt"], finished["task"]
@@ -93,7 +109,7 @@ def lease_lost(child: Supervised, keeper: LeaseKeeper, held: HeldAttempt, args: 
     still_running = child.poll() is None
     if still_running:
         child.signal_group(signal.SIGTERM)  # first: the command must stop working on the task at once
-    state.mark_lost(config_dir(), held, keeper.lost_reason or "lost")
+    _forget_or_mark(held, keeper.lost_error, keeper.lost_reason)
     status = child.stop(grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.poll()
     out.info(f"lease lost ({keeper.lost_reason}); command stopped (status {status})")
     out.result(
@@ -130,6 +146,27 @@ def _chosen(files: Path, out: Output, *, review: bool = False) -> ChosenOutcome 
     except InvalidOutcome as problem:
         out.warn(f"the outcome file $LEASEHOLD_OUTCOME_FILE {problem}; the exit status decides instead.")
         return None
+
+
+def _finish_acknowledging(
+    keeper: LeaseKeeper, held: HeldAttempt, outcome: Outcome, fields: dict[str, Any], out: Output
+) -> Any:
+    """The finish; on ACKNOWLEDGEMENT_REQUIRED (a person changed the task during the run) the task is read
+    again and the finish says which version it read (SPEC §3). The change is said on stderr."""
+    for _ in range(ACKNOWLEDGE_TRIES):
+        try:
+            return keeper.finish(outcome, **fields)
+        except LeaseholdError as error:
+            if error.code != "ACKNOWLEDGEMENT_REQUIRED":
+                raise
+            task = keeper.client.task(held.task)
+            changed = ", ".join(str(name) for name in error.details.get("changed") or []) or "the task"
+            out.warn(
+                f"{held.task} was changed during the run ({changed}); re-read at version {task['version']} "
+                "and finished acknowledging it."
+            )
+            fields["acknowledged_version"] = task["version"]
+    return keeper.finish(outcome, **fields)
 
 
 def finish_run(
@@ -175,10 +212,10 @@ def finish_run(
         except WorkspaceError as problem:
             out.warn(f"the git facts of the end could not be read: {problem}")
     try:
-        finished = keeper.finish(outcome, **fields)
+        finished = _finish_acknowledging(keeper, held, outcome, fields, out)
     except LeaseholdError as error:
-        if keeper.lost.is_set() or error.code == "LEASE_LOST":
-            state.mark_lost(config_dir(), held, keeper.lost_reason or str(error))
+        if keeper.lost.is_set() or error.code in (*ATTEMPT_ENDED_CODES, "LEASE_LOST"):
+            _forget_or_mark(held, error if error.code != "LEASE_LOST" else keeper.lost_error, keeper.lost_reason)
         return out.failure(error)
     state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
     attempt, task = finished["attempt"], finished["task"]

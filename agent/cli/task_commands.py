@@ -45,7 +45,7 @@ def cmd_task_show(args: argparse.Namespace, out: Output) -> int:
             part = client.task_text(key, field=args.field or "description", offset=args.offset, limit=args.limit)
             out.result(part, part["text"])
             if part["more"]:
-                following = part["offset"] + part["length"]
+                following = part["offset"] + len(part["text"])  # `length` is the whole field's
                 out.info(f"more follows: leasehold task show {key} --field {part['field']} --offset {following}")
             return EXIT_OK
         task = client.task(key)

@@ -27,9 +27,10 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Callable
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
-import httpx
+if TYPE_CHECKING:
+    import httpx  # the wire imports it only when it is the wire
 
 from agent import __version__
 from agent.client.errors import LEASE_LOSS_CODES, ConnectionFailed, LeaseholdError, LeaseLost, error_from_envelope

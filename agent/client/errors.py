@@ -117,6 +117,12 @@ class BudgetExhausted(LeaseholdError):
     code = "BUDGET_EXHAUSTED"
 
 
+class AgentPaused(LeaseholdError):
+    """An operator paused (drained) this agent: no new claims; the leases it holds run on."""
+
+    code = "AGENT_PAUSED"
+
+
 class PathsReserved(LeaseholdError):
     code = "PATHS_RESERVED"
 
@@ -193,6 +199,9 @@ ERRORS_BY_CODE: dict[str, type[LeaseholdError]] = _registry()
 
 # Answers that end a lease for good: the holder must stop and never write with that token again.
 LEASE_LOSS_CODES = frozenset({"LEASE_EXPIRED", "LEASE_NOT_HELD", "STALE_EPOCH", "INVALID_LEASE_TOKEN"})
+# Refusals after which the attempt is over on the server (a stale review's attempt is released by its refusal):
+# the toolkit forgets the attempt's state rather than keep a file that says it is held.
+ATTEMPT_ENDED_CODES = LEASE_LOSS_CODES | {"STALE_REVIEW_TARGET"}
 
 
 def error_from_envelope(body: Any, *, http_status: int) -> LeaseholdError:

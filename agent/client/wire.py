@@ -20,16 +20,21 @@ from __future__ import annotations
 import functools
 import http.client
 import json
+import os
 import select
 import socket
-import ssl
 import threading
 import urllib.parse
-import urllib.request
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-import httpx
+if TYPE_CHECKING:
+    import ssl
+
+    import httpx
+
+# httpx (with what it pulls in), ssl and urllib.request are imported where they are used: a CLI call over
+# plain HTTP needs none of them, and importing them cost more CPU than the call itself (issue 29).
 
 API_PREFIX = "/api/v1"
 MUTATING_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
@@ -54,6 +59,8 @@ def tls_context() -> ssl.SSLContext:
     httpx builds it for every `httpx.Client`, https or not; a client per lease
     (as `leasehold mcp` once made) paid that on every claim.
     """
+    import httpx
+
     return httpx.create_ssl_context()
 
 
@@ -211,6 +218,8 @@ class HttpxWire:
         transport: httpx.BaseTransport | None,
         on_request: Callable[[httpx.Request], None] | None,
     ) -> None:
+        import httpx
+
         self._http = httpx.Client(
             base_url=root + API_PREFIX,
             headers=base_headers,
@@ -223,6 +232,8 @@ class HttpxWire:
     def send(
         self, method: str, path: str, *, query: dict[str, Any], headers: dict[str, str], body: Any, timeout: float
     ) -> tuple[int, bytes]:
+        import httpx
+
         try:
             response = self._http.request(method, path, json=body, params=query, headers=headers, timeout=timeout)
         except httpx.TransportError as exc:
@@ -235,6 +246,10 @@ class HttpxWire:
 
 def proxied(root: str) -> bool:
     """A proxy is configured for the server (the environment's *_PROXY, as httpx honours them)."""
+    if not any(name.lower().endswith("_proxy") for name in os.environ):
+        return False  # the common case, without importing urllib.request (and ssl with it)
+    import urllib.request
+
     parts = urllib.parse.urlsplit(root)
     proxies = urllib.request.getproxies()
     wanted = proxies.get(parts.scheme) or proxies.get("all")

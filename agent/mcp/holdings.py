@@ -33,7 +33,7 @@ from agent.client.models import Claim
 from agent.workspace import state
 from agent.workspace.config import Settings, config_dir
 from agent.workspace.session import agent_handle, hold_claim
-from agent.workspace.state import HeldAttempt
+from agent.workspace.state import HeldAttempt, process_alive
 
 OWNER = "mcp"
 HANDOFF_SUMMARY = "The MCP client session ended; leasehold mcp handed the attempt off."
@@ -46,20 +46,6 @@ def compact(value: Any) -> Any:
     if isinstance(value, list):
         return [compact(item) for item in value]
     return value
-
-
-def process_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # someone else's process: alive
-    return True
 
 
 class Holdings:

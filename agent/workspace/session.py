@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from agent.client.api import LeaseholdClient
-from agent.client.errors import LeaseholdError
-from agent.client.models import Claim
+from agent.client.errors import ATTEMPT_ENDED_CODES, LeaseholdError, NotFound
+from agent.client.models import Claim, is_past
 from agent.workspace import state
 from agent.workspace.config import Settings, config_dir
 from agent.workspace.labels import git_trailer
@@ -76,9 +76,48 @@ def hold_claim(
     return held
 
 
+def attempt_ended(client: LeaseholdClient, held: HeldAttempt) -> bool | None:
+    """Whether the server says `held` is over (not active, or its lease past); None when it cannot be asked."""
+    if held.server != client.url:
+        return None
+    try:
+        attempt = client.attempt(held.attempt_id)
+    except NotFound:
+        return True  # gone, or not this agent's to see: nothing is held
+    except LeaseholdError:
+        return None
+    return attempt.get("status") != "active" or is_past(attempt.get("lease_expires_at"))
+
+
+def forget_ended(client: LeaseholdClient, agent: str, *, only: HeldAttempt | None = None) -> None:
+    """Remove the state files of `agent`'s attempts that the server reports ended.
+
+    Only doubtful ones are asked about (`HeldAttempt.doubtful`: lost, past
+    their expiry, or kept by a process that died, as after `kill -9` of a
+    `run`), so a plain holder command costs no extra request; `only` asks
+    about that one attempt whatever it looks like (the SessionStart hook).
+    """
+    directory = config_dir()
+    for held in [only] if only is not None else state.held_by(directory, agent):
+        if (only is not None or held.doubtful) and attempt_ended(client, held):
+            state.remove(directory, held.agent, held.task, attempt_id=held.attempt_id)
+
+
+def forget_refused(held: HeldAttempt, error: LeaseholdError) -> None:
+    """After a refusal: forget an attempt the server ended (ATTEMPT_ENDED_CODES), mark it lost otherwise."""
+    if error.code in ATTEMPT_ENDED_CODES:
+        state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
+    else:
+        state.mark_lost(config_dir(), held, str(error))
+
+
 def current_attempt(settings: Settings, client: LeaseholdClient, *, task: str | None = None) -> HeldAttempt | None:
-    """The attempt a holder command acts on (`agent.workspace.state.current`), or the agent's attempt on `task`."""
+    """The attempt a holder command acts on (`agent.workspace.state.current`), or the agent's attempt on `task`.
+
+    State files of attempts the server reports ended are forgotten first (`forget_ended`).
+    """
     agent = agent_handle(settings, client)
+    forget_ended(client, agent)
     if task:
         return state.load(config_dir(), agent, task)
     try:
@@ -95,6 +134,7 @@ def refuse_to_replace(args: argparse.Namespace, client: LeaseholdClient, setting
     outside worktrees are dropped (the new claim becomes the current attempt).
     """
     agent = agent_handle(settings, client)
+    forget_ended(client, agent)
     directory = config_dir()
     plain = [held for held in state.held_by(directory, agent) if held.worktree is None]
     live = [held for held in plain if held.live]

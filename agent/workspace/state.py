@@ -87,6 +87,15 @@ class HeldAttempt:
         """Not known lost and not past its expiry on this machine's clock."""
         return not self.lost and not is_past(self.lease_expires_at)
 
+    @property
+    def doubtful(self) -> bool:
+        """Worth asking the server about: lost, past its expiry, or its keeper (`run`, `mcp`) is dead.
+
+        A live attempt a live process keeps (or one `leasehold claim` wrote, whose
+        holder commands learn of its end from their own answers) is trusted as is.
+        """
+        return not self.live or (self.owner != "cli" and not process_alive(self.pid))
+
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
@@ -119,6 +128,21 @@ class HeldAttempt:
         """One line for a human, without the token."""
         where = f" in {self.worktree}" if self.worktree else ""
         return f"{self.task} (attempt {self.attempt_id}, epoch {self.epoch}{where})"
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether the process `pid` (a `run` or `mcp` keeping an attempt) still runs on this machine."""
+    if not pid:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # someone else's process: alive
+    return True
 
 
 def label_owner(label: str) -> str:

@@ -18,11 +18,12 @@ from datetime import UTC, date
 from typing import Any
 
 from django.contrib import admin
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
@@ -271,7 +272,11 @@ class EventAdmin(EstimatedCountMixin, ReadOnlyAdmin):
         """The filtered list as CSV: the same filters, search and ordering as the page it came from."""
         if not self.has_export_permission(request):
             raise PermissionDenied
-        changelist = self.get_changelist_instance(request)
+        try:
+            changelist = self.get_changelist_instance(request)
+        except IncorrectLookupParameters:
+            # A filter value the field cannot take (a garbage date): back to the list, which says so, as Django does.
+            return HttpResponseRedirect(reverse("admin:ledger_event_changelist") + "?e=1")
         return csv_response(changelist.get_queryset(request))
 
     @admin.action(description="Export selected events as CSV", permissions=["export"])

@@ -12,6 +12,7 @@ the task. `AcknowledgeForm` and `ResolveForm` are the page's two forms.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from django import forms
 from django.urls import reverse
@@ -19,7 +20,7 @@ from django.urls import reverse
 from console.audit.alerts import finding_task
 from leases.models import Attempt, AttemptStatus
 from ledger import clock
-from reconciliation.models import Finding, SubjectType
+from reconciliation.models import AttemptDiscard, Finding, SubjectType
 
 # Conditions whose remedy, once the attempt has ended, may be to give up its work.
 DISCARD_CONDITIONS = frozenset({"orphan_branch", "orphan_worktree", "completed_branch_missing"})
@@ -42,6 +43,8 @@ class TriageAction:
     fields: tuple[tuple[str, str], ...] = ()
     danger: bool = False
     element_id: str = ""
+    # The permission the action's page checks: an action the user cannot perform is not offered.
+    permission: str = ""
 
 
 def _live(attempt: Attempt | None) -> bool:
@@ -60,10 +63,17 @@ def discardable_attempt(finding: Finding) -> Attempt | None:
             attempt = Attempt.objects.filter(task__project=finding.project, branch=branch).order_by("-id").first()
     if attempt is None or attempt.status == AttemptStatus.ACTIVE:
         return None
+    if AttemptDiscard.objects.filter(attempt=attempt).exists():
+        return None  # discarded already: a second discard would record nothing
     return attempt
 
 
-def triage_actions(finding: Finding) -> list[TriageAction]:
+def triage_actions(finding: Finding, *, user: Any) -> list[TriageAction]:
+    """The remedies the finding's page offers `user`: only those whose page would let it through."""
+    return [action for action in _triage_actions(finding) if user.has_perm(action.permission)]
+
+
+def _triage_actions(finding: Finding) -> list[TriageAction]:
     actions: list[TriageAction] = []
     task = finding_task(finding)
     if finding.attempt is not None and _live(finding.attempt):
@@ -73,6 +83,7 @@ def triage_actions(finding: Finding) -> list[TriageAction]:
                 url=reverse("admin:ledger_task_force_release", args=[finding.attempt.task_id]),
                 danger=True,
                 element_id="lh-triage-force-release",
+                permission="ledger.change_task",
             )
         )
     if finding.environment_id:
@@ -85,6 +96,7 @@ def triage_actions(finding: Finding) -> list[TriageAction]:
                 method="post",
                 fields=(("action", "release_stale_allocations"), *selected),
                 element_id="lh-triage-release-environment",
+                permission="environments.change_environment",
             )
         )
         actions.append(
@@ -95,6 +107,7 @@ def triage_actions(finding: Finding) -> list[TriageAction]:
                 fields=(("action", "quarantine"), *selected),
                 danger=True,
                 element_id="lh-triage-quarantine",
+                permission="environments.change_environment",
             )
         )
     discard = discardable_attempt(finding)
@@ -105,6 +118,7 @@ def triage_actions(finding: Finding) -> list[TriageAction]:
                 url=reverse("admin:reconciliation_finding_discard", args=[finding.pk]),
                 danger=True,
                 element_id="lh-triage-discard",
+                permission="reconciliation.change_finding",
             )
         )
     if task is not None:
@@ -113,6 +127,7 @@ def triage_actions(finding: Finding) -> list[TriageAction]:
                 label=f"Open the task {task.key}",
                 url=reverse("admin:ledger_task_change", args=[task.pk]),
                 element_id="lh-triage-open-task",
+                permission="ledger.view_task",
             )
         )
     return actions

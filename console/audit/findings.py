@@ -79,6 +79,24 @@ class FindingStatusFilter(admin.SimpleListFilter):
         return queryset.filter(status=value)
 
 
+class FindingAgentFilter(admin.SimpleListFilter):
+    """`?agent=<handle>`: findings on that agent's attempts (the agent health page's findings link).
+
+    No list of choices (there may be hundreds of agents): it is reached by the link, and shown while set.
+    """
+
+    title = "agent"
+    parameter_name = "agent"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, value)] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(attempt__agent__handle=value) if value else queryset
+
+
 class FindingAdmin(LeaseholdModelAdmin):
     list_display = [
         "id",
@@ -92,7 +110,7 @@ class FindingAdmin(LeaseholdModelAdmin):
         "first_seen_at",
     ]
     list_display_links = ["id", "condition_label"]
-    list_filter = [FindingStatusFilter, "condition", "project", "subject_type"]
+    list_filter = [FindingStatusFilter, "condition", "project", "subject_type", FindingAgentFilter]
     search_fields = ["subject_key"]
     list_select_related = ["project", "task", "attempt__task", "environment"]
     ordering = ["-last_seen_at", "-id"]
@@ -188,7 +206,7 @@ class FindingAdmin(LeaseholdModelAdmin):
             operate = self.has_operate_permission(request)
             extra.update(
                 remedy_text=REMEDIES.get(finding.condition, ""),
-                triage=triage_actions(finding) if operate else [],
+                triage=triage_actions(finding, user=request.user) if operate else [],
                 can_operate=operate,
                 unresolved=finding.status in UNRESOLVED_FINDING_STATUSES,
                 is_open=finding.status == FindingStatus.OPEN,
@@ -257,7 +275,10 @@ class FindingAdmin(LeaseholdModelAdmin):
         attempt = discardable_attempt(finding)
         if attempt is None:
             self.message_user(
-                request, "This finding has no ended attempt whose work could be discarded.", messages.ERROR
+                request,
+                "This finding has no ended attempt whose work could still be discarded (none, or discarded already): "
+                "nothing recorded.",
+                messages.ERROR,
             )
             return self._back(finding)
         form = ConfirmationForm(request.POST if is_confirmed(request) else None)

@@ -25,10 +25,11 @@ from django.utils.safestring import SafeString
 from console.audit.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration
 from console.fleet.charts import Stack, bar_chart, rate_chart
 from console.fleet.jobs_health import JobsView, jobs_view
+from console.permissions import DASHBOARD_PANELS
 from insight.metrics import fleet_metrics, pooled_orphan_rate
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
-from leases.models import Attempt, AttemptKind
-from leases.selectors import IN_PROGRESS, IN_REVIEW, claimable_tasks, live_attempts
+from leases.models import Attempt
+from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, claimable_tasks, effective_status_of_kind, live_attempts
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding, FindingStatus
 
@@ -48,6 +49,8 @@ STATUS_COLUMNS: tuple[tuple[str, str], ...] = (
     (TaskStatus.OPEN, "Open"),
     (TaskStatus.BLOCKED, "Blocked"),
     (TaskStatus.REVIEW, "Review"),
+    (LANDING, "Landing"),
+    (TaskStatus.DELIVERED, "Delivered"),
     (TaskStatus.DONE, "Done"),
     (TaskStatus.CANCELLED, "Cancelled"),
 )
@@ -107,6 +110,8 @@ class Dashboard:
     charts: list[Chart] = field(default_factory=list)
     jobs: JobsView | None = None
     orphan_rate: float | None = None
+    # The panels this user may see (console.permissions): the others are neither computed nor shown.
+    shown: frozenset[str] = frozenset()
 
     @property
     def expiring_more(self) -> bool:
@@ -172,7 +177,7 @@ def status_table(now: datetime) -> tuple[list[ProjectRow], list[StatusCell]]:
     )
     for row in live:
         # A live lease makes the task in progress, or in review when a reviewer holds it (SPEC §16.1).
-        effective = IN_REVIEW if row["kind"] == AttemptKind.REVIEW else IN_PROGRESS
+        effective = effective_status_of_kind(row["kind"])
         counts[row["task__project_id"]][row["task__status"]] -= row["n"]
         counts[row["task__project_id"]][effective] += row["n"]
     table = []
@@ -325,23 +330,28 @@ def spend_panel(now: datetime, days: int = SPEND_DAYS) -> SpendPanel:
     )
 
 
-def build_dashboard(*, now: datetime) -> Dashboard:
-    projects, totals = status_table(now)
-    expiring, expiring_count = expiring_leases(now)
-    chart_list, pooled = charts()
-    return Dashboard(
-        now=now,
-        projects=projects,
-        status_totals=totals,
-        expiring=expiring,
-        expiring_count=expiring_count,
-        findings=findings_by_condition(),
-        finding_panel=finding_groups(),
-        queue_alerts=queue_wait_alerts(now),
-        recent_alerts=recent_alerts(now),
-        charts=chart_list,
-        jobs=jobs_view(now),
-        orphan_rate=pooled,
-        claimable=claimable_tasks(project=None, now=now, by_anyone=True).order_by().count(),
-        spend=spend_panel(now),
-    )
+def build_dashboard(*, now: datetime, shown: frozenset[str] | None = None) -> Dashboard:
+    """The dashboard's panels named in `shown` (every panel when None), each read only if shown."""
+    shown = frozenset(DASHBOARD_PANELS) if shown is None else shown
+    dashboard = Dashboard(now=now, shown=shown)
+    if shown & {"status_table", "live_leases"}:
+        dashboard.projects, dashboard.status_totals = status_table(now)
+    if shown & {"expiring"}:
+        dashboard.expiring, dashboard.expiring_count = expiring_leases(now)
+    if "charts" in shown:
+        dashboard.charts, dashboard.orphan_rate = charts()
+    if "open_findings" in shown:
+        dashboard.findings = findings_by_condition()
+    if "findings" in shown:
+        dashboard.finding_panel = finding_groups()
+    if "queue_alerts" in shown:
+        dashboard.queue_alerts = queue_wait_alerts(now)
+    if "recent_alerts" in shown:
+        dashboard.recent_alerts = recent_alerts(now)
+    if "jobs" in shown:
+        dashboard.jobs = jobs_view(now)
+    if "ready" in shown:
+        dashboard.claimable = claimable_tasks(project=None, now=now, by_anyone=True).order_by().count()
+    if "spend" in shown:
+        dashboard.spend = spend_panel(now)
+    return dashboard

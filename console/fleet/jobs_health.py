@@ -18,6 +18,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from console.audit.alerts import human_duration
+from console.permissions import may_see_page
 from insight.job_health import SCHEDULER_HEARTBEAT_MAX_AGE, JobHealth, JobState, job_health
 from insight.models.job_heartbeat import JobName
 from ledger import clock
@@ -76,6 +77,7 @@ def _every() -> dict[str, str]:
         JobName.QUEUE_WAIT: "check_queue_wait_job",
         JobName.RECONCILE: "reconcile_job",
         JobName.PURGE: "purge_idempotency_job",
+        JobName.INCIDENTS: "check_incidents_job",
     }
     return {name: human_duration(by_func.get(func, 0) * 60) for name, func in wrappers.items()}
 
@@ -97,7 +99,7 @@ def troubled_runs(now: datetime) -> list[ReconciliationRun]:
 
 
 def jobs_page(request: HttpRequest, site: Any) -> TemplateResponse:
-    if not request.user.has_perm("ledger.view_task"):
+    if not may_see_page(request, "job_health"):  # the one rule for aggregates (console.permissions)
         raise PermissionDenied
     now = clock.now()
     context = {

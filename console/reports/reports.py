@@ -21,6 +21,7 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from console.audit.alerts import human_duration
+from console.permissions import may_see_page
 from console.reports.exports import ATTEMPT_COLUMNS, TASK_COLUMNS, attempt_rows, csv_download, csv_lines, task_rows
 from core.errors import LedgerError
 from insight.reports import MAX_RANGE_DAYS, Breakdown, Report, fleet_report, report_range
@@ -38,8 +39,9 @@ class RangeForm(forms.Form):
     status = forms.ChoiceField(choices=[("", "Any status"), *TaskStatus.choices], required=False, label="Task status")
 
 
-def _require_view(request: HttpRequest) -> None:
-    if not request.user.has_perm("ledger.view_task"):
+def _require_view(request: HttpRequest, page: str) -> None:
+    """The one rule for aggregates (`console.permissions`): every model the page reads, or 403."""
+    if not may_see_page(request, page):
         raise PermissionDenied
 
 
@@ -76,7 +78,7 @@ def _orphan_text(report: Report | None) -> str:
 
 
 def report_page(request: HttpRequest, site: Any) -> TemplateResponse:
-    _require_view(request)
+    _require_view(request, "report")
     now = clock.now()
     today = now.astimezone(UTC).date()
     form = RangeForm(request.GET or None)
@@ -109,7 +111,7 @@ def report_page(request: HttpRequest, site: Any) -> TemplateResponse:
 
 
 def tasks_csv(request: HttpRequest) -> HttpResponseBase:
-    _require_view(request)
+    _require_view(request, "tasks_csv")
     form = RangeForm(request.GET or None)
     tasks = Task.objects.order_by("id")
     if form.is_valid():
@@ -121,7 +123,7 @@ def tasks_csv(request: HttpRequest) -> HttpResponseBase:
 
 
 def attempts_csv(request: HttpRequest) -> HttpResponseBase:
-    _require_view(request)
+    _require_view(request, "attempts_csv")
     form = RangeForm(request.GET or None)
     today = clock.now().astimezone(UTC).date()
     try:

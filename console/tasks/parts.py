@@ -13,11 +13,11 @@ from django.utils.safestring import SafeString
 
 from console.base import EMPTY, ReadOnlyInline, badge, lease_remaining, moment
 from leases.models import Attempt
-from leases.selectors import EFFECTIVE_STATUSES, IN_PROGRESS, IN_REVIEW, live_attempts
+from leases.selectors import EFFECTIVE_STATUSES, IN_PROGRESS, IN_REVIEW, LANDING, live_attempts
 from ledger import clock
 from ledger.models import Task, TaskDependency, TaskStatus
 
-EFFECTIVE_LABELS = {**dict(TaskStatus.choices), IN_PROGRESS: "In progress", IN_REVIEW: "In review"}
+EFFECTIVE_LABELS = {**dict(TaskStatus.choices), IN_PROGRESS: "In progress", IN_REVIEW: "In review", LANDING: "Landing"}
 NOBODY = "__nobody__"
 CLOSED = (TaskStatus.DONE, TaskStatus.CANCELLED)
 
@@ -157,6 +157,8 @@ class HolderFilter(admin.SimpleListFilter):
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()
+        if value and "\x00" in value:
+            return queryset.none()  # no handle holds a NUL, and PostgreSQL refuses one in a text parameter
         if value == NOBODY:
             return queryset.filter(holder_handle__isnull=True)
         return queryset.filter(holder_handle=value) if value else queryset

@@ -26,6 +26,7 @@ from django.urls import URLPattern, path, reverse
 from console.base import EMPTY, actor_of, badge, duration, moment
 from console.tasks.parts import EFFECTIVE_LABELS, claimability_cell, status_cell
 from core.errors import DependencyCycle, LedgerError, VersionConflict
+from core.text import normalise_newlines
 from leases.selectors import IN_PROGRESS, live_attempts, with_claimability
 from leases.services import task_update
 from ledger import clock
@@ -53,6 +54,12 @@ class TaskPlanningForm(forms.Form):
     priority = forms.IntegerField(min_value=-(2**31), max_value=INT32_MAX, help_text="Higher is claimed first.")
     task_class = forms.SlugField(max_length=64, required=False, help_text="Drives lease sizing, e.g. migration.")
     labels = forms.CharField(required=False, max_length=4000, help_text="Comma-separated tags.")
+
+    def clean_description(self) -> str:
+        return str(normalise_newlines(self.cleaned_data.get("description", "")))
+
+    def clean_acceptance_criteria(self) -> str:
+        return str(normalise_newlines(self.cleaned_data.get("acceptance_criteria", "")))
 
     def clean_labels(self) -> list[str]:
         labels = [label.strip() for label in self.cleaned_data.get("labels", "").split(",") if label.strip()]
@@ -130,7 +137,10 @@ class TaskPlanningMixin:
         form = TaskPlanningForm(request.POST or None, initial=TaskPlanningForm.initial_for(task))
         if request.method == "POST" and form.is_valid():
             data = form.cleaned_data
-            changes = {name: data[name] for name in EDITABLE_FIELDS if data[name] != getattr(task, name)}
+            # A textarea comes back with CRLF line endings: compared as stored, an untouched text is no change.
+            changes = {
+                name: data[name] for name in EDITABLE_FIELDS if data[name] != normalise_newlines(getattr(task, name))
+            }
             try:
                 result = task_update(
                     task=task, actor=actor_of(request), changes=changes, expected_version=data["edited_version"]

@@ -5,10 +5,11 @@ The key prefix is derived from the slug when left empty (the service does it).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.db.models import Case, QuerySet, Value, When
 from django.forms import BaseForm
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
@@ -20,6 +21,11 @@ from console.reports.budgets import set_budget_action
 from console.reports.graph import project_graph_panel
 from ledger.models import Project
 from ledger.services import project_create
+
+
+def natural_key(text: str) -> list[tuple[int, int | str]]:
+    """`q10` after `q2`: runs of digits compare as numbers, the rest as text."""
+    return [(0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", text) if part]
 
 
 class ProjectAdmin(ServiceFormAdmin):
@@ -42,10 +48,30 @@ class ProjectAdmin(ServiceFormAdmin):
         "daily_budget_tokens",
         "daily_budget_cost_usd",
         "tasks_link",
+        "landing_link",
         "created_at",
         "archived_at",
     ]
     actions = ["set_budget"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Project]:
+        """Projects with their natural rank by slug (digits compared as numbers). Projects are few (a
+        fleet has tens), so the rank is computed here and handed to the database as a CASE."""
+        slugs = Project.objects.order_by().values_list("pk", "slug")
+        ranked = sorted(slugs, key=lambda row: natural_key(row[1]))
+        rank = Case(*(When(pk=pk, then=Value(position)) for position, (pk, _) in enumerate(ranked)), default=Value(0))
+        # ModelAdmin.get_queryset, with the rank annotated before the ordering that names it.
+        projects = self.model._default_manager.get_queryset().annotate(natural_rank=rank)
+        ordering = self.get_ordering(request)
+        return projects.order_by(*ordering) if ordering else projects
+
+    def get_ordering(self, request: HttpRequest) -> Any:
+        """The list: q0, q1, q2, q10 (natural order), not the text order q0, q1, q10, q11, q2. Elsewhere
+        (another list's project filter reads this ordering without `get_queryset`) by slug."""
+        match = getattr(request, "resolver_match", None)
+        if match is not None and match.url_name == "ledger_project_changelist":
+            return ["natural_rank", "slug"]
+        return super().get_ordering(request)
 
     @admin.action(description="Set daily budget…", permissions=["operate"])
     def set_budget(self, request: HttpRequest, queryset: QuerySet[Project]) -> HttpResponse | None:
@@ -95,6 +121,12 @@ class ProjectAdmin(ServiceFormAdmin):
         return badge("cancelled", "archived") if project.archived_at else badge("available", "active")
 
     @admin.display(description="tasks")
+    @admin.display(description="Landing")
+    def landing_link(self, project: Project) -> SafeString:
+        url = reverse("admin:leasehold_landing", args=[project.slug])
+        state = f"on: {project.land_method} onto {project.target_branch}" if project.landing_on else "off"
+        return format_html('<a href="{}">Landing queue and settings</a> ({})', url, state)
+
     def tasks_link(self, project: Project) -> SafeString:
         url = reverse("admin:ledger_task_changelist") + f"?project__id__exact={project.pk}"
         return format_html('<a href="{}">Tasks of {}</a>', url, project.slug)

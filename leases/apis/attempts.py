@@ -34,6 +34,7 @@ from leases.apis.holder import holder_proof_from_headers
 from leases.apis.projections import attempt_summary, compact_task, ended_task_row
 from leases.apis.serializers import AttemptDetailSerializer, AttemptSummarySerializer, FinishedSerializer
 from leases.models import (
+    AGENT_NOTE_KINDS,
     HOST_MAX_CHARS,
     REVIEW_FINDING_MAX_CHARS,
     REVIEW_FINDINGS_MAX_ITEMS,
@@ -173,7 +174,7 @@ class NoteAddApi(ApiView):
     """A progress, finding, warning or checkpoint note; renews the lease."""
 
     class InputSerializer(serializers.Serializer[Any]):
-        kind = serializers.ChoiceField(choices=NoteKind.values)
+        kind = serializers.ChoiceField(choices=AGENT_NOTE_KINDS)
         content = NoteContentField(trim_whitespace=False, help_text="At most 8,000 characters.")
         next_steps = _text_list()
         important = serializers.BooleanField(required=False, default=False)

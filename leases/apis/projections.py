@@ -13,8 +13,8 @@ from typing import Any
 
 from core.errors import ValidationFailed
 from leases.labels import parse_label
-from leases.models import Allocation, Attempt, AttemptKind
-from leases.selectors import IN_PROGRESS, IN_REVIEW, is_claimable, unresolved_blocker_count
+from leases.models import Allocation, Attempt
+from leases.selectors import effective_status_of_kind, is_claimable, unresolved_blocker_count
 from ledger import clock
 from ledger.models import Agent, Task
 
@@ -65,7 +65,7 @@ def held_compact_task(task: Task, attempt: Attempt) -> dict[str, Any]:
             "key": task.key,
             "title": task.title,
             "status": task.status,
-            "effective_status": IN_REVIEW if attempt.kind == AttemptKind.REVIEW else IN_PROGRESS,
+            "effective_status": effective_status_of_kind(attempt.kind),
             "priority": task.priority,
             "task_class": task.task_class,
             "version": task.version,

@@ -69,6 +69,18 @@ class SpentSerializer(serializers.Serializer[Any]):
     cost_usd = serializers.DecimalField(max_digits=BUDGET_COST_DIGITS, decimal_places=6)
 
 
+class TaskLandingSerializer(serializers.Serializer[Any]):
+    """Where the task's work is on its way to the target branch (SPEC §21.1); nulls until delivered or landed."""
+
+    delivered_at = serializers.DateTimeField(allow_null=True)
+    delivered_branch = BlankAsNullField(allow_null=True)
+    delivered_commit = BlankAsNullField(allow_null=True)
+    landed_commit = BlankAsNullField(allow_null=True)
+    landed_at = serializers.DateTimeField(allow_null=True)
+    landed_by = BlankAsNullField(allow_null=True, help_text="`landing N (lander)` or `reconciliation`.")
+    failed_landings = serializers.IntegerField(help_text="Failed landings since it last landed.")
+
+
 # Reads a task from `leases.selectors.full_task_read`.
 class FullTaskSerializer(serializers.Serializer[Any]):
     key = serializers.CharField()
@@ -101,6 +113,7 @@ class FullTaskSerializer(serializers.Serializer[Any]):
     spent = SpentSerializer(source="spent_totals", help_text="What all its attempts reported spending.")
     paths = serializers.ListField(child=serializers.CharField(), help_text="Paths its claims reserve by default.")
     paths_mode = serializers.ChoiceField(choices=PathsMode.values)
+    landing = TaskLandingSerializer(source="*")
 
 
 class AttemptSummarySerializer(serializers.Serializer[Any]):
@@ -177,6 +190,10 @@ class AttemptDetailSerializer(AttemptSummarySerializer):
 class WorkContextSerializer(serializers.Serializer[Any]):
     """The bounded work context (`leases.context.work_context`); at most LEASEHOLD_CONTEXT_MAX_BYTES."""
 
+    landing = serializers.DictField(
+        allow_null=True,
+        help_text="Why the task's last landing sent it back (SPEC §21.2): `failed_landings` and the landing notes.",
+    )
     task = serializers.DictField()
     blockers = serializers.ListField(child=serializers.DictField())
     blockers_total = serializers.IntegerField()

@@ -20,7 +20,14 @@ from leases.models.attempts import (
     InterruptionReason,
 )
 from leases.models.idempotency import IdempotencyRecord
-from leases.models.notes import NEXT_STEP_MAX_CHARS, NEXT_STEPS_MAX_ITEMS, NOTE_MAX_CHARS, Note, NoteKind
+from leases.models.notes import (
+    AGENT_NOTE_KINDS,
+    NEXT_STEP_MAX_CHARS,
+    NEXT_STEPS_MAX_ITEMS,
+    NOTE_MAX_CHARS,
+    Note,
+    NoteKind,
+)
 from leases.models.path_reservations import PathReservation, ReservationLock
 from leases.models.reviews import (
     DECIDED_REVIEW_STATUSES,
@@ -35,6 +42,7 @@ from leases.models.tallies import ClaimRefusalTally
 from leases.models.usage import AgentDailyUsage, AttemptUsage, BudgetFlags, ProjectDailyUsage, TaskUsage, UsageCounts
 
 __all__ = [
+    "AGENT_NOTE_KINDS",
     "DECIDED_REVIEW_STATUSES",
     "HOST_MAX_CHARS",
     "NEXT_STEPS_MAX_ITEMS",

@@ -42,10 +42,11 @@ class InterruptionReason(models.TextChoices):
 
 
 class AttemptKind(models.TextChoices):
-    """What an attempt does (SPEC §16.1): the work itself, or a review of it."""
+    """What an attempt does (SPEC §16.1, §21.2): the work itself, a review of it, or landing it."""
 
     WORK = "work", "Work"
     REVIEW = "review", "Review"
+    LAND = "land", "Land"
 
 
 WORKTREE_PATH_MAX_CHARS = 500

@@ -14,7 +14,13 @@ class NoteKind(models.TextChoices):
     FINDING = "finding", "Finding"
     WARNING = "warning", "Warning"
     CHECKPOINT = "checkpoint", "Checkpoint"
+    # SPEC §21.2: why a landing sent the task back (conflicting paths, a red check's output tail);
+    # written by the landing, never by an agent; the next work context shows it first.
+    LANDING = "landing", "Landing"
 
+
+# The kinds a holder may write (every kind but `landing`).
+AGENT_NOTE_KINDS: tuple[str, ...] = tuple(kind for kind in NoteKind.values if kind != NoteKind.LANDING)
 
 NOTE_MAX_CHARS = 8000
 NEXT_STEPS_MAX_ITEMS = 20

@@ -40,7 +40,17 @@ IN_PROGRESS = "in_progress"
 IN_REVIEW = "in_review"
 
 
-EFFECTIVE_STATUSES = (*TaskStatus.values, IN_PROGRESS, IN_REVIEW)
+# SPEC §21.2: a delivered task while a live landing attempt lands it.
+LANDING = "landing"
+
+
+EFFECTIVE_STATUSES = (*TaskStatus.values, IN_PROGRESS, IN_REVIEW, LANDING)
+
+
+def effective_status_of_kind(kind: str) -> str:
+    """The effective status a live attempt of `kind` gives its task."""
+    shown: dict[str, str] = {AttemptKind.REVIEW: IN_REVIEW, AttemptKind.LAND: LANDING}
+    return shown.get(kind, IN_PROGRESS)
 
 
 BLOCKERS_SHOWN = 100
@@ -79,7 +89,8 @@ def with_lease_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
     """Annotate `effective_status`, `holder_handle`, `holder_attempt_id` and `lease_expires_at`.
 
     `effective_status` is `in_progress` exactly while a live work attempt
-    exists, `in_review` while a live review attempt exists (SPEC §16.1), else
+    exists, `in_review` while a live review attempt exists (SPEC §16.1), `landing` while a live
+    landing attempt exists (SPEC §21.2), else
     the stored status (SPEC §1.3); usable in filters and ordering.
     """
     live = live_attempts(now).filter(task=OuterRef("pk"))
@@ -91,6 +102,7 @@ def with_lease_state(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
     ).annotate(
         effective_status=Case(
             When(holder_attempt_kind=AttemptKind.REVIEW, then=Value(IN_REVIEW)),
+            When(holder_attempt_kind=AttemptKind.LAND, then=Value(LANDING)),
             When(holder_attempt_id__isnull=False, then=Value(IN_PROGRESS)),
             default=F("status"),
             output_field=CharField(),

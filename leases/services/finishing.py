@@ -11,6 +11,7 @@ from core.errors import AcknowledgementRequired, InvalidStatusTransition, Ledger
 from leases.labels import parse_label
 from leases.models import Attempt, AttemptKind, AttemptStatus, FailureReason, InterruptionReason
 from leases.services.allocations import release_allocations
+from leases.services.delivering import task_deliver
 from leases.services.ending import end_attempt, task_claimable_again
 from leases.services.git_facts import GitFacts, git_facts, record_git_facts
 from leases.services.holding import HolderProof, held_attempt, refusals_after_commit
@@ -207,6 +208,16 @@ def _apply_task_outcome(held: Attempt, task: Task, *, outcome: str, now: datetim
     """The task after its attempt ended: done or in review (a review requested), else claimable again."""
     if outcome not in (Outcome.DONE, Outcome.REVIEW):
         return task_claimable_again(task, now=now)
+    if outcome == Outcome.DONE and task.project.landing_on:
+        return task_deliver(
+            locked=task,
+            attempt=held,
+            branch=held.branch,
+            head=held.head_commit,
+            pushed=held.pushed,
+            actor=actor,
+            now=now,
+        )
     target = TaskStatus.DONE if outcome == Outcome.DONE else TaskStatus.REVIEW
     task, _ = apply_task_update(locked=task, actor=actor, changes={"status": target}, now=now)
     if outcome == Outcome.REVIEW:

@@ -9,7 +9,15 @@ from typing import Any
 
 from core.errors import LedgerError, ValidationFailed
 from core.prepared import insert
-from leases.models import NEXT_STEP_MAX_CHARS, NEXT_STEPS_MAX_ITEMS, NOTE_MAX_CHARS, Attempt, Note, NoteKind
+from leases.models import (
+    AGENT_NOTE_KINDS,
+    NEXT_STEP_MAX_CHARS,
+    NEXT_STEPS_MAX_ITEMS,
+    NOTE_MAX_CHARS,
+    Attempt,
+    Note,
+    NoteKind,
+)
 from leases.services.git_facts import git_facts, record_git_facts
 from leases.services.holding import HolderProof, extend_lease, held_attempt, refusals_after_commit
 from leases.services.usage import budget_refusal, validate_usage
@@ -56,8 +64,8 @@ def note_add(
 
     `usage` is counted first; a spent budget answers BUDGET_EXHAUSTED and writes no note.
     """
-    if kind not in NoteKind.values:
-        raise ValidationFailed(f"kind must be one of {', '.join(NoteKind.values)}.")
+    if kind not in AGENT_NOTE_KINDS:
+        raise ValidationFailed(f"kind must be one of {', '.join(AGENT_NOTE_KINDS)}.")
     if not isinstance(content, str) or not content.strip():
         raise ValidationFailed("content must be a non-empty string.")
     if len(content) > NOTE_MAX_CHARS:

@@ -40,6 +40,7 @@ from leases.models import (
     ReviewStatus,
 )
 from leases.selectors import live_attempts
+from leases.services.delivering import delivery_facts, task_deliver
 from leases.services.ending import end_attempt, task_claimable_again
 from ledger import clock
 from ledger.actors import Actor
@@ -185,10 +186,17 @@ def _decide(
             "the request is superseded.",
             details={"review": request.pk, "task": task.key, "moved": moved},
         )
-    changes: dict[str, Any] = {"status": TASK_STATUS_AFTER[outcome]}
-    if outcome == ReviewOutcome.BLOCKED:
-        changes["blocked_reason"] = summary
-    task, _ = apply_task_update(locked=task, actor=actor, changes=changes, now=now)
+    if outcome == ReviewOutcome.APPROVED and task.project.landing_on:
+        # SPEC §21.1: an approval delivers the reviewed head to the landing queue.
+        branch, head, pushed = delivery_facts(task, since_attempt_id=request.work_attempt_id)
+        task = task_deliver(
+            locked=task, attempt=request.work_attempt, branch=branch, head=head, pushed=pushed, actor=actor, now=now
+        )
+    else:
+        changes: dict[str, Any] = {"status": TASK_STATUS_AFTER[outcome]}
+        if outcome == ReviewOutcome.BLOCKED:
+            changes["blocked_reason"] = summary
+        task, _ = apply_task_update(locked=task, actor=actor, changes=changes, now=now)
     ReviewRequest.objects.filter(pk=request.pk).update(
         status=outcome,
         summary=summary,

@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from core.errors import LeaseNotHeld, LedgerError, PermissionDenied
+from core.errors import InvalidStatusTransition, LeaseNotHeld, LedgerError, PermissionDenied
 from leases.models import Attempt, AttemptStatus
 from leases.services.holding import HolderProof, extend_lease, held_attempt, refusals_after_commit
 from leases.services.usage import budget_refusal
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import EventType, Task
+from ledger.models import EventType, Task, TaskStatus
 from ledger.services import apply_task_update, event_append, lock_task
 
 BUDGET_FIELDS = frozenset({"budget_tokens", "budget_cost_usd"})
@@ -42,6 +42,12 @@ def task_update(
     the holder's lease is untouched. A holder's write answers BUDGET_EXHAUSTED
     once a budget is spent, and may not change the task's budget (SPEC §19).
     """
+    if changes.get("status") == TaskStatus.DELIVERED:
+        # SPEC §21.1: only a finish (or an approved review) delivers: it records the branch and head to land.
+        raise InvalidStatusTransition(
+            f"{task.key} cannot be set to delivered: finish its attempt `done` (or approve its review) to deliver it.",
+            details={"from": task.status, "to": TaskStatus.DELIVERED, "allowed": []},
+        )
     now = clock.now()
     if proof is not None:
         held = held_attempt(proof, now=now, lock_task=True)

@@ -19,10 +19,13 @@ from ledger.models.discussion import (
 )
 from ledger.models.events import Event, EventType, Severity
 from ledger.models.projects import (
+    BATCH_MAX_LIMIT,
     BUDGET_COST_DIGITS,
     BUDGET_COST_HELP,
     BUDGET_TOKENS_HELP,
+    CHECK_TIMEOUT_DEFAULT_SECONDS,
     Isolation,
+    LandMethod,
     PathsMode,
     Project,
 )
@@ -30,9 +33,11 @@ from ledger.models.tasks import ALLOWED_TRANSITIONS, RESOLVED_STATUSES, Task, Ta
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
+    "BATCH_MAX_LIMIT",
     "BUDGET_COST_DIGITS",
     "BUDGET_COST_HELP",
     "BUDGET_TOKENS_HELP",
+    "CHECK_TIMEOUT_DEFAULT_SECONDS",
     "COMMENT_BODY_MAX_CHARS",
     "DECISION_BODY_MAX_CHARS",
     "DECISION_TITLE_MAX_CHARS",
@@ -46,6 +51,7 @@ __all__ = [
     "Event",
     "EventType",
     "Isolation",
+    "LandMethod",
     "NoDeleteModel",
     "NoDeleteQuerySet",
     "PathsMode",

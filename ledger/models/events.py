@@ -26,8 +26,10 @@ class EventType(models.TextChoices):
 
     AGENT_CREATED = "agent.created"
     AGENT_DEACTIVATED = "agent.deactivated"
+    AGENT_PAUSED = "agent.paused"
     AGENT_PROJECTS_CHANGED = "agent.projects_changed"
     AGENT_REACTIVATED = "agent.reactivated"
+    AGENT_RESUMED = "agent.resumed"
     AGENT_TOKEN_ROTATED = "agent.token_rotated"  # noqa: S105 - an event name
     BUDGET_EXHAUSTED = "budget.exhausted"
     BUDGET_SET = "budget.set"
@@ -68,6 +70,14 @@ class EventType(models.TextChoices):
     REVIEW_BLOCKED = "review.blocked"
     REVIEW_SUPERSEDED = "review.superseded"
     TASK_COMMENTED = "task.commented"
+    TASK_DELIVERED = "task.delivered"
+    TASK_LANDED = "task.landed"
+    LANDING_CLAIMED = "landing.claimed"
+    LANDING_CONFLICT = "landing.conflict"
+    LANDING_CHECK_FAILED = "landing.check_failed"
+    LANDING_TARGET_MOVED = "landing.target_moved"
+    LANDING_EXPIRED = "landing.expired"
+    LANDING_SETTINGS_CHANGED = "project.landing_changed"
     TASK_QUARANTINED = "task.quarantined"
     TASK_QUARANTINE_RELEASED = "task.quarantine_released"
     DECISION_CREATED = "decision.created"
@@ -76,6 +86,9 @@ class EventType(models.TextChoices):
     WEBHOOK_DISABLED = "webhook.disabled"
     WEBHOOK_ENABLED = "webhook.enabled"
     WEBHOOK_REDELIVERED = "webhook.redelivered"
+    # Alerts as incidents (insight.incidents): one event when an incident opens, one when it resolves.
+    INCIDENT_OPENED = "incident.opened"
+    INCIDENT_RESOLVED = "incident.resolved"
     WEBHOOK_SECRET_ROLLED = "webhook.secret_rolled"  # noqa: S105 - an event name
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from django.core.validators import RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
+from django.db.models import Q
 
 from ledger.models.base import NoDeleteModel
 
@@ -37,6 +38,19 @@ class PathsMode(models.TextChoices):
 
     EXCLUSIVE = "exclusive", "Exclusive"
     SHARED = "shared", "Shared"
+
+
+class LandMethod(models.TextChoices):
+    """How a lander lands a delivered branch on the target (SPEC §21.1); `none`: merges happen elsewhere."""
+
+    MERGE = "merge", "Merge commit (--no-ff)"
+    SQUASH = "squash", "Squash"
+    REBASE = "rebase", "Rebase, then fast-forward"
+    NONE = "none", "None (merged elsewhere, e.g. a forge)"
+
+
+CHECK_TIMEOUT_DEFAULT_SECONDS = 1800
+BATCH_MAX_LIMIT = 64
 
 
 class Project(NoDeleteModel):
@@ -73,8 +87,43 @@ class Project(NoDeleteModel):
         max_digits=BUDGET_COST_DIGITS, decimal_places=6, null=True, blank=True, help_text=BUDGET_COST_HELP
     )
 
+    # SPEC §21.1: landing. An empty `target_branch` is landing off (part two's behaviour: finish `done` is done).
+    target_branch = models.CharField(
+        max_length=200, blank=True, help_text="Branch delivered work lands on; empty: landing off."
+    )
+    land_method = models.CharField(max_length=8, choices=LandMethod.choices, default=LandMethod.MERGE)
+    check_command = models.TextField(
+        blank=True, help_text="Shell command a lander runs in the candidate tree (e.g. `make test`); empty: none."
+    )
+    check_timeout_seconds = models.PositiveIntegerField(
+        default=CHECK_TIMEOUT_DEFAULT_SECONDS, validators=[MinValueValidator(1)]
+    )
+    required_approvals = models.PositiveSmallIntegerField(
+        default=0, help_text="Approved reviews at the delivered head a task needs to land (0: none)."
+    )
+    required_checks = models.JSONField(default=list, blank=True, help_text="Check names that must pass (SPEC §22).")
+    batch_max = models.PositiveSmallIntegerField(
+        default=1,
+        validators=[MinValueValidator(1), MaxValueValidator(BATCH_MAX_LIMIT)],
+        help_text="Delivered tasks a lander takes at once (1: one by one).",
+    )
+    max_failed_landings = models.PositiveIntegerField(
+        default=3, help_text="Failed landings in a row before a task is quarantined (0: never)."
+    )
+
     class Meta:
         ordering = ["slug"]
+        constraints = [
+            models.CheckConstraint(condition=Q(land_method__in=LandMethod.values), name="project_land_method_valid"),
+            models.CheckConstraint(
+                condition=Q(batch_max__gte=1, batch_max__lte=BATCH_MAX_LIMIT), name="project_batch_max_range"
+            ),
+            models.CheckConstraint(condition=Q(check_timeout_seconds__gte=1), name="project_check_timeout_positive"),
+        ]
+
+    @property
+    def landing_on(self) -> bool:
+        return bool(self.target_branch)
 
     def __str__(self) -> str:
         return self.slug

@@ -17,6 +17,8 @@ class TaskStatus(models.TextChoices):
     READY = "ready", "Ready"
     BLOCKED = "blocked", "Blocked"
     REVIEW = "review", "Review"
+    # SPEC §21.1: finished (or approved) in a project with landing on, waiting in the landing queue.
+    DELIVERED = "delivered", "Delivered"
     DONE = "done", "Done"
     CANCELLED = "cancelled", "Cancelled"
 
@@ -25,11 +27,22 @@ class TaskStatus(models.TextChoices):
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     TaskStatus.OPEN: frozenset({TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.CANCELLED}),
     TaskStatus.READY: frozenset(
-        {TaskStatus.OPEN, TaskStatus.BLOCKED, TaskStatus.REVIEW, TaskStatus.DONE, TaskStatus.CANCELLED}
+        {
+            TaskStatus.OPEN,
+            TaskStatus.BLOCKED,
+            TaskStatus.REVIEW,
+            TaskStatus.DELIVERED,
+            TaskStatus.DONE,
+            TaskStatus.CANCELLED,
+        }
     ),
     TaskStatus.BLOCKED: frozenset({TaskStatus.READY, TaskStatus.OPEN, TaskStatus.CANCELLED}),
     # review → blocked: a reviewer blocks the work (SPEC §16.1).
-    TaskStatus.REVIEW: frozenset({TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.DONE, TaskStatus.CANCELLED}),
+    TaskStatus.REVIEW: frozenset(
+        {TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.DELIVERED, TaskStatus.DONE, TaskStatus.CANCELLED}
+    ),
+    # SPEC §21: landed (done), sent back by a failed landing (ready), quarantined (blocked), or cancelled.
+    TaskStatus.DELIVERED: frozenset({TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.DONE, TaskStatus.CANCELLED}),
     TaskStatus.DONE: frozenset({TaskStatus.READY}),
     TaskStatus.CANCELLED: frozenset({TaskStatus.OPEN}),
 }
@@ -75,6 +88,15 @@ class Task(NoDeleteModel):
     # SPEC §19: the repository paths its claims reserve unless a claim names its own.
     paths = models.JSONField(default=list, blank=True, help_text="Repository-relative paths its claims reserve.")
     paths_mode = models.CharField(max_length=16, choices=PathsMode.choices, default=PathsMode.EXCLUSIVE, blank=True)
+    # SPEC §21.1: what was delivered (the branch and head a lander fetches), and where and by whom it landed.
+    delivered_at = models.DateTimeField(null=True, blank=True, editable=False)
+    delivered_branch = models.CharField(max_length=100, blank=True, editable=False)
+    delivered_commit = models.CharField(max_length=40, blank=True, editable=False)
+    landed_commit = models.CharField(max_length=40, blank=True, editable=False)
+    landed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    landed_by = models.CharField(max_length=200, blank=True, editable=False, help_text="A landing, or reconciliation.")
+    # Landings that failed in a row since the last delivery landed (SPEC §21.2: quarantine at the project's limit).
+    failed_landings = models.PositiveIntegerField(default=0, editable=False)
 
     class Meta:
         ordering = ["project_id", "number"]
@@ -98,6 +120,15 @@ class Task(NoDeleteModel):
                 condition=Q(status=TaskStatus.READY),
             ),
             models.Index(fields=["project", "status"], name="task_project_status"),
+            # Serves the landing queue (SPEC §21.1): a project's delivered tasks by priority, then delivery.
+            models.Index(
+                "project",
+                models.F("priority").desc(),
+                "delivered_at",
+                "id",
+                name="task_landing_queue",
+                condition=Q(status=TaskStatus.DELIVERED),
+            ),
             # Serves /metrics' oldest queue wait: a project's ready tasks, longest waiting first.
             models.Index(
                 fields=["project", "ready_since"], name="task_ready_since", condition=Q(status=TaskStatus.READY)

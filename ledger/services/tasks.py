@@ -18,6 +18,7 @@ from django.db.models import Case, F, Value, When
 from core.db import write_transaction
 from core.errors import InvalidStatusTransition, ValidationFailed, VersionConflict
 from core.prepared import SAMPLE_INT, Prepared, update_row
+from core.text import normalise_newlines
 from ledger import clock
 from ledger.actors import Actor
 from ledger.models import (
@@ -70,6 +71,11 @@ def task_spending_and_paths(changes: Mapping[str, Any]) -> dict[str, Any]:
     if "paths_mode" in changes:
         checked["paths_mode"] = validate_paths_mode(changes["paths_mode"])
     return checked
+
+
+# Long texts that come from textareas: stored with `\n` line endings only, and a text equal to the
+# stored one once both are normalised is no change (no version, no event, no acknowledgement asked).
+NORMALISED_TEXT_FIELDS = frozenset({"description", "acceptance_criteria", "blocked_reason"})
 
 
 # Fields whose change since a claim makes finishing need an acknowledgement.
@@ -146,13 +152,13 @@ def task_prepare(
     task = Task(
         project=project,
         title=title,
-        description=description,
-        acceptance_criteria=acceptance_criteria,
+        description=normalise_newlines(description),
+        acceptance_criteria=normalise_newlines(acceptance_criteria),
         status=status,
         priority=priority,
         task_class=task_class,
         labels=list(labels),
-        blocked_reason=blocked_reason if status == TaskStatus.BLOCKED else "",
+        blocked_reason=normalise_newlines(blocked_reason) if status == TaskStatus.BLOCKED else "",
         ready_since=waiting_since(old_status=None, new_status=status, current=None, at=now),
         created_at=now,
         updated_at=now,
@@ -304,6 +310,7 @@ def apply_task_update(
             details={"current_version": locked.version, "expected_version": expected_version},
         )
     changes = {**changes, **task_spending_and_paths(changes)}
+    changes.update({name: normalise_newlines(changes[name]) for name in NORMALISED_TEXT_FIELDS & set(changes)})
     changed = {name: value for name, value in changes.items() if _field_value(locked, name) != _comparable(value)}
     old_status = locked.status
     new_status = changed.get("status", old_status)
@@ -360,6 +367,8 @@ def apply_task_update(
 def _field_value(task: Task, name: str) -> Any:
     if name == "reserved_for":
         return task.reserved_for_id
+    if name in NORMALISED_TEXT_FIELDS:
+        return normalise_newlines(getattr(task, name))  # a text stored before normalisation compares as it reads
     return getattr(task, name)
 
 

@@ -42,6 +42,8 @@ SUBCOMMANDS = {
     "review",
     "decide",
     "comment",
+    "land",
+    "landing",
 }
 EXIT_CODES = {
     name: value for name, value in vars(output).items() if name.startswith("EXIT_") and isinstance(value, int)

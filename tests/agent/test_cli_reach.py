@@ -4,6 +4,7 @@ defects of issue 13 (a closed pipe, STALE_EPOCH's wording, the human context).""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 from pathlib import Path
 
@@ -140,3 +141,21 @@ def test_stale_epoch_never_reads_as_the_same_epoch_twice():
         "AGT-3 is at epoch 3; this write carries epoch 2.", details={"presented_epoch": 2, "current_epoch": 3}
     )
     assert error_text(plain) == plain.message
+
+
+def test_task_show_offset_hint_continues_where_the_chunk_ended(fleet, api, logged_in):
+    description = "".join(f"row {number:05d}\n" for number in range(3000))  # 30,000 characters: several chunks
+    key = api.create_task(fleet.project, "Longer than a chunk", description=description, status="ready")["key"]
+    read, offset, hints = "", 0, 0
+    while True:
+        part = leasehold("task", "show", key, "--field", "description", "--offset", str(offset), env=logged_in)
+        assert part.returncode == 0, part.stderr
+        read += part.stdout[:-1]  # the text, then print's newline
+        hint = re.search(r"more follows: leasehold task show \S+ --field description --offset (\d+)", part.stderr)
+        if hint is None:
+            break
+        hints += 1
+        assert int(hint[1]) == len(read)  # where this chunk ended, not offset + the field's length
+        offset = int(hint[1])
+    assert hints >= 2
+    assert read == description  # following the hints reads the whole text, nothing skipped

@@ -53,3 +53,33 @@ def test_the_human_context_shows_what_the_holder_needs():
 def test_a_context_of_a_task_not_held_here_shows_no_attempt():
     text = human({"task": {"key": "WEB-9", "title": "x", "status": "ready"}, "previous_attempt": None}, HELD)
     assert text == "WEB-9: x [ready]"
+
+
+def test_the_human_context_shows_why_the_work_came_back_and_what_was_decided():
+    context = {
+        **CONTEXT,
+        "landing_notes": [{"id": 7, "kind": "landing", "created_at": "2030-01-02T03:04:05Z",
+                           "content": "merge conflict in api/urls.py"}],
+        "review_findings": {"review": 8, "reviewer": "agent-09", "decided_at": "2030-01-01T00:00:00Z",
+                            "summary": "Two things", "findings": ["add a test", "rename it"]},
+        "review": {"id": 9, "task_version": 4, "head_commit": "b" * 40, "work_attempt": 11, "worker": "agent-05",
+                   "result_summary": "ready for a look", "next_steps": ["check the docs"], "branch": "feature/web-3"},
+        "decisions": [{"id": 3, "title": "Use UTC everywhere", "body": "Always.", "task": False}],
+        "comments": [{"id": 5, "author": "alice", "created_at": "2030-01-01T00:00:00Z", "body": "mind the footer"}],
+        "reservation": {"paths": ["api/"], "mode": "exclusive"},
+        "something_new": {"answer": 42},
+    }  # fmt: skip
+    text = human(context, HELD)
+    lines = text.splitlines()
+    assert "Review 8: changes requested (agent-09, 2030-01-01T00:00:00Z)" in lines
+    assert "  - add a test" in lines
+    assert "  - rename it" in lines
+    assert f"Reviewing request 9: task version 4, head {'b' * 12} on feature/web-3" in lines
+    assert "Work: attempt 11 by agent-05: ready for a look" in lines
+    assert "  - Use UTC everywhere (project): Always." in lines
+    assert "  - alice, 2030-01-01T00:00:00Z: mind the footer" in lines
+    assert "Reserved paths (exclusive): api/" in lines
+    assert "  answer: 42" in lines  # a part this version does not know is still shown
+    landing = next(index for index, line in enumerate(lines) if "merge conflict in api/urls.py" in line)
+    review = lines.index("Review 8: changes requested (agent-09, 2030-01-01T00:00:00Z)")
+    assert landing < review  # landing notes first

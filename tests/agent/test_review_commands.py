@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from agent.client import LeaseholdClient
-from tests.agent.live import agent_env, leasehold
+from tests.agent.live import agent_env, leasehold, state_files
 
 PROJECT = "rev"
 
@@ -114,3 +115,25 @@ def test_comment_decide_and_ready(review_fleet, tmp_path):
     too_long = leasehold("comment", low, "x" * 8001, env=reviewer)
     assert too_long.returncode != 0
     assert "VALIDATION_ERROR" in too_long.stderr
+
+
+def test_after_a_stale_review_the_cli_forgets_the_review_attempt(review_fleet, tmp_path):
+    server, worker_token, reviewer_token = review_fleet
+    reviewer = env_for(server, reviewer_token, tmp_path / "reviewer")
+    with LeaseholdClient(server.url, worker_token) as worker:
+        work_for_review(worker, "Edited under review")
+    # The reviewer's command approves (exit 0), but the task is edited meanwhile: the approval is stale.
+    edit = (
+        "import os\nfrom agent.client import LeaseholdClient\n"
+        f"with LeaseholdClient({server.url!r}, {worker_token!r}) as worker:\n"
+        "    key = os.environ['LEASEHOLD_TASK']\n"
+        "    task = worker.task(key)\n"
+        "    worker.update_task(key, version=task['version'], changes={'description': 'moved'})\n"
+    )
+    ran = leasehold("run", "--review", "--next", "--json", "--", sys.executable, "-c", edit, env=reviewer)
+    assert "STALE_REVIEW_TARGET" in ran.stdout + ran.stderr, ran.stdout + ran.stderr
+    assert state_files(reviewer) == []  # the server released the review attempt: nothing is held
+    with LeaseholdClient(server.url, worker_token) as worker:
+        work_for_review(worker, "Reviewed after the stale one")
+    again = leasehold("run", "--review", "--next", "--json", "--", "sh", "-c", "exit 0", env=reviewer)
+    assert again.returncode == 0, again.stderr  # not 2 ("You hold …")

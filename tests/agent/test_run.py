@@ -10,7 +10,7 @@ import sys
 import textwrap
 import time
 
-from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK
+from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK, EXIT_USAGE
 from agent.workspace.supervise import stop_child
 from tests.agent.live import REPO, leasehold, read_trace, state_files
 
@@ -140,13 +140,12 @@ def test_a_force_release_stops_the_command_within_one_renew_interval_and_the_tok
     assert len(with_token) == len(holder_requests)
     assert len({line["lease"] for line in with_token}) == 1
 
-    # The state file marks the lease lost: a later holder command refuses without a request.
-    [state_file] = state_files(logged_in)
-    state = json.loads(state_file.read_text())
-    assert state["lost"] is True
+    # The server said the attempt ended: its state file is gone, and a later holder command has nothing to
+    # act on; it sends no request with the token.
+    assert state_files(logged_in) == []
     sent_before = len(read_trace(trace))
     late = leasehold("note", "too late", env=logged_in)
-    assert late.returncode == EXIT_LEASE_LOST
+    assert late.returncode == EXIT_USAGE
     assert len(read_trace(trace)) == sent_before
     assert fleet.server.access_log(f"/api/v1/attempts/{attempt_id}/", method="POST") == holder_requests
 

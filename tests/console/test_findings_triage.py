@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.contrib.admin.models import LogEntry
 from django.utils.html import escape
 
 from environments.models import EnvironmentStatus
@@ -127,3 +128,21 @@ def test_discard_the_ended_attempt_of_an_orphan_branch(ops_client, clock, world)
     ops_client.post(url, {"post": "yes", "reason": "superseded by WEB-9"})
     discard = AttemptDiscard.objects.get(attempt=grant.attempt)
     assert discard.reason == "superseded by WEB-9"
+
+
+def test_discarding_work_already_discarded_logs_no_discard_and_is_not_offered(ops_client, clock, world):
+    """Issue 32: the service keeps the first record; the admin said "discarded" and logged it anyway."""
+    web, agent, *_ = world
+    task = TaskFactory(project=web, title="Abandoned twice")
+    grant = lease_claim(task=task, agent=agent, branch="feature/twice")
+    attempt_release(proof=proof_of(grant))
+    orphan = FindingFactory(project=web, condition=Condition.ORPHAN_BRANCH, subject_key="feature/twice")
+    url = f"/admin/reconciliation/finding/{orphan.pk}/discard/"
+    ops_client.post(url, {"post": "yes", "reason": "first"})
+    logged = LogEntry.objects.count()
+    body = ops_client.get(f"/admin/reconciliation/finding/{orphan.pk}/change/").content.decode()
+    assert 'id="lh-triage-discard"' not in body
+    response = ops_client.post(url, {"post": "yes", "reason": "second"}, follow=True)
+    assert "is discarded" not in response.content.decode()
+    assert LogEntry.objects.count() == logged
+    assert AttemptDiscard.objects.get(attempt=grant.attempt).reason == "first"

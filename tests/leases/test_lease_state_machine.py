@@ -39,6 +39,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from core.errors import LedgerError
 from leases.models import (
+    AGENT_NOTE_KINDS,
     PENDING_REVIEW_STATUSES,
     Attempt,
     AttemptKind,
@@ -46,7 +47,6 @@ from leases.models import (
     FailureReason,
     InterruptionReason,
     Note,
-    NoteKind,
     ReviewRequest,
     ReviewStatus,
 )
@@ -445,7 +445,7 @@ class LeaseMachine(RuleBasedStateMachine):
         assert renewed.lease_expires_at == attempt.expires_at
 
     @precondition(lambda self: self.attempts)
-    @rule(data=st.data(), kind=st.sampled_from(NoteKind.values), length=st.sampled_from(NOTE_LENGTHS))
+    @rule(data=st.data(), kind=st.sampled_from(AGENT_NOTE_KINDS), length=st.sampled_from(NOTE_LENGTHS))
     def note(self, data: st.DataObject, kind: str, length: int) -> None:
         case = self.draw_proof(data)
         content = ("progress " * (length // 9 + 1))[:length]

@@ -64,7 +64,7 @@ def backwards(apps: Any, schema_editor: Any) -> None:
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ledger", "0014_event_notify_needs_rows"),
+        ("ledger", "0016_agent_pause"),
     ]
 
     operations = [migrations.RunPython(forwards, backwards)]

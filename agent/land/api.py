@@ -1,0 +1,78 @@
+"""The landing endpoints of the agent API (SPEC §21), on top of the agent's client.
+
+`LandingClient.renew` renews a *landing's* lease (`/landings/{id}/renew/`),
+so `agent.client.keeper.LeaseKeeper` holds a landing exactly as it holds a
+work attempt: a `Lease` whose `attempt_id` is the landing's id and whose
+`epoch` is the landing's. Use this client for landings only.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from agent.client.api import LeaseholdClient
+from agent.client.connection import drop_none
+from agent.client.models import Lease, Renewed
+from agent.client.usage import Usage
+
+
+class LandingClient(LeaseholdClient):
+    """The agent API with the landing calls; `renew` is the landing's."""
+
+    def landing_next(
+        self, project: str, *, wait: int | None = None, lease_seconds: int | None = None
+    ) -> dict[str, Any] | None:
+        """Claim the next landing of the project (201), or None when there is nothing to land (204).
+
+        With `wait` (seconds, at most 60) the server holds the request until a
+        landing can be claimed or the wait is over.
+        """
+        body = drop_none({"project": project, "wait": wait, "lease_seconds": lease_seconds})
+        timeout = self._timeout + wait if wait else None
+        return cast(dict[str, Any] | None, self.request("POST", "/landings/next/", body=body, timeout=timeout))
+
+    def renew(
+        self,
+        lease: Lease,
+        *,
+        lease_seconds: int | None = None,
+        retries: int | None = None,
+        timeout: float | None = None,
+        usage: Usage | None = None,
+        idempotency_key: str | None = None,
+    ) -> Renewed:
+        """Renew the landing's lease (`usage` is not a landing's: ignored)."""
+        return cast(
+            Renewed,
+            self.request(
+                "POST",
+                f"/landings/{lease.attempt_id}/renew/",
+                body=drop_none({"lease_seconds": lease_seconds}),
+                lease=lease,
+                retries=retries,
+                timeout=timeout,
+                idempotency_key=idempotency_key,
+            ),
+        )
+
+    def landing_finish(self, lease: Lease, body: dict[str, Any]) -> dict[str, Any]:
+        """End the landing with its result and every task's outcome."""
+        answer = self.request("POST", f"/landings/{lease.attempt_id}/finish/", body=body, lease=lease)
+        return cast(dict[str, Any], answer)
+
+    def project_landing(self, project: str) -> dict[str, Any]:
+        """The project's landing settings, queue, live landing and latest results."""
+        return cast(dict[str, Any], self.request("GET", f"/projects/{project}/landing/"))
+
+
+def landing_lease(landing: dict[str, Any]) -> Lease:
+    """The lease of a claimed landing, in the shape the lease keeper holds."""
+    return Lease(
+        attempt_id=int(landing["id"]),
+        token=str(landing["lease_token"]),
+        epoch=int(landing["epoch"]),
+        task=f"landing {landing['id']}",
+        renew_every_seconds=int(landing.get("renew_every_seconds") or 60),
+        renew_attempts=int(landing.get("renew_attempts") or 3),
+        lease_expires_at=landing.get("lease_expires_at"),
+    )

@@ -1,0 +1,290 @@
+"""One landing from fetch to push (SPEC §21.2, §21.3), with git alone: no server here.
+
+A try: fetch the target and the tasks' heads; a scratch worktree at the
+target's tip; merge the tasks in queue order by the method (a task whose head
+is already in the tip lands as it is; a task that conflicts with the tip is
+`conflict`, one that conflicts only with the tasks before it in the batch is
+`deferred` and stays queued); the check once on the whole candidate; red →
+bisect (below); push the green set with one compare-and-swap. A target that
+moved between the fetch and the push restarts the try at the new tip, at most
+`MAX_RESTARTS` times, then the landing ends `target_moved`.
+
+Bisection. It assumes what every bisection assumes: a task fails on its own,
+so a candidate is red exactly when it holds a failing task. `G` is the set
+known green (the tip's, at first), `W` the tasks still unsettled, known red
+together with `G`. To isolate one failing task in `U` (part of `W`) the lander splits
+`U` into halves `A | B` and checks `G + D + B` (everything but `A`; `D` holds
+tasks set aside): green → all of it joins `G` and the failing task is in `A`;
+red → it is in `B + D`, and `A` is set aside into `D`. One task `u` left: if
+`D` is empty, `G + {u}` is red and `G` green, so `u` fails — for certain;
+otherwise `G + D` is checked once more: green → `u` fails and `D` joins `G`;
+red → there is more than one failing task: `u` is tried again afterwards,
+and from then on the halving checks `G + B` alone (`A` set aside, not
+presumed green), which makes each task it isolates certain, at the price of
+one more check of what was set aside. What is not settled after a failing
+task is found is checked once together with `G`. The landed tree is always one that was checked green.
+
+Check runs with n tasks and one failing: 1 + ⌈log₂ n⌉ when the last halving
+check is green (the failing task is the first of its final pair: positions
+1, 3, 5, 7 of 8), 2 + ⌈log₂ n⌉ otherwise. For a batch of 8 that is 4 or 5:
+the issue's 1 + log₂ 8 = 4 for every position is impossible when only a
+checked-green tree may land: after the first red run, three checks with two
+outcomes each must tell 8 positions apart, so every one of them splits its
+candidates in two, and a check whose red outcome leaves one candidate `h`
+never checked the tree without `h` (that check, green, would have left one
+candidate, not two) — half the positions need one run more. With k > 1
+failing tasks it is at most about 1 + (k + 1)·(⌈log₂ n⌉ + 1). A probe whose candidate cannot even
+be built (a task that merges only on top of one that was left out) stops the
+bisection: the green set lands, the unsettled tasks are `deferred`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from agent.land.check import CheckRun, run_check
+from agent.land.git import Git, LandTask, Refs, Scratch, fetch, git_environment, push
+
+MAX_RESTARTS = 3
+METHODS = ("merge", "squash", "rebase")
+
+
+class Abandoned(Exception):
+    """The landing stopped before its push (told to stop, or the lease was lost): the target was not touched."""
+
+
+@dataclass(frozen=True)
+class LandingPlan:
+    """What one landing lands, and how (from `/landings/next/`, or a test)."""
+
+    source: str  # URL or path fetched from and pushed to
+    target: str
+    method: str
+    tasks: list[LandTask]
+    check_command: str = ""
+    check_timeout_seconds: float = 1800.0
+
+
+@dataclass
+class TaskOutcome:
+    key: str
+    outcome: str  # landed | conflict | check_failed | target_moved | deferred
+    paths: list[str] = field(default_factory=list)
+    output_tail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        body: dict[str, Any] = {"key": self.key, "outcome": self.outcome}
+        if self.paths:
+            body["paths"] = self.paths
+        if self.output_tail:
+            body["output_tail"] = self.output_tail
+        return body
+
+
+@dataclass
+class LandingResult:
+    result: str  # landed | conflict | check_failed | target_moved
+    landed_commit: str | None
+    check_runs: int
+    tasks: list[TaskOutcome]
+    tries: int = 1
+
+    def finish_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "result": self.result,
+            "check_runs": self.check_runs,
+            "tasks": [outcome.as_dict() for outcome in self.tasks],
+        }
+        if self.landed_commit:
+            body["landed_commit"] = self.landed_commit
+        return body
+
+
+class Engine:
+    """Lands one plan in the clone at `clone_path`; `run()` once."""
+
+    def __init__(
+        self,
+        clone_path: Path,
+        plan: LandingPlan,
+        *,
+        cancel: threading.Event | None = None,
+        before_push: Callable[[int], None] | None = None,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        if plan.method not in METHODS:
+            raise ValueError(f"unknown landing method {plan.method!r} (one of {', '.join(METHODS)})")
+        self.plan = plan
+        self.clone = Git(clone_path, git_environment(clone_path))
+        self.cancel = cancel or threading.Event()
+        self.before_push = before_push
+        self.log = log or (lambda text: None)
+        self.check_runs = 0
+        self.order = {task.key: index for index, task in enumerate(plan.tasks)}
+
+    def run(self) -> LandingResult:
+        refs = Refs(self.clone)
+        last: dict[str, TaskOutcome] = {}
+        try:
+            for attempt in range(MAX_RESTARTS + 1):
+                self._stop_point()
+                result, last = self._try(refs, attempt)
+                if result is not None:
+                    result.tries = attempt + 1
+                    return result
+                self.log(f"the target {self.plan.target} moved; starting again at its new tip")
+        finally:
+            refs.remove()
+        outcomes = [
+            last[task.key] if last[task.key].outcome != "landed" else TaskOutcome(task.key, "target_moved")
+            for task in self.plan.tasks
+        ]
+        return LandingResult("target_moved", None, self.check_runs, outcomes, tries=MAX_RESTARTS + 1)
+
+    def _stop_point(self) -> None:
+        if self.cancel.is_set():
+            raise Abandoned("the landing was stopped before its push; the target was not touched")
+
+    def _try(self, refs: Refs, attempt: int) -> tuple[LandingResult | None, dict[str, TaskOutcome]]:
+        """One try; (None, outcomes so far) when the target moved before the push."""
+        plan = self.plan
+        tip, missing = fetch(self.clone, refs, plan.source, plan.target, plan.tasks)
+        outcomes = {key: TaskOutcome(key, "conflict", output_tail=why) for key, why in missing.items()}
+        self.log(f"{plan.target} is at {tip[:12]}; merging {len(plan.tasks)} task(s) by {plan.method}")
+        with Scratch(self.clone, tip) as scratch:
+            batch = self._merge_batch(scratch, tip, [task for task in plan.tasks if task.key not in missing], outcomes)
+            green, commit = batch, scratch.head()
+            if batch and plan.check_command:
+                green, commit = self._check_and_bisect(scratch, tip, batch, commit, outcomes)
+            for task in green:
+                outcomes[task.key] = TaskOutcome(task.key, "landed")
+            if green:
+                self._stop_point()
+                if self.before_push is not None:
+                    self.before_push(attempt)
+                self._stop_point()
+                if not push(self.clone, plan.source, plan.target, old=tip, new=commit):
+                    return None, outcomes
+        landed = [outcome for outcome in outcomes.values() if outcome.outcome == "landed"]
+        ordered = sorted(outcomes.values(), key=lambda outcome: self.order[outcome.key])
+        if landed:
+            return LandingResult("landed", commit if green else tip, self.check_runs, ordered), outcomes
+        kinds = {outcome.outcome for outcome in ordered}
+        result = "check_failed" if "check_failed" in kinds else "conflict"
+        return LandingResult(result, None, self.check_runs, ordered), outcomes
+
+    def _merge_batch(
+        self, scratch: Scratch, tip: str, tasks: list[LandTask], outcomes: dict[str, TaskOutcome]
+    ) -> list[LandTask]:
+        """Merge in queue order; the tasks merged on top of the tip (already-landed ones are recorded landed)."""
+        merged: list[LandTask] = []
+        for task in tasks:
+            self._stop_point()
+            done = scratch.merge(task, self.plan.method)
+            if done.ok and done.already:
+                outcomes[task.key] = TaskOutcome(task.key, "landed")
+            elif done.ok:
+                merged.append(task)
+            elif not merged:
+                outcomes[task.key] = TaskOutcome(task.key, "conflict", paths=done.paths)
+            else:
+                # Conflicting with the batch, or with the target itself? Only the latter fails the task.
+                head = scratch.head()
+                scratch.reset(tip)
+                alone = scratch.merge(task, self.plan.method)
+                scratch.reset(head)
+                kind = "deferred" if alone.ok else "conflict"
+                outcomes[task.key] = TaskOutcome(task.key, kind, paths=done.paths if alone.ok else alone.paths)
+        return merged
+
+    def _check(self, scratch: Scratch, tasks: list[LandTask]) -> CheckRun:
+        self._stop_point()
+        self.check_runs += 1
+        env = {
+            **self.clone.env,
+            "LEASEHOLD_LANDING": "1",
+            "LEASEHOLD_TARGET_BRANCH": self.plan.target,
+            "LEASEHOLD_LANDING_TASKS": " ".join(task.key for task in tasks),
+        }
+        self.log(f"check {self.check_runs}: {self.plan.check_command!r} on {len(tasks)} task(s)")
+        run = run_check(
+            self.plan.check_command,
+            cwd=scratch.path,
+            timeout_seconds=self.plan.check_timeout_seconds,
+            env=env,
+            cancel=self.cancel,
+        )
+        if run.cancelled:
+            raise Abandoned("the landing was stopped during its check; the target was not touched")
+        return run
+
+    def _probe(self, scratch: Scratch, tip: str, tasks: list[LandTask]) -> tuple[str | None, CheckRun | None]:
+        """Build tip + tasks (queue order) and check it: (commit, run), or (None, None) if it cannot be built."""
+        ordered = sorted(tasks, key=lambda task: self.order[task.key])
+        scratch.reset(tip)
+        for task in ordered:
+            self._stop_point()
+            if not scratch.merge(task, self.plan.method).ok:
+                return None, None
+        return scratch.head(), self._check(scratch, ordered)
+
+    def _check_and_bisect(
+        self, scratch: Scratch, tip: str, batch: list[LandTask], commit: str, outcomes: dict[str, TaskOutcome]
+    ) -> tuple[list[LandTask], str]:
+        """The green set and its checked commit (the module docstring's algorithm); sets the failing outcomes."""
+        run = self._check(scratch, batch)
+        if run.green:
+            return batch, commit
+        green: list[LandTask] = []
+        green_commit = tip
+        red_tail: str | None = run.output_tail
+        pending: list[LandTask] = list(batch)
+        later: list[LandTask] = []
+        optimistic = True  # the tasks set aside are presumed green until a check says otherwise
+        while pending:
+            if red_tail is None:
+                built, probe = self._probe(scratch, tip, green + pending)
+                if built is None or probe is None:
+                    return self._unsettled(green, green_commit, pending + later, outcomes)
+                if probe.green:
+                    green, green_commit, pending = green + pending, built, later
+                    later = []
+                    continue
+                red_tail = probe.output_tail
+            unsettled: list[LandTask] = pending
+            aside: list[LandTask] = []
+            while len(unsettled) > 1:
+                half = len(unsettled) // 2
+                left, right = unsettled[:half], unsettled[half:]
+                kept = aside if optimistic else []
+                built, probe = self._probe(scratch, tip, green + kept + right)
+                if built is None or probe is None:
+                    return self._unsettled(green, green_commit, unsettled + aside + later, outcomes)
+                if probe.green:
+                    green, green_commit, unsettled = green + kept + right, built, left
+                    aside = [task for task in aside if task not in kept]
+                else:
+                    red_tail, aside, unsettled = probe.output_tail, aside + left, right
+            suspect = unsettled[0]
+            if aside and optimistic:
+                built, probe = self._probe(scratch, tip, green + aside)
+                if built is None or probe is None:
+                    return self._unsettled(green, green_commit, unsettled + aside + later, outcomes)
+                if not probe.green:  # more than one failing task: the suspect is tried again later
+                    pending, later, red_tail, optimistic = aside, [suspect, *later], probe.output_tail, False
+                    continue
+                green, green_commit, aside = green + aside, built, []
+            outcomes[suspect.key] = TaskOutcome(suspect.key, "check_failed", output_tail=red_tail or "")
+            pending, later, red_tail = aside + later, [], None
+        return sorted(green, key=lambda task: self.order[task.key]), green_commit
+
+    def _unsettled(
+        self, green: list[LandTask], commit: str, rest: list[LandTask], outcomes: dict[str, TaskOutcome]
+    ) -> tuple[list[LandTask], str]:
+        for task in rest:
+            outcomes[task.key] = TaskOutcome(task.key, "deferred")
+        return green, commit

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from landing.apis.landings import LandingFinishApi, LandingNextApi, LandingRenewApi, ProjectLandingApi
+
+urlpatterns = [
+    path("landings/next/", LandingNextApi.as_view(), name="landing-next"),
+    path("landings/<attemptid:landing_id>/renew/", LandingRenewApi.as_view(), name="landing-renew"),
+    path("landings/<attemptid:landing_id>/finish/", LandingFinishApi.as_view(), name="landing-finish"),
+    path("projects/<slug:slug>/landing/", ProjectLandingApi.as_view(), name="project-landing"),
+]

@@ -1,0 +1,23 @@
+"""Every write of the landing queue (SPEC §21). Doors import from here."""
+
+from __future__ import annotations
+
+from landing.services.claiming import LandingGrant, landing_claim_next
+from landing.services.finishing import TaskResult, landing_finish
+from landing.services.holding import LandingProof, landing_renew
+from landing.services.lapsing import expire_lapsed_landings
+from landing.services.reconciled import tasks_landed_outside
+from landing.services.settings import LandingSettings, project_set_landing
+
+__all__ = [
+    "LandingGrant",
+    "LandingProof",
+    "LandingSettings",
+    "TaskResult",
+    "expire_lapsed_landings",
+    "landing_claim_next",
+    "landing_finish",
+    "landing_renew",
+    "project_set_landing",
+    "tasks_landed_outside",
+]
