@@ -12,6 +12,11 @@ runs a claim-next view's `try_claim` until it answers or `seconds` pass:
 - `more_claimable()` says whether anything is still claimable in the project
   for anyone; asked only after a try that answered a wake, to pass the wake
   on (`push.claim_waiters`).
+- `looks_claimable()` (optional) is a cheap read: whether anything looks
+  claimable for this caller. A woken waiter asks it first and skips the claim
+  (its write transaction) when it says no: each server process wakes one of
+  its own waiters per commit, so most wakes in a multi-process server find
+  the task already gone.
 
 With nothing for it, the request takes a waiter's slot (`admit_waiter`,
 RATE_LIMITED past the limits) and parks in the registry of claim waiters,
@@ -54,6 +59,7 @@ def wait_for_claim(
     seconds: int,
     try_claim: Callable[[bool], Response | None],
     more_claimable: Callable[[], bool],
+    looks_claimable: Callable[[], bool] | None = None,
 ) -> Response:
     """Answer a claim-next request that may wait (see the module docstring)."""
     carried = request.META.get(CARRY_KEY)
@@ -70,7 +76,10 @@ def wait_for_claim(
     try:
         while True:
             final = time.monotonic() >= deadline
-            answer = try_claim(final)
+            if ticket.chain is not None and not final and looks_claimable is not None and not looks_claimable():
+                answer = None  # woken, but nothing is there for this caller: no claim's write transaction
+            else:
+                answer = try_claim(final)
             if ticket.chain is not None:  # this try answered a wake: pass it on if someone else could use it
                 registry.settle(ticket, pass_on=more_claimable())
             if answer is not None:

@@ -189,6 +189,11 @@ class ClaimNextApi(ApiView):
         def more_claimable() -> bool:
             return claimable_tasks(project=project, now=clock.now(), by_anyone=True).exists()
 
+        def looks_claimable() -> bool:
+            return claimable_tasks(
+                project=project, now=clock.now(), agent=agent, task_class=data.get("task_class")
+            ).exists()
+
         return wait_for_claim(
             request,
             project_ids=(project.pk,),
@@ -196,4 +201,5 @@ class ClaimNextApi(ApiView):
             seconds=wait,
             try_claim=try_claim,
             more_claimable=more_claimable,
+            looks_claimable=looks_claimable,
         )

@@ -222,6 +222,9 @@ class ReviewNextApi(ApiView):
         def more_claimable() -> bool:
             return claimable_reviews(project=project, agent=None, now=clock.now()).exists()
 
+        def looks_claimable() -> bool:
+            return claimable_reviews(project=project, agent=agent, now=clock.now()).exists()
+
         return wait_for_claim(
             request,
             project_ids=(project.pk,),
@@ -229,4 +232,5 @@ class ReviewNextApi(ApiView):
             seconds=wait,
             try_claim=try_claim,
             more_claimable=more_claimable,
+            looks_claimable=looks_claimable,
         )
