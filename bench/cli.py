@@ -30,6 +30,7 @@ WORKLOADS = (
     "http",
     "push",
     "waiters",
+    "claimwait",
     "cpu",
     "mcp",
     "agent",

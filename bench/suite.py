@@ -114,6 +114,10 @@ def run_workloads(
         from bench.push_waiters import waiters
 
         steps.append(("waiters", lambda target, sizes: waiters(target, sizes, workers=workers)))
+    if "claimwait" in only:
+        from bench.claim_waiters import claim_waiters
+
+        steps.append(("claimwait", lambda target, sizes: claim_waiters(target, sizes, workers=workers)))
     if "http" in only:
         from bench import http
 

@@ -10,8 +10,10 @@ yet calls one and returns a placeholder response:
   look again (the process's event watcher) and returns the unsubscribe.
   When woken, or at `deadline` (monotonic seconds), the worker runs the same
   request through the application again, with `environ[DEADLINE_KEY]` set to
-  that deadline, on a pool thread; the view reads again and answers, or parks
-  again.
+  that deadline (and `environ[CARRY_KEY]` set to what it passed as
+  `park(carry=...)`, if anything), on a pool thread; the view reads again
+  and answers, or parks again. It runs with the body it had (a POST that
+  waits, like `claims/next` with `wait`: the worker keeps what was read).
 - `environ[STREAM_KEY](stream)` (SSE): the worker writes the response's
   headers and first chunk, then parks the open response. When woken it calls
   `stream.poll()` on a pool thread and writes the bytes it returns; when
@@ -52,6 +54,7 @@ loses nothing. So eight streams that never read cannot hold the resume pool.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import selectors
 import sys
@@ -66,12 +69,14 @@ from typing import Any
 from gunicorn import util
 from gunicorn.http import wsgi
 
-from core.parking_lot import PARKED, Intent, Lot, Stream, framed, noop, send_some
+from core.parking_lot import PARKED, Intent, Lot, RecordedInput, Stream, framed, noop, send_some
 from core.waiter_slots import waiter_capacity, waiter_slots
 
 PARK_KEY = "leasehold.park"
 STREAM_KEY = "leasehold.stream"
 DEADLINE_KEY = "leasehold.wait_deadline"
+# What a parking view handed to `park(carry=...)`, given back to the same request when it runs again.
+CARRY_KEY = "leasehold.wait_carry"
 TICK_SECONDS = 0.05
 HEARTBEAT = b": keepalive\n\n"
 STREAM_WRITE_SECONDS = 10.0
@@ -114,12 +119,20 @@ class ParkingMixin:
     # --- in a pool thread ---------------------------------------------------
 
     def handle_request(
-        self, req: Any, conn: Any, deadline: float | None = None, held: Callable[[], None] = noop
+        self,
+        req: Any,
+        conn: Any,
+        deadline: float | None = None,
+        held: Callable[[], None] = noop,
+        carry: Any = None,
+        body: bytes | None = None,
     ) -> Any:
         """gunicorn's gthread `handle_request`, plus the two parking offers (see the module docstring).
 
         `held` is the slot of a resumed long-poll: it passes to the lot if the
-        request parks again, and is given back otherwise.
+        request parks again, and is given back otherwise. `carry` is what the
+        view handed to `park(carry=...)` before, back in `environ[CARRY_KEY]`;
+        `body` the request's body as it was first read (a POST that waits).
         """
         environ: dict[str, Any] = {}
         resp = None
@@ -131,8 +144,9 @@ class ParkingMixin:
             deadline: float,
             subscribe: Callable[[Callable[[], None]], Callable[[], None]],
             release: Callable[[], None] | None = None,
+            carry: Any = None,
         ) -> None:
-            intent.deadline, intent.subscribe = deadline, subscribe
+            intent.deadline, intent.subscribe, intent.carry = deadline, subscribe, carry
             if release is not None:
                 intent.release = release
 
@@ -144,10 +158,14 @@ class ParkingMixin:
             request_start = datetime.now()
             resp, environ = wsgi.create(req, conn.sock, conn.client, conn.server, self.cfg)
             environ["wsgi.multithread"] = True
+            recorded = RecordedInput(io.BytesIO(body) if body is not None else environ["wsgi.input"])
+            environ["wsgi.input"] = recorded
             environ[PARK_KEY] = park
             environ[STREAM_KEY] = stream
             if deadline is not None:
                 environ[DEADLINE_KEY] = deadline
+            if carry is not None:
+                environ[CARRY_KEY] = carry
             self.nr += 1
             if self.nr >= self.max_requests:
                 if self.alive:
@@ -191,7 +209,15 @@ class ParkingMixin:
                 else:
                     assert intent.subscribe is not None
                     assert intent.deadline is not None
-                    lot = Lot(conn, req, intent.deadline, intent.subscribe, release=intent.release)
+                    lot = Lot(
+                        conn,
+                        req,
+                        intent.deadline,
+                        intent.subscribe,
+                        release=intent.release,
+                        carry=intent.carry,
+                        body=recorded.whole(),
+                    )
                 self._park(lot)
                 return PARKED
             if resp.should_close():
@@ -227,7 +253,10 @@ class ParkingMixin:
         if lot.stream is None:
             # The request runs again and owns the slot from here (see handle_request).
             try:
-                return self.handle_request(lot.req, conn, deadline=lot.deadline, held=lot.release), conn
+                resumed = self.handle_request(
+                    lot.req, conn, deadline=lot.deadline, held=lot.release, carry=lot.carry, body=lot.body
+                )
+                return resumed, conn
             except Exception as exc:
                 if not isinstance(exc, OSError | StopIteration):
                     self.log.exception("A parked request failed on resuming.")

@@ -35,6 +35,7 @@ class Intent:
     subscribe: Callable[[Callable[[], None]], Callable[[], None]] | None = None
     stream: Stream | None = None
     release: Callable[[], None] = noop
+    carry: Any = None
 
 
 @dataclass(eq=False)
@@ -51,6 +52,40 @@ class Lot:
     release: Callable[[], None] = noop
     # A stream's bytes the socket has not taken yet (framed as sent); the lot waits to write them.
     pending: bytes = b""
+    # The view's own state for its next run (`park(carry=...)`, `CARRY_KEY`), and the request's body.
+    carry: Any = None
+    body: bytes = b""
+
+
+class RecordedInput:
+    """A request's `wsgi.input` that keeps what was read: a parked request runs again with the same body."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+        self._read: list[bytes] = []
+
+    def read(self, size: int | None = None) -> bytes:
+        data = self._stream.read() if size is None or size < 0 else self._stream.read(size)
+        self._read.append(data)
+        return bytes(data)
+
+    def readline(self, size: int | None = None) -> bytes:
+        data = self._stream.readline() if size is None or size < 0 else self._stream.readline(size)
+        self._read.append(data)
+        return bytes(data)
+
+    def readlines(self, hint: int | None = None) -> list[bytes]:
+        lines = self._stream.readlines() if hint is None else self._stream.readlines(hint)
+        self._read.extend(lines)
+        return list(lines)
+
+    def __iter__(self) -> Any:
+        return iter(self.readline, b"")
+
+    def whole(self) -> bytes:
+        """Everything: what the view read and what it left (read now, so the connection is ready for the next)."""
+        self.read()
+        return b"".join(self._read)
 
 
 def framed(resp: Any, data: bytes) -> bytes:

@@ -17,6 +17,13 @@ gets; a wake is only a hint, and a spurious one costs a re-read).
 - SQLite: no notifications exist; while anyone waits, the watcher reads
   the new events' ids and projects every 50 ms (`POLL_SECONDS`) — one
   indexed statement per process, not one per waiter.
+
+Listeners (`listen`) hear of every commit, with the event types per project
+where they are known (SQLite's poll reads them; PostgreSQL's payload carries
+them from migration `ledger.0015` on, None before it or when too many): the
+claim waiters (`push.claim_waiters`) wake one waiter per project and queue,
+and only for the types that can make something claimable. While a listener
+is registered SQLite's poll keeps running.
 """
 
 from __future__ import annotations
@@ -24,7 +31,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +44,10 @@ POLL_SECONDS = 0.05
 RECONNECT_SECONDS = 1.0
 # Events not tied to a project (agent and webhook administration) are visible to staff only.
 NO_PROJECT = 0
+
+# What a listener hears: per project, the committed events' types (None: not known, assume any);
+# or None alone: anything may have committed anywhere (the listener reconnected).
+Committed = Mapping[int, frozenset[str] | None] | None
 
 
 @dataclass
@@ -58,6 +69,7 @@ class EventWatcher:
         self._latest_by_project: dict[int, int] = {}
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._listeners: dict[int, Callable[[Committed], None]] = {}
 
     def stop(self) -> None:
         """End the watcher's thread and close its connection (tests, before dropping their database)."""
@@ -88,6 +100,21 @@ class EventWatcher:
             return lambda: None
         return lambda: self._unsubscribe(key)
 
+    def listen(self, listener: Callable[[Committed], None]) -> Callable[[], None]:
+        """Call `listener` (on the watcher's thread) at every commit until the returned unlisten is called."""
+        with self._lock:
+            self._ensure_thread()
+            key = self._next_key
+            self._next_key += 1
+            self._listeners[key] = listener
+            self._has_subscribers.notify_all()
+
+        def unlisten() -> None:
+            with self._lock:
+                self._listeners.pop(key, None)
+
+        return unlisten
+
     def wait(self, *, since: int, projects: frozenset[int] | None, timeout: float) -> bool:
         """Block this thread until woken or `timeout`; for servers that cannot park a request (runserver, tests)."""
         woken = threading.Event()
@@ -116,10 +143,12 @@ class EventWatcher:
             self._thread = threading.Thread(target=target, name="leasehold-event-watcher", daemon=True)
             self._thread.start()
 
-    def _committed(self, latest: dict[int, int] | int) -> None:
-        """Events committed: the highest new id per project, or (an int) up to this id in projects unknown."""
+    def _committed(self, latest: dict[int, int] | int, types: dict[int, frozenset[str]] | None = None) -> None:
+        """Events committed: the highest new id per project, or (an int) up to this id in projects unknown;
+        `types`, where known, the types committed per project."""
         to_wake: list[Callable[[], None]] = []
         with self._lock:
+            listeners = list(self._listeners.values())
             by_project = latest if isinstance(latest, dict) else {}
             highest = max(by_project.values(), default=0) if isinstance(latest, dict) else latest
             self._latest = max(self._latest, highest)
@@ -133,6 +162,11 @@ class EventWatcher:
                 if beyond:
                     del self._subscriptions[key]
                     to_wake.append(subscription.wake)
+        if listeners:
+            heard: Committed = None
+            if isinstance(latest, dict):
+                heard = {project: (types or {}).get(project) for project in latest}
+            self._tell(listeners, heard)
         for wake in to_wake:
             try:
                 wake()
@@ -143,8 +177,18 @@ class EventWatcher:
         with self._lock:
             woken = [s.wake for s in self._subscriptions.values()]
             self._subscriptions.clear()
+            listeners = list(self._listeners.values())
+        self._tell(listeners, None)
         for wake in woken:
             wake()
+
+    @staticmethod
+    def _tell(listeners: list[Callable[[Committed], None]], heard: Committed) -> None:
+        for listener in listeners:
+            try:
+                listener(heard)
+            except Exception:
+                logger.exception("A commit listener failed.")
 
     # --- PostgreSQL: LISTEN on a connection of its own ----------------------
 
@@ -164,7 +208,7 @@ class EventWatcher:
                         for notification in listener.notifies(timeout=1.0):
                             latest = _parse(notification.payload)
                             if latest is not None:
-                                self._committed(latest)
+                                self._committed(latest, _parse_types(notification.payload))
             except Exception:
                 if self._stopping:
                     break
@@ -178,20 +222,25 @@ class EventWatcher:
         last = self._max_event_id()
         while not self._stopping:
             with self._lock:
-                while not self._subscriptions and not self._stopping:
+                while not self._subscriptions and not self._listeners and not self._stopping:
                     self._has_subscribers.wait()
             if self._stopping:
                 break
             try:
                 with connection.cursor() as cursor:
                     cursor.execute(
-                        "SELECT coalesce(project_id, 0), max(id) FROM ledger_event WHERE id > %s GROUP BY 1", [last]
+                        "SELECT coalesce(project_id, 0), type, max(id) FROM ledger_event WHERE id > %s GROUP BY 1, 2",
+                        [last],
                     )
                     rows = cursor.fetchall()
                 if rows:
-                    latest = {int(project): int(event_id) for project, event_id in rows}
+                    latest: dict[int, int] = {}
+                    types: dict[int, set[str]] = {}
+                    for project, event_type, event_id in rows:
+                        latest[int(project)] = max(latest.get(int(project), 0), int(event_id))
+                        types.setdefault(int(project), set()).add(str(event_type))
                     last = max(latest.values())
-                    self._committed(latest)
+                    self._committed(latest, {project: frozenset(names) for project, names in types.items()})
             except Exception:
                 logger.warning("The change poll failed; trying again.", exc_info=True)
                 connection.close()
@@ -217,9 +266,23 @@ def _parse(payload: str) -> dict[int, int] | int | None:
     if not payload.strip():
         return None
     latest, _, projects = payload.partition(" ")
+    projects = projects.partition(" ")[0]
     if not projects or projects == "*":
         return int(latest)
     return {int(p): int(latest) for p in projects.split(",")}
+
+
+def _parse_types(payload: str) -> dict[int, frozenset[str]] | None:
+    """The third part of the payload (`ledger.0015`): `<project>:<type>,...`; None when absent."""
+    parts = payload.split(" ")
+    if len(parts) < 3 or not parts[2]:
+        return None
+    types: dict[int, set[str]] = {}
+    for pair in parts[2].split(","):
+        project, _, event_type = pair.partition(":")
+        if project.isdigit() and event_type:
+            types.setdefault(int(project), set()).add(event_type)
+    return {project: frozenset(names) for project, names in types.items()}
 
 
 _watcher: EventWatcher | None = None

@@ -169,6 +169,13 @@ def send_each_request_as_a_client_would(context: HookContext, case: Case, kwargs
     wait = str((case.query or {}).get("wait", ""))
     if case.operation.definition.raw.get("operationId") == "changes_list" and wait.isdigit() and 1 < int(wait) <= 30:
         case.query["wait"] = 1
+    # The same for a claim-next's `wait` (up to 60 s in the body, SPEC §25).
+    body = case.body if isinstance(case.body, dict) else {}
+    waited = body.get("wait")
+    if case.operation.definition.raw.get("operationId") in ("claims_next", "reviews_next") and (
+        isinstance(waited, int) and not isinstance(waited, bool) and 1 < waited <= 60
+    ):
+        body["wait"] = 1
     # Generated keys repeat ("0", "00"); a client sends a fresh one per request.
     key = case.headers.get("Idempotency-Key")
     if isinstance(key, str) and IDEMPOTENCY_KEY.fullmatch(key):

@@ -59,7 +59,7 @@ from agent.client.errors import LeaseholdError
 from agent.client.models import FAILURE_REASONS, INTERRUPTION_REASONS
 from agent.workspace.config import NotLoggedIn
 from agent.workspace.git import WorkspaceError
-from agent.workspace.session import UsageError
+from agent.workspace.session import WAIT_FOREVER, UsageError
 
 
 def _add_claim_options(parser: argparse.ArgumentParser) -> None:
@@ -67,6 +67,15 @@ def _add_claim_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--next", action="store_true", help="claim the project's next claimable task instead")
     parser.add_argument("--project", help="project slug for --next (default: the one set at login)")
     parser.add_argument("--task-class", help="with --next: only tasks of this class")
+    parser.add_argument(
+        "--wait",
+        nargs="?",
+        const=WAIT_FOREVER,
+        type=int,
+        metavar="SECONDS",
+        help="with --next: wait up to SECONDS (no number: no limit) for a task to become claimable; "
+        "the server hands it to one waiter",
+    )
     parser.add_argument("--lease-seconds", type=int, help="requested lease length (the server clamps it)")
     parser.add_argument("--branch", help="Conventional Branch name for the attempt")
     parser.add_argument("--base-commit", help="40-hex commit the work starts from")

@@ -187,11 +187,17 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
         idempotency_key: str | None = None,
         paths: list[str] | None = None,
         paths_mode: str | None = None,
+        wait: int | None = None,
     ) -> Claim | None:
-        """Claim the project's next claimable task; None when nothing is claimable (204)."""
+        """Claim the project's next claimable task; None when nothing is claimable (204).
+
+        With `wait` (seconds, at most 60) the server holds the call until a task
+        becomes claimable for this agent or the time is up (SPEC §25).
+        """
         body = drop_none(
             {
                 "project": project,
+                "wait": wait or None,
                 "task_class": task_class,
                 "lease_seconds": lease_seconds,
                 "branch": branch,
@@ -202,7 +208,8 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
                 "paths_mode": paths_mode,
             }
         )
-        answer = self.request("POST", "/claims/next/", body=body, idempotency_key=idempotency_key)
+        timeout = (self._timeout or 0) + wait if wait else None
+        answer = self.request("POST", "/claims/next/", body=body, idempotency_key=idempotency_key, timeout=timeout)
         return None if answer is None else Claim.from_response(answer)
 
     # --- holder calls ---------------------------------------------------------------

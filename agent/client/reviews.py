@@ -25,11 +25,20 @@ class ReviewCalls(ApiConnection):
         return cast(Page, self.request("GET", "/reviews/", params=params))
 
     def review_next(
-        self, project: str, *, lease_seconds: int | None = None, idempotency_key: str | None = None
+        self,
+        project: str,
+        *,
+        lease_seconds: int | None = None,
+        idempotency_key: str | None = None,
+        wait: int | None = None,
     ) -> Claim | None:
-        """Claim the project's oldest open review (not your own work); None when there is none (204)."""
-        body = drop_none({"project": project, "lease_seconds": lease_seconds})
-        answer = self.request("POST", "/reviews/next/", body=body, idempotency_key=idempotency_key)
+        """Claim the project's oldest open review (not your own work); None when there is none (204).
+
+        With `wait` (seconds, at most 60) the server holds the call until a review opens or the time is up.
+        """
+        body = drop_none({"project": project, "lease_seconds": lease_seconds, "wait": wait or None})
+        timeout = (self._timeout or 0) + wait if wait else None
+        answer = self.request("POST", "/reviews/next/", body=body, idempotency_key=idempotency_key, timeout=timeout)
         return None if answer is None else Claim.from_response(answer)
 
     def review_claim(

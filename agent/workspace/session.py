@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +27,13 @@ from agent.workspace import state
 from agent.workspace.config import Settings, config_dir
 from agent.workspace.labels import git_trailer
 from agent.workspace.state import HeldAttempt
+
+# The longest one server-side wait may be (SPEC §25); `--wait` longer than that asks again.
+SERVER_WAIT_MAX_SECONDS = 60
+# `--next` after a lost race (TASK_TAKEN: every candidate was taken meanwhile) asks again, this many times.
+TAKEN_RETRIES = 50
+# `--wait` with no number: no limit.
+WAIT_FOREVER = -1
 
 
 class UsageError(Exception):
@@ -153,18 +163,56 @@ def claim_from_args(client: LeaseholdClient, args: argparse.Namespace, settings:
         "paths": getattr(args, "paths", None),
         "paths_mode": getattr(args, "paths_mode", None),
     }
+    wait = getattr(args, "wait", None)
+    if wait is not None and not args.next:
+        raise UsageError("--wait goes with --next: a named task is claimed at once or refused.")
+    if wait is not None and wait < 0 and wait != WAIT_FOREVER:
+        raise UsageError("--wait takes a number of seconds (0 or more), or none for no limit.")
     if getattr(args, "review", False):
         # SPEC §16.1: a review attempt, on the project's oldest open review that is not your own work.
         if args.key or not args.next:
             raise UsageError("A review is claimed with --review --next (reviews are not claimed by task key).")
-        return client.review_next(project_from(args, settings), lease_seconds=args.lease_seconds)
+        project = project_from(args, settings)
+        return claim_next_waiting(
+            lambda seconds: client.review_next(project, lease_seconds=args.lease_seconds, wait=seconds), wait
+        )
     if args.next:
         if args.key:
             raise UsageError("Give a task KEY or --next, not both.")
-        return client.claim_next(project_from(args, settings), task_class=args.task_class, **options)
+        project = project_from(args, settings)
+        return claim_next_waiting(
+            lambda seconds: client.claim_next(project, task_class=args.task_class, wait=seconds, **options), wait
+        )
     if not args.key:
         raise UsageError("Give a task KEY, or --next (with --project).")
     return client.claim(args.key, **options)
+
+
+def claim_next_waiting(
+    claim_once: Callable[[int], Claim | None], wait: int | None, *, sleep: Callable[[float], None] = time.sleep
+) -> Claim | None:
+    """`--next`: a lost race (TASK_TAKEN) asks again; with `wait` (seconds, `WAIT_FOREVER`: no limit) the
+    server holds each call up to 60 s until a task comes (SPEC §25), and the CLI asks again until `wait`
+    has passed. None: nothing claimable (and nothing came in time)."""
+    deadline = None if wait is None or wait < 0 else time.monotonic() + wait
+    taken = 0
+    while True:
+        if wait is None:
+            seconds = 0
+        elif deadline is None:
+            seconds = SERVER_WAIT_MAX_SECONDS
+        else:
+            seconds = min(SERVER_WAIT_MAX_SECONDS, max(0, math.ceil(deadline - time.monotonic())))
+        try:
+            claim = claim_once(seconds)
+        except LeaseholdError as refusal:
+            if refusal.code != "TASK_TAKEN" or taken >= TAKEN_RETRIES:
+                raise
+            taken += 1
+            sleep(min(2.0, 0.05 * taken))  # others are claiming the same tasks: let them
+            continue
+        if claim is not None or wait is None or (deadline is not None and time.monotonic() >= deadline):
+            return claim
 
 
 def claim_text(claim: Claim) -> str:

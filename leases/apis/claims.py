@@ -15,20 +15,33 @@ from rest_framework.response import Response
 
 from api.auth import caller_of
 from api.base import ApiView
+from api.claim_wait import MAX_WAIT_SECONDS, NotYet, wait_for_claim
 from api.inputs import body_input
 from api.mutations import MutationResult, run_mutation
 from api.schema import IDEMPOTENCY_KEY, WRITE_ERRORS, error_responses
+from core.errors import TaskTaken
 from environments.models import EnvironmentKind
 from leases.apis.fields import BranchNameField, CommitIdField, EnvironmentNameField, paths_field
 from leases.apis.projections import attempt_summary, held_compact_task
 from leases.apis.serializers import AttemptSummarySerializer, CompactTaskSerializer, WorkContextSerializer
 from leases.context import work_context
+from leases.selectors import claimable_tasks
 from leases.services import LeaseGrant, lease_claim, lease_claim_next
 from ledger import clock
 from ledger.models import PathsMode
 from ledger.selectors import project_by_slug, task_by_key
 
 LEASE_SECONDS_MAX_INPUT = 2**31 - 1
+
+
+def wait_field(what: str) -> serializers.IntegerField:
+    return serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=MAX_WAIT_SECONDS,
+        default=0,
+        help_text=f"Seconds to wait for {what} when there is none yet (0: answer at once); 204 at the deadline.",
+    )
 
 
 class ClaimInputSerializer(serializers.Serializer[Any]):
@@ -119,11 +132,17 @@ class TaskClaimApi(ApiView):
 
 
 class ClaimNextApi(ApiView):
-    """Claim the project's next claimable task (priority, then age); 204 when there is none."""
+    """Claim the project's next claimable task (priority, then age); 204 when there is none.
+
+    With `wait` the server holds the request until a task becomes claimable for
+    you (one waiter per event is woken, not all) or the time is up; a task
+    taken by another agent meanwhile just means waiting on.
+    """
 
     class InputSerializer(ClaimInputSerializer):
         project = serializers.SlugField(max_length=50)
         task_class = serializers.SlugField(required=False, max_length=64)
+        wait = wait_field("a claimable task")
 
     OutputSerializer = ClaimOutputSerializer
 
@@ -139,12 +158,48 @@ class ClaimNextApi(ApiView):
     )
     def post(self, request: Request) -> Response:
         data = body_input(self.InputSerializer, request)
-        slug = data.pop("project")
+        slug, wait = data.pop("project"), data.pop("wait")
         agent = caller_of(request).require_agent()
+        if not wait:
 
-        def work() -> MutationResult:
-            project = project_by_slug(slug, agent=agent)
-            grant = lease_claim_next(project=project, agent=agent, **data)
-            return MutationResult(status=204) if grant is None else claim_result(grant)
+            def work() -> MutationResult:
+                project = project_by_slug(slug, agent=agent)
+                grant = lease_claim_next(project=project, agent=agent, **data)
+                return MutationResult(status=204) if grant is None else claim_result(grant)
 
-        return run_mutation(request, work)
+            return run_mutation(request, work)
+
+        project = project_by_slug(slug, agent=agent)
+
+        def try_claim(final: bool) -> Response | None:
+            def work() -> MutationResult:
+                try:
+                    grant = lease_claim_next(project=project, agent=agent, **data)
+                except TaskTaken:
+                    grant = None  # a lost race: wait on
+                if grant is None and not final:
+                    raise NotYet
+                return MutationResult(status=204) if grant is None else claim_result(grant)
+
+            try:
+                return run_mutation(request, work)
+            except NotYet:
+                return None
+
+        def more_claimable() -> bool:
+            return claimable_tasks(project=project, now=clock.now(), by_anyone=True).exists()
+
+        def looks_claimable() -> bool:
+            return claimable_tasks(
+                project=project, now=clock.now(), agent=agent, task_class=data.get("task_class")
+            ).exists()
+
+        return wait_for_claim(
+            request,
+            project_ids=(project.pk,),
+            queue="work",
+            seconds=wait,
+            try_claim=try_claim,
+            more_claimable=more_claimable,
+            looks_claimable=looks_claimable,
+        )

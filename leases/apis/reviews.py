@@ -17,13 +17,16 @@ from rest_framework.response import Response
 
 from api.auth import caller_of
 from api.base import ApiView
+from api.claim_wait import NotYet, wait_for_claim
 from api.inputs import PageQuery, body_input, decode_cursor, encode_cursor, query_input
 from api.mutations import MutationResult, run_mutation
 from api.schema import IDEMPOTENCY_KEY, NON_BLANK_TEXT_PATTERN, READ_ERRORS, WRITE_ERRORS, error_responses
-from leases.apis.claims import LEASE_SECONDS_MAX_INPUT, ClaimOutputSerializer, claim_result
+from core.errors import TaskTaken
+from leases.apis.claims import LEASE_SECONDS_MAX_INPUT, ClaimOutputSerializer, claim_result, wait_field
 from leases.models import ReviewRequest, ReviewStatus
 from leases.selectors import review_by_id, reviews_visible_to
 from leases.services import ReviewGrant, review_claim, review_claim_next
+from leases.services.review_claims import claimable_reviews
 from ledger import clock
 from ledger.selectors import project_by_slug
 
@@ -167,10 +170,14 @@ class ReviewClaimApi(ApiView):
 
 
 class ReviewNextApi(ApiView):
-    """Claim the project's oldest open review that is not your own work; 204 when there is none."""
+    """Claim the project's oldest open review that is not your own work; 204 when there is none.
+
+    With `wait` the server holds the request until a review opens for you or the time is up.
+    """
 
     class InputSerializer(ReviewClaimInput):
         project = serializers.SlugField(max_length=50)
+        wait = wait_field("an open review")
 
     @extend_schema(
         operation_id="reviews_next",
@@ -184,12 +191,46 @@ class ReviewNextApi(ApiView):
     )
     def post(self, request: Request) -> Response:
         data = body_input(self.InputSerializer, request)
-        slug = data.pop("project")
+        slug, wait = data.pop("project"), data.pop("wait")
         agent = caller_of(request).require_agent()
+        if not wait:
 
-        def work() -> MutationResult:
-            project = project_by_slug(slug, agent=agent)
-            granted = review_claim_next(project=project, agent=agent, **data)
-            return MutationResult(status=204) if granted is None else review_claim_result(granted)
+            def work() -> MutationResult:
+                project = project_by_slug(slug, agent=agent)
+                granted = review_claim_next(project=project, agent=agent, **data)
+                return MutationResult(status=204) if granted is None else review_claim_result(granted)
 
-        return run_mutation(request, work)
+            return run_mutation(request, work)
+
+        project = project_by_slug(slug, agent=agent)
+
+        def try_claim(final: bool) -> Response | None:
+            def work() -> MutationResult:
+                try:
+                    granted = review_claim_next(project=project, agent=agent, **data)
+                except TaskTaken:
+                    granted = None  # a lost race: wait on
+                if granted is None and not final:
+                    raise NotYet
+                return MutationResult(status=204) if granted is None else review_claim_result(granted)
+
+            try:
+                return run_mutation(request, work)
+            except NotYet:
+                return None
+
+        def more_claimable() -> bool:
+            return claimable_reviews(project=project, agent=None, now=clock.now()).exists()
+
+        def looks_claimable() -> bool:
+            return claimable_reviews(project=project, agent=agent, now=clock.now()).exists()
+
+        return wait_for_claim(
+            request,
+            project_ids=(project.pk,),
+            queue="review",
+            seconds=wait,
+            try_claim=try_claim,
+            more_claimable=more_claimable,
+            looks_claimable=looks_claimable,
+        )

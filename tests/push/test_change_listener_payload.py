@@ -14,7 +14,7 @@ from django.db import connection
 from ledger.actors import SYSTEM
 from ledger.models import EventType
 from ledger.services import event_append
-from push.waiting import _parse
+from push.waiting import _parse, _parse_types
 from tests.factories import ProjectFactory
 
 
@@ -23,6 +23,13 @@ def test_an_empty_payload_wakes_no_one_and_raises_nothing():
     assert _parse(" ") is None
     assert _parse("42 3,0") == {3: 42, 0: 42}
     assert _parse("42 *") == 42
+    assert _parse("42 3,0 3:task.created,0:agent.created,3:note.added") == {3: 42, 0: 42}
+    assert _parse_types("42 3,0 3:task.created,0:agent.created,3:note.added") == {
+        3: frozenset({"task.created", "note.added"}),
+        0: frozenset({"agent.created"}),
+    }
+    assert _parse_types("42 3,0 ") is None  # the types left out (too many): any type may have committed
+    assert _parse_types("42 3,0") is None  # the trigger before ledger.0015
 
 
 @pytest.mark.django_db(transaction=True)
@@ -44,4 +51,6 @@ def test_an_insert_of_no_row_sends_no_notification_and_an_event_sends_its_own():
             )
         assert [n.payload for n in listener.notifies(timeout=0.5)] == []
         event = event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
-        assert [n.payload for n in listener.notifies(timeout=2.0, stop_after=1)] == [f"{event.id} {project.pk}"]
+        assert [n.payload for n in listener.notifies(timeout=2.0, stop_after=1)] == [
+            f"{event.id} {project.pk} {project.pk}:task.updated"  # the types since ledger.0015 (SPEC §25)
+        ]

@@ -1,0 +1,118 @@
+"""`"wait": seconds` on the claim-next doors (SPEC §25): park until a task is claimable for this caller.
+
+`wait_for_claim(request, *, project_ids, queue, seconds, try_claim, more_claimable)`
+runs a claim-next view's `try_claim` until it answers or `seconds` pass:
+
+- `try_claim(final)` makes one claim attempt and returns the response, or
+  None for "nothing for me now" (nothing claimable, or a lost race); with
+  `final` (the deadline has passed) it must return a response (the 204).
+  Under an `Idempotency-Key` a None must leave nothing stored: raise
+  `NotYet` inside the mutation's work and return None for it (the pending
+  record rolls back; see `leases.idempotency`).
+- `more_claimable()` says whether anything is still claimable in the project
+  for anyone; asked only after a try that answered a wake, to pass the wake
+  on (`push.claim_waiters`).
+- `looks_claimable()` (optional) is a cheap read: whether anything looks
+  claimable for this caller. A woken waiter asks it first and skips the claim
+  (its write transaction) when it says no: each server process wakes one of
+  its own waiters per commit, so most wakes in a multi-process server find
+  the task already gone.
+
+With nothing for it, the request takes a waiter's slot (`admit_waiter`,
+RATE_LIMITED past the limits) and parks in the registry of claim waiters,
+keyed by (project, queue): under the parking worker it holds no thread
+(`core.parking`; its ticket rides along in `CARRY_KEY`), elsewhere it waits
+in its thread. Woken, it tries again; at the deadline it tries a last time and
+answers 204. A waiter that goes away while it owes a wake an answer passes
+the wake on (the slot's release closes its ticket).
+
+For `POST /landings/next/`: the same call with `queue="land"`; `try_claim`
+runs the lander's claim (None: nothing to land), `more_claimable` whether a
+delivered task is still waiting to land.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from core.parking import CARRY_KEY, DEADLINE_KEY, PARK_KEY
+from ledger.apis.changes import admit_waiter
+from push.claim_waiters import Ticket, claim_waiters
+
+MAX_WAIT_SECONDS = 60
+
+
+class NotYet(Exception):
+    """Raised inside a waiting claim's work when it found nothing for this caller: nothing is stored."""
+
+
+def wait_for_claim(
+    request: Request,
+    *,
+    project_ids: Iterable[int],
+    queue: str,
+    seconds: int,
+    try_claim: Callable[[bool], Response | None],
+    more_claimable: Callable[[], bool],
+    looks_claimable: Callable[[], bool] | None = None,
+) -> Response:
+    """Answer a claim-next request that may wait (see the module docstring)."""
+    carried = request.META.get(CARRY_KEY)
+    if seconds <= 0 and not isinstance(carried, Ticket):
+        answer = try_claim(True)
+        assert answer is not None
+        return answer
+    resumed = DEADLINE_KEY in request.META  # a parked request run again: the worker holds its slot
+    deadline: float = request.META.get(DEADLINE_KEY) or time.monotonic() + seconds
+    registry = claim_waiters()
+    ticket = carried if isinstance(carried, Ticket) else registry.ticket(projects=project_ids, queue=queue)
+    owned_by_worker = False
+    release: Callable[[], None] | None = None
+    try:
+        while True:
+            final = time.monotonic() >= deadline
+            if ticket.chain is not None and not final and looks_claimable is not None and not looks_claimable():
+                answer = None  # woken, but nothing is there for this caller: no claim's write transaction
+            else:
+                answer = try_claim(final)
+            if ticket.chain is not None:  # this try answered a wake: pass it on if someone else could use it
+                registry.settle(ticket, pass_on=more_claimable())
+            if answer is not None:
+                return answer
+            if release is None and not resumed:
+                release = _closing(admit_waiter(request), ticket)
+            park = request.META.get(PARK_KEY)
+            if park is not None:
+
+                def subscribe(wake: Callable[[], None]) -> Callable[[], None]:
+                    return registry.park(ticket, wake)
+
+                park(deadline=deadline, subscribe=subscribe, release=release, carry=ticket)
+                owned_by_worker = True  # the slot's release (with the ticket's close) is the worker's now
+                return Response(status=204)  # never sent: the worker runs this request again when woken
+            woken = threading.Event()
+            cancel = registry.park(ticket, woken.set)
+            try:
+                woken.wait(max(0.0, deadline - time.monotonic()))
+            finally:
+                cancel()
+    finally:
+        if not owned_by_worker and not resumed:
+            if release is not None:
+                release()
+            registry.close(ticket)
+
+
+def _closing(release: Callable[[], None], ticket: Ticket) -> Callable[[], None]:
+    """The waiter's slot release that also closes its ticket: however the parked request ends."""
+
+    def release_and_close() -> None:
+        release()
+        claim_waiters().close(ticket)
+
+    return release_and_close

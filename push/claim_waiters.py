@@ -1,0 +1,301 @@
+"""Waiting for work, targeted (SPEC §25): one committed event that can make work claimable wakes ONE waiter.
+
+The process's one `ClaimWaiters` (`claim_waiters()`) keeps the requests that
+wait on `POST /claims/next/`, `/reviews/next/` (and `/landings/next/`) in a
+queue per (project, queue), queue ∈ `QUEUES`, oldest first. It listens to
+the process's event watcher (`push.waiting`): a commit of a type in
+`WAKING_TYPES[queue]` in a project wakes the oldest parked waiter of that
+project and queue — one per commit, never the herd. What happens next is a
+*chain*, passed from waiter to waiter:
+
+- The woken waiter tries to claim, then `settle(ticket, pass_on=...)`:
+  `pass_on` is whether anything is still claimable in the project for anyone
+  (after a success: another task remains; after a refusal — labels, a path
+  reservation, a lost race — the task is there but not for this waiter). The
+  chain then wakes the next waiter of that project and queue that it has not
+  woken yet, so a claimable task is never stranded while someone who could
+  take it waits, and no waiter is tried twice for one event.
+- A waiter that goes away while it owes an answer (client gone, error) is
+  `close`d, which passes the chain on.
+- An event that arrives while a waiter is trying (not parked) is not lost:
+  each (project, queue) counts its waking commits, a ticket remembers the
+  count it last looked at, and `park` wakes it at once when it moved.
+
+The door's side (`api.claim_wait.wait_for_claim` runs it for a view):
+
+    registry = claim_waiters()
+    ticket = registry.ticket(projects=frozenset({project.pk}), queue="work")  # before the first try
+    try:
+        while True:
+            answer = try_claim()                           # the view's own claim; None: nothing for me
+            if ticket.chain is not None:                   # this try answered a wake
+                registry.settle(ticket, pass_on=more_claimable())
+            if answer is not None or deadline passed:
+                return answer or 204
+            woken = threading.Event()
+            cancel = registry.park(ticket, woken.set)      # or under the parking worker: park(subscribe=...)
+            woken.wait(remaining); cancel()
+    finally:
+        registry.close(ticket)
+
+For the "land" queue (`POST /landings/next/`): the lander's view calls
+`api.claim_wait.wait_for_claim(request, project_ids=..., queue="land",
+seconds=..., try_claim=..., more_claimable=...)` exactly as the claim views do;
+`WAKING_TYPES["land"]` lists what wakes it (a task delivered, a landing
+ending: landed, conflict, check failed, target moved, expired).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from ledger.models import EventType
+from push.waiting import Committed, event_watcher
+
+logger = logging.getLogger(__name__)
+
+QUEUES = ("work", "review", "land")
+
+# Ended attempts free their task (and its paths, its environment) for the next claim.
+_ATTEMPT_ENDED = {
+    EventType.ATTEMPT_EXPIRED,
+    EventType.ATTEMPT_RELEASED,
+    EventType.ATTEMPT_FINISHED,
+    EventType.ATTEMPT_REVOKED,
+    EventType.ATTEMPT_DISCARDED,
+}
+
+# The event types that can make something claimable in a queue. Anything else (notes, git facts, claims,
+# comments, findings, renewals) never wakes a waiter.
+WAKING_TYPES: dict[str, frozenset[str]] = {
+    "work": frozenset(
+        {
+            *_ATTEMPT_ENDED,
+            EventType.TASK_CREATED,
+            EventType.TASK_STATUS_CHANGED,  # to ready, or a blocker done
+            EventType.TASK_UPDATED,  # labels, class, priority, paths
+            EventType.TASK_DEPENDENCY_REMOVED,
+            EventType.TASK_REASSIGNED,
+            EventType.TASK_RESERVATION_CLEARED,
+            EventType.TASK_QUARANTINE_RELEASED,
+            EventType.REVIEW_CHANGES_REQUESTED,
+            EventType.BUDGET_SET,
+            EventType.ENVIRONMENT_CREATED,
+            EventType.ENVIRONMENT_RELEASED,
+            EventType.ENVIRONMENT_RESTORED,
+            EventType.AGENT_PROJECTS_CHANGED,
+            EventType.AGENT_REACTIVATED,
+            EventType.LANDING_CONFLICT,  # the task goes back to ready
+            EventType.LANDING_CHECK_FAILED,
+        }
+    ),
+    "review": frozenset(
+        {
+            *_ATTEMPT_ENDED,
+            EventType.REVIEW_REQUESTED,
+            EventType.REVIEW_SUPERSEDED,
+            EventType.TASK_STATUS_CHANGED,
+            EventType.TASK_QUARANTINE_RELEASED,
+            EventType.AGENT_PROJECTS_CHANGED,
+        }
+    ),
+    # A task delivered, or a landing ending (the target is free again): the lead's `/landings/next/`.
+    "land": frozenset(
+        {
+            EventType.TASK_DELIVERED,
+            EventType.TASK_STATUS_CHANGED,
+            EventType.TASK_LANDED,
+            EventType.LANDING_CONFLICT,
+            EventType.LANDING_CHECK_FAILED,
+            EventType.LANDING_TARGET_MOVED,
+            EventType.LANDING_EXPIRED,
+            EventType.LANDING_SETTINGS_CHANGED,
+            EventType.ATTEMPT_FINISHED,
+            EventType.TASK_QUARANTINE_RELEASED,
+        }
+    ),
+}
+
+
+@dataclass(eq=False)
+class Chain:
+    """One wake travelling through the waiters of (project, queue): whom it has woken so far."""
+
+    project: int
+    queue: str
+    tried: set[int] = field(default_factory=set)
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One waiting request, from before its first try until it answers (it survives parking)."""
+
+    key: int
+    projects: frozenset[int]
+    queue: str
+    # The waking commits counted per project when this waiter last looked (see `park`).
+    seen: dict[int, int]
+    wake: Callable[[], None] | None = None  # set while parked
+    chain: Chain | None = None  # the wake this waiter owes an answer for
+    closed: bool = False
+
+
+class ClaimWaiters:
+    def __init__(self, listen: Callable[[Callable[[Committed], None]], Callable[[], None]] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._queues: dict[tuple[int, str], OrderedDict[int, Ticket]] = {}
+        self._counts: dict[tuple[int, str], int] = {}
+        self._live: dict[int, Ticket] = {}  # every ticket not closed, parked or trying
+        self._next_key = 0
+        self._listen = listen if listen is not None else (lambda listener: event_watcher().listen(listener))
+        self._unlisten: Callable[[], None] | None = None
+        self.wakes = 0  # every wake handed out, for tests and the bench
+
+    # --- the door's side ----------------------------------------------------
+
+    def ticket(self, *, projects: Iterable[int], queue: str) -> Ticket:
+        """A waiter about to try for the first time; take it before that try, so nothing committed after is missed."""
+        if queue not in QUEUES:
+            raise ValueError(f"Unknown queue {queue!r}.")
+        projects = frozenset(projects)
+        with self._lock:
+            key = self._next_key
+            self._next_key += 1
+            ticket = Ticket(key, projects, queue, {p: self._counts.get((p, queue), 0) for p in projects})
+            self._live[key] = ticket
+            if self._unlisten is None:
+                # Under the lock: the watcher calls `committed` outside its own lock, so no cycle.
+                self._unlisten = self._listen(self.committed)
+        return ticket
+
+    def park(self, ticket: Ticket, wake: Callable[[], None]) -> Callable[[], None]:
+        """Queue the waiter until a waking commit; `wake()` at once if one came since it last looked.
+
+        Returns the cancel (safe after a wake, and twice)."""
+        fire: Chain | None = None
+        with self._lock:
+            if ticket.closed:
+                return lambda: None
+            for project in sorted(ticket.projects):
+                if self._counts.get((project, ticket.queue), 0) != ticket.seen.get(project, 0):
+                    fire = Chain(project, ticket.queue, {ticket.key})
+                    break
+            if fire is None:
+                ticket.wake = wake
+                for project in ticket.projects:
+                    self._queues.setdefault((project, ticket.queue), OrderedDict())[ticket.key] = ticket
+            else:
+                self._woken(ticket, fire)
+        if fire is not None:
+            wake()
+        return lambda: self._cancel(ticket)
+
+    def settle(self, ticket: Ticket, *, pass_on: bool) -> None:
+        """The woken waiter has tried; pass the wake on to the next waiter when something is still claimable."""
+        with self._lock:
+            chain, ticket.chain = ticket.chain, None
+            wake = self._pass(chain) if chain is not None and pass_on else None
+        if wake is not None:
+            wake()
+
+    def close(self, ticket: Ticket) -> None:
+        """The waiter is done (answered, gone, failed); a wake it still owed an answer for goes on."""
+        with self._lock:
+            if ticket.closed:
+                return
+            ticket.closed = True
+            self._remove(ticket)
+            chain, ticket.chain = ticket.chain, None
+            wake = self._pass(chain) if chain is not None else None
+            self._live.pop(ticket.key, None)
+            if not self._live and self._unlisten is not None:
+                self._unlisten()
+                self._unlisten = None
+        if wake is not None:
+            wake()
+
+    def waiting(self, project: int | None = None, queue: str | None = None) -> int:
+        """Parked waiters, in all or one project and queue."""
+        with self._lock:
+            keys = {
+                key
+                for (p, q), tickets in self._queues.items()
+                if (project is None or p == project) and (queue is None or q == queue)
+                for key in tickets
+            }
+            return len(keys)
+
+    # --- the watcher's side ---------------------------------------------------
+
+    def committed(self, heard: Committed) -> None:
+        """Events committed (`push.waiting` listener): one wake per project and queue that a type can serve."""
+        to_wake: list[Callable[[], None]] = []
+        with self._lock:
+            if heard is None:  # the listener (re)connected: anything may have happened anywhere
+                pairs = {(project, t.queue) for t in self._live.values() for project in t.projects}
+            else:
+                pairs = {
+                    (project, queue)
+                    for project, types in heard.items()
+                    for queue in QUEUES
+                    if types is None or not types.isdisjoint(WAKING_TYPES[queue])
+                }
+            for pair in pairs:
+                self._counts[pair] = self._counts.get(pair, 0) + 1
+                wake = self._pass(Chain(*pair))
+                if wake is not None:
+                    to_wake.append(wake)
+        for wake in to_wake:
+            wake()
+
+    # --- with the lock held ---------------------------------------------------
+
+    def _pass(self, chain: Chain) -> Callable[[], None] | None:
+        """The oldest parked waiter of the chain's queue it has not woken yet, woken (its wake returned)."""
+        queue = self._queues.get((chain.project, chain.queue))
+        if not queue:
+            return None
+        for key, ticket in queue.items():
+            if key not in chain.tried:
+                chain.tried.add(key)
+                wake = ticket.wake
+                self._woken(ticket, chain)
+                return wake
+        return None
+
+    def _woken(self, ticket: Ticket, chain: Chain) -> None:
+        self._remove(ticket)
+        ticket.chain = chain
+        ticket.seen = {p: self._counts.get((p, ticket.queue), 0) for p in ticket.projects}
+        self.wakes += 1
+
+    def _remove(self, ticket: Ticket) -> None:
+        ticket.wake = None
+        for project in ticket.projects:
+            queue = self._queues.get((project, ticket.queue))
+            if queue is not None:
+                queue.pop(ticket.key, None)
+                if not queue:
+                    del self._queues[(project, ticket.queue)]
+
+    def _cancel(self, ticket: Ticket) -> None:
+        with self._lock:
+            if ticket.wake is not None:
+                self._remove(ticket)
+
+
+_registry: ClaimWaiters | None = None
+_registry_lock = threading.Lock()
+
+
+def claim_waiters() -> ClaimWaiters:
+    """The process's one registry of claim waiters."""
+    global _registry
+    with _registry_lock:
+        if _registry is None:
+            _registry = ClaimWaiters()
+        return _registry
