@@ -13,11 +13,11 @@ from django.utils.safestring import SafeString
 
 from console.base import EMPTY, ReadOnlyInline, badge, lease_remaining, moment
 from leases.models import Attempt
-from leases.selectors import EFFECTIVE_STATUSES, IN_PROGRESS, IN_REVIEW, live_attempts
+from leases.selectors import EFFECTIVE_STATUSES, IN_PROGRESS, IN_REVIEW, LANDING, live_attempts
 from ledger import clock
 from ledger.models import Task, TaskDependency, TaskStatus
 
-EFFECTIVE_LABELS = {**dict(TaskStatus.choices), IN_PROGRESS: "In progress", IN_REVIEW: "In review"}
+EFFECTIVE_LABELS = {**dict(TaskStatus.choices), IN_PROGRESS: "In progress", IN_REVIEW: "In review", LANDING: "Landing"}
 NOBODY = "__nobody__"
 CLOSED = (TaskStatus.DONE, TaskStatus.CANCELLED)
 
