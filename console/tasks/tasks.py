@@ -52,12 +52,13 @@ from console.tasks.parts import (
     status_cell,
 )
 from console.tasks.planning import TaskPlanningMixin, present_blockers, status_buttons
-from console.tasks.quarantine import release_quarantined
+from console.tasks.quarantine import release_quarantined, release_view
 from console.tasks.revoke import TaskRevokeMixin
 from core.errors import LedgerError
 from leases.models import Attempt
 from leases.selectors import with_claimability
 from leases.services import task_update
+from leases.services.quarantine import is_quarantined
 from ledger import clock
 from ledger.models import ALLOWED_TRANSITIONS, PathsMode, Task, TaskComment, TaskDependency, TaskStatus
 from ledger.services import task_create, task_reservation_clear
@@ -189,6 +190,7 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
                 lease_left=lease_remaining(getattr(task, "lease_expires_at", None), clock.now()),
                 status_buttons=status_buttons(task),
                 can_cancel=TaskStatus.CANCELLED in ALLOWED_TRANSITIONS[task.status],
+                quarantined=is_quarantined(task),
                 blockers=present_blockers(task, now=clock.now()),
                 queue_url=reverse("admin:ledger_task_queue", args=[task.project.slug]),
                 graph=task_graph_panel(task),
@@ -321,6 +323,11 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
             path("<path:object_id>/force-release/", wrap(self.force_release_view), name="ledger_task_force_release"),
             path("<path:object_id>/reassign/", wrap(self.reassign_view), name="ledger_task_reassign"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name="ledger_task_cancel"),
+            path(
+                "<path:object_id>/release-quarantine/",
+                wrap(lambda request, object_id: release_view(self, request, object_id)),
+                name="ledger_task_release_quarantine",
+            ),
             *self.planning_urls(),
         ]
         return own + super().get_urls()
