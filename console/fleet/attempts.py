@@ -174,7 +174,7 @@ class AttemptAdmin(EstimatedCountMixin, ReadOnlyAdmin):
     def lease(self, attempt: Attempt) -> Any:
         if attempt.status != AttemptStatus.ACTIVE:
             return moment(attempt.finished_at)
-        return lease_remaining(attempt.lease_expires_at, clock.now())
+        return lease_remaining(attempt.lease_expires_at, clock.now(), attempt.lease_seconds)
 
     @admin.display(description="label")
     def label_text(self, attempt: Attempt) -> SafeString:

@@ -23,6 +23,7 @@ from django.urls import reverse
 from django.utils.safestring import SafeString
 
 from console.audit.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration
+from console.base import lease_level
 from console.fleet.charts import Stack, bar_chart, rate_chart
 from console.fleet.jobs_health import JobsView, jobs_view
 from console.permissions import DASHBOARD_PANELS
@@ -210,7 +211,7 @@ def expiring_leases(now: datetime) -> tuple[list[ExpiringLease], int]:
         ExpiringLease(
             attempt=attempt,
             left=human_duration((attempt.lease_expires_at - now).total_seconds()),
-            urgent=(attempt.lease_expires_at - now) < timedelta(minutes=1),
+            urgent=lease_level((attempt.lease_expires_at - now).total_seconds(), attempt.lease_seconds) == "lh-urgent",
             task_url=reverse("admin:ledger_task_change", args=[attempt.task_id]),
             attempt_url=reverse("admin:leases_attempt_change", args=[attempt.pk]),
         )

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
-from console.base import actor_of, lease_remaining, plural
+from console.base import actor_of, plural, task_lease_left
 from console.confirm import CancelForm, Confirmation, is_confirmed, render_confirmation
 from console.fleet.agent_health import revoke_liveness
 from core.errors import LedgerError
@@ -73,7 +73,7 @@ class TaskCancelMixin:
                         task.key,
                         self.effective_status_badge(task),
                         self.holder(task),
-                        lease_remaining(getattr(task, "lease_expires_at", None), now),
+                        task_lease_left(task, now),
                         task.title,
                     ],
                 )

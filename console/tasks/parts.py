@@ -212,7 +212,7 @@ class AttemptInline(ReadOnlyInline):
     def lease_or_finish(self, attempt: Attempt) -> Any:
         if attempt.finished_at is not None:
             return moment(attempt.finished_at)
-        return lease_remaining(attempt.lease_expires_at, clock.now())
+        return lease_remaining(attempt.lease_expires_at, clock.now(), attempt.lease_seconds)
 
     @admin.display(description="outcome")
     def outcome(self, attempt: Attempt) -> str:

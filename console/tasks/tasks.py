@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import F, QuerySet
+from django.db.models import F, OuterRef, QuerySet, Subquery
 from django.forms import BaseForm
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
@@ -33,9 +33,9 @@ from console.base import (
     ServiceFormAdmin,
     actor_of,
     badge,
-    lease_remaining,
     moment,
     plural,
+    task_lease_left,
 )
 from console.reports.budgets import set_budget_action, spent_text
 from console.reports.graph import task_graph_panel
@@ -56,7 +56,7 @@ from console.tasks.quarantine import release_quarantined, release_view
 from console.tasks.revoke import TaskRevokeMixin
 from core.errors import LedgerError
 from leases.models import Attempt
-from leases.selectors import with_claimability
+from leases.selectors import live_attempts, with_claimability
 from leases.services import task_update
 from leases.services.quarantine import is_quarantined
 from ledger import clock
@@ -121,7 +121,12 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
-        return with_claimability(super().get_queryset(request), now=clock.now())
+        now = clock.now()
+        # The live lease's length, so that lease-left is coloured by the share left (console.base.lease_level).
+        live_length = live_attempts(now).filter(task=OuterRef("pk")).values("lease_seconds")[:1]
+        return with_claimability(super().get_queryset(request), now=now).annotate(
+            holder_lease_seconds=Subquery(live_length)
+        )
 
     # --- the add form and the read-only change page -------------------------
 
@@ -187,7 +192,7 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
                 has_live_lease=getattr(task, "holder_attempt_id", None) is not None,
                 effective_badge=self.effective_status_badge(task),
                 claimability=claimability_cell(task),
-                lease_left=lease_remaining(getattr(task, "lease_expires_at", None), clock.now()),
+                lease_left=task_lease_left(task, clock.now()),
                 status_buttons=status_buttons(task),
                 can_cancel=TaskStatus.CANCELLED in ALLOWED_TRANSITIONS[task.status],
                 quarantined=is_quarantined(task),
@@ -222,7 +227,7 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
     # Soonest-expiring first, tasks without a live lease last, on PostgreSQL and SQLite alike.
     @admin.display(description="lease left", ordering=F("lease_expires_at").asc(nulls_last=True))
     def lease_remaining_display(self, task: Task) -> SafeString:
-        return lease_remaining(getattr(task, "lease_expires_at", None), clock.now())
+        return task_lease_left(task, clock.now())
 
     @admin.display(description="label")
     def current_label(self, task: Task) -> SafeString:
