@@ -55,7 +55,7 @@ from console.tasks.planning import TaskPlanningMixin, present_blockers, status_b
 from console.tasks.quarantine import release_quarantined, release_view
 from console.tasks.revoke import TaskRevokeMixin
 from core.errors import LedgerError
-from leases.models import Attempt
+from leases.models import PENDING_REVIEW_STATUSES, Attempt, ReviewRequest
 from leases.selectors import live_attempts, with_claimability
 from leases.services import task_update
 from leases.services.quarantine import is_quarantined
@@ -196,6 +196,9 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
                 status_buttons=status_buttons(task),
                 can_cancel=TaskStatus.CANCELLED in ALLOWED_TRANSITIONS[task.status],
                 quarantined=is_quarantined(task),
+                review_request_id=ReviewRequest.objects.filter(task=task, status__in=PENDING_REVIEW_STATUSES)
+                .values_list("pk", flat=True)
+                .first(),
                 blockers=present_blockers(task, now=clock.now()),
                 queue_url=reverse("admin:ledger_task_queue", args=[task.project.slug]),
                 graph=task_graph_panel(task),
