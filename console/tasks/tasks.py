@@ -39,6 +39,7 @@ from console.base import (
 )
 from console.reports.budgets import set_budget_action, spent_text
 from console.reports.graph import task_graph_panel
+from console.tasks.board import board_view
 from console.tasks.cancel import TaskCancelMixin
 from console.tasks.parts import (
     AttemptInline,
@@ -201,6 +202,7 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
                 .first(),
                 blockers=present_blockers(task, now=clock.now()),
                 queue_url=reverse("admin:ledger_task_queue", args=[task.project.slug]),
+                board_url=reverse("admin:ledger_task_board", args=[task.project.slug]),
                 graph=task_graph_panel(task),
             )
         return super().change_view(request, object_id, form_url, extra)
@@ -331,6 +333,12 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
             path("<path:object_id>/force-release/", wrap(self.force_release_view), name="ledger_task_force_release"),
             path("<path:object_id>/reassign/", wrap(self.reassign_view), name="ledger_task_reassign"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name="ledger_task_cancel"),
+            path("board/", wrap(lambda request: board_view(self, request)), name="ledger_task_board_index"),
+            path(
+                "board/<slug:slug>/",
+                wrap(lambda request, slug: board_view(self, request, slug)),
+                name="ledger_task_board",
+            ),
             path(
                 "<path:object_id>/release-quarantine/",
                 wrap(lambda request, object_id: release_view(self, request, object_id)),
