@@ -14,7 +14,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -22,7 +22,7 @@ from django.urls import reverse
 
 from console.base import EMPTY, task_lease_left
 from console.tasks.parts import status_cell
-from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, live_attempts, with_lease_state
+from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, live_attempts, with_compact_state, with_lease_state
 from ledger import clock
 from ledger.models import Project, Task, TaskStatus
 
@@ -67,7 +67,8 @@ class Column:
 
 def board_columns(project: Project) -> list[Column]:
     now = clock.now()
-    tasks = with_lease_state(Task.objects.filter(project=project), now=now)
+    # Typed Any: `effective_status` is an annotation the stubs cannot see.
+    tasks: QuerySet[Any] = with_lease_state(Task.objects.filter(project=project), now=now)
     counts = dict(tasks.order_by().values_list("effective_status").annotate(n=Count("id")))
     live_length = live_attempts(now).filter(task=OuterRef("pk")).values("lease_seconds")[:1]
     list_url = reverse("admin:ledger_task_changelist")
@@ -76,8 +77,10 @@ def board_columns(project: Project) -> list[Column]:
         column = Column(status=status, label=label, count=counts.get(status, 0))
         column.all_url = list_url + "?" + urlencode({"project__id__exact": project.pk, "effective_status": status})
         if column.count:
+            # With `blocked_by_count`, so a ready task that waits for another says "Ready (blocked)".
+            cards: QuerySet[Any] = with_compact_state(Task.objects.filter(project=project), now=now)
             rows = (
-                tasks.filter(effective_status=status)
+                cards.filter(effective_status=status)
                 .annotate(holder_lease_seconds=Subquery(live_length))
                 .select_related("project")
                 .order_by("-priority", "number")[:CARDS_SHOWN]

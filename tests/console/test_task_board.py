@@ -50,7 +50,17 @@ def test_every_effective_status_has_its_column_with_its_tasks(manager_client, we
     assert "Keeps failing" in column(body, "blocked")
     assert "Quarantined" in column(body, "blocked")
     assert "Another project's" not in body
+    assert "Ready (blocked)" not in column(body, "ready")
     assert "Held <work>" not in body
+
+
+def test_a_ready_task_waiting_for_another_says_so(manager_client, web):
+    from ledger.actors import SYSTEM
+    from ledger.services import dependency_add
+
+    waiting = Task.objects.get(title="Waiting work")
+    dependency_add(task=waiting, blocked_by=Task.objects.get(title="Not yet"), actor=SYSTEM)
+    assert "Ready (blocked)" in column(manager_client.get(f"{BOARD}web/").content.decode(), "ready")
 
 
 def test_the_board_refreshes_itself_unless_stopped(manager_client, web):
