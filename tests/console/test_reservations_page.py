@@ -6,6 +6,7 @@ import pytest
 
 from core.errors import PathsReserved
 from leases.services import attempt_release, lease_claim
+from ledger.models import EventType
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 from tests.leases.helpers import proof_of
 
@@ -59,10 +60,11 @@ def test_a_refusal_shows_in_the_refused_claims_list(ops_client, reserved):
     with pytest.raises(PathsReserved):
         lease_claim(task=other, agent=asker, paths=["src/api/views.py"])
     page = ops_client.get(RESERVATIONS).content.decode()
-    assert "?type=claim.paths_refused" in page
-    events = ops_client.get("/admin/ledger/event/?type=claim.paths_refused").content.decode()
+    refused = EventType.CLAIM_PATHS_REFUSED
+    assert f"?type={refused}" in page
+    events = ops_client.get(f"/admin/ledger/event/?type={refused}").content.decode()
     assert other.key in events
-    assert "claim.paths_refused" in events
+    assert str(refused) in events
 
 
 def test_nobody_adds_or_changes_a_reservation(ops_client, reserved):
