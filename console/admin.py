@@ -19,6 +19,7 @@ from django.contrib import admin
 from console.audit.decisions import DecisionAdmin
 from console.audit.events import EventAdmin
 from console.audit.findings import FindingAdmin
+from console.audit.incidents import IncidentAdmin
 from console.fleet.agents import AgentAdmin
 from console.fleet.allocations import AllocationAdmin
 from console.fleet.attempts import AttemptAdmin
@@ -31,6 +32,7 @@ from console.tasks.reviews import ReviewRequestAdmin
 from console.tasks.tasks import TaskAdmin
 from console.webhooks import WebhookDeliveryAdmin, WebhookEndpointAdmin
 from environments.models import Environment
+from insight.models import Incident
 from leases.models import Allocation, Attempt, PathReservation, ReviewRequest
 from ledger.models import Agent, Decision, Event, Project, Task
 from push.models import WebhookDelivery, WebhookEndpoint
@@ -52,6 +54,7 @@ admin.site.register(ReviewRequest, ReviewRequestAdmin)
 admin.site.register(Decision, DecisionAdmin)
 admin.site.register(WebhookEndpoint, WebhookEndpointAdmin)
 admin.site.register(WebhookDelivery, WebhookDeliveryAdmin)
+admin.site.register(Incident, IncidentAdmin)
 
 # Users, the role groups and django-q2's schedules: nobody deletes them either (console.auth_admin).
 from console.auth_admin import install_no_delete_admins  # noqa: E402

@@ -1,5 +1,8 @@
 """No deletes for anyone, superusers included (bug 11): users, the role groups and django-q2's schedules.
 
+django-q2's failed tasks are shown read-only, to superusers and to `Ledger admins` (who hold
+`django_q.view_failure`, `ledger.permissions.sync_group_permissions`): a job killed at its timeout is there.
+
 Django's own admins for users and groups, and django-q2's for schedules,
 would let a superuser delete the `Ledger admins` / `Managers` groups, a user
 (whose events name them), or `leases.sweep_expired` (sweeping would silently
@@ -27,8 +30,8 @@ from django.contrib.auth.admin import GroupAdmin, UserAdmin
 from django.contrib.auth.models import Group, Permission
 from django.forms import ModelMultipleChoiceField
 from django.http import HttpRequest
-from django_q.admin import ScheduleAdmin
-from django_q.models import Schedule
+from django_q.admin import FailAdmin, ScheduleAdmin
+from django_q.models import Failure, Schedule
 
 from ledger.permissions import LEDGER_ADMINS, MANAGERS
 
@@ -77,6 +80,21 @@ class ReadOnlyScheduleAdmin(ScheduleAdmin):
         return False
 
 
+class ReadOnlyFailureAdmin(FailAdmin):
+    """django-q2's failed tasks, read-only: no retry (a retry runs a job outside its schedule), no delete."""
+
+    actions: Any = ()
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
 def install_no_delete_admins(site: admin.AdminSite) -> None:
     """Replace the stock admins of users, groups and schedules on `site` with the no-delete ones."""
     user_model = get_user_model()
@@ -84,6 +102,7 @@ def install_no_delete_admins(site: admin.AdminSite) -> None:
         (Group, NoDeleteGroupAdmin),
         (user_model, NoDeleteUserAdmin),
         (Schedule, ReadOnlyScheduleAdmin),
+        (Failure, ReadOnlyFailureAdmin),
     ):
         if site.is_registered(model):
             site.unregister(model)

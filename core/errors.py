@@ -143,6 +143,14 @@ class BudgetExhausted(LedgerError):
     default_message = "The budget is spent; finish or release the attempt."
 
 
+class AgentPaused(LedgerError):
+    """An operator paused (drained) the agent: it claims nothing new; its live leases run on."""
+
+    code = "AGENT_PAUSED"
+    http_status = 409
+    default_message = "This agent is paused: it claims no new work; finish or release what it holds."
+
+
 class PathsReserved(LedgerError):
     """SPEC §19: the claim's paths overlap another live attempt's reservation."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 
@@ -15,3 +16,14 @@ def normalise_newlines(value: Any) -> Any:
     if not isinstance(value, str) or "\r" not in value:
         return value
     return value.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def dollars(amount: Any) -> str:
+    """An amount of US dollars as people read it: `$0.15`, `$2.00`, `$0.0042` (never `$0.150000000000000`).
+
+    Cents always show; smaller fractions only when they are there.
+    """
+    value = Decimal(str(amount))
+    if value == value.quantize(Decimal("0.01")):
+        return f"${value:.2f}"
+    return f"${value.normalize():f}"

@@ -11,6 +11,19 @@ or a claim of a live lease. It is **alive** when heard from within 2 minutes
 `LEASEHOLD_AGENT_SILENCE_SECONDS` (the silence that reconciliation's
 `live_lease_dead_agent` acts on), and **silent** after that, since the last
 time it was heard from.
+
+The evidence then overrides the clock (issue 32: a keeper renewing for a
+dead process looked "alive"):
+
+- **silent · renewed**: the reconciler holds an open `live_lease_dead_agent`
+  or `stalled_attempt` finding on one of its attempts and its run heartbeat
+  is not fresh, or its run heartbeat (once sent) is older than the silence
+  limit while its leases are still renewed: something renews, nothing works;
+- **budget spent**: silent, late or never heard from while its daily budget
+  (SPEC §19) is spent today: it is refused, not lost;
+- `paused` (an operator drained it), `quarantined` (tasks quarantined after
+  this agent's failed or expired attempts of the week) and the open findings
+  per condition ride along as flags for the page's badges and links.
 """
 
 from __future__ import annotations
@@ -21,15 +34,20 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Count, Max, Q, QuerySet
 
-from leases.models import Attempt, AttemptStatus, Note, NoteKind
+from leases.models import AgentDailyUsage, Attempt, AttemptStatus, Note, NoteKind
 from leases.selectors import live_attempts
-from ledger.models import Agent
+from leases.services.quarantine import QUARANTINE_REASON_PREFIX
+from ledger.models import Agent, TaskStatus
+from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding
 
 ALIVE_WITHIN = timedelta(minutes=2)
 WEEK = timedelta(days=7)
 # Ends of an attempt that the agent itself wrote.
 AGENT_ENDED = (AttemptStatus.COMPLETED, AttemptStatus.FAILED, AttemptStatus.RELEASED, AttemptStatus.INTERRUPTED)
 ALIVE, LATE, SILENT, NEVER = "alive", "late", "silent", "never heard from"
+SILENT_RENEWED, BUDGET_SPENT = "silent · renewed", "budget spent"
+# The reconciler's word that an agent's process is gone (or stuck) although its lease lives on.
+DEAD_CONDITIONS: tuple[str, ...] = (Condition.LIVE_LEASE_DEAD_AGENT, Condition.STALLED_ATTEMPT)
 
 
 def silence_limit() -> timedelta:
@@ -56,6 +74,43 @@ class AgentHealth:
     failed_7d: int = 0
     expired_7d: int = 0
     last_ended_at: datetime | None = None
+    # Unresolved findings on this agent's attempts, per condition.
+    findings: dict[str, int] = field(default_factory=dict)
+    budget_spent: bool = False
+    quarantined: int = 0
+
+    @property
+    def paused(self) -> bool:
+        return self.agent.claims_paused_at is not None
+
+    @property
+    def dead_findings(self) -> int:
+        return sum(self.findings.get(condition, 0) for condition in DEAD_CONDITIONS)
+
+    @property
+    def open_findings(self) -> int:
+        return sum(self.findings.values())
+
+    @property
+    def renewed_recently(self) -> bool:
+        renewed = self.last_renewed_at
+        return renewed is not None and self.now - renewed <= silence_limit()
+
+    @property
+    def heartbeat_fresh(self) -> bool:
+        age = self.heartbeat_age
+        return age is not None and age <= ALIVE_WITHIN
+
+    @property
+    def presumed_dead(self) -> bool:
+        """The evidence says its process is gone while its leases live on (the findings, or a stopped run
+        heartbeat beside fresh renewals)."""
+        if self.heartbeat_fresh:
+            return False
+        if self.dead_findings:
+            return True
+        age = self.heartbeat_age
+        return age is not None and age > silence_limit() and self.renewed_recently
 
     @property
     def last_heard_at(self) -> datetime | None:
@@ -70,7 +125,12 @@ class AgentHealth:
 
     @property
     def state(self) -> str:
-        return liveness(self.last_heard_at, self.now)
+        if self.presumed_dead:
+            return SILENT_RENEWED if self.live and self.renewed_recently else SILENT
+        state = liveness(self.last_heard_at, self.now)
+        if state != ALIVE and self.budget_spent:
+            return BUDGET_SPENT
+        return state
 
     @property
     def heartbeat_age(self) -> timedelta | None:
@@ -134,7 +194,48 @@ def agent_health(now: datetime, *, agents: QuerySet[Agent] | None = None) -> lis
     note_ids = {row["latest"]: row["attempt__agent_id"] for row in latest}
     for note in Note.objects.filter(pk__in=list(note_ids)).select_related("attempt__task"):
         rows[note_ids[note.pk]].last_checkpoint = note
+    _add_evidence(rows, now)
     return list(rows.values())
+
+
+def _add_evidence(rows: dict[int, AgentHealth], now: datetime) -> None:
+    """The reconciler's open findings, today's spend against the daily budget, and quarantined work: three
+    bounded reads (the unresolved-findings index, one day of usage, the few quarantined tasks)."""
+    ids = list(rows)
+    findings = (
+        Finding.objects.filter(status__in=UNRESOLVED_FINDING_STATUSES, attempt__agent_id__in=ids)
+        .order_by()
+        .values("attempt__agent_id", "condition")
+        .annotate(n=Count("id"))
+    )
+    for row in findings:
+        rows[row["attempt__agent_id"]].findings[row["condition"]] = row["n"]
+    budgeted = {
+        pk: health.agent
+        for pk, health in rows.items()
+        if health.agent.daily_budget_tokens is not None or health.agent.daily_budget_cost_usd is not None
+    }
+    if budgeted:
+        for usage in AgentDailyUsage.objects.filter(agent_id__in=list(budgeted), day=now.date()):
+            agent = budgeted[usage.agent_id]
+            tokens = usage.input_tokens + usage.output_tokens
+            rows[usage.agent_id].budget_spent = (
+                agent.daily_budget_tokens is not None and tokens >= agent.daily_budget_tokens
+            ) or (agent.daily_budget_cost_usd is not None and usage.cost_usd >= agent.daily_budget_cost_usd)
+    quarantined = (
+        Attempt.objects.filter(
+            agent_id__in=ids,
+            finished_at__gte=now - WEEK,
+            status__in=(AttemptStatus.FAILED, AttemptStatus.EXPIRED),
+            task__status=TaskStatus.BLOCKED,
+            task__blocked_reason__startswith=QUARANTINE_REASON_PREFIX,
+        )
+        .order_by()
+        .values("agent_id")
+        .annotate(n=Count("task_id", distinct=True))
+    )
+    for row in quarantined:
+        rows[row["agent_id"]].quarantined = row["n"]
 
 
 def holders_health(attempts: list[Attempt], now: datetime) -> dict[int, AgentHealth]:

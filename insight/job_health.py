@@ -8,13 +8,19 @@ The same facts feed the job-health tiles of the admin and `GET /readyz`:
   3 h (three missed runs of a 1-, 5- and 60-minute schedule);
 - a **scheduler is alive** when some job started within the last 3 minutes
   (the sweep starts every minute in every cluster);
-- a job whose last run failed or was partial carries its error.
+- a job whose last run failed or was partial carries its error;
+- a run still "running" after django-q2's task timeout (`Q_CLUSTER["timeout"]`,
+  plus a minute's grace) was **killed**: the worker that ran it was ended,
+  so its wrapper never wrote the end. It counts as a failed run (and one
+  more failure) until the job's next run records its start.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+
+from django.conf import settings
 
 from insight.models.job_heartbeat import JobHeartbeat, JobName, JobOutcome
 
@@ -24,7 +30,15 @@ STALE_AFTER: dict[str, timedelta] = {
     JobName.QUEUE_WAIT: timedelta(minutes=15),
     JobName.RECONCILE: timedelta(minutes=15),
     JobName.PURGE: timedelta(hours=3),
+    JobName.INCIDENTS: timedelta(minutes=5),
 }
+# Past the task timeout, a worker is being ended; the grace keeps a run finishing on the bell from looking killed.
+KILL_GRACE = timedelta(minutes=1)
+
+
+def task_timeout() -> timedelta:
+    """How long django-q2 lets one task run before it kills the worker (`Q_CLUSTER["timeout"]`)."""
+    return timedelta(seconds=int(settings.Q_CLUSTER.get("timeout") or 0) or 240)
 
 
 @dataclass(frozen=True)
@@ -54,8 +68,38 @@ class JobState:
         return age is None or age > self.stale_after
 
     @property
+    def killed(self) -> bool:
+        """Started and never ended within django-q2's timeout: the cluster killed it."""
+        return (
+            self.last_outcome == JobOutcome.RUNNING
+            and self.last_started_at is not None
+            and self.now - self.last_started_at > task_timeout() + KILL_GRACE
+        )
+
+    @property
+    def error_text(self) -> str:
+        if self.killed and self.last_started_at is not None:
+            ran = int((self.now - self.last_started_at).total_seconds())
+            limit = int(task_timeout().total_seconds())
+            return f"killed: started {ran} s ago and never ended, past django-q2's {limit} s timeout"
+        return self.last_error
+
+    @property
+    def outcome_text(self) -> str:
+        return "killed" if self.killed else self.last_outcome
+
+    @property
+    def failed_at(self) -> datetime | None:
+        return self.last_started_at if self.killed else self.last_failed_at
+
+    @property
+    def failures_seen(self) -> int:
+        """The recorded failures, plus the killed run (which could not record itself)."""
+        return self.failures + (1 if self.killed else 0)
+
+    @property
     def last_run_failed(self) -> bool:
-        return self.last_outcome in (JobOutcome.FAILED, JobOutcome.PARTIAL)
+        return self.killed or self.last_outcome in (JobOutcome.FAILED, JobOutcome.PARTIAL)
 
 
 @dataclass(frozen=True)

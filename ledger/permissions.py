@@ -22,7 +22,9 @@ def sync_group_permissions(sender: Any = None, **kwargs: Any) -> None:
     permissions = Permission.objects.using(using).filter(content_type__app_label__in=LEASEHOLD_APPS)
     admins, _ = Group.objects.using(using).get_or_create(name=LEDGER_ADMINS)
     managers, _ = Group.objects.using(using).get_or_create(name=MANAGERS)
-    admins.permissions.set(permissions.exclude(codename__startswith="delete_"))
+    # django-q2's failed tasks, read-only (issue 32: a job killed at its timeout is found there).
+    failures = Permission.objects.using(using).filter(content_type__app_label="django_q", codename="view_failure")
+    admins.permissions.set([*permissions.exclude(codename__startswith="delete_"), *failures])
     managers.permissions.set(permissions.filter(codename__startswith="view_"))
 
 

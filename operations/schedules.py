@@ -15,6 +15,8 @@ SCHEDULES: tuple[tuple[str, str, int], ...] = (
     ("ledger.check_queue_wait", "leases.jobs.check_queue_wait_job", 5),
     ("environments.reconcile", "reconciliation.jobs.reconcile_job", 5),
     ("leases.purge_idempotency", "leases.jobs.purge_idempotency_job", 60),
+    # Alerts as incidents: opens and resolves them, one webhook event each (docs/admin.md, "Incidents").
+    ("insight.check_incidents", "insight.jobs.check_incidents_job", 1),
     # Follows for 50 s of each minute (returns at once with no active endpoint): docs/operations.md, "Webhooks".
     ("ledger.deliver_webhooks", "push.jobs.deliver_webhooks_job", 1),
 )

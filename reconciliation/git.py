@@ -30,6 +30,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 GIT_TIMEOUT_SECONDS = 30
+# A fetch of the landing target may bring many objects the first time.
+FETCH_TIMEOUT_SECONDS = 120
+# Refs reconciliation writes (the fetched landing target): never a branch, never a remote-tracking ref.
+PRIVATE_REFS_PREFIX = "refs/leasehold/"
 # Transports a project's repository may use.
 ALLOWED_PROTOCOLS = "file:git:http:https:ssh"
 HEADS_PREFIX = "refs/heads/"
@@ -144,10 +148,15 @@ def _absolute_path(path: str) -> str:
     return path
 
 
-def remote_heads(url: str) -> dict[str, str]:
-    """Branch name → tip sha of a repository known only by URL (`git ls-remote --heads`)."""
+def _url(url: str) -> str:
     if not isinstance(url, str) or not url or url.startswith("-") or any(ord(c) < 0x20 for c in url):
         raise GitError(f"{str(url)[:100]!r} is not a repository URL")
+    return url
+
+
+def remote_heads(url: str) -> dict[str, str]:
+    """Branch name → tip sha of a repository known only by URL (`git ls-remote --heads`)."""
+    _url(url)
     return _parse_heads(run_git(["ls-remote", "--heads", END_OF_OPTIONS, url]).stdout, separator=None)
 
 
@@ -345,6 +354,48 @@ class LocalRepository:
             "merge-base", "--is-ancestor", END_OF_OPTIONS, _branch(branch), _branch(of), ok_returncodes=(0, 1)
         )
         return completed.returncode == 0
+
+    def contains(self, commit: str, tip: str) -> bool:
+        """Whether `commit` is an ancestor of (or is) `tip`; False when either is unknown here or not a commit id."""
+        if not is_commit(commit) or not is_commit(tip):
+            return False
+        completed = self._git("merge-base", "--is-ancestor", END_OF_OPTIONS, commit, tip, ok_returncodes=(0, 1, 128))
+        return completed.returncode == 0
+
+    def has_commit(self, commit: str) -> bool:
+        """Whether this repository holds the commit (`git cat-file -e`)."""
+        if not is_commit(commit):
+            return False
+        completed = self._git("cat-file", "-e", END_OF_OPTIONS, f"{commit}^{{commit}}", ok_returncodes=(0, 1, 128))
+        return completed.returncode == 0
+
+    def fetch_branch(self, url: str, branch: str, *, into: str) -> str:
+        """Fetch one branch of `url` into the private ref `into` (never a branch or a remote-tracking ref); its tip.
+
+        The only write reconciliation makes to a repository besides pruning: objects, and a ref under
+        `refs/leasehold/` that no agent's worktree uses. No tags, no FETCH_HEAD, no automatic gc.
+        """
+        if not into.startswith(PRIVATE_REFS_PREFIX) or not SAFE_BRANCH.match(into):
+            raise GitError(f"{into[:100]!r} is not a private ref")
+        run_git(
+            [
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                "--no-auto-gc",
+                "--no-recurse-submodules",
+                END_OF_OPTIONS,
+                _url(url),
+                f"+{_branch(branch)}:{into}",
+            ],
+            cwd=self.path,
+            timeout=FETCH_TIMEOUT_SECONDS,
+        )
+        tip = self._git("rev-parse", "--verify", "--quiet", END_OF_OPTIONS, f"{into}^{{commit}}").stdout.strip()
+        if not is_commit(tip):
+            raise GitError(f"git fetch left {into} at {tip[:100]!r}")
+        return tip
 
     def commits_ahead(self, branch: str, of: str) -> int:
         """How many commits `branch` has that `of` lacks (`git rev-list --count of..branch`)."""

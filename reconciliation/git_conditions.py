@@ -9,7 +9,7 @@ evidence of work for inheritance (`leases.selectors.left_work`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -23,10 +23,11 @@ from ledger.paths import paths_overlap
 from reconciliation.conditions import BRANCH_MISSING_GRACE, Observation, attempt_observation
 from reconciliation.git import GitError, LocalRepository, Worktree, is_url, remote_heads, worktree_cleanliness
 from reconciliation.models import Condition, SubjectType
-from reconciliation.snapshot import ActiveAttempt, BranchHistory, EndedAttempt, ProjectRow
+from reconciliation.snapshot import ActiveAttempt, BranchDelivery, BranchHistory, EndedAttempt, ProjectRow
 
 # A completed attempt's branch may take a moment to be pushed after the finish call.
 COMPLETED_BRANCH_GRACE = timedelta(minutes=10)
+EMPTY_DELIVERIES: Mapping[str, BranchDelivery] = {}
 
 
 class RepositoryView:
@@ -104,6 +105,16 @@ class RepositoryView:
                 self._merged[branch] = True if same_tip else None
         return self._merged[branch]
 
+    def landed(self, tip: str | None, delivery: BranchDelivery | None) -> bool:
+        """Whether a branch at `tip` holds nothing beyond what its tasks landed (SPEC §21.2): its tip is
+        a landed task's delivered head, or an ancestor of one. Work committed after the delivery is not landed."""
+        if delivery is None or not delivery.landed_heads or not tip:
+            return False
+        if tip in delivery.landed_heads:
+            return True
+        local = self.local
+        return local is not None and any(local.contains(tip, head) for head in sorted(delivery.landed_heads))
+
     def commits_ahead(self, branch: str) -> int | None:
         if self.local is None:
             return None
@@ -130,16 +141,24 @@ def branch_missing(view: RepositoryView, attempts: Iterable[ActiveAttempt], *, n
             )
 
 
-def orphan_branch(view: RepositoryView, histories: dict[str, BranchHistory]) -> Iterator[Observation]:
+def orphan_branch(
+    view: RepositoryView,
+    histories: dict[str, BranchHistory],
+    deliveries: Mapping[str, BranchDelivery] = EMPTY_DELIVERIES,
+) -> Iterator[Observation]:
     """A branch in the repository named by attempts that all ended without completing, and not merged.
 
     The work of a failed, expired, released or revoked attempt: nobody will
     finish it on its own. A branch no attempt ever named is not the ledger's
-    business and is never reported.
+    business and is never reported. A delivered task's branch waits for a
+    lander, and a landed task's branch is merged (SPEC §21.2): neither is an orphan.
     """
     for branch in sorted(view.heads):
         history = histories.get(branch)
         if branch == view.project.default_branch or history is None or not history.all_terminal_none_completed:
+            continue
+        delivery = deliveries.get(branch)
+        if delivery is not None and (delivery.delivered or view.landed(view.heads[branch], delivery)):
             continue
         merged = view.merged(branch)
         if merged:
@@ -171,16 +190,22 @@ def orphan_worktree(
     histories: dict[str, BranchHistory],
     *,
     live_branches: set[str],
+    deliveries: Mapping[str, BranchDelivery] = EMPTY_DELIVERIES,
 ) -> Iterator[Observation]:
     """A linked worktree on a branch some attempt named, with no live attempt on it now.
 
     `removable` only when the work is safe without it — its branch is merged
-    into the default branch, or its latest attempt was discarded by an admin
-    — and nothing in it would be lost: no uncommitted change, no untracked
-    file, not locked. Anything else is `quarantined`: kept for a person to
-    look at. The main worktree, bare entries, detached worktrees and
-    worktrees whose directory is gone (git's own `prune` handles those) are
-    not reported.
+    into the default branch, or its task landed it (SPEC §21.2), or its latest
+    attempt was discarded by an admin — and nothing in it would be lost: no
+    uncommitted change, no untracked file, not locked. Anything else is
+    `quarantined`: kept for a person to look at. The main worktree, bare
+    entries, detached worktrees and worktrees whose directory is gone (git's
+    own `prune` handles those) are not reported, nor is a delivered task's
+    worktree: its branch waits in the landing queue.
+
+    A landed task's removable worktree is observed with `detail.landed`: it is
+    where the work was meant to end, so the services prune it on request but
+    record no finding for it (`is_landed_and_removable`).
     """
     for worktree in worktrees:
         branch = worktree.branch
@@ -189,7 +214,11 @@ def orphan_worktree(
         history = histories.get(branch)
         if history is None or branch in live_branches:
             continue
-        merged = view.merged(branch) if branch in view.heads else False
+        delivery = deliveries.get(branch)
+        if delivery is not None and delivery.delivered:
+            continue
+        landed = view.landed(view.heads.get(branch) or worktree.head, delivery)
+        merged = landed or (view.merged(branch) if branch in view.heads else False)
         reasons: list[str] = []
         modified: int | None
         untracked: int | None
@@ -218,6 +247,7 @@ def orphan_worktree(
                 "branch": branch,
                 "head": worktree.head,
                 "merged": merged,
+                **({"landed": True} if landed else {}),
                 "discarded": history.latest_attempt_discarded,
                 "modified": modified,
                 "untracked": untracked,
@@ -225,6 +255,15 @@ def orphan_worktree(
             },
             attempt_id=history.latest_attempt_id,
         )
+
+
+def is_landed_and_removable(observation: Observation) -> bool:
+    """A landed task's clean worktree: pruned on request, never a finding (SPEC §21.2)."""
+    return (
+        observation.condition == Condition.ORPHAN_WORKTREE
+        and observation.detail.get("landed") is True
+        and observation.detail.get("disposition") == REMOVABLE
+    )
 
 
 def completed_branch_missing(
@@ -235,12 +274,14 @@ def completed_branch_missing(
     The finished work has no home: whoever reviews or ships it cannot find
     it. A repository known only by URL cannot tell merged work from lost
     work, so there the condition is not judged; neither within the grace
-    period after the finish, while the branch may still be on its way.
+    period after the finish, while the branch may still be on its way, nor
+    for a task that landed (a forge often deletes a merged branch).
     """
     for attempt in attempts:
         if (
             attempt.project_id != view.project.id
             or attempt.status != AttemptStatus.COMPLETED
+            or attempt.task_landed
             or not attempt.branch
             or attempt.finished_at >= now - COMPLETED_BRANCH_GRACE
             or view.has_branch(attempt.branch)

@@ -6,12 +6,17 @@ from typing import Any
 
 from insight.models import JobName
 from insight.services.job_heartbeat import job_recorded
+from landing.services import tasks_landed_outside
+from reconciliation.landed import LandedOutside
 from reconciliation.models import ReconciliationRun, RunStatus
 from reconciliation.services import reconcile
 
 
 def reconcile_job() -> dict[str, Any]:
-    """Reconcile the ledger with git and the environments; never prunes (that takes an operator)."""
+    """Reconcile the ledger with git and the environments; never prunes (that takes an operator).
+
+    Delivered tasks whose head is already in their target are landed first (SPEC §21.2).
+    """
 
     def summary(run: ReconciliationRun) -> tuple[dict[str, Any], str]:
         counts = {"run": run.pk, "status": run.status, "opened": run.opened, "resolved": run.resolved}
@@ -23,10 +28,22 @@ def reconcile_job() -> dict[str, Any]:
         return counts, ""
 
     result: dict[str, Any] = {}
+    landed: list[str] = []
+
+    def land(found: LandedOutside) -> None:
+        landed.extend(task.key for task in tasks_landed_outside(landed=found))
 
     def run_it() -> ReconciliationRun:
-        run = reconcile()
-        result.update({"run": run.pk, "status": run.status, "counts": run.counts, "errors": len(run.errors or [])})
+        run = reconcile(land_outside=land)
+        result.update(
+            {
+                "run": run.pk,
+                "status": run.status,
+                "counts": run.counts,
+                "errors": len(run.errors or []),
+                "landed": landed,
+            }
+        )
         return run
 
     job_recorded(JobName.RECONCILE, run_it, summary)

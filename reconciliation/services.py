@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -36,7 +36,8 @@ from ledger.services import event_append
 from reconciliation import conditions, git_conditions
 from reconciliation.conditions import Observation
 from reconciliation.git import GitError
-from reconciliation.git_conditions import RepositoryView
+from reconciliation.git_conditions import RepositoryView, is_landed_and_removable
+from reconciliation.landed import LandedOutside, delivered_by_project, landed_outside
 from reconciliation.models import (
     GIT_CONDITIONS,
     GIT_INFORMED_CONDITIONS,
@@ -47,7 +48,7 @@ from reconciliation.models import (
     RunStatus,
 )
 from reconciliation.pruning import prune_worktrees as prune_removable_worktrees
-from reconciliation.snapshot import LedgerSnapshot, branch_histories, read_ledger
+from reconciliation.snapshot import LedgerSnapshot, branch_deliveries, branch_histories, read_ledger
 from reconciliation.triage import (
     RECONCILIATION_ACTOR,
     attempt_discard,
@@ -63,22 +64,39 @@ logger = logging.getLogger(__name__)
 LEDGER_CONDITIONS: frozenset[str] = frozenset(Condition.values) - GIT_CONDITIONS - GIT_INFORMED_CONDITIONS
 
 Scope = tuple[str, int]  # (condition, project id) evaluated by a run
+# What the doors pass to land delivered tasks found in their target (`landing.services.tasks_landed_outside`).
+LandOutside = Callable[[LandedOutside], object]
 
 
-def reconcile(*, prune_worktrees: bool = False) -> ReconciliationRun:
-    """Run every condition over every project once; return the finished run."""
+def reconcile(*, prune_worktrees: bool = False, land_outside: LandOutside | None = None) -> ReconciliationRun:
+    """Run every condition over every project once; return the finished run.
+
+    With `land_outside` (the doors pass `landing.services.tasks_landed_outside`, a room this one may
+    not import), delivered tasks whose head git finds in their target are handed to it first, so
+    this run already sees them landed (SPEC §21.2).
+    """
     now = clock.now()
     started = time.monotonic()
     run = ReconciliationRun.objects.create(started_at=now, prune_worktrees=prune_worktrees)
     try:
+        landing_errors: list[dict[str, Any]] = []
+        if land_outside is not None:
+            landed, landing_errors = landed_outside(delivered_by_project())
+            if landed:
+                land_outside(landed)
         snapshot = read_ledger(now=now)
         observations, scopes, errors, seen = _observe(snapshot, now=now)
+        errors = [*errors, *_new_errors(landing_errors, errors)]
+        landed_worktrees = [o for o in observations if is_landed_and_removable(o)]
+        observations = [o for o in observations if not is_landed_and_removable(o)]
         status = _record(run_id=run.pk, observations=observations, scopes=scopes, errors=errors, now=now)
         if seen and status != RunStatus.SUPERSEDED:
             _record_work_seen(seen, now=now)
         pruned: list[str] = []
         if prune_worktrees:
-            pruned, prune_errors = prune_removable_worktrees(snapshot=snapshot, observations=observations, now=now)
+            pruned, prune_errors = prune_removable_worktrees(
+                snapshot=snapshot, observations=[*observations, *landed_worktrees], now=now
+            )
             errors = [*errors, *prune_errors]
         _finish(run, status=status, errors=errors, pruned=pruned, finished_at=_finished_at(now, started))
     except Exception as exc:
@@ -90,6 +108,12 @@ def reconcile(*, prune_worktrees: bool = False) -> ReconciliationRun:
         raise
     run.refresh_from_db()
     return run
+
+
+def _new_errors(extra: list[dict[str, Any]], errors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The landing pass's errors, less those of a project whose repository the run could not read at all."""
+    unreadable = {error.get("project") for error in errors}
+    return [error for error in extra if error.get("project") not in unreadable]
 
 
 def _finished_at(now: datetime, started: float) -> datetime:
@@ -151,13 +175,14 @@ def _observe_git(view: RepositoryView, snapshot: LedgerSnapshot, *, now: datetim
     worktrees = view.worktrees()
     named = set(view.heads) | {worktree.branch for worktree in worktrees if worktree.branch}
     histories = branch_histories(project_id=project.id, branches=named)
+    deliveries = branch_deliveries(project_id=project.id, branches=named)
     live_branches = {
         attempt.branch for attempt in snapshot.live_attempts(now) if attempt.project_id == project.id and attempt.branch
     }
     return [
         *git_conditions.branch_missing(view, snapshot.active_attempts, now=now),
-        *git_conditions.orphan_branch(view, histories),
-        *git_conditions.orphan_worktree(view, worktrees, histories, live_branches=live_branches),
+        *git_conditions.orphan_branch(view, histories, deliveries),
+        *git_conditions.orphan_worktree(view, worktrees, histories, live_branches=live_branches, deliveries=deliveries),
         *git_conditions.completed_branch_missing(view, snapshot.ended_attempts, now=now),
         *git_conditions.unreserved_change(view, snapshot.ended_attempts, _live_exclusive_reservations(project.id, now)),
     ]

@@ -18,7 +18,7 @@ from core.errors import ValidationFailed
 from leases.labels import parse_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.selectors import INHERITING_STATUSES
-from ledger.models import Project
+from ledger.models import Project, Task, TaskStatus
 from reconciliation.models import AttemptDiscard
 
 # Bounds the IN lists of branch lookups.
@@ -45,6 +45,8 @@ class ProjectRow:
     default_branch: str
     archived: bool
     remote: str = ""
+    # SPEC §21.1: the branch delivered work lands on; empty: landing off.
+    target_branch: str = ""
 
     @property
     def reads_git(self) -> bool:
@@ -94,6 +96,8 @@ class EndedAttempt:
     commits_ahead: int | None
     seen_commits_ahead: int | None
     finished_at: datetime
+    # The task landed (SPEC §21.2): done, with a landed commit.
+    task_landed: bool = False
 
 
 @dataclass(frozen=True)
@@ -136,9 +140,10 @@ def read_ledger(*, now: datetime) -> LedgerSnapshot:
             default_branch=row["default_branch"],
             archived=row["archived_at"] is not None,
             remote=row["remote"].strip(),
+            target_branch=row["target_branch"],
         )
         for row in Project.objects.order_by("id").values(
-            "id", "slug", "repository", "remote", "default_branch", "archived_at"
+            "id", "slug", "repository", "remote", "default_branch", "archived_at", "target_branch"
         )
     ]
     attempts = [
@@ -232,6 +237,7 @@ def _ended_attempts(now: datetime) -> list[EndedAttempt]:
             seen_commits_ahead=row["seen_commits_ahead"],
             # Never null: a terminal attempt always has it (a CHECK constraint).
             finished_at=cast(datetime, row["finished_at"]),
+            task_landed=row["task__status"] == TaskStatus.DONE and bool(row["task__landed_commit"]),
         )
         for row in Attempt.objects.filter(
             status__in=(AttemptStatus.COMPLETED, *INHERITING_STATUSES), finished_at__gte=now - ENDED_LOOKBACK
@@ -252,6 +258,7 @@ def _ended_attempts(now: datetime) -> list[EndedAttempt]:
             "commits_ahead",
             "seen_commits_ahead",
             "finished_at",
+            "task__landed_commit",
         )
     ]
 
@@ -313,4 +320,42 @@ def branch_histories(*, project_id: int, branches: Collection[str]) -> dict[str,
             latest_attempt_discarded=row["latest_attempt_id"] in discarded,
         )
         for row in rows
+    }
+
+
+@dataclass(frozen=True)
+class BranchDelivery:
+    """What the landing queue says of one branch (SPEC §21): a task delivered on it waits for a lander,
+    and the heads of the tasks that landed from it are in their target."""
+
+    branch: str
+    delivered: bool
+    landed_heads: frozenset[str]
+
+
+def branch_deliveries(*, project_id: int, branches: Collection[str]) -> dict[str, BranchDelivery]:
+    """The delivered and landed tasks of the branches git reported (`delivered_branch`), chunked like
+    `branch_histories`; a landed task is `done` with a `landed_commit`."""
+    delivered: set[str] = set()
+    landed: dict[str, set[str]] = {}
+    for chunk in _chunks(sorted(branches), BRANCH_CHUNK):
+        rows = (
+            Task.objects.filter(
+                Q(status=TaskStatus.DELIVERED) | (Q(status=TaskStatus.DONE) & ~Q(landed_commit="")),
+                project_id=project_id,
+                delivered_branch__in=chunk,
+            )
+            .order_by()
+            .values_list("delivered_branch", "status", "delivered_commit")
+        )
+        for branch, status, head in rows:
+            if status == TaskStatus.DELIVERED:
+                delivered.add(branch)
+            elif head:
+                landed.setdefault(branch, set()).add(head)
+    return {
+        branch: BranchDelivery(
+            branch=branch, delivered=branch in delivered, landed_heads=frozenset(landed.get(branch, ()))
+        )
+        for branch in delivered | set(landed)
     }

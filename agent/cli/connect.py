@@ -19,6 +19,12 @@ login is checked first; without `--write` nothing is written, the files are
 printed. `--worktree DIR` writes into DIR with a config file of its own (in
 that worktree's git directory, 0600): each client instance there keeps its
 own attempts, so instances never take each other's work.
+
+What is written inside a checkout is listed in the repository's
+`.git/info/exclude` (`agent.workspace.clientfiles`: the common git directory's,
+so every worktree shares it) unless git tracks it: `connect` leaves nothing
+for git to commit, and `leasehold run --worktree` copies these files from the
+main checkout into each worktree it makes.
 """
 
 from __future__ import annotations
@@ -36,6 +42,7 @@ from typing import Any
 
 from agent.cli.output import EXIT_OK, Output
 from agent.client.errors import LeaseholdError
+from agent.workspace import clientfiles
 from agent.workspace.config import NotLoggedIn, Settings, config_path, load_settings, write_private
 from agent.workspace.session import UsageError, make_client
 from agent.workspace.state import git_dir_of
@@ -150,8 +157,9 @@ def _toml_merged(text: str, entry: dict[str, Any]) -> str:
     environment = tomlkit.inline_table()
     environment.update(entry["env"])
     table["env"] = environment
+    table.add(tomlkit.nl())  # a blank line before whatever table follows ours
     servers[SERVER_NAME] = table
-    return tomlkit.dumps(document)
+    return tomlkit.dumps(document).rstrip("\n") + "\n"
 
 
 def hook_command(event: str, *, config: Path) -> str:
@@ -290,11 +298,14 @@ def cmd_connect(args: argparse.Namespace, out: Output) -> int:
             _write_worktree_config(config, settings, args.token, args.project)
         for path, text in files:
             _write_text(path, text)
+        excluded = clientfiles.exclude([path for path, _ in files])
     shown = [{"path": str(path), "content": text} for path, text in files]
     if args.write:
         human = "\n".join(f"Wrote {path}" for path, _ in files)
         if worktree is not None:
             human += f"\nWrote {config} (this worktree's own login and attempts, mode 0600)"
+        if excluded:
+            human += f"\nListed in the repository's .git/info/exclude (never committed): {', '.join(excluded)}"
     else:
         human = "\n\n".join(f"Would write {path}:\n{text.rstrip()}" for path, text in files)
         human += "\n\nNothing written: pass --write to write these files."

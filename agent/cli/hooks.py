@@ -12,7 +12,9 @@ pointer, else the agent's only attempt: `agent.workspace.state.current`):
 - `pre-compact` writes a checkpoint note "context compacted" carrying the
   latest progress note's text and next steps, and prints a reminder to
   write a real checkpoint.
-- `session-end` hands the attempt off (`client_shutdown`), unless a live
+- `session-end` hands the attempt off (`client_shutdown`) with the git facts
+  of the session's directory when it is a git checkout (head, commits ahead,
+  dirty, pushed: the successor's "where the work is"), unless a live
   `leasehold run` owns it.
 
 A hook never fails the session: whatever goes wrong (a payload that is not
@@ -172,6 +174,20 @@ def pre_compact(run: HookRun) -> str:
     )
 
 
+def _where_the_work_is(run: HookRun, held: HeldAttempt) -> dict[str, Any] | None:
+    """The git facts of the session's directory (head, commits ahead, dirty, pushed, path, host), for the
+    successor's "where the work is"; None outside a git checkout or when git cannot say."""
+    from agent.workspace import gitfacts
+
+    cwd = Path(str(run.payload.get("cwd") or Path.cwd()))
+    try:
+        facts = gitfacts.detect(cwd, base_commit=held.base_commit)
+    except gitfacts.WorkspaceError:
+        return None
+    facts.pop("branch", None)  # the attempt's branch was recorded when it started; a checkout's may be another
+    return facts
+
+
 def session_end(run: HookRun) -> str:
     held = run.held
     if held is None or held.lost:
@@ -185,6 +201,7 @@ def session_end(run: HookRun) -> str:
             "handoff",
             result_summary=f"The Claude Code session ended ({reason}); handed off by its SessionEnd hook.",
             interruption_reason_code="client_shutdown",
+            git=_where_the_work_is(run, held),
         )
     except LeaseholdError as error:
         run.lease_lost(error)

@@ -28,6 +28,9 @@ from agent.workspace.outcome import SUMMARY_MAX_CHARS, ChosenOutcome, InvalidOut
 from agent.workspace.state import HeldAttempt
 from agent.workspace.supervise import Supervised
 
+# ACKNOWLEDGEMENT_REQUIRED again after a re-read (the task changed once more meanwhile): read it again this often.
+ACKNOWLEDGE_TRIES = 3
+
 
 def _forget_or_mark(held: HeldAttempt, error: LeaseholdError | None, reason: str | None) -> None:
     """The attempt ended on the server (its answer said so): forget it; lost without a verdict: mark it lost.
@@ -78,7 +81,7 @@ def budget_spent(
         except WorkspaceError as problem:
             out.warn(f"the git facts of the end could not be read: {problem}")
     try:
-        finished = keeper.finish("failed", **fields)
+        finished = _finish_acknowledging(keeper, held, "failed", fields, out)
     except LeaseholdError as error:
         _forget_or_mark(held, error, keeper.lost_reason)
         return out.failure(error)
@@ -145,6 +148,27 @@ def _chosen(files: Path, out: Output, *, review: bool = False) -> ChosenOutcome 
         return None
 
 
+def _finish_acknowledging(
+    keeper: LeaseKeeper, held: HeldAttempt, outcome: Outcome, fields: dict[str, Any], out: Output
+) -> Any:
+    """The finish; on ACKNOWLEDGEMENT_REQUIRED (a person changed the task during the run) the task is read
+    again and the finish says which version it read (SPEC §3). The change is said on stderr."""
+    for _ in range(ACKNOWLEDGE_TRIES):
+        try:
+            return keeper.finish(outcome, **fields)
+        except LeaseholdError as error:
+            if error.code != "ACKNOWLEDGEMENT_REQUIRED":
+                raise
+            task = keeper.client.task(held.task)
+            changed = ", ".join(str(name) for name in error.details.get("changed") or []) or "the task"
+            out.warn(
+                f"{held.task} was changed during the run ({changed}); re-read at version {task['version']} "
+                "and finished acknowledging it."
+            )
+            fields["acknowledged_version"] = task["version"]
+    return keeper.finish(outcome, **fields)
+
+
 def finish_run(
     keeper: LeaseKeeper,
     held: HeldAttempt,
@@ -188,7 +212,7 @@ def finish_run(
         except WorkspaceError as problem:
             out.warn(f"the git facts of the end could not be read: {problem}")
     try:
-        finished = keeper.finish(outcome, **fields)
+        finished = _finish_acknowledging(keeper, held, outcome, fields, out)
     except LeaseholdError as error:
         if keeper.lost.is_set() or error.code in (*ATTEMPT_ENDED_CODES, "LEASE_LOST"):
             _forget_or_mark(held, error if error.code != "LEASE_LOST" else keeper.lost_error, keeper.lost_reason)

@@ -11,13 +11,17 @@ calls, never during one.
 takes the current attempt) and prepares its worktree for step-by-step work;
 `list` shows the repository's worktrees and the attempts in them; `prune`
 removes the worktrees whose attempt completed, whose branch is merged into the
-default branch and which are clean (§7's `orphan_worktree`), and nothing else.
+default branch or was landed (§21.2: the task is `done` with a `landed_commit`
+and the branch holds nothing beyond its delivered head) and which are clean
+(§7's `orphan_worktree`), and nothing else. A delivered task's worktree waits
+for its lander and is kept.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,7 +30,7 @@ from agent.cli.output import EXIT_NOTHING_CLAIMABLE, EXIT_OK, Output
 from agent.client.api import LeaseholdClient
 from agent.client.errors import LeaseholdError
 from agent.client.models import is_past
-from agent.workspace import state
+from agent.workspace import clientfiles, state
 from agent.workspace.config import NotLoggedIn, config_dir, load_settings
 from agent.workspace.git import (
     REMOTE,
@@ -104,6 +108,8 @@ def prepare_worktree(
     if opened.taken_over_from is not None:
         out.info(f"taking over {opened.path} as attempt {opened.taken_over_from} left it")
     state.write_worktree_pointer(opened.path, agent=held.agent, task=held.task, attempt_id=held.attempt_id)
+    for copied in clientfiles.carry_into(repo.root, opened.path):
+        out.info(f"{copied.relative_to(opened.path)} copied from {repo.root} (the MCP client's configuration)")
     answer = record_git(**start_facts(opened, base_known=held.base_commit is not None))
     label = str((answer.get("attempt") or {}).get("label") or held.label)
     try:
@@ -231,22 +237,49 @@ def _merged(repo: Repository, branch: str, default_branch: str) -> bool:
     return False
 
 
+def _landed(repo: Repository, branch: str, task: dict[str, Any]) -> bool:
+    """Whether the task landed (`done` with a `landed_commit`) and the branch holds nothing past its delivered head."""
+    landing = task.get("landing") or {}
+    delivered = landing.get("delivered_commit")
+    if task.get("status") != "done" or not landing.get("landed_commit") or not isinstance(delivered, str):
+        return False
+    if not re.fullmatch(r"[0-9a-f]{40}", delivered):
+        return False
+    tip = ["merge-base", "--is-ancestor", f"refs/heads/{branch}", delivered]
+    return git(repo.root, *tip, check=False).returncode == 0
+
+
+def _task_of(client: LeaseholdClient, key: str, seen: dict[str, dict[str, Any] | None]) -> dict[str, Any] | None:
+    if key not in seen:
+        try:
+            seen[key] = client.task(key)
+        except LeaseholdError:  # not visible to this agent: nothing is known of its landing
+            seen[key] = None
+    return seen[key]
+
+
 def _prune(args: argparse.Namespace, out: Output) -> int:
     repo = find_repository(Path(args.repo) if args.repo else None)
     rows = [row for row in _rows(repo) if not row["main"]]
     settings = load_settings()
     removed, kept = [], []
+    tasks: dict[str, dict[str, Any] | None] = {}
     with make_client(settings) as client:
         _with_status(rows, client)
         for row in rows:
             default = default_branch_of(repo, project_default_branch(client, row["task"]) if row["task"] else None)
+            task = _task_of(client, row["task"], tasks) if row["task"] and row["branch"] else None
             reason = None
             if row["attempt"] is None:
                 reason = "no attempt is recorded there"
             elif row["attempt_status"] != "completed":
                 reason = f"its attempt is {row['attempt_status'] or 'unknown'}, not completed"
-            elif not row["branch"] or not _merged(repo, row["branch"], default):
-                reason = f"its branch is not merged into {default}"
+            elif task is not None and task.get("status") == "delivered":
+                reason = "its task is delivered and waits for a lander"
+            elif not row["branch"] or not (
+                _merged(repo, row["branch"], default) or (task is not None and _landed(repo, row["branch"], task))
+            ):
+                reason = f"its branch is not merged into {default} nor landed"
             elif row["missing"] or row["dirty"]:
                 reason = "it has uncommitted changes" if row["dirty"] else "its directory is missing"
             if reason is not None:

@@ -271,6 +271,7 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
         worktree_path: str | None = None,
         host: str | None = None,
         usage: Usage | None = None,
+        idempotency_key: str | None = None,
     ) -> dict[str, AttemptSummary]:
         """Record git facts of the attempt (SPEC §15.4); a fact left None is not sent (and not changed)."""
         facts = {
@@ -284,7 +285,13 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
             "host": host,
             "usage": usage_body(usage),
         }
-        answer = self.request("POST", f"/attempts/{lease.attempt_id}/git/", body=drop_none(facts), lease=lease)
+        answer = self.request(
+            "POST",
+            f"/attempts/{lease.attempt_id}/git/",
+            body=drop_none(facts),
+            lease=lease,
+            idempotency_key=idempotency_key,
+        )
         return cast(dict[str, AttemptSummary], answer)
 
     def finish(

@@ -117,6 +117,12 @@ class BudgetExhausted(LeaseholdError):
     code = "BUDGET_EXHAUSTED"
 
 
+class AgentPaused(LeaseholdError):
+    """An operator paused (drained) this agent: no new claims; the leases it holds run on."""
+
+    code = "AGENT_PAUSED"
+
+
 class PathsReserved(LeaseholdError):
     code = "PATHS_RESERVED"
 

@@ -39,6 +39,15 @@ The keeper's `note`/`checkpoint`/`set_git`/`renew`/`finish`/`release` are the
 holder calls to use while it runs: they raise `LeaseLost` once the lease is
 lost or the attempt ended, without a request. `finish` and `release` stop the
 renewals first, so no renewal races the end of the attempt.
+
+`finish`, `release` and `set_git` outlast a dropped connection or a restarting
+server: a try that got no answer (CONNECTION_FAILED, or a retryable refusal
+such as a 502/503) is sent again under the same Idempotency-Key, with a
+backoff capped at HOLDER_RETRY_MAX_DELAY, for as long as the lease holds on
+this machine's clock and at most HOLDER_RETRY_WINDOW_SECONDS. A finish the
+server did but could not answer is answered from its idempotency record, so
+a server restart shorter than the lease costs no finished work. A finish that
+is refused gives its usage back to the tally, for the next finish.
 """
 
 from __future__ import annotations
@@ -64,6 +73,11 @@ ENDING_CODES = LEASE_LOSS_CODES | {"NOT_FOUND", "LEASE_LOST"}
 BUDGET_CODE = "BUDGET_EXHAUSTED"
 # Usage brings the next renewal forward, but not more often than this.
 USAGE_REPORT_SECONDS = 1.0
+# finish/release/set_git: tries without an answer are repeated this long at most (and never past the lease)…
+HOLDER_RETRY_WINDOW_SECONDS = 300.0
+# …waiting between tries from HOLDER_RETRY_FIRST_DELAY, doubling, up to HOLDER_RETRY_MAX_DELAY.
+HOLDER_RETRY_FIRST_DELAY = 0.5
+HOLDER_RETRY_MAX_DELAY = 5.0
 # Events about an attempt after which its holder should ask the server at once.
 ENDING_EVENTS = frozenset({"attempt.revoked", "attempt.expired", "task.reassigned"})
 
@@ -340,19 +354,54 @@ class LeaseKeeper:
     def checkpoint(self, content: str, *, next_steps: list[str] | None = None) -> NoteWritten:
         return self.note(content, kind="checkpoint", next_steps=next_steps)
 
+    def _answered(self, send: Callable[[str], T], *, ends: bool = False) -> T:
+        """`send(idempotency_key)` as a holder call, sent again under the same key while it gets no answer.
+
+        Only a try without an answer is repeated (CONNECTION_FAILED, a retryable
+        refusal): the lease must still hold (this machine's clock) and the window
+        must not be spent; every other answer, and `LeaseLost`, ends it at once.
+        """
+        key = f"lh-{uuid.uuid4().hex}"
+        give_up_at = time.monotonic() + HOLDER_RETRY_WINDOW_SECONDS
+        delay = HOLDER_RETRY_FIRST_DELAY
+        while True:
+            try:
+                return self._holder_call(lambda: send(key), ends=ends)
+            except LeaseholdError as error:
+                unanswered = error.code == "CONNECTION_FAILED" or (error.retryable and error.code != BUDGET_CODE)
+                if not unanswered or is_past(self.lease_expires_at) or time.monotonic() + delay > give_up_at:
+                    raise
+                print(
+                    f"leasehold: {error.code} on {self.lease.task}; trying again in {delay:.1f} s "
+                    "(same Idempotency-Key, while the lease holds)",
+                    file=sys.stderr,
+                )
+            time.sleep(delay)
+            delay = min(HOLDER_RETRY_MAX_DELAY, delay * 2)
+
     def set_git(self, **facts: Any) -> dict[str, Any]:
-        """Record git facts (`LeaseholdClient.set_git`'s keywords)."""
-        return self._holder_call(lambda: self.client.set_git(self.lease, **facts))
+        """Record git facts (`LeaseholdClient.set_git`'s keywords); retried while unanswered (`_answered`)."""
+        return self._answered(lambda key: self.client.set_git(self.lease, idempotency_key=key, **facts))
 
     def finish(self, outcome: Outcome, **fields: Any) -> Finished:
-        """End the attempt (done, review, failed, handoff); renewals stop first. Carries all unreported usage."""
+        """End the attempt (done, review, failed, handoff); renewals stop first. Carries all unreported usage.
+
+        Retried while unanswered (`_answered`); refused, its usage goes back to the tally.
+        """
         self.ensure_held(ending=True)
         self.stop()
         given = fields.pop("usage", None)
         if given:
             self.usage.add(given)
         fields["usage"] = self._unreported_usage()
-        return self._holder_call(lambda: self.client.finish(self.lease, outcome, **fields), ends=True)
+        try:
+            return self._answered(
+                lambda key: self.client.finish(self.lease, outcome, idempotency_key=key, **fields), ends=True
+            )
+        except LeaseholdError:
+            if fields["usage"]:
+                self.usage.add(fields["usage"])
+            raise
 
     def _unreported_usage(self) -> dict[str, Any] | None:
         """The tally, plus a renewal's usage that never got an answer (it may, rarely, have been counted)."""
@@ -365,4 +414,6 @@ class LeaseKeeper:
         """Give the task back untouched; renewals stop first."""
         self.ensure_held(ending=True)
         self.stop()
-        return self._holder_call(lambda: self.client.release(self.lease, reason=reason), ends=True)
+        return self._answered(
+            lambda key: self.client.release(self.lease, reason=reason, idempotency_key=key), ends=True
+        )

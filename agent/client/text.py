@@ -28,6 +28,10 @@ def error_text(error: LeaseholdError) -> str:
             f"{task} is at epoch {current}; attempt {attempt} belongs to an earlier epoch "
             "(another holder has the task now): stop working on it."
         )
+    path = details.get("path")
+    if error.code == "DEPENDENCY_CYCLE" and isinstance(path, list) and path:
+        cycle = " → ".join(str(key) for key in path)
+        return error.message if cycle in error.message else f"{error.message.rstrip('.')}: {cycle}."
     problems = details.get("errors")
     if isinstance(problems, list) and len(problems) > 1:
         # A plan's problems (SPEC §17): every one, by path and ref, not just the first.

@@ -107,6 +107,12 @@ def build_server(holdings: Holdings) -> MCPServer:
     def _message(error: LeaseholdError) -> str:
         if error.code == "TASK_TAKEN" and error.details.get("holder") == holdings.known_agent:
             return error_text(error) + " That is this agent, from elsewhere (another config or machine)."
+        if error.code == "ACKNOWLEDGEMENT_REQUIRED":
+            version = error.details.get("current_version")
+            return error_text(error) + (
+                " Read what changed with the `context` tool (or `task` for the full text), then call `finish` "
+                f"again with the same arguments and acknowledged_version={version}."
+            )
         return error_text(error)
 
     def tool(description: str) -> Callable[[Callable[..., str]], Callable[..., str]]:

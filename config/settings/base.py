@@ -321,7 +321,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "SCHEMA_PATH_PREFIX": "/api/v1",
     "ENUM_NAME_OVERRIDES": {
-        "TaskStatusEnum": ["open", "ready", "blocked", "review", "done", "cancelled"],
+        "TaskStatusEnum": ["open", "ready", "blocked", "review", "delivered", "done", "cancelled"],
         "InitialTaskStatusEnum": ["blocked", "open", "ready"],
         "AttemptStatusEnum": ["active", "completed", "failed", "interrupted", "released", "expired", "revoked"],
         "NoteKindEnum": ["progress", "finding", "warning", "checkpoint"],

@@ -1,11 +1,12 @@
-"""Alerts that name their task, grouped Sentry-style: one row per task (or condition) with count, first and last seen.
+"""Alerts grouped Sentry-style: one row per condition (event type or finding condition) and project, with count,
+first and last seen, named by its latest item (issue 32: per-task groups made "3127 in 3089 groups").
 
 The dashboard's panels (queue-wait alerts, warnings and errors, open findings)
 are built here, each from a bounded number of queries over a recent window
 (the event type/time and time indexes, the partial index on unresolved
 findings): one GROUP BY for the top groups, one count of groups, one count of
-items, one read of each shown group's latest row. A flood of one task's
-alerts is one row, so it cannot bury the rest.
+items, one read of each shown group's latest row. A flood of one condition
+in one project is one row, so it cannot bury the rest.
 
 Every row names its task by key and title (linked), and the environment or
 branch when the event or finding has one; durations read as "12 d 21 h".
@@ -161,10 +162,10 @@ def _task_fields(task: Task | None) -> dict[str, str]:
 
 
 def event_groups(events: QuerySet[Event], *, since: datetime, all_url: str, shown: int = PANEL_SHOWN) -> AlertPanel:
-    """`events` grouped by (type, task), newest group first; the top `shown` named by their latest event."""
+    """`events` grouped by (type, project), newest group first; the top `shown` named by their latest event."""
     grouped = (
         events.order_by()
-        .values("type", "task_id")
+        .values("type", "project_id")
         .annotate(n=Count("id"), first=Min("created_at"), last=Max("created_at"), latest=Max("id"))
     )
     top = list(grouped.order_by("-latest")[:shown])
@@ -174,8 +175,8 @@ def event_groups(events: QuerySet[Event], *, since: datetime, all_url: str, show
         event = latest[row["latest"]]
         task = event.task
         filters: dict[str, Any] = {"type": row["type"], "created_at__gte": since.isoformat()}
-        if task is not None:
-            filters["task__id__exact"] = task.pk
+        if row["project_id"] is not None:
+            filters["project__id__exact"] = row["project_id"]
         groups.append(
             AlertGroup(
                 code=row["type"],
@@ -213,11 +214,11 @@ def finding_task(finding: Finding) -> Task | None:
 
 
 def finding_groups(*, shown: int = PANEL_SHOWN) -> AlertPanel:
-    """Unresolved findings, one row per condition (count, first and last seen), named by the latest finding."""
+    """Unresolved findings, one row per condition and project (count, first and last seen), named by the latest."""
     unresolved = Finding.objects.filter(status__in=UNRESOLVED_FINDING_STATUSES)
     grouped = (
         unresolved.order_by()
-        .values("condition")
+        .values("condition", "project_id")
         .annotate(
             n=Count("id"),
             open=Count("id", filter=Q(status=FindingStatus.OPEN)),
@@ -245,7 +246,15 @@ def finding_groups(*, shown: int = PANEL_SHOWN) -> AlertPanel:
                 first_seen=row["first"],
                 last_seen=row["last"],
                 detail=detail,
-                url=f"{base}?{urlencode({'condition__exact': row['condition']})}",
+                url=base
+                + "?"
+                + urlencode(
+                    {
+                        "condition__exact": row["condition"],
+                        "project__id__exact": row["project_id"],
+                        "status__exact": "unresolved",
+                    }
+                ),
                 where=_finding_where(finding),
                 project=finding.project.slug,
                 **_task_fields(finding_task(finding)),

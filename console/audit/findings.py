@@ -79,6 +79,24 @@ class FindingStatusFilter(admin.SimpleListFilter):
         return queryset.filter(status=value)
 
 
+class FindingAgentFilter(admin.SimpleListFilter):
+    """`?agent=<handle>`: findings on that agent's attempts (the agent health page's findings link).
+
+    No list of choices (there may be hundreds of agents): it is reached by the link, and shown while set.
+    """
+
+    title = "agent"
+    parameter_name = "agent"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        value = self.value()
+        return [(value, value)] if value else []
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset.filter(attempt__agent__handle=value) if value else queryset
+
+
 class FindingAdmin(LeaseholdModelAdmin):
     list_display = [
         "id",
@@ -92,7 +110,7 @@ class FindingAdmin(LeaseholdModelAdmin):
         "first_seen_at",
     ]
     list_display_links = ["id", "condition_label"]
-    list_filter = [FindingStatusFilter, "condition", "project", "subject_type"]
+    list_filter = [FindingStatusFilter, "condition", "project", "subject_type", FindingAgentFilter]
     search_fields = ["subject_key"]
     list_select_related = ["project", "task", "attempt__task", "environment"]
     ordering = ["-last_seen_at", "-id"]

@@ -6,7 +6,13 @@
   "I have confirmed the agent process is gone"), then
   `leases.services.task_force_release` per live lease;
 - **Deactivate…** with a reason (`ledger.services.agent_deactivate`) and
-  **Reactivate…** (`ledger.services.agent_reactivate`).
+  **Reactivate…** (`ledger.services.agent_reactivate`);
+- **Pause (drain)…** and **Resume…** (`ledger.services.agent_pause` /
+  `agent_resume`): no new claims (`AGENT_PAUSED`), its live leases run on.
+
+The state is the evidence's (`insight.agent_health`): the reconciler's open
+findings on the agent's attempts are linked from its row, and a holder they
+say is dead is never described as "probably still running".
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
@@ -30,14 +37,24 @@ from console.base import ConfirmationForm, actor_of, plural
 from console.confirm import Confirmation, RevokeForm, is_confirmed, render_confirmation
 from console.permissions import may_see_page
 from core.errors import LedgerError
-from insight.agent_health import ALIVE, LATE, NEVER, AgentHealth, agent_health, holders_health, silence_limit
+from insight.agent_health import (
+    ALIVE,
+    BUDGET_SPENT,
+    LATE,
+    NEVER,
+    AgentHealth,
+    agent_health,
+    holders_health,
+    silence_limit,
+)
 from leases.models import Attempt
 from leases.services import task_force_release
 from ledger import clock
 from ledger.models import Agent
-from ledger.services import agent_deactivate, agent_reactivate
+from ledger.services import agent_deactivate, agent_pause, agent_reactivate, agent_resume
+from reconciliation.models import Condition
 
-STATE_BADGES = {ALIVE: "ready", LATE: "warn", NEVER: "open"}
+STATE_BADGES = {ALIVE: "ready", LATE: "warn", NEVER: "open", BUDGET_SPENT: "warn"}
 # Within this, a holder may well still be running: the revoke confirmation says so loudly.
 RECENTLY_HEARD_SECONDS = 60
 
@@ -63,12 +80,34 @@ class AgentRow:
     release_url: str
     deactivate_url: str
     reactivate_url: str
+    pause_url: str
+    resume_url: str
+    findings_url: str
+    findings_text: str
+    incidents_url: str
 
 
 def state_badge(health: AgentHealth) -> SafeString:
     state = health.state
     css = STATE_BADGES.get(state, "error")
     return format_html('<span class="lh-badge lh-{}">{}</span>', css, state)
+
+
+def findings_url(agent: Agent) -> str:
+    return (
+        reverse("admin:reconciliation_finding_changelist")
+        + "?"
+        + urlencode({"agent": agent.handle, "status__exact": "unresolved"})
+    )
+
+
+def findings_text(health: AgentHealth) -> str:
+    """`2 open findings: Live lease, silent agent (1), Renewed, but not working (1)`, or ''."""
+    if not health.findings:
+        return ""
+    labels = dict(Condition.choices)
+    parts = [f"{labels.get(condition, condition)} ({n})" for condition, n in sorted(health.findings.items())]
+    return f"{plural(health.open_findings, 'open finding')}: {', '.join(parts)}"
 
 
 def heard_text(health: AgentHealth) -> str:
@@ -108,6 +147,13 @@ def _row(health: AgentHealth, now: datetime) -> AgentRow:
         release_url=reverse("admin:ledger_agent_release_all", args=[agent.pk]),
         deactivate_url=reverse("admin:ledger_agent_deactivate_one", args=[agent.pk]),
         reactivate_url=reverse("admin:ledger_agent_reactivate", args=[agent.pk]),
+        pause_url=reverse("admin:ledger_agent_pause", args=[agent.pk]),
+        resume_url=reverse("admin:ledger_agent_resume", args=[agent.pk]),
+        findings_url=findings_url(agent),
+        findings_text=findings_text(health),
+        incidents_url=reverse("admin:insight_incident_changelist")
+        + "?"
+        + urlencode({"subject": f"agent:{agent.handle}"}),
     )
 
 
@@ -119,7 +165,7 @@ def health_page(model_admin: admin.ModelAdmin, request: HttpRequest) -> Template
     if request.GET.get("all") != "1":
         agents = agents.filter(is_active=True)
     rows = [_row(health, now) for health in agent_health(now, agents=agents)]
-    counts = {state: sum(1 for row in rows if row.health.state == state) for state in (ALIVE, LATE)}
+    counts = {state: sum(1 for row in rows if row.health.state == state) for state in (ALIVE, LATE, BUDGET_SPENT)}
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Agent health",
@@ -128,7 +174,9 @@ def health_page(model_admin: admin.ModelAdmin, request: HttpRequest) -> Template
         "now": now,
         "alive": counts[ALIVE],
         "late": counts[LATE],
-        "silent": len(rows) - counts[ALIVE] - counts[LATE],
+        "budget_spent": counts[BUDGET_SPENT],
+        "silent": len(rows) - counts[ALIVE] - counts[LATE] - counts[BUDGET_SPENT],
+        "paused": sum(1 for row in rows if row.health.paused),
         "showing_all": request.GET.get("all") == "1",
         "silence": human_duration(silence_limit().total_seconds()),
         "can_operate": request.user.has_perm("ledger.change_agent"),
@@ -145,6 +193,7 @@ def holder_liveness(health: AgentHealth | None) -> tuple[str, bool]:
     renewed = health.last_renewed_at
     parts = [
         f"{agent.handle}: {health.state}",
+        *([findings_text(health)] if health.findings else []),
         f"run heartbeat {human_duration(beat.total_seconds()) + ' ago' if beat is not None else 'never'}",
         "last renewal "
         + (
@@ -154,7 +203,10 @@ def holder_liveness(health: AgentHealth | None) -> tuple[str, bool]:
         ),
     ]
     heard = health.heard_age
-    return " · ".join(parts), heard is not None and heard.total_seconds() <= RECENTLY_HEARD_SECONDS
+    # A renewal is heard, but when the findings (or a stopped run heartbeat) say the process is gone, the renewer
+    # is a keeper, not the worker: no "probably still running".
+    recent = heard is not None and heard.total_seconds() <= RECENTLY_HEARD_SECONDS and not health.presumed_dead
+    return " · ".join(parts), recent
 
 
 def revoke_liveness(attempt_ids: list[int], now: datetime) -> tuple[list[str], str]:
@@ -219,7 +271,12 @@ def release_all_view(model_admin: Any, request: HttpRequest, object_id: str) -> 
             f"{agent.handle} was heard from {human_duration(health.heard_age.total_seconds())} ago: "
             "its process is probably still running and would keep working without a lease."
             if recent and health.heard_age is not None
-            else "The holder's next write will fail with LEASE_NOT_HELD; make sure its process is gone first."
+            else (
+                f"The evidence says {agent.handle}'s process is gone ({findings_text(health) or health.state}); "
+                "what still renews its leases is not working on them."
+                if health.presumed_dead
+                else "The holder's next write will fail with LEASE_NOT_HELD; make sure its process is gone first."
+            )
         ),
         submit_label="Yes, force-release all",
         columns=["Task", "Title", "Lease left", "Epoch", "Renewals"],
@@ -299,6 +356,64 @@ def set_active_view(model_admin: Any, request: HttpRequest, object_id: str, *, a
             submit_label="Yes, deactivate",
             columns=["Agent", "Kind", "State", "Live leases"],
             rows=[(agent, [agent.handle, agent.get_kind_display(), health.state, len(health.live)])],
+        )
+    return render_confirmation(
+        request,
+        model_admin,
+        confirmation=confirmation,
+        form=form,
+        action_name=None,
+        objects=[agent],
+        cancel_url=_back(request),
+    )
+
+
+def set_paused_view(model_admin: Any, request: HttpRequest, object_id: str, *, paused: bool) -> HttpResponse:
+    """Pause (drain) or resume one agent, after a confirmation with a reason; a LogEntry either way."""
+    if not model_admin.has_operate_permission(request):
+        raise PermissionDenied
+    agent = get_object_or_404(Agent, pk=object_id)
+    form: forms.Form = ReasonForm(request.POST if is_confirmed(request) else None)
+    if form.is_bound and form.is_valid():
+        actor, reason = actor_of(request), form.cleaned_data["reason"]
+        if paused:
+            changed = agent_pause(agent=agent, actor=actor, reason=reason)
+            done = f"Paused {agent.handle}: its claims are refused (AGENT_PAUSED); its live leases run on."
+        else:
+            changed = agent_resume(agent=agent, actor=actor, reason=reason)
+            done = f"Resumed {agent.handle}: it claims again."
+        if changed:
+            model_admin.log_change(request, agent, f"{'Paused' if paused else 'Resumed'}: {reason}")
+            model_admin.message_user(request, done, messages.SUCCESS)
+        else:
+            model_admin.message_user(request, f"{agent.handle} is already {'paused' if paused else 'claiming'}.")
+        return HttpResponseRedirect(_back(request))
+    now = clock.now()
+    [health] = agent_health(now, agents=Agent.objects.filter(pk=agent.pk))
+    if paused:
+        confirmation = Confirmation(
+            title=f"Pause (drain) {agent.handle}",
+            intro=f"{agent.handle} claims no new work from now on: every claim and claim-next is refused with "
+            "AGENT_PAUSED (a `leasehold run` asking for work stops). Its live leases are not touched: they renew "
+            "and finish as usual. Its token keeps working; resume it here.",
+            submit_label="Yes, pause",
+            columns=["Agent", "Kind", "State", "Live leases"],
+            rows=[(agent, [agent.handle, agent.get_kind_display(), health.state, len(health.live)])],
+            danger=False,
+        )
+    else:
+        confirmation = Confirmation(
+            title=f"Resume {agent.handle}",
+            intro=f"{agent.handle} may claim work again from its next request.",
+            submit_label="Yes, resume",
+            columns=["Agent", "Kind", "Paused at", "Reason"],
+            rows=[
+                (
+                    agent,
+                    [agent.handle, agent.get_kind_display(), moment_utc(agent.claims_paused_at), agent.pause_reason],
+                )
+            ],
+            danger=False,
         )
     return render_confirmation(
         request,

@@ -29,7 +29,7 @@ from django.utils.html import format_html
 
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
-from console.fleet.agent_health import health_page, release_all_view, set_active_view
+from console.fleet.agent_health import health_page, release_all_view, set_active_view, set_paused_view
 from console.reports.budgets import set_budget_action
 from core.errors import LedgerError
 from leases.models import Attempt, AttemptStatus
@@ -290,6 +290,16 @@ class AgentAdmin(LeaseholdModelAdmin):
                 "<path:object_id>/reactivate/",
                 wrap(lambda request, object_id: set_active_view(self, request, object_id, active=True)),
                 name="ledger_agent_reactivate",
+            ),
+            path(
+                "<path:object_id>/pause/",
+                wrap(lambda request, object_id: set_paused_view(self, request, object_id, paused=True)),
+                name="ledger_agent_pause",
+            ),
+            path(
+                "<path:object_id>/resume/",
+                wrap(lambda request, object_id: set_paused_view(self, request, object_id, paused=False)),
+                name="ledger_agent_resume",
             ),
         ]
         return [*health, rotate, projects, *super().get_urls()]

@@ -30,8 +30,8 @@ from console.permissions import DASHBOARD_PANELS
 from console.tasks.parts import QUARANTINED_TASKS
 from insight.metrics import fleet_metrics, pooled_orphan_rate
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
-from leases.models import Attempt, AttemptKind
-from leases.selectors import IN_PROGRESS, IN_REVIEW, claimable_tasks, live_attempts
+from leases.models import Attempt
+from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, claimable_tasks, effective_status_of_kind, live_attempts
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding, FindingStatus
 
@@ -51,6 +51,8 @@ STATUS_COLUMNS: tuple[tuple[str, str], ...] = (
     (TaskStatus.OPEN, "Open"),
     (TaskStatus.BLOCKED, "Blocked"),
     (TaskStatus.REVIEW, "Review"),
+    (LANDING, "Landing"),
+    (TaskStatus.DELIVERED, "Delivered"),
     (TaskStatus.DONE, "Done"),
     (TaskStatus.CANCELLED, "Cancelled"),
 )
@@ -182,7 +184,7 @@ def status_table(now: datetime) -> tuple[list[ProjectRow], list[StatusCell], int
     )
     for row in live:
         # A live lease makes the task in progress, or in review when a reviewer holds it (SPEC §16.1).
-        effective = IN_REVIEW if row["kind"] == AttemptKind.REVIEW else IN_PROGRESS
+        effective = effective_status_of_kind(row["kind"])
         counts[row["task__project_id"]][row["task__status"]] -= row["n"]
         counts[row["task__project_id"]][effective] += row["n"]
     table = []

@@ -77,6 +77,7 @@ def _every() -> dict[str, str]:
         JobName.QUEUE_WAIT: "check_queue_wait_job",
         JobName.RECONCILE: "reconcile_job",
         JobName.PURGE: "purge_idempotency_job",
+        JobName.INCIDENTS: "check_incidents_job",
     }
     return {name: human_duration(by_func.get(func, 0) * 60) for name, func in wrappers.items()}
 

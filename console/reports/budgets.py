@@ -19,6 +19,7 @@ from django.urls import reverse
 from console.base import actor_of, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
 from core.errors import LedgerError
+from core.text import dollars
 from leases.selectors import task_spent
 from leases.services import task_update
 from ledger.models import BUDGET_COST_DIGITS, Agent, Project, Task
@@ -107,4 +108,4 @@ def spent_text(task: Task) -> str:
     """What the task's attempts reported spending, for its page."""
     spent = task_spent(task)
     tokens_in, tokens_out = spent["input_tokens"], spent["output_tokens"]
-    return f"{tokens_in + tokens_out} tokens ({tokens_in} in, {tokens_out} out), ${spent['cost_usd']}"
+    return f"{tokens_in + tokens_out} tokens ({tokens_in} in, {tokens_out} out), {dollars(spent['cost_usd'])}"

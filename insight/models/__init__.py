@@ -8,6 +8,7 @@ the names they had before this room existed (`Meta.db_table`).
 from __future__ import annotations
 
 from insight.models.event_tally import EventTally
+from insight.models.incidents import Incident, IncidentRule, IncidentStatus
 from insight.models.job_heartbeat import ERROR_MAX_CHARS, JobHeartbeat, JobName, JobOutcome
 from insight.models.rollups import NO_AGENT, NO_PROJECT, DayCounts, FleetDayTally, FleetDayTallyChange, TaskFirstReady
 from insight.models.task_counts import TaskCount, TaskCountChange
@@ -20,6 +21,9 @@ __all__ = [
     "EventTally",
     "FleetDayTally",
     "FleetDayTallyChange",
+    "Incident",
+    "IncidentRule",
+    "IncidentStatus",
     "JobHeartbeat",
     "JobName",
     "JobOutcome",

@@ -20,6 +20,7 @@ class JobName(models.TextChoices):
     QUEUE_WAIT = "check_queue_wait", "Queue-wait check"
     RECONCILE = "reconcile", "Reconciliation"
     PURGE = "purge_idempotency", "Idempotency purge"
+    INCIDENTS = "check_incidents", "Incident check"
 
 
 class JobOutcome(models.TextChoices):

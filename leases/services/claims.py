@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError
 
 from core.db import write_transaction
-from core.errors import PathsReserved, PermissionDenied, TaskNotClaimable, TaskTaken
+from core.errors import AgentPaused, PathsReserved, PermissionDenied, TaskNotClaimable, TaskTaken
 from core.prepared import SAMPLE_INT, PreparedUpdate, insert
 from leases.branches import suggest_branch_name
 from leases.labels import Label, render_label
@@ -407,6 +407,14 @@ def _record_paths_refusal(*, task: Task, agent: Agent, refusal: PathsReserved) -
 
 
 def refuse_inactive(agent: Agent) -> None:
-    """A deactivated agent claims nothing (SPEC §3)."""
+    """A deactivated agent claims nothing (SPEC §3); nor does a paused (drained) one (`AGENT_PAUSED`).
+
+    `agent` is read by the request's authentication, so a pause holds from the next request on.
+    """
     if not agent.is_active:
         raise PermissionDenied(f"Agent {agent.handle} is deactivated.")
+    if agent.claims_paused_at is not None:
+        raise AgentPaused(
+            f"Agent {agent.handle} is paused: it claims no new work; finish or release what it holds.",
+            details={"agent": agent.handle, "paused_at": agent.claims_paused_at.isoformat()},
+        )

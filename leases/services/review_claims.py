@@ -18,7 +18,7 @@ from core.errors import LedgerError, PermissionDenied, TaskTaken, ValidationFail
 from leases.models import PENDING_REVIEW_STATUSES, ReviewRequest, ReviewStatus
 from leases.selectors import live_attempts
 from leases.services.claim_state import ClaimRequest, claim_state, validate_claim_request
-from leases.services.claims import ClaimCollided, LeaseGrant, ReviewClaim, claim_locked
+from leases.services.claims import ClaimCollided, LeaseGrant, ReviewClaim, claim_locked, refuse_inactive
 from leases.services.tallies import tally_claim_refusal
 from ledger import clock
 from ledger.actors import Actor
@@ -89,8 +89,7 @@ def review_claim(*, request: ReviewRequest, agent: Agent, lease_seconds: int | N
     """Claim this review: a review attempt under its own lease, token and epoch."""
     claim = ClaimRequest(lease_seconds=lease_seconds)
     validate_claim_request(claim)
-    if not agent.is_active:
-        raise PermissionDenied(f"Agent {agent.handle} is deactivated.")
+    refuse_inactive(agent)
     try:
         return _review_claim(request_id=request.pk, agent=agent, claim=claim)
     except TaskTaken:
@@ -146,8 +145,7 @@ def review_claim_next(*, project: Project, agent: Agent, lease_seconds: int | No
     """Claim the project's oldest open review (not your own work); None when there is none."""
     claim = ClaimRequest(lease_seconds=lease_seconds)
     validate_claim_request(claim)
-    if not agent.is_active:
-        raise PermissionDenied(f"Agent {agent.handle} is deactivated.")
+    refuse_inactive(agent)
     try:
         granted = _review_claim_next(project=project, agent=agent, claim=claim)
         if isinstance(granted, TaskTaken):

@@ -28,6 +28,7 @@ from typing import Any
 from django.db.models import F, Model, Q
 
 from core.errors import BudgetExhausted, TaskNotClaimable, ValidationFailed
+from core.text import dollars
 from leases.models import AgentDailyUsage, Attempt, AttemptUsage, ProjectDailyUsage, TaskUsage
 from ledger.actors import Actor
 from ledger.models import Agent, EventType, Project, Severity, Task
@@ -211,15 +212,19 @@ class Spending:
         return None
 
 
-def _exhausted(budget: Budget, tokens: int, cost: Decimal) -> BudgetExhausted:
+def _spent_text(budget: Budget, tokens: int, cost: Decimal) -> str:
     what = {
         "task": f"task {budget.name}",
         "agent": f"agent {budget.name} today",
         "project": f"project {budget.name} today",
     }
+    return f"The budget of {what[budget.scope]} is spent ({tokens} tokens, {dollars(cost)})"
+
+
+def _exhausted(budget: Budget, tokens: int, cost: Decimal) -> BudgetExhausted:
+    """The holder's refusal: it is told how its attempt may still end."""
     return BudgetExhausted(
-        f"The budget of {what[budget.scope]} is spent ({tokens} tokens, ${cost}); finish or release the attempt.",
-        details=budget.refusal(tokens, cost),
+        f"{_spent_text(budget, tokens, cost)}; finish or release the attempt.", details=budget.refusal(tokens, cost)
     )
 
 
@@ -293,7 +298,7 @@ def claim_budget_refusal(
         if budget.spent(tokens, cost):
             what = task.key if task is not None else f"No task of {project.slug}"
             return TaskNotClaimable(
-                f"{what} cannot be claimed (budget): {_exhausted(budget, tokens, cost).message}",
+                f"{what} cannot be claimed (budget): {_spent_text(budget, tokens, cost)}.",
                 details={
                     "task": task.key if task is not None else None,
                     "reason": "budget",

@@ -36,6 +36,10 @@ class Agent(NoDeleteModel):
     last_seen_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     deactivated_at = models.DateTimeField(null=True, blank=True)
+    # Paused (drained): no new claims, while its live leases renew and finish as usual
+    # (`ledger.services.agent_pause`). Null: claiming.
+    claims_paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    pause_reason = models.CharField(max_length=500, blank=True, editable=False)
     # SPEC §19: what this agent may spend per UTC day, over all its projects (null: no limit).
     daily_budget_tokens = models.PositiveBigIntegerField(null=True, blank=True, help_text=BUDGET_TOKENS_HELP)
     daily_budget_cost_usd = models.DecimalField(

@@ -26,8 +26,10 @@ class EventType(models.TextChoices):
 
     AGENT_CREATED = "agent.created"
     AGENT_DEACTIVATED = "agent.deactivated"
+    AGENT_PAUSED = "agent.paused"
     AGENT_PROJECTS_CHANGED = "agent.projects_changed"
     AGENT_REACTIVATED = "agent.reactivated"
+    AGENT_RESUMED = "agent.resumed"
     AGENT_TOKEN_ROTATED = "agent.token_rotated"  # noqa: S105 - an event name
     BUDGET_EXHAUSTED = "budget.exhausted"
     BUDGET_SET = "budget.set"
@@ -86,6 +88,9 @@ class EventType(models.TextChoices):
     WEBHOOK_DISABLED = "webhook.disabled"
     WEBHOOK_ENABLED = "webhook.enabled"
     WEBHOOK_REDELIVERED = "webhook.redelivered"
+    # Alerts as incidents (insight.incidents): one event when an incident opens, one when it resolves.
+    INCIDENT_OPENED = "incident.opened"
+    INCIDENT_RESOLVED = "incident.resolved"
     WEBHOOK_SECRET_ROLLED = "webhook.secret_rolled"  # noqa: S105 - an event name
 
 

@@ -143,6 +143,43 @@ def agent_reactivate(*, agent: Agent, actor: Actor, reason: str = "") -> Agent:
     return agent
 
 
+@write_transaction
+def agent_pause(*, agent: Agent, actor: Actor, reason: str = "") -> bool:
+    """Pause (drain) the agent: every claim it makes is refused `AGENT_PAUSED` from now on, while the leases it
+    holds renew and finish as usual. Compare-and-set: pausing a paused agent changes nothing and appends no event.
+    Returns whether it changed.
+    """
+    reason = _clean_reason(reason)
+    now = clock.now()
+    changed = Agent.objects.filter(pk=agent.pk, claims_paused_at__isnull=True).update(
+        claims_paused_at=now, pause_reason=reason[:500]
+    )
+    agent.refresh_from_db()
+    if changed:
+        payload: dict[str, str] = {"handle": agent.handle}
+        if reason:
+            payload["reason"] = reason[:500]
+        event_append(type=EventType.AGENT_PAUSED, actor=actor, at=now, payload=payload)
+    return bool(changed)
+
+
+@write_transaction
+def agent_resume(*, agent: Agent, actor: Actor, reason: str = "") -> bool:
+    """Let a paused agent claim again. One `agent.resumed` event when it was paused; returns whether it changed."""
+    reason = _clean_reason(reason)
+    now = clock.now()
+    changed = Agent.objects.filter(pk=agent.pk, claims_paused_at__isnull=False).update(
+        claims_paused_at=None, pause_reason=""
+    )
+    agent.refresh_from_db()
+    if changed:
+        payload: dict[str, str] = {"handle": agent.handle}
+        if reason:
+            payload["reason"] = reason[:500]
+        event_append(type=EventType.AGENT_RESUMED, actor=actor, at=now, payload=payload)
+    return bool(changed)
+
+
 def agent_heartbeat(*, agent: Agent) -> datetime:
     """The run heartbeat (SPEC §8): touches `last_seen_at`, at most one write per 30 s. No event."""
     now = clock.now()

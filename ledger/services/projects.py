@@ -35,14 +35,18 @@ _CONTROL_CHARACTER = re.compile(r"[\x00-\x1f\x7f]")
 
 
 def validate_remote(remote: str, *, field: str = "remote") -> str:
-    """A project's remote: a git URL without a password (credentials belong to the git client, not the ledger)."""
+    """A project's remote: a git URL without a password (credentials belong to the git client, not the ledger),
+    or an absolute path on this machine, as git itself accepts (`/srv/git/web.git`, issue 29)."""
     remote = remote.strip()
     if not remote:
         return ""
+    if remote.startswith("/") and field == "remote":
+        return _absolute_path(remote, field=field)
     if not _REMOTE_URL.match(remote) or _CONTROL_CHARACTER.search(remote):
         raise ValidationFailed(
-            f"{field} must be a git URL (https://…, ssh://…, file://… or user@host:path).",
-            details={"fields": {field: ["a git URL"]}},
+            f"{field} must be a git URL (https://…, ssh://…, file://… or user@host:path)"
+            + (" or an absolute path." if field == "remote" else "."),
+            details={"fields": {field: ["a git URL or an absolute path" if field == "remote" else "a git URL"]}},
         )
     if "://" in remote and urlsplit(remote).password:
         raise ValidationFailed(
@@ -81,17 +85,17 @@ def validate_repository(repository: str) -> str:
     repository = repository.strip()
     if not repository or "://" in repository or (_REMOTE_URL.match(repository) and not repository.startswith("/")):
         return validate_remote(repository, field="repository")
-    if (
-        not repository.startswith("/")
-        or _CONTROL_CHARACTER.search(repository)
-        or ".." in repository.split("/")
-        or len(repository) > 500
-    ):
+    return _absolute_path(repository, field="repository")
+
+
+def _absolute_path(path: str, *, field: str) -> str:
+    """An absolute, normalised path without `..` or control characters, so git reads only the directory it names."""
+    if not path.startswith("/") or _CONTROL_CHARACTER.search(path) or ".." in path.split("/") or len(path) > 500:
         raise ValidationFailed(
-            "repository must be a git URL or an absolute path without '..' or control characters.",
-            details={"fields": {"repository": ["a git URL or an absolute path"]}},
+            f"{field} must be a git URL or an absolute path without '..' or control characters.",
+            details={"fields": {field: ["a git URL or an absolute path"]}},
         )
-    return posixpath.normpath(repository)
+    return posixpath.normpath(path)
 
 
 @write_transaction

@@ -108,6 +108,7 @@ NOT_EXPORTED: dict[str, str] = {
     "leases.AgentDailyUsage": "one agent's spend over all its projects",
     "leases.ReservationLock": "a lock row, not data",
     "insight.JobHeartbeat": "this server's scheduler",
+    "insight.Incident": "this server's alerts: its incident check opens them afresh from the imported state",
     "reconciliation.ReconciliationRun": "this server's runs; the findings they made are exported",
     "insight.FleetDayTally": "derived: the attempt and event triggers count the imported rows",
     "insight.FleetDayTallyChange": "derived: the attempt and event triggers count the imported rows",

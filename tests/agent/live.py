@@ -74,7 +74,9 @@ def state_files(env: dict[str, str]) -> list[Path]:
 def leasehold(
     *args: str, env: dict[str, str], timeout: float = 60, cwd: Path = REPO
 ) -> subprocess.CompletedProcess[str]:
-    """Run the `leasehold` console script (as `python -m agent`)."""
+    """Run the `leasehold` console script (as `python -m agent`), this checkout's, wherever `cwd` is."""
+    # Outside REPO, `-m agent` would import whatever checkout the interpreter has installed.
+    env = {**env, "PYTHONPATH": os.pathsep.join(filter(None, (str(REPO), env.get("PYTHONPATH"))))}
     return subprocess.run(
         [sys.executable, "-m", "agent", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
     )

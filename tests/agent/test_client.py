@@ -242,3 +242,22 @@ def test_the_api_root_accepts_the_server_or_the_api_url():
 
 def test_the_lease_token_is_not_in_the_repr():
     assert "secret-token" not in repr(LEASE)
+
+
+def test_a_dependency_cycle_in_text_names_its_path():
+    from agent.client.errors import error_from_envelope
+    from agent.client.text import error_text
+
+    envelope = {
+        "error": {
+            "code": "DEPENDENCY_CYCLE",
+            "message": "AGT-1 blocked by AGT-3 would close a cycle.",
+            "retryable": False,
+            "details": {"path": ["AGT-1", "AGT-3", "AGT-2", "AGT-1"]},
+        }
+    }
+    error = error_from_envelope(envelope, http_status=409)
+    assert error_text(error) == "AGT-1 blocked by AGT-3 would close a cycle: AGT-1 → AGT-3 → AGT-2 → AGT-1."
+    plan = {"error": {**envelope["error"], "message": "The plan's dependencies form a cycle: a → b → a."}}
+    plan["error"]["details"] = {"path": ["a", "b", "a"]}
+    assert error_text(error_from_envelope(plan, http_status=409)) == "The plan's dependencies form a cycle: a → b → a."

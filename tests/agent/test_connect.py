@@ -168,3 +168,52 @@ def test_print_config_has_absolute_paths_and_warns_about_the_login(tmp_path):
     assert "environment only" in done.stderr
     assert "lh_x" not in done.stdout  # a token never goes into a client's configuration
     assert json.loads(done.stdout)["mcpServers"]["leasehold"]["args"] == ["mcp"]
+
+
+def test_connect_leaves_nothing_for_git_to_commit_in_the_checkout_and_in_a_worktree(logged_in, tmp_path):
+    repo = a_repository(tmp_path / "repo")
+    for _ in range(2):  # the second time adds no second line
+        done = leasehold_in(repo, "connect", "claude", "--write", env=logged_in)
+        assert done.returncode == EXIT_OK, done.stderr
+    assert (repo / ".mcp.json").exists()
+    assert git(repo, "status", "--porcelain", "--untracked-files=all") == ""
+    exclude = (repo / ".git" / "info" / "exclude").read_text().splitlines()
+    assert exclude.count("/.mcp.json") == 1
+    assert exclude.count("/.claude/settings.json") == 1
+    assert "info/exclude" in done.stdout
+
+    worktree = tmp_path / "repo.worktrees" / "AGT-2"
+    git(repo, "worktree", "add", "-q", "-b", "feature/two", str(worktree))
+    done = leasehold_in(tmp_path, "connect", "vscode", "--write", "--worktree", str(worktree), env=logged_in)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert (worktree / ".vscode" / "mcp.json").exists()
+    assert git(worktree, "status", "--porcelain", "--untracked-files=all") == ""
+    # The common git directory's exclude: every worktree of the repository reads it.
+    assert "/.vscode/mcp.json" in (repo / ".git" / "info" / "exclude").read_text().splitlines()
+    git(repo, "worktree", "remove", str(worktree))  # not refused for the files connect wrote
+    assert not worktree.exists()
+
+
+def test_connect_leaves_a_tracked_client_file_out_of_the_exclude(logged_in, tmp_path):
+    repo = a_repository(tmp_path / "repo")
+    (repo / ".mcp.json").write_text("{}")
+    git(repo, "add", ".mcp.json")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-q", "-m", "shared mcp")
+    done = leasehold_in(repo, "connect", "claude", "--write", env=logged_in)
+    assert done.returncode == EXIT_OK, done.stderr
+    exclude = (repo / ".git" / "info" / "exclude").read_text().splitlines()
+    assert "/.mcp.json" not in exclude
+    assert "/.claude/settings.json" in exclude
+
+
+def test_connect_codex_leaves_a_blank_line_before_the_next_table(logged_in, tmp_path):
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    (home / "config.toml").write_text('[mcp_servers.other]\ncommand = "npx"\n\n[profiles.fast]\nmodel = "x"\n')
+    env = {**logged_in, "CODEX_HOME": str(home)}
+    done = leasehold_in(tmp_path, "connect", "codex", "--write", env=env)
+    assert done.returncode == EXIT_OK, done.stderr
+    text = (home / "config.toml").read_text()
+    assert "}\n\n[profiles.fast]" in text
+    assert text.endswith('model = "x"\n')
+    assert tomllib.loads(text)["profiles"] == {"fast": {"model": "x"}}

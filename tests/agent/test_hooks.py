@@ -133,3 +133,23 @@ def test_an_unreachable_server_or_no_login_is_one_warning_line_and_exit_0(fleet,
             assert len(done.stderr.strip().splitlines()) == 1, done.stderr
             assert "Traceback" not in done.stderr
             assert time.monotonic() - started < 20
+
+
+def test_session_end_records_where_the_work_is_before_handing_off(fleet, api, logged_in, tmp_path):
+    attempt = claimed(fleet, logged_in)
+    checkout = tmp_path / "checkout"
+    git = ["git", "-C", str(checkout), "-c", "user.name=t", "-c", "user.email=t@example.com"]
+    subprocess.run(["git", "init", "-q", "-b", "main", str(checkout)], check=True)
+    subprocess.run([*git, "commit", "-q", "--allow-empty", "-m", "work"], check=True)
+    (checkout / "unsaved.txt").write_text("not committed yet\n")
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+    done = hook("session-end", SESSION_END, env=logged_in, cwd=checkout)
+    assert done.returncode == 0, done.stderr
+    assert "handed off" in done.stdout
+    ended = api.attempt(attempt["attempt"])
+    assert ended["status"] == "interrupted"
+    facts = ended
+    assert facts["head_commit"] == head
+    assert facts["dirty"] is True
+    assert facts["pushed"] is False
+    assert facts["worktree_path"] == str(checkout.resolve())

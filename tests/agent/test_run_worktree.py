@@ -11,7 +11,7 @@ import pytest
 from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_OK, EXIT_WORKSPACE
 from tests.agent import standins
 from tests.agent.gitrepos import git, make_repos, trailers
-from tests.agent.live import leasehold, state_files
+from tests.agent.live import REPO, leasehold, state_files
 
 LEASE = ("--lease-seconds", "30")
 
@@ -247,3 +247,24 @@ def test_run_help_names_the_worktree_options():
     assert done.returncode == 0
     assert "--worktree [DIR]" in done.stdout
     assert "--repo" in done.stdout
+
+
+def test_a_worktree_run_makes_gets_the_main_checkouts_mcp_config_and_hooks_and_stays_clean(
+    fleet, logged_in, repos, bin_dir, tmp_path
+):
+    logged_in = {**logged_in, "PYTHONPATH": str(REPO)}  # this checkout's toolkit, run from another directory
+    connected = leasehold("connect", "claude", "--write", env=logged_in, cwd=repos.clone)
+    assert connected.returncode == EXIT_OK, connected.stderr
+    mcp = (repos.clone / ".mcp.json").read_text()
+    hooks = (repos.clone / ".claude" / "settings.json").read_text()
+    key = fleet.ready_task()
+    log = tmp_path / "calls.jsonl"
+    env = standins.run_env(logged_in, bin_dir, log, STANDIN_THEN="git status --porcelain > status.txt")
+    done = leasehold("--json", "run", key, "--worktree", *LEASE, "--", "record", env=env, cwd=repos.clone)
+    assert done.returncode == EXIT_OK, done.stderr
+    assert "uncommitted changes" not in done.stderr  # connect's files do not make the main checkout dirty
+    worktree = Path(json.loads(done.stdout.splitlines()[-1])["worktree"])
+    assert (worktree / ".mcp.json").exists(), (done.stderr, sorted(p.name for p in worktree.iterdir()))
+    assert (worktree / ".mcp.json").read_text() == mcp
+    assert (worktree / ".claude" / "settings.json").read_text() == hooks
+    assert (worktree / "status.txt").read_text() == "?? status.txt\n"  # `git add -A` would take none of them

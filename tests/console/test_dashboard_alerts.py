@@ -37,8 +37,9 @@ def test_the_queue_wait_tile_counts_every_alert_not_a_cut_list(ops_client, waiti
     assert tile.group(1) == "20"
 
 
-def test_queue_wait_alerts_name_their_task_in_human_time_and_show_the_top_five(ops_client, waiting):
-    """Bug 3: items showed `ready_since` and `waited_seconds 1115299` and no task."""
+def test_queue_wait_alerts_name_their_task_in_human_time_and_group_by_project(ops_client, waiting):
+    """Bug 3: items showed `ready_since` and `waited_seconds 1115299` and no task. Issue 32: one group per
+    condition and project ("3127 in 3089 groups" were per task), named by its latest task."""
     _, tasks = waiting
     body = ops_client.get("/admin/").content.decode()
     panel = body[body.index('id="lh-queue-alerts"') :]
@@ -46,14 +47,15 @@ def test_queue_wait_alerts_name_their_task_in_human_time_and_show_the_top_five(o
     assert "waited_seconds" not in panel
     assert "ready_since" not in panel
     assert "ready and unclaimed for 12 d 21 h" in panel
-    assert panel.count("<tr class=") == 5
+    assert panel.count("<tr class=") == 1
+    assert "20 in 1 group" in panel
     newest = tasks[-1]
     assert newest.key in panel
     assert "Waiting task" in panel
     assert "all 20 →" in body
 
 
-def test_one_flooding_task_is_one_group_with_its_count_and_first_and_last_seen(clock):
+def test_one_condition_in_one_project_is_one_group_with_its_count_and_first_and_last_seen(clock):
     web = ProjectFactory(slug="web")
     agent = AgentFactory(projects=[web])
     noisy = TaskFactory(project=web, title="Noisy one")
@@ -65,13 +67,18 @@ def test_one_flooding_task_is_one_group_with_its_count_and_first_and_last_seen(c
         clock.advance(60)
         task_update(task=noisy, actor=SYSTEM, changes={"status": "ready"})
     task_update(task=quiet, actor=SYSTEM, changes={"status": "blocked", "blocked_reason": "y"})
+    other = ProjectFactory(slug="api")
+    lease_claim(task=(elsewhere := TaskFactory(project=other)), agent=AgentFactory(projects=[other]), lease_seconds=60)
+    task_update(task=elsewhere, actor=SYSTEM, changes={"status": "blocked", "blocked_reason": "z"})
     panel = build_dashboard(now=clock.now()).recent_alerts
-    by_task = {group.task_key: group for group in panel.groups}
-    assert set(by_task) == {noisy.key, quiet.key}
-    assert by_task[noisy.key].count == 12
-    assert by_task[noisy.key].first_seen < by_task[noisy.key].last_seen
-    assert by_task[noisy.key].task_title == "Noisy one"
-    assert f"under {agent.handle}'s live lease" in by_task[quiet.key].detail
+    by_project = {group.project: group for group in panel.groups}
+    assert set(by_project) == {"web", "api"}
+    assert by_project["web"].count == 13  # both tasks of web, one group
+    assert by_project["web"].first_seen < by_project["web"].last_seen
+    assert by_project["web"].task_key == quiet.key  # named by its latest event
+    assert f"under {agent.handle}'s live lease" in by_project["web"].detail
+    assert "project__id__exact" in by_project["web"].url
+    assert by_project["api"].count == 1
 
 
 def test_findings_panel_names_the_task_of_an_attempt_finding(ops_client, clock):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from insight.job_health import job_health
+from insight.jobs import check_incidents_job
 from insight.models.job_heartbeat import JobHeartbeat, JobOutcome
 from leases import jobs
 from leases.services import lease_claim
@@ -30,8 +31,9 @@ def test_each_wrapper_records_start_success_and_counts(clock):
     jobs.check_queue_wait_job()
     reconcile_job()
     jobs.purge_idempotency_job()
+    check_incidents_job()
     rows = {row.name: row for row in JobHeartbeat.objects.all()}
-    assert set(rows) == {"sweep_expired", "check_queue_wait", "reconcile", "purge_idempotency"}
+    assert set(rows) == {"sweep_expired", "check_queue_wait", "reconcile", "purge_idempotency", "check_incidents"}
     sweep = rows["sweep_expired"]
     assert sweep.last_started_at == clock.now()
     assert sweep.last_succeeded_at == clock.now()

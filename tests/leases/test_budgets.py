@@ -197,3 +197,32 @@ def test_concurrent_renewals_crossing_80_percent_write_one_warning_and_lose_no_u
     assert (total.input_tokens, total.cost_usd) == (88, Decimal("0.08"))
     assert len(_events(EventType.BUDGET_WARNING)) == 1
     assert _events(EventType.BUDGET_EXHAUSTED) == []
+
+
+def test_a_claim_refused_for_budget_tells_no_one_to_finish_and_shows_dollars_and_cents(clock):
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    agent = budget_set(subject=agent, actor=SYSTEM, daily_cost_usd="0.10")
+    first, second = TaskFactory(project=project), TaskFactory(project=project)
+    grant = lease_claim(task=first, agent=agent)
+    with pytest.raises(BudgetExhausted) as refused:
+        note_add(proof=proof_of(grant), kind="progress", content="x", usage={"cost_usd": "0.15"})
+    assert "$0.15)" in refused.value.message  # not $0.150000000000000
+    assert "finish or release the attempt" in refused.value.message  # the holder is told how it may end
+    attempt_finish(proof=proof_of(grant), outcome="handoff", interruption_reason_code="other")
+    with pytest.raises(TaskNotClaimable) as not_claimable:
+        lease_claim(task=second, agent=agent)
+    message = not_claimable.value.message
+    assert "$0.15)" in message
+    assert "finish or release" not in message  # the claimer holds nothing to finish
+
+
+def test_dollars_show_cents_and_smaller_fractions_only_when_there():
+    from core.text import dollars
+
+    assert [dollars(v) for v in (Decimal("0.150000000000000"), 2, "0.0042000", Decimal("12.5"))] == [
+        "$0.15",
+        "$2.00",
+        "$0.0042",
+        "$12.50",
+    ]

@@ -39,12 +39,20 @@ def test_a_remote_is_a_git_url(remote):
     assert project_create(slug="web", name="Web", remote=f"  {remote} ", actor=SYSTEM).remote == remote
 
 
-@pytest.mark.parametrize("remote", ["/srv/git/web.git", "relative/path", "--upload-pack=touch", "https://"])
+@pytest.mark.parametrize(
+    "remote", ["relative/path", "--upload-pack=touch", "https://", "/srv/../etc/web.git", "/srv/git/we\x01b"]
+)
 def test_anything_else_is_refused_naming_the_field(remote):
     with pytest.raises(ValidationFailed) as caught:
         project_create(slug="web", name="Web", remote=remote, actor=SYSTEM)
     assert set(caught.value.details["fields"]) == {"remote"}
     assert not Project.objects.exists()
+
+
+def test_a_remote_may_be_an_absolute_path_as_git_accepts_it():
+    # `git clone /srv/git/web.git` works: so does the remote (issue 29), normalised.
+    project = project_create(slug="web", name="Web", remote="/srv/git//web.git/", actor=SYSTEM)
+    assert project.remote == "/srv/git/web.git"
 
 
 def test_a_remote_with_a_password_is_refused():

@@ -35,7 +35,7 @@ def test_command_prints_counts_per_condition_and_errors(tmp_path, clock):
 def test_the_job_reconciles_and_never_prunes(clock):
     result = reconcile_job()
     run = ReconciliationRun.objects.get()
-    assert result == {"run": run.pk, "status": run.status, "counts": run.counts, "errors": 0}
+    assert result == {"run": run.pk, "status": run.status, "counts": run.counts, "errors": 0, "landed": []}
     assert run.prune_worktrees is False
 
 

@@ -4,6 +4,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
 
+from landing.services import tasks_landed_outside
+from reconciliation.landed import LandedOutside
 from reconciliation.services import reconcile
 
 
@@ -11,7 +13,8 @@ class Command(BaseCommand):
     help = (
         "Compare the lease records with git and the environment table and record findings "
         "(the job the scheduler runs every 5 minutes). With --prune-worktrees, also remove orphan "
-        "worktrees reported as removable: merged or discarded, and clean. Nothing else is ever removed."
+        "worktrees reported as removable: merged, landed or discarded, and clean. Nothing else is ever removed. "
+        "Delivered tasks whose head is already in their target branch are marked landed first."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -22,13 +25,20 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        run = reconcile(prune_worktrees=options["prune_worktrees"])
+        landed: list[str] = []
+
+        def land(found: LandedOutside) -> None:
+            landed.extend(task.key for task in tasks_landed_outside(landed=found))
+
+        run = reconcile(prune_worktrees=options["prune_worktrees"], land_outside=land)
         self.stdout.write(
             f"Reconciliation run {run.pk}: {run.status}; {run.opened} finding(s) opened, {run.resolved} resolved."
         )
         width = max(len(condition) for condition in run.counts)
         for condition, count in run.counts.items():
             self.stdout.write(f"  {condition:<{width}}  {count}")
+        for key in landed:
+            self.stdout.write(f"Landed {key}: its delivered head is in the target branch")
         for path in run.pruned:
             self.stdout.write(f"Pruned worktree {path}")
         for error in run.errors:
