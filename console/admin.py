@@ -24,6 +24,7 @@ from console.fleet.agents import AgentAdmin
 from console.fleet.allocations import AllocationAdmin
 from console.fleet.attempts import AttemptAdmin
 from console.fleet.environments import EnvironmentAdmin
+from console.fleet.reservations import PathReservationAdmin
 from console.fleet.runs import ReconciliationRunAdmin
 from console.site import install
 from console.tasks.projects import ProjectAdmin
@@ -32,7 +33,7 @@ from console.tasks.tasks import TaskAdmin
 from console.webhooks import WebhookDeliveryAdmin, WebhookEndpointAdmin
 from environments.models import Environment
 from insight.models import Incident
-from leases.models import Allocation, Attempt, ReviewRequest
+from leases.models import Allocation, Attempt, PathReservation, ReviewRequest
 from ledger.models import Agent, Decision, Event, Project, Task
 from push.models import WebhookDelivery, WebhookEndpoint
 from reconciliation.models import Finding, ReconciliationRun
@@ -46,6 +47,7 @@ admin.site.register(Event, EventAdmin)
 admin.site.register(Environment, EnvironmentAdmin)
 admin.site.register(Attempt, AttemptAdmin)
 admin.site.register(Allocation, AllocationAdmin)
+admin.site.register(PathReservation, PathReservationAdmin)
 admin.site.register(Finding, FindingAdmin)
 admin.site.register(ReconciliationRun, ReconciliationRunAdmin)
 admin.site.register(ReviewRequest, ReviewRequestAdmin)

@@ -73,15 +73,37 @@ def task_link(task_id: int, key: str) -> SafeString:
     return format_html('<a href="{}">{}</a>', reverse("admin:ledger_task_change", args=[task_id]), key)
 
 
-def lease_remaining(expires_at: datetime | None, now: datetime) -> SafeString:
-    """Time left on a live lease, red under a minute, amber under ten."""
+# A holder renews every third of its lease (SPEC §3): under half left, it missed a renewal; under a quarter, two.
+LEASE_SOON_FRACTION = 0.5
+LEASE_URGENT_FRACTION = 0.25
+
+
+def lease_level(left_seconds: float, lease_seconds: int | None) -> str:
+    """`lh-ok`, `lh-soon` or `lh-urgent`, by the share of its own lease that is left.
+
+    Relative, so a healthy 60 s lease is not red for ever (issue 32). Without the lease's length
+    (a caller that does not know it), the absolute thresholds: under a minute, under ten.
+    """
+    if lease_seconds:
+        share = left_seconds / lease_seconds
+        return "lh-urgent" if share < LEASE_URGENT_FRACTION else "lh-soon" if share < LEASE_SOON_FRACTION else "lh-ok"
+    return "lh-urgent" if left_seconds < 60 else "lh-soon" if left_seconds < 600 else "lh-ok"
+
+
+def lease_remaining(expires_at: datetime | None, now: datetime, lease_seconds: int | None = None) -> SafeString:
+    """Time left on a live lease, coloured by the share of the lease left (`lease_level`)."""
     if expires_at is None:
         return format_html('<span class="lh-muted">{}</span>', EMPTY)
     left = (expires_at - now).total_seconds()
-    level = "lh-urgent" if left < 60 else "lh-soon" if left < 600 else "lh-ok"
+    level = lease_level(left, lease_seconds)
     return format_html(
         '<span class="lh-remaining {}" title="{}">{}</span>', level, expires_at.isoformat(), duration(left)
     )
+
+
+def task_lease_left(task: Any, now: datetime) -> SafeString:
+    """Lease-left of a task annotated with its live lease (`lease_expires_at`, `holder_lease_seconds`)."""
+    return lease_remaining(getattr(task, "lease_expires_at", None), now, getattr(task, "holder_lease_seconds", None))
 
 
 class EstimatedCountPaginator(Paginator):

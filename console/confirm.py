@@ -81,16 +81,29 @@ class CancelForm(forms.Form):
         help_text="Recorded on the revoked attempt and in the audit log.",
     )
 
+    # Force-release's own safeguard: a revoke asks for the tick whichever page it starts from.
+    process_gone = forms.BooleanField(
+        label=PROCESS_GONE_LABEL,
+        required=False,
+        help_text="Needed with “also force-release”: a live process would keep working without a lease.",
+    )
+
     def __init__(self, data: Mapping[str, Any] | None = None, *, has_live_lease: bool) -> None:
         super().__init__(data)
         if not has_live_lease:
             del self.fields["also_release"]
             del self.fields["reason"]
+            del self.fields["process_gone"]
 
     def clean(self) -> dict[str, Any]:
         cleaned: dict[str, Any] = super().clean() or {}
         if cleaned.get("also_release") and not (cleaned.get("reason") or "").strip():
             self.add_error("reason", "Give a reason: it is recorded on the revoked attempt.")
+        if cleaned.get("also_release") and not cleaned.get("process_gone"):
+            self.add_error(
+                "process_gone",
+                "Tick the box once you have confirmed the agent process is gone, or untick “also force-release”.",
+            )
         return cleaned
 
 

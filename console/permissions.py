@@ -25,6 +25,7 @@ DASHBOARD_PANELS: dict[str, tuple[Any, ...]] = {
     "jobs": (JobHeartbeat, ReconciliationRun),
     "live_leases": (Task, Attempt),
     "ready": (Task,),
+    "quarantined": (Task,),
     "expiring": (Attempt, Task, Agent),
     "open_findings": (Finding,),
     "queue_alerts": (Event, Task),

@@ -22,6 +22,8 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import tempfile
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,6 +46,14 @@ SAFE_BRANCH = re.compile(r"^(?![-/.])(?!.*(?:\.\.|@\{|//|/\.))[^\x00-\x20\x7f~^:
 END_OF_OPTIONS = "--end-of-options"
 _SCP_LIKE = re.compile(r"^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:")
 _MESSAGE_MAX_CHARS = 500
+
+
+@dataclass(frozen=True)
+class BoundedDiff:
+    """At most the first `max_bytes` of a patch, and whether there was more."""
+
+    text: str
+    truncated: bool
 
 
 class GitError(Exception):
@@ -294,6 +304,49 @@ class LocalRepository:
         if completed.returncode != 0:
             return None
         return [name for name in completed.stdout.split("\0") if name]
+
+    def bounded_diff(self, base: str, head: str, *, max_bytes: int) -> BoundedDiff | None:
+        """The patch from `base` to `head` (`git diff base..head`), at most `max_bytes` of it.
+
+        Read as it streams: git is stopped once `max_bytes` are read, so a huge branch costs
+        `max_bytes` of memory, not its size. None when either is not a commit id or is unknown here.
+        No external diff driver or textconv filter runs (a repository's config chooses those).
+        """
+        if not is_commit(base) or not is_commit(head):
+            return None
+        args = ["diff", "--no-color", "--no-ext-diff", "--no-textconv", "-M", END_OF_OPTIONS, f"{base}..{head}", "--"]
+        command = ["git", "-C", str(self.path), *args]
+        with tempfile.TemporaryFile() as errors:
+            try:
+                process = subprocess.Popen(
+                    command,
+                    stdout=subprocess.PIPE,
+                    stderr=errors,
+                    stdin=subprocess.DEVNULL,
+                    env=_environment(self.path.parent),
+                )
+            except OSError as exc:
+                raise GitError(f"git could not be started: {exc}") from None
+            timer = threading.Timer(GIT_TIMEOUT_SECONDS, process.kill)
+            timer.start()
+            try:
+                assert process.stdout is not None
+                data = process.stdout.read(max_bytes + 1)
+                truncated = len(data) > max_bytes
+                if truncated:
+                    process.kill()
+                returncode = process.wait()
+            finally:
+                timer.cancel()
+                if process.stdout is not None:
+                    process.stdout.close()
+        if truncated:
+            data = data[:max_bytes]
+        elif returncode == 128:
+            return None  # a commit this repository does not have
+        elif returncode != 0:
+            raise GitError(f"git diff: exit code {returncode}")
+        return BoundedDiff(text=data.decode("utf-8", errors="replace"), truncated=truncated)
 
     def is_ancestor(self, branch: str, of: str) -> bool:
         """Whether every commit of `branch` is in `of` (`git merge-base --is-ancestor`): merged."""

@@ -26,7 +26,8 @@ from console.base import (
     moment,
     task_link,
 )
-from leases.models import Allocation, Attempt, AttemptStatus, Note
+from console.fleet.reservations import paths_cell
+from leases.models import Allocation, Attempt, AttemptStatus, Note, PathReservation
 from ledger import clock
 
 
@@ -135,6 +136,13 @@ class AttemptAdmin(EstimatedCountMixin, ReadOnlyAdmin):
                 ]
             },
         ),
+        (
+            "Paths",
+            {
+                "fields": ["reserved_paths"],
+                "description": "Reserved while this attempt's lease is live (SPEC §19); overlapping claims are refused",
+            },
+        ),
         ("Claim", {"fields": ["task_version_at_claim", "event_id_at_claim"], "classes": ["collapse"]}),
     ]
     readonly_fields = flatten_fieldsets(fieldsets)
@@ -174,7 +182,7 @@ class AttemptAdmin(EstimatedCountMixin, ReadOnlyAdmin):
     def lease(self, attempt: Attempt) -> Any:
         if attempt.status != AttemptStatus.ACTIVE:
             return moment(attempt.finished_at)
-        return lease_remaining(attempt.lease_expires_at, clock.now())
+        return lease_remaining(attempt.lease_expires_at, clock.now(), attempt.lease_seconds)
 
     @admin.display(description="label")
     def label_text(self, attempt: Attempt) -> SafeString:
@@ -183,3 +191,20 @@ class AttemptAdmin(EstimatedCountMixin, ReadOnlyAdmin):
     @admin.display(description="next steps")
     def next_steps_text(self, attempt: Attempt) -> str:
         return "; ".join(attempt.next_steps) or EMPTY
+
+    @admin.display(description="reserved paths")
+    def reserved_paths(self, attempt: Attempt) -> SafeString:
+        reservation = PathReservation.objects.filter(attempt=attempt).first()
+        if reservation is None:
+            return format_html('<span class="lh-muted">{}</span>', "none reserved")
+        now = clock.now()
+        live = attempt.status == AttemptStatus.ACTIVE and attempt.lease_expires_at > now
+        state = "live" if live else "ended with the lease"
+        url = reverse("admin:leases_pathreservation_changelist") + f"?live=all&q={attempt.task.key}"
+        return format_html(
+            '{} <span class="lh-muted">({}, {}; <a href="{}">all reservations</a>)</span>',
+            paths_cell(reservation.paths),
+            reservation.mode,
+            state,
+            url,
+        )

@@ -23,9 +23,11 @@ from django.urls import reverse
 from django.utils.safestring import SafeString
 
 from console.audit.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration
+from console.base import lease_level
 from console.fleet.charts import Stack, bar_chart, rate_chart
 from console.fleet.jobs_health import JobsView, jobs_view
 from console.permissions import DASHBOARD_PANELS
+from console.tasks.parts import QUARANTINED_TASKS
 from insight.metrics import fleet_metrics, pooled_orphan_rate
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
 from leases.models import Attempt
@@ -110,6 +112,8 @@ class Dashboard:
     charts: list[Chart] = field(default_factory=list)
     jobs: JobsView | None = None
     orphan_rate: float | None = None
+    # Blocked by the quarantine (SPEC §16.4): tasks that keep failing, waiting for a person.
+    quarantined: int = 0
     # The panels this user may see (console.permissions): the others are neither computed nor shown.
     shown: frozenset[str] = frozenset()
 
@@ -149,14 +153,15 @@ def _task_list_url(**filters: Any) -> str:
     return reverse("admin:ledger_task_changelist") + ("?" + urlencode(filters) if filters else "")
 
 
-def status_table(now: datetime) -> tuple[list[ProjectRow], list[StatusCell]]:
+def status_table(now: datetime) -> tuple[list[ProjectRow], list[StatusCell], int]:
     """Tasks by effective status per (non-archived) project, in two small GROUP BYs.
 
     The same numbers as grouping `with_lease_state` by `effective_status`, without a lease
     subquery per task (measured: 366 ms at 100,000 tasks on SQLite): stored statuses per project
     (the project/status index), then the live leases per project and stored status (the partial
     index on active leases; one live attempt per task), moved from their stored status to
-    in progress. `tests/console/test_dashboard.py` holds the two ways together.
+    in progress. `tests/console/test_dashboard.py` holds the two ways together. The third value is
+    the number of quarantined tasks, counted by the first GROUP BY (no query of its own).
     """
     projects = list(Project.objects.filter(archived_at__isnull=True).order_by("slug"))
     counts: dict[int, dict[str, int]] = defaultdict(lambda: defaultdict(int))
@@ -164,10 +169,12 @@ def status_table(now: datetime) -> tuple[list[ProjectRow], list[StatusCell]]:
         Task.objects.filter(project__archived_at__isnull=True)
         .order_by()
         .values("project_id", "status")
-        .annotate(n=Count("id"))
+        .annotate(n=Count("id"), quarantined=Count("id", filter=QUARANTINED_TASKS))
     )
+    quarantined = 0
     for row in stored:
         counts[row["project_id"]][row["status"]] += row["n"]
+        quarantined += row["quarantined"]
     live = (
         live_attempts(now)
         .filter(task__project__archived_at__isnull=True)
@@ -195,7 +202,7 @@ def status_table(now: datetime) -> tuple[list[ProjectRow], list[StatusCell]]:
         StatusCell(status=status, count=totals[status], url=_task_list_url(effective_status=status))
         for status, _ in STATUS_COLUMNS
     ]
-    return table, total_cells
+    return table, total_cells, quarantined
 
 
 def expiring_leases(now: datetime) -> tuple[list[ExpiringLease], int]:
@@ -206,7 +213,7 @@ def expiring_leases(now: datetime) -> tuple[list[ExpiringLease], int]:
         ExpiringLease(
             attempt=attempt,
             left=human_duration((attempt.lease_expires_at - now).total_seconds()),
-            urgent=(attempt.lease_expires_at - now) < timedelta(minutes=1),
+            urgent=lease_level((attempt.lease_expires_at - now).total_seconds(), attempt.lease_seconds) == "lh-urgent",
             task_url=reverse("admin:ledger_task_change", args=[attempt.task_id]),
             attempt_url=reverse("admin:leases_attempt_change", args=[attempt.pk]),
         )
@@ -334,8 +341,8 @@ def build_dashboard(*, now: datetime, shown: frozenset[str] | None = None) -> Da
     """The dashboard's panels named in `shown` (every panel when None), each read only if shown."""
     shown = frozenset(DASHBOARD_PANELS) if shown is None else shown
     dashboard = Dashboard(now=now, shown=shown)
-    if shown & {"status_table", "live_leases"}:
-        dashboard.projects, dashboard.status_totals = status_table(now)
+    if shown & {"status_table", "live_leases", "quarantined"}:
+        dashboard.projects, dashboard.status_totals, dashboard.quarantined = status_table(now)
     if shown & {"expiring"}:
         dashboard.expiring, dashboard.expiring_count = expiring_leases(now)
     if "charts" in shown:

@@ -16,8 +16,9 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
-from console.base import actor_of, lease_remaining, plural
+from console.base import actor_of, plural, task_lease_left
 from console.confirm import CancelForm, Confirmation, is_confirmed, render_confirmation
+from console.fleet.agent_health import revoke_liveness
 from core.errors import LedgerError
 from leases.services import task_cancel
 from ledger import clock
@@ -47,7 +48,11 @@ class TaskCancelMixin:
             self._cancel(request, tasks, release=release, reason=form.cleaned_data.get("reason") or "")
             return HttpResponseRedirect(done_url) if done_url else None
         now = clock.now()
+        # With "also force-release" this is a revoke: the same liveness lines and warning as force-release's page.
+        liveness, liveness_warning = revoke_liveness([getattr(t, "holder_attempt_id", 0) or 0 for t in live], now)
         confirmation = Confirmation(
+            liveness=liveness,
+            liveness_warning=liveness_warning,
             title=f"Cancel {plural(len(tasks), 'task')}",
             intro="Cancelled tasks are never deleted; reopen one to bring it back (cancelled → open).",
             warning=(
@@ -68,7 +73,7 @@ class TaskCancelMixin:
                         task.key,
                         self.effective_status_badge(task),
                         self.holder(task),
-                        lease_remaining(getattr(task, "lease_expires_at", None), now),
+                        task_lease_left(task, now),
                         task.title,
                     ],
                 )

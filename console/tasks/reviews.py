@@ -6,6 +6,10 @@ summary; for a block, the task's blocked reason) and, when changes are requested
 (one per line, at most 20 of at most 500 characters). Approving a target that moved since the
 request is refused (STALE_REVIEW_TARGET) and supersedes the request. A review a reviewer agent
 holds under a live lease is refused: force-release the task first. Requests are never deleted.
+
+Each request has its own page (`console.tasks.review_page`): the worker's summary, the checks at
+head and the branch's diff, with Approve / Request changes / Block buttons that lead to the same
+confirmation (`<id>/decide/<action>/`).
 """
 
 from __future__ import annotations
@@ -14,14 +18,16 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest, HttpResponse
-from django.urls import reverse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, moment, plural, task_link
 from console.confirm import Confirmation, is_confirmed, render_confirmation
+from console.tasks.review_page import review_diff
 from core.errors import LedgerError
 from leases.models import (
     PENDING_REVIEW_STATUSES,
@@ -93,6 +99,7 @@ class ReviewRequestAdmin(LeaseholdModelAdmin):
         "decided",
     )
     fields = readonly_fields
+    change_form_template = "admin/leases/reviewrequest/change_form.html"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -139,7 +146,14 @@ class ReviewRequestAdmin(LeaseholdModelAdmin):
 
     # --- decisions ----------------------------------------------------------
 
-    def _decide_flow(self, request: HttpRequest, queryset: QuerySet[ReviewRequest], *, outcome: str) -> Any:
+    def _decide_flow(
+        self,
+        request: HttpRequest,
+        queryset: QuerySet[ReviewRequest],
+        *,
+        outcome: str,
+        done_url: str | None = None,
+    ) -> Any:
         reviews = list(queryset.select_related("task", "work_attempt__agent"))
         form = ReviewDecisionForm(request.POST if is_confirmed(request) else None)
         if form.is_bound and form.is_valid():
@@ -150,7 +164,7 @@ class ReviewRequestAdmin(LeaseholdModelAdmin):
                 summary=form.cleaned_data["reason"],
                 findings=form.cleaned_data["findings"],
             )
-            return None
+            return HttpResponseRedirect(done_url) if done_url else None
         verb, _ = VERBS[outcome]
         pending = sum(1 for review in reviews if review.status in PENDING_REVIEW_STATUSES)
         confirmation = Confirmation(
@@ -186,9 +200,9 @@ class ReviewRequestAdmin(LeaseholdModelAdmin):
             self,
             confirmation=confirmation,
             form=form,
-            action_name=ACTION_NAMES[outcome],
+            action_name=None if done_url else ACTION_NAMES[outcome],
             objects=reviews,
-            cancel_url=reverse("admin:leases_reviewrequest_changelist"),
+            cancel_url=done_url or reverse("admin:leases_reviewrequest_changelist"),
         )
 
     def _decide(
@@ -226,3 +240,48 @@ class ReviewRequestAdmin(LeaseholdModelAdmin):
     @admin.action(description="Block…", permissions=["operate"])
     def block(self, request: HttpRequest, queryset: QuerySet[ReviewRequest]) -> HttpResponse | None:
         return self._decide_flow(request, queryset, outcome=ReviewOutcome.BLOCKED)
+
+    # --- the request's own page ---------------------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        decide = path(
+            "<path:object_id>/decide/<slug:action>/",
+            self.admin_site.admin_view(self.decide_view),
+            name="leases_reviewrequest_decide",
+        )
+        return [decide, *super().get_urls()]
+
+    def decide_view(self, request: HttpRequest, object_id: str, action: str) -> HttpResponse:
+        """Approve, request changes or block from the request's page: the list action's confirmation, for one."""
+        outcomes = {name: outcome for outcome, name in ACTION_NAMES.items()}
+        if action not in outcomes:
+            raise Http404("No such decision.")
+        if not self.has_operate_permission(request):
+            raise PermissionDenied
+        queryset = ReviewRequest.objects.filter(pk=object_id) if object_id.isdigit() else ReviewRequest.objects.none()
+        if not queryset.exists():
+            raise Http404("No such review request.")
+        done_url = reverse("admin:leases_reviewrequest_change", args=[object_id])
+        response: HttpResponse = self._decide_flow(request, queryset, outcome=outcomes[action], done_url=done_url)
+        return response
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "", extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = dict(extra_context or {})
+        review = (
+            ReviewRequest.objects.select_related("task__project", "work_attempt__agent").filter(pk=object_id).first()
+            if object_id.isdigit()
+            else None
+        )
+        if review is not None:
+            # git runs here, before the admin's changeform_view opens its transaction.
+            extra.update(
+                review=review,
+                work=review.work_attempt,
+                diff=review_diff(review),
+                pending=review.status in PENDING_REVIEW_STATUSES,
+                can_decide=self.has_operate_permission(request),
+                decisions=[(name, VERBS[outcome][0].removesuffix(" on")) for outcome, name in ACTION_NAMES.items()],
+            )
+        return super().change_view(request, object_id, form_url, extra)

@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.urls import reverse
 
-from console.base import EMPTY, actor_of, lease_remaining, plural
+from console.base import EMPTY, actor_of, plural, task_lease_left
 from console.confirm import Confirmation, RevokeForm, is_confirmed, reassign_form_for, render_confirmation
 from console.fleet.agent_health import revoke_liveness
 from core.errors import LedgerError
@@ -95,7 +95,7 @@ class TaskRevokeMixin:
                         task.title,
                         self.effective_status_badge(task),
                         self.holder(task),
-                        lease_remaining(getattr(task, "lease_expires_at", None), now),
+                        task_lease_left(task, now),
                         task.epoch,
                         task.reserved_for.handle if task.reserved_for else EMPTY,
                     ],

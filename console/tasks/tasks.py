@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import F, QuerySet
+from django.db.models import F, OuterRef, QuerySet, Subquery
 from django.forms import BaseForm
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path, reverse
@@ -33,12 +33,13 @@ from console.base import (
     ServiceFormAdmin,
     actor_of,
     badge,
-    lease_remaining,
     moment,
     plural,
+    task_lease_left,
 )
 from console.reports.budgets import set_budget_action, spent_text
 from console.reports.graph import task_graph_panel
+from console.tasks.board import board_view
 from console.tasks.cancel import TaskCancelMixin
 from console.tasks.parts import (
     AttemptInline,
@@ -52,12 +53,13 @@ from console.tasks.parts import (
     status_cell,
 )
 from console.tasks.planning import TaskPlanningMixin, present_blockers, status_buttons
-from console.tasks.quarantine import release_quarantined
+from console.tasks.quarantine import release_quarantined, release_view
 from console.tasks.revoke import TaskRevokeMixin
 from core.errors import LedgerError
-from leases.models import Attempt
-from leases.selectors import with_claimability
+from leases.models import PENDING_REVIEW_STATUSES, Attempt, ReviewRequest
+from leases.selectors import live_attempts, with_claimability
 from leases.services import task_update
+from leases.services.quarantine import is_quarantined
 from ledger import clock
 from ledger.models import ALLOWED_TRANSITIONS, PathsMode, Task, TaskComment, TaskDependency, TaskStatus
 from ledger.services import task_create, task_reservation_clear
@@ -120,7 +122,12 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
     ]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
-        return with_claimability(super().get_queryset(request), now=clock.now())
+        now = clock.now()
+        # The live lease's length, so that lease-left is coloured by the share left (console.base.lease_level).
+        live_length = live_attempts(now).filter(task=OuterRef("pk")).values("lease_seconds")[:1]
+        return with_claimability(super().get_queryset(request), now=now).annotate(
+            holder_lease_seconds=Subquery(live_length)
+        )
 
     # --- the add form and the read-only change page -------------------------
 
@@ -186,11 +193,16 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
                 has_live_lease=getattr(task, "holder_attempt_id", None) is not None,
                 effective_badge=self.effective_status_badge(task),
                 claimability=claimability_cell(task),
-                lease_left=lease_remaining(getattr(task, "lease_expires_at", None), clock.now()),
+                lease_left=task_lease_left(task, clock.now()),
                 status_buttons=status_buttons(task),
                 can_cancel=TaskStatus.CANCELLED in ALLOWED_TRANSITIONS[task.status],
+                quarantined=is_quarantined(task),
+                review_request_id=ReviewRequest.objects.filter(task=task, status__in=PENDING_REVIEW_STATUSES)
+                .values_list("pk", flat=True)
+                .first(),
                 blockers=present_blockers(task, now=clock.now()),
                 queue_url=reverse("admin:ledger_task_queue", args=[task.project.slug]),
+                board_url=reverse("admin:ledger_task_board", args=[task.project.slug]),
                 graph=task_graph_panel(task),
             )
         return super().change_view(request, object_id, form_url, extra)
@@ -220,7 +232,7 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
     # Soonest-expiring first, tasks without a live lease last, on PostgreSQL and SQLite alike.
     @admin.display(description="lease left", ordering=F("lease_expires_at").asc(nulls_last=True))
     def lease_remaining_display(self, task: Task) -> SafeString:
-        return lease_remaining(getattr(task, "lease_expires_at", None), clock.now())
+        return task_lease_left(task, clock.now())
 
     @admin.display(description="label")
     def current_label(self, task: Task) -> SafeString:
@@ -321,6 +333,17 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
             path("<path:object_id>/force-release/", wrap(self.force_release_view), name="ledger_task_force_release"),
             path("<path:object_id>/reassign/", wrap(self.reassign_view), name="ledger_task_reassign"),
             path("<path:object_id>/cancel/", wrap(self.cancel_view), name="ledger_task_cancel"),
+            path("board/", wrap(lambda request: board_view(self, request)), name="ledger_task_board_index"),
+            path(
+                "board/<slug:slug>/",
+                wrap(lambda request, slug: board_view(self, request, slug)),
+                name="ledger_task_board",
+            ),
+            path(
+                "<path:object_id>/release-quarantine/",
+                wrap(lambda request, object_id: release_view(self, request, object_id)),
+                name="ledger_task_release_quarantine",
+            ),
             *self.planning_urls(),
         ]
         return own + super().get_urls()

@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError
 
 from core.db import write_transaction
-from core.errors import AgentPaused, PermissionDenied, TaskNotClaimable, TaskTaken
+from core.errors import AgentPaused, PathsReserved, PermissionDenied, TaskNotClaimable, TaskTaken
 from core.prepared import SAMPLE_INT, PreparedUpdate, insert
 from leases.branches import suggest_branch_name
 from leases.labels import Label, render_label
@@ -33,7 +33,7 @@ from leases.services.usage import claim_budget_refusal
 from leases.tokens import new_lease_token
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Agent, EventType, Task, TaskStatus
+from ledger.models import Agent, EventType, Severity, Task, TaskStatus
 from ledger.services import event_append, lock_task
 
 RENEW_ATTEMPTS = 3
@@ -373,9 +373,37 @@ def lease_claim(
     except TaskTaken:
         tally_claim_refusal(project_id=task.project_id, agent=agent)
         raise
+    except PathsReserved as refusal:
+        _record_paths_refusal(task=task, agent=agent, refusal=refusal)
+        raise
     if isinstance(granted, TaskNotClaimable):
         raise granted
     return granted
+
+
+@write_transaction
+def _record_paths_refusal(*, task: Task, agent: Agent, refusal: PathsReserved) -> None:
+    """`claim.paths_refused`, once per refusal: the claim's own transaction rolled back, so its own small one.
+
+    The reservation that refused it is named (holder, task, attempt, paths), so the refusal is visible
+    in the console and the event feed, not only to the agent that was refused.
+    """
+    details = refusal.details if isinstance(refusal.details, dict) else {}
+    event_append(
+        type=EventType.CLAIM_PATHS_REFUSED,
+        severity=Severity.WARN,
+        actor=Actor(agent=agent),
+        at=clock.now(),
+        task=task,
+        payload={
+            "holder": details.get("holder"),
+            "holder_task": details.get("task"),
+            "holder_attempt": details.get("attempt"),
+            "mode": details.get("mode"),
+            "paths": list(details.get("paths") or [])[:20],
+            "requested": list(details.get("requested") or [])[:20],
+        },
+    )
 
 
 def refuse_inactive(agent: Agent) -> None:

@@ -11,17 +11,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from core.db import write_transaction
-from core.errors import ValidationFailed
+from core.errors import InvalidStatusTransition, ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.services.allocations import mark_allocations_stale
 from leases.services.ending import end_attempt, task_claimable_again
 from leases.services.expiry import expire_lapsed
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Agent, EventType, Severity, Task
+from ledger.models import Agent, EventType, Severity, Task, TaskStatus
 from ledger.services import apply_task_update, event_append, lock_task
 
 REASON_MAX_CHARS = 2000
+# A reservation means "this agent claims it next": only a task that may still be claimed is reassigned.
+REASSIGNABLE_STATUSES = frozenset({TaskStatus.OPEN, TaskStatus.READY, TaskStatus.BLOCKED})
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,11 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
         # tasks they clear): neither can slip between this check and the reservation.
         _refuse_unless_can_claim(reserve_for, task)
     locked = lock_task(task.pk)
+    if reserve_for is not None and locked.status not in REASSIGNABLE_STATUSES:
+        raise InvalidStatusTransition(
+            f"{locked.key} is {locked.status}: only an open, ready or blocked task is reassigned.",
+            details={"task": locked.key, "status": locked.status, "allowed": sorted(REASSIGNABLE_STATUSES)},
+        )
     active = (
         Attempt.objects.select_for_update(no_key=True, of=("self",))
         .select_related("agent")

@@ -80,6 +80,8 @@ class EventType(models.TextChoices):
     LANDING_SETTINGS_CHANGED = "project.landing_changed"
     TASK_QUARANTINED = "task.quarantined"
     TASK_QUARANTINE_RELEASED = "task.quarantine_released"
+    # A claim refused with PATHS_RESERVED (SPEC §19): one per refusal, written after the claim's rollback.
+    CLAIM_PATHS_REFUSED = "claim.paths_refused"
     DECISION_CREATED = "decision.created"
     DECISION_SUPERSEDED = "decision.superseded"
     WEBHOOK_CREATED = "webhook.created"

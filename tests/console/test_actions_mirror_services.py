@@ -137,7 +137,9 @@ def scenario_cancel_and_force_release(web):
     lease_claim(task=a, agent=holder)
     lease_claim(task=b, agent=holder)
     return Twins(
-        via_admin=lambda client: confirmed(client, "ledger/task", "cancel", [a.pk], also_release="on", reason=REASON),
+        via_admin=lambda client: confirmed(
+            client, "ledger/task", "cancel", [a.pk], also_release="on", reason=REASON, process_gone="on"
+        ),
         via_service=lambda actor: task_cancel(task=b, actor=actor, release=True, reason=REASON),
     )
 

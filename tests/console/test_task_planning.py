@@ -236,7 +236,9 @@ def test_cancel_of_a_held_task_asks_and_force_releases_by_default(ops_client, fl
     assert "Also force-release the live lease" in body
     assert 'name="also_release" checked' in body or 'checked name="also_release"' in body or "checked" in body
     response = ops_client.post(
-        TASKS, {**data, "post": "yes", "also_release": "on", "reason": "The task was cancelled."}, follow=True
+        TASKS,
+        {**data, "post": "yes", "also_release": "on", "reason": "The task was cancelled.", "process_gone": "on"},
+        follow=True,
     )
     assert "1 task cancelled. Revoked 1 live lease." in response.content.decode()
     assert Attempt.objects.get(pk=fleet.grant.attempt.pk).status == "revoked"

@@ -151,3 +151,35 @@ def test_sixteen_threads_on_sixteen_tasks_overlapping_in_pairs_give_eight_winner
     assert len({pair_of[grant.task.pk] for grant in winners}) == threads // 2  # one winner per pair
     assert _overlapping_exclusive_live_pairs() == []
     assert Attempt.objects.filter(status=AttemptStatus.ACTIVE).count() == threads // 2
+
+
+def test_a_refused_claim_writes_one_claim_paths_refused_event_per_refusal():
+    from ledger.models import Event, EventType
+
+    project = ProjectFactory()
+    holder = AgentFactory(projects=[project])
+    asker = AgentFactory(projects=[project])
+    first = TaskFactory(project=project, paths=["src/api"])
+    second = TaskFactory(project=project)
+    held = lease_claim(task=first, agent=holder)
+    for _ in range(2):
+        with pytest.raises(PathsReserved):
+            lease_claim(task=second, agent=asker, paths=["src/api/views.py", "README.md"])
+    events = list(Event.objects.filter(type=EventType.CLAIM_PATHS_REFUSED).order_by("id"))
+    assert len(events) == 2
+    event = events[0]
+    assert (event.task_id, event.project_id, event.actor_agent_id) == (second.pk, project.pk, asker.pk)
+    assert event.severity == "warn"
+    assert event.payload == {
+        "holder": holder.handle,
+        "holder_task": first.key,
+        "holder_attempt": held.attempt.pk,
+        "mode": "exclusive",
+        "paths": ["src/api"],
+        "requested": ["src/api/views.py"],
+    }
+    # The refused claim left nothing else behind: no attempt, no epoch.
+    assert not Attempt.objects.filter(task=second).exists()
+    # A claim that goes through writes none.
+    lease_claim(task=second, agent=asker, paths=["docs"])
+    assert Event.objects.filter(type=EventType.CLAIM_PATHS_REFUSED).count() == 2

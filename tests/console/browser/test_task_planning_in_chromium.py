@@ -113,6 +113,7 @@ def test_cancel_with_force_release(page, superuser):
     expect(page.locator("#id_also_release")).to_be_checked()
     expect(page.locator(".lh-confirm")).to_contain_text("agent-07")
     screenshot(page, "confirm-cancel.png")
+    page.check("#id_process_gone")  # force-release's safeguard holds on the cancel page too
     page.click("#lh-confirm-submit")
     expect(page.locator(".messagelist")).to_contain_text("1 task cancelled. Revoked 1 live lease.")
     expect(page.locator(".lh-summary")).to_contain_text("Cancelled")

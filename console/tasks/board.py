@@ -1,0 +1,129 @@
+"""A project's task board for managers (issue 32): one column per effective status, a card per task.
+
+Columns by `leases.selectors.with_lease_state`'s effective status, `delivered` and `landing`
+included; a quarantined task is a blocked card with its badge. Each column shows its CARDS_SHOWN
+cards of highest priority and links the task list filtered to it for the rest, so the board costs
+one GROUP BY and one bounded query per column at any size. The page reloads itself every
+REFRESH_SECONDS (a meta refresh: no script) unless `?refresh=off`. At 390 px the columns stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import reverse
+
+from console.base import EMPTY, task_lease_left
+from console.tasks.parts import status_cell
+from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, live_attempts, with_compact_state, with_lease_state
+from ledger import clock
+from ledger.models import Project, Task, TaskStatus
+
+CARDS_SHOWN = 25
+REFRESH_SECONDS = 30
+# Left to right, the way work moves.
+BOARD_COLUMNS: tuple[tuple[str, str], ...] = (
+    (TaskStatus.OPEN, "Open"),
+    (TaskStatus.READY, "Ready"),
+    (IN_PROGRESS, "In progress"),
+    (TaskStatus.BLOCKED, "Blocked"),
+    (TaskStatus.REVIEW, "Review"),
+    (IN_REVIEW, "In review"),
+    (TaskStatus.DELIVERED, "Delivered"),
+    (LANDING, "Landing"),
+    (TaskStatus.DONE, "Done"),
+    (TaskStatus.CANCELLED, "Cancelled"),
+)
+
+
+@dataclass
+class Card:
+    task: Task
+    url: str
+    status: Any
+    holder: str
+    lease_left: Any
+
+
+@dataclass
+class Column:
+    status: str
+    label: str
+    count: int = 0
+    cards: list[Card] = field(default_factory=list)
+    all_url: str = ""
+
+    @property
+    def more(self) -> int:
+        return self.count - len(self.cards)
+
+
+def board_columns(project: Project) -> list[Column]:
+    now = clock.now()
+    # Typed Any: `effective_status` is an annotation the stubs cannot see.
+    tasks: QuerySet[Any] = with_lease_state(Task.objects.filter(project=project), now=now)
+    counts = dict(tasks.order_by().values_list("effective_status").annotate(n=Count("id")))
+    live_length = live_attempts(now).filter(task=OuterRef("pk")).values("lease_seconds")[:1]
+    list_url = reverse("admin:ledger_task_changelist")
+    columns = []
+    for status, label in BOARD_COLUMNS:
+        column = Column(status=status, label=label, count=counts.get(status, 0))
+        column.all_url = list_url + "?" + urlencode({"project__id__exact": project.pk, "effective_status": status})
+        if column.count:
+            # With `blocked_by_count`, so a ready task that waits for another says "Ready (blocked)".
+            cards: QuerySet[Any] = with_compact_state(Task.objects.filter(project=project), now=now)
+            rows = (
+                cards.filter(effective_status=status)
+                .annotate(holder_lease_seconds=Subquery(live_length))
+                .select_related("project")
+                .order_by("-priority", "number")[:CARDS_SHOWN]
+            )
+            column.cards = [
+                Card(
+                    task=task,
+                    url=reverse("admin:ledger_task_change", args=[task.pk]),
+                    status=status_cell(task),
+                    holder=getattr(task, "holder_handle", None) or EMPTY,
+                    lease_left=task_lease_left(task, now),
+                )
+                for task in rows
+            ]
+        columns.append(column)
+    return columns
+
+
+def board_view(model_admin: Any, request: HttpRequest, slug: str | None = None) -> HttpResponse:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    active_projects = Project.objects.filter(archived_at__isnull=True).order_by("slug")
+    if slug is None:
+        first = active_projects.values_list("slug", flat=True).first()
+        if first is None:
+            raise Http404("No project has a board yet.")
+        return HttpResponseRedirect(reverse("admin:ledger_task_board", args=[first]))
+    project = get_object_or_404(Project, slug=slug)
+    refresh = None if request.GET.get("refresh") == "off" else REFRESH_SECONDS
+    opts = Task._meta
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": f"Board of {project.name}",
+        "subtitle": None,
+        "opts": opts,
+        "project": project,
+        "projects": list(
+            Project.objects.filter(archived_at__isnull=True).order_by("slug").values_list("slug", flat=True)
+        ),
+        "columns": board_columns(project),
+        "now": clock.now().strftime("%Y-%m-%d %H:%M:%S"),
+        "refresh_seconds": refresh,
+        "cards_shown": CARDS_SHOWN,
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(request, "admin/ledger/task/board.html", context)

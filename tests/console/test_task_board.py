@@ -1,0 +1,113 @@
+"""A project's task board for managers (issue 32): columns by effective status, bounded, refreshing, escaped."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from leases.services import lease_claim
+from leases.services.quarantine import quarantine_reason
+from ledger.models import Task
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+
+pytestmark = pytest.mark.django_db
+
+BOARD = "/admin/ledger/task/board/"
+
+
+def column(body: str, status: str) -> str:
+    start = body.index(f'id="lh-column-{status}"')
+    return body[start : body.index("</section>", start)]
+
+
+@pytest.fixture
+def web():
+    project = ProjectFactory(slug="web", name="Web app")
+    agent = AgentFactory(handle="agent-07", projects=[project])
+    held = TaskFactory(project=project, title="Held <work>")
+    lease_claim(task=held, agent=agent)
+    TaskFactory(project=project, title="Waiting work")
+    for status, title in (("delivered", "In the landing queue"), ("done", "Finished"), ("open", "Not yet")):
+        task = TaskFactory(project=project, title=title)
+        Task.objects.filter(pk=task.pk).update(status=status)
+    stuck = TaskFactory(project=project, title="Keeps failing")
+    reason = quarantine_reason(attempts=3, last_id=1, last_status="failed", failure_reason_code="other")
+    Task.objects.filter(pk=stuck.pk).update(status="blocked", blocked_reason=reason)
+    TaskFactory(project=ProjectFactory(slug="api"), title="Another project's")
+    return project
+
+
+def test_every_effective_status_has_its_column_with_its_tasks(manager_client, web):
+    body = manager_client.get(f"{BOARD}web/").content.decode()
+    for status in ("open", "ready", "in_progress", "blocked", "review", "in_review", "delivered", "landing", "done"):
+        assert f'id="lh-column-{status}"' in body
+    assert "Held &lt;work&gt;" in column(body, "in_progress")
+    assert "agent-07" in column(body, "in_progress")
+    assert "Waiting work" in column(body, "ready")
+    assert "In the landing queue" in column(body, "delivered")
+    assert "Finished" in column(body, "done")
+    assert "Keeps failing" in column(body, "blocked")
+    assert "Quarantined" in column(body, "blocked")
+    assert "Another project's" not in body
+    assert "Ready (blocked)" not in column(body, "ready")
+    assert "Held <work>" not in body
+
+
+def test_a_ready_task_waiting_for_another_says_so(manager_client, web):
+    from ledger.actors import SYSTEM
+    from ledger.services import dependency_add
+
+    waiting = Task.objects.get(title="Waiting work")
+    dependency_add(task=waiting, blocked_by=Task.objects.get(title="Not yet"), actor=SYSTEM)
+    assert "Ready (blocked)" in column(manager_client.get(f"{BOARD}web/").content.decode(), "ready")
+
+
+def test_the_board_refreshes_itself_unless_stopped(manager_client, web):
+    assert '<meta http-equiv="refresh" content="30">' in manager_client.get(f"{BOARD}web/").content.decode()
+    assert 'http-equiv="refresh"' not in manager_client.get(f"{BOARD}web/?refresh=off").content.decode()
+
+
+def test_a_column_shows_its_first_cards_and_links_the_rest(manager_client, web, monkeypatch):
+    monkeypatch.setattr("console.tasks.board.CARDS_SHOWN", 2)
+    for number in range(4):
+        TaskFactory(project=web, title=f"Ready {number}")
+    body = manager_client.get(f"{BOARD}web/").content.decode()
+    ready = column(body, "ready")
+    assert ready.count('class="lh-board-card"') == 2
+    assert "and 3 more" in ready
+    assert "effective_status=ready" in ready
+
+
+def test_the_board_costs_the_same_queries_at_any_size(manager_client, web):
+    def count() -> int:
+        with CaptureQueriesContext(connection) as captured:
+            assert manager_client.get(f"{BOARD}web/").status_code == 200
+        return len(captured.captured_queries)
+
+    few = count()
+    agent = AgentFactory(projects=[web])
+    for number in range(30):
+        task = TaskFactory(project=web, title=f"More {number}")
+        if number % 3 == 0:
+            lease_claim(task=task, agent=agent)
+    assert count() == few
+
+
+def test_unknown_project_and_the_index(manager_client, web):
+    assert manager_client.get(f"{BOARD}nope/").status_code == 404
+    response = manager_client.get(BOARD)
+    assert response.status_code == 302
+    assert response["Location"].endswith(f"{BOARD}api/")
+
+
+def test_the_task_page_and_list_link_the_board(ops_client, web):
+    task = Task.objects.get(title="Waiting work")
+    assert f'href="{BOARD}web/"' in ops_client.get(f"/admin/ledger/task/{task.pk}/change/").content.decode()
+    assert f'href="{BOARD}"' in ops_client.get("/admin/ledger/task/").content.decode()
+
+
+def test_a_user_without_task_view_permission_gets_403(client, django_user_model, web):
+    user = django_user_model.objects.create_user(username="plain", password="x", is_staff=True)
+    client.force_login(user)
+    assert client.get(f"{BOARD}web/").status_code == 403
