@@ -32,6 +32,7 @@ from leases.selectors import (
     unresolved_blocker_count,
     unresolved_blockers_of,
 )
+from leases.selectors.checks import checks_part, task_head
 from leases.services.allocations import active_allocation_of
 from leases.services.git_facts import GIT_FACT_FIELDS
 from leases.services.path_reservations import PathsClaim, reservation_of
@@ -61,6 +62,7 @@ CUT_ORDER: tuple[tuple[str, str], ...] = (
     ("latest_checkpoint", "content"),
     ("", "blockers"),
     ("", "comments"),
+    ("checks", "results"),
     ("", "decisions"),
     ("review_findings", "summary"),
     ("review", "result_summary"),
@@ -251,6 +253,8 @@ def work_context(
         "environment": _environment(allocation),
         "reservation": None if reservation is None else {"paths": list(reservation.paths), "mode": reservation.mode},
         "warnings": _warnings(task, history.recent),
+        # SPEC §22: the latest check results at the task's head.
+        "checks": checks_part(task.project_id, task_head(task)),
         "truncated": [],
     }
     _add_discussion(context, task=task, current=current, first_ever=first_ever)

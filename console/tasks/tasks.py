@@ -48,6 +48,7 @@ from console.tasks.parts import (
     EffectiveStatusFilter,
     HolderFilter,
     WorkFilter,
+    checks_panel,
     claimability_cell,
     status_cell,
 )
@@ -192,6 +193,7 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
                 blockers=present_blockers(task, now=clock.now()),
                 queue_url=reverse("admin:ledger_task_queue", args=[task.project.slug]),
                 graph=task_graph_panel(task),
+                checks=checks_panel(task),
             )
         return super().change_view(request, object_id, form_url, extra)
 

@@ -76,6 +76,7 @@ class EventType(models.TextChoices):
     LANDING_TARGET_MOVED = "landing.target_moved"
     LANDING_EXPIRED = "landing.expired"
     LANDING_SETTINGS_CHANGED = "project.landing_changed"
+    CHECK_REPORTED = "check.reported"
     TASK_QUARANTINED = "task.quarantined"
     TASK_QUARANTINE_RELEASED = "task.quarantine_released"
     DECISION_CREATED = "decision.created"
