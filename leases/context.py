@@ -87,7 +87,9 @@ _UNKNOWN: Any = object()
 
 # The first MAX_BLOCKERS + 1 unresolved blockers (one more tells that there are more): compiled once.
 _BLOCKERS: Prepared[Any] = Prepared(
-    lambda task: unresolved_blockers_of(task).values_list("blocked_by__key", "blocked_by__title")[: MAX_BLOCKERS + 1],
+    lambda task: unresolved_blockers_of(task).values_list(
+        "blocked_by__key", "blocked_by__title", "blocked_by__project_id", "blocked_by__status"
+    )[: MAX_BLOCKERS + 1],
     samples=({"task": Task(pk=SAMPLE_INT[0])}, {"task": Task(pk=SAMPLE_INT[1])}),
 )
 
@@ -242,7 +244,7 @@ def work_context(
         # SPEC §21.2: a failed landing's reason comes first.
         "landing": landing_part(task, recent=history.recent, first_ever=first_ever),
         "task": _task_section(task, current=current, now=now),
-        "blockers": [{"key": key, "title": title} for key, title in blockers[:MAX_BLOCKERS]],
+        "blockers": [_blocker(task, row) for row in blockers[:MAX_BLOCKERS]],
         "blockers_total": len(blockers) if len(blockers) <= MAX_BLOCKERS else unresolved_blocker_count(task),
         "latest_checkpoint": _checkpoint(history.checkpoint),
         "previous_attempt": _previous_attempt(history.previous),
@@ -259,6 +261,15 @@ def work_context(
     }
     _add_discussion(context, task=task, current=current, first_ever=first_ever)
     return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
+
+
+def _blocker(task: Task, row: tuple[str, str, int, str]) -> dict[str, Any]:
+    """A blocker of the task's own project by key and title; another project's as a stub (SPEC §22): its
+    key and status only, whoever reads the context."""
+    key, title, project_id, status = row
+    if project_id == task.project_id:
+        return {"key": key, "title": title}
+    return {"key": key, "status": status, "stub": True}
 
 
 def _fact(attempt: Attempt, name: str) -> Any:
