@@ -7,8 +7,10 @@ from typing import Any
 
 from django.db.models import Prefetch, QuerySet
 
+from landing.gates import waiting_reasons
 from landing.models import Landing, LandingStatus, LandingTask
-from landing.services.claiming import landing_queue
+from landing.services.claiming import delivered_queue
+from leases.models import CheckResult
 from ledger import clock
 from ledger.models import Project, Task
 
@@ -67,8 +69,20 @@ def _with_entries(landings: QuerySet[Landing]) -> QuerySet[Landing]:
     )
 
 
+def _checks_by_head(project: Project, heads: set[str]) -> dict[str, list[dict[str, Any]]]:
+    """The latest check results at each head, by name (SPEC §22): what the queue shows beside a task."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for commit, name, state, url in (
+        CheckResult.objects.filter(project=project, commit__in=heads)
+        .order_by("commit", "name")
+        .values_list("commit", "name", "state", "url")
+    ):
+        found.setdefault(commit, []).append({"name": name, "state": state, "url": url or None})
+    return found
+
+
 def queue_rows(project: Project, *, now: datetime) -> list[Task]:
-    return list(landing_queue(project, now=now)[:QUEUE_SHOWN])
+    return list(delivered_queue(project, now=now)[:QUEUE_SHOWN])
 
 
 def landing_overview(project: Project, *, now: datetime) -> dict[str, Any]:
@@ -76,6 +90,9 @@ def landing_overview(project: Project, *, now: datetime) -> dict[str, Any]:
     landings = _with_entries(Landing.objects.filter(project=project))
     live = landings.filter(status=LandingStatus.ACTIVE, lease_expires_at__gt=now).first()
     recent = landings.exclude(status=LandingStatus.ACTIVE).order_by("-id")[:RECENT_LANDINGS]
+    rows = queue_rows(project, now=now)
+    waiting = waiting_reasons(project, rows)
+    checks = _checks_by_head(project, {task.delivered_commit for task in rows})
     return {
         "project": project.slug,
         "settings": landing_settings(project),
@@ -88,8 +105,12 @@ def landing_overview(project: Project, *, now: datetime) -> dict[str, Any]:
                 "branch": task.delivered_branch,
                 "head_commit": task.delivered_commit,
                 "failed_landings": task.failed_landings,
+                # SPEC §22: what the task waits for at its head (empty: the next lander may take it).
+                "landable": not waiting[task.pk],
+                "waiting_for": waiting[task.pk],
+                "checks": checks.get(task.delivered_commit, []),
             }
-            for task in queue_rows(project, now=now)
+            for task in rows
         ],
         "live": landing_summary(live) if live is not None else None,
         "recent": [landing_summary(landing) for landing in recent],

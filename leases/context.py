@@ -32,6 +32,7 @@ from leases.selectors import (
     unresolved_blocker_count,
     unresolved_blockers_of,
 )
+from leases.selectors.checks import checks_part, task_head
 from leases.services.allocations import active_allocation_of
 from leases.services.git_facts import GIT_FACT_FIELDS
 from leases.services.path_reservations import PathsClaim, reservation_of
@@ -61,6 +62,7 @@ CUT_ORDER: tuple[tuple[str, str], ...] = (
     ("latest_checkpoint", "content"),
     ("", "blockers"),
     ("", "comments"),
+    ("checks", "results"),
     ("", "decisions"),
     ("review_findings", "summary"),
     ("review", "result_summary"),
@@ -85,7 +87,9 @@ _UNKNOWN: Any = object()
 
 # The first MAX_BLOCKERS + 1 unresolved blockers (one more tells that there are more): compiled once.
 _BLOCKERS: Prepared[Any] = Prepared(
-    lambda task: unresolved_blockers_of(task).values_list("blocked_by__key", "blocked_by__title")[: MAX_BLOCKERS + 1],
+    lambda task: unresolved_blockers_of(task).values_list(
+        "blocked_by__key", "blocked_by__title", "blocked_by__project_id", "blocked_by__status"
+    )[: MAX_BLOCKERS + 1],
     samples=({"task": Task(pk=SAMPLE_INT[0])}, {"task": Task(pk=SAMPLE_INT[1])}),
 )
 
@@ -240,7 +244,7 @@ def work_context(
         # SPEC §21.2: a failed landing's reason comes first.
         "landing": landing_part(task, recent=history.recent, first_ever=first_ever),
         "task": _task_section(task, current=current, now=now),
-        "blockers": [{"key": key, "title": title} for key, title in blockers[:MAX_BLOCKERS]],
+        "blockers": [_blocker(task, row) for row in blockers[:MAX_BLOCKERS]],
         "blockers_total": len(blockers) if len(blockers) <= MAX_BLOCKERS else unresolved_blocker_count(task),
         "latest_checkpoint": _checkpoint(history.checkpoint),
         "previous_attempt": _previous_attempt(history.previous),
@@ -251,10 +255,21 @@ def work_context(
         "environment": _environment(allocation),
         "reservation": None if reservation is None else {"paths": list(reservation.paths), "mode": reservation.mode},
         "warnings": _warnings(task, history.recent),
+        # SPEC §22: the latest check results at the task's head.
+        "checks": checks_part(task.project_id, task_head(task)),
         "truncated": [],
     }
     _add_discussion(context, task=task, current=current, first_ever=first_ever)
     return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
+
+
+def _blocker(task: Task, row: tuple[str, str, int, str]) -> dict[str, Any]:
+    """A blocker of the task's own project by key and title; another project's as a stub (SPEC §22): its
+    key and status only, whoever reads the context."""
+    key, title, project_id, status = row
+    if project_id == task.project_id:
+        return {"key": key, "title": title}
+    return {"key": key, "status": status, "stub": True}
 
 
 def _fact(attempt: Attempt, name: str) -> Any:

@@ -15,8 +15,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db.models import Q
+
 from leases.models import Attempt, AttemptKind, AttemptStatus, Note, NoteKind
 from leases.selectors import latest_changes_requested, review_in_progress
+from leases.selectors.checks import checks_part
 from ledger import clock
 from ledger.models import Task
 from ledger.selectors import active_decisions_for, recent_comments
@@ -69,6 +72,8 @@ def review_parts(task: Task, current: Attempt | None) -> dict[str, Any]:
                 "next_steps": work.next_steps,
                 "branch": work.branch or None,
                 "base_commit": work.base_commit or None,
+                # SPEC §22: the checks at the head the review is pinned to.
+                "checks": checks_part(task.project_id, request.head_commit),
             }
     return {"review_findings": findings, "review": review, "cut": cut}
 
@@ -108,10 +113,11 @@ def landing_part(task: Task, *, recent: list[Attempt], first_ever: bool) -> dict
     if first_ever:
         return None
     delivered_by = next((run.pk for run in recent if run.kind == AttemptKind.WORK), 0)
+    # A landing's notes sit on its `land` attempts; a required check that failed at the delivered head
+    # (SPEC §22) notes the work attempt that delivered it.
     notes = list(
-        Note.objects.filter(
-            attempt__task=task, attempt__kind=AttemptKind.LAND, kind=NoteKind.LANDING, attempt_id__gt=delivered_by
-        )
+        Note.objects.filter(attempt__task=task, kind=NoteKind.LANDING)
+        .filter(Q(attempt__kind=AttemptKind.LAND, attempt_id__gt=delivered_by) | Q(attempt_id=delivered_by))
         .exclude(attempt__status=AttemptStatus.ACTIVE)
         .order_by("-id")[:LANDING_NOTES_SHOWN]
     )

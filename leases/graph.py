@@ -96,12 +96,36 @@ def _edges_among(ids: Sequence[int], key_of: dict[int, str]) -> list[tuple[str, 
     return sorted((key_of[blocker], key_of[blocked]) for blocker, blocked in pairs)
 
 
+# What a stub keeps of a task of a project the caller is not an agent of (SPEC §22).
+STUB_KEEPS = frozenset({"id", "key", "status", "effective_status", "blocked_by_count", "project_id"})
+
+
+def _stub(row: dict[str, Any]) -> dict[str, Any]:
+    """Another project's task as its key and effective status: every other field blanked (no title, no text)."""
+    blank: dict[str, Any] = {}
+    for name, value in row.items():
+        if name in STUB_KEEPS:
+            blank[name] = value
+        elif isinstance(value, bool):
+            blank[name] = False
+        elif isinstance(value, str):
+            blank[name] = ""
+        elif isinstance(value, int):
+            blank[name] = 0
+        elif isinstance(value, list):
+            blank[name] = []
+        else:
+            blank[name] = None
+    return blank
+
+
 def _graph(
     ids: Sequence[int], *, fields: Iterable[str], now: datetime, agent: Agent | None, truncated: bool, total: int
 ) -> TaskGraph:
-    wanted = {"id", "key", "status", "blocked_by_count", *fields}
+    wanted = {"id", "key", "status", "blocked_by_count", "project_id", *fields}
+    visible = None if agent is None else set(agent.projects.values_list("pk", flat=True))
     rows = {
-        row["id"]: row
+        row["id"]: row if visible is None or row["project_id"] in visible else _stub(row)
         for row in with_compact_state(Task.objects.filter(pk__in=ids), now=now, agent=agent).values(*wanted)
     }
     ordered = [rows[pk] for pk in ids if pk in rows]
@@ -148,4 +172,13 @@ def project_graph(
         When(status__in=RESOLVED_STATUSES, then=Value(1)), default=Value(0), output_field=IntegerField()
     )
     ids = list(tasks.order_by(finished_last, "number").values_list("id", flat=True)[:max_nodes])
+    # SPEC §22: the other projects' tasks the shown ones wait for (stubs unless the caller is their agent).
+    foreign = (
+        TaskDependency.objects.filter(task_id__in=ids, removed_at__isnull=True)
+        .exclude(blocked_by__project=project)
+        .order_by("blocked_by_id")
+        .values_list("blocked_by_id", flat=True)
+        .distinct()
+    )
+    ids += list(foreign[:max_nodes])
     return _graph(ids, fields=fields, now=now, agent=agent, truncated=total > len(ids), total=total)

@@ -23,6 +23,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
+import agent.cli.check_commands as check_commands
 import agent.cli.connect as connect
 import agent.cli.hooks as hooks
 import agent.cli.land_commands as land_commands
@@ -257,11 +258,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _add_reach_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """The commands beyond the lease: task, git, block/unblock, land/landing, connect, hook (SPEC §15.3, §15.4, §21)."""
+    """The commands beyond the lease: task, git, block/unblock, land/landing, check, connect, hook (SPEC §15.3, §15.4,
+    §21, §22)."""
     task_commands.add_parsers(command)
     review_commands.add_parsers(command)
     plan_commands.add_parsers(command)
     land_commands.add_parsers(command)
+    check_commands.add_parsers(command)
     connect.add_parser(command)
     hooks.add_parser(command)
 

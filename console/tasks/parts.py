@@ -14,6 +14,7 @@ from django.utils.safestring import SafeString
 from console.base import EMPTY, ReadOnlyInline, badge, lease_remaining, moment
 from leases.models import Attempt
 from leases.selectors import EFFECTIVE_STATUSES, IN_PROGRESS, IN_REVIEW, LANDING, live_attempts
+from leases.selectors.checks import check_row, checks_at, task_head
 from leases.services.quarantine import QUARANTINE_REASON_PREFIX, is_quarantined
 from ledger import clock
 from ledger.models import Task, TaskDependency, TaskStatus
@@ -43,6 +44,13 @@ def status_cell(task: Task) -> SafeString:
     if value == TaskStatus.READY and blockers:
         return badge(TaskStatus.BLOCKED, "Ready (blocked)")
     return badge(value, EFFECTIVE_LABELS.get(value, value))
+
+
+def checks_panel(task: Task) -> dict[str, Any]:
+    """SPEC §22: the latest check results at the task's head, and which checks its project requires."""
+    head = task_head(task)
+    results = [check_row(check) for check in checks_at(task.project_id, head)] if head else []
+    return {"head": head, "results": results, "required": list(task.project.required_checks or [])}
 
 
 def claimability_cell(task: Task) -> SafeString:

@@ -49,6 +49,7 @@ from console.tasks.parts import (
     EffectiveStatusFilter,
     HolderFilter,
     WorkFilter,
+    checks_panel,
     claimability_cell,
     status_cell,
 )
@@ -204,6 +205,7 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
                 queue_url=reverse("admin:ledger_task_queue", args=[task.project.slug]),
                 board_url=reverse("admin:ledger_task_board", args=[task.project.slug]),
                 graph=task_graph_panel(task),
+                checks=checks_panel(task),
             )
         return super().change_view(request, object_id, form_url, extra)
 

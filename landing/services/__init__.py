@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from landing.services.checks import CheckReport, check_report
 from landing.services.claiming import LandingGrant, landing_claim_next
 from landing.services.finishing import TaskResult, landing_finish
 from landing.services.holding import LandingProof, landing_renew
@@ -10,10 +11,12 @@ from landing.services.reconciled import tasks_landed_outside
 from landing.services.settings import LandingSettings, project_set_landing
 
 __all__ = [
+    "CheckReport",
     "LandingGrant",
     "LandingProof",
     "LandingSettings",
     "TaskResult",
+    "check_report",
     "expire_lapsed_landings",
     "landing_claim_next",
     "landing_finish",

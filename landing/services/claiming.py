@@ -19,6 +19,7 @@ from django.db.models import Exists, Max, OuterRef, QuerySet
 from core.db import write_transaction
 from core.errors import PermissionDenied, ValidationFailed
 from core.prepared import insert
+from landing.gates import gated
 from landing.models import Landing, LandingStatus, LandingTask
 from landing.services.lapsing import expire_landing
 from leases.labels import Label, render_label
@@ -49,13 +50,19 @@ class LandingGrant:
         return self.entries[0].attempt_id
 
 
-def landing_queue(project: Project, *, now: datetime) -> QuerySet[Task]:
-    """Delivered tasks of the project not being landed, in queue order (index `task_landing_queue`)."""
+def delivered_queue(project: Project, *, now: datetime) -> QuerySet[Task]:
+    """Delivered tasks of the project not being landed, in queue order (index `task_landing_queue`),
+    landable or not."""
     return (
         Task.objects.filter(project=project, status=TaskStatus.DELIVERED)
         .exclude(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
         .order_by("-priority", "delivered_at", "id")
     )
+
+
+def landing_queue(project: Project, *, now: datetime) -> QuerySet[Task]:
+    """The delivered tasks a lander may take, in queue order: those the gates let through (SPEC §22)."""
+    return gated(delivered_queue(project, now=now), project)
 
 
 def refuse_unless_landing(project: Project) -> None:

@@ -227,12 +227,17 @@ class WorkContextSerializer(serializers.Serializer[Any]):
     review = serializers.DictField(
         allow_null=True,
         help_text="For a review attempt: the request (id, task_version, head_commit) and the work it pins "
-        "(work_attempt, worker, result_summary, next_steps, branch, base_commit).",
+        "(work_attempt, worker, result_summary, next_steps, branch, base_commit, and the checks at head_commit).",
     )
     decisions = serializers.ListField(
         child=serializers.DictField(), help_text="Active decisions of the task and project (at most 10)."
     )
     comments = serializers.ListField(child=serializers.DictField(), help_text="The latest 5 comments.")
+    checks = serializers.DictField(
+        allow_null=True,
+        help_text="SPEC §22: the task's head and the latest check results there (name, state, commit, url, "
+        "summary cut to 500 characters, reported_by, reported_at); null before any head.",
+    )
     truncated = serializers.ListField(child=serializers.CharField(), help_text="Parts that were cut to fit.")
 
 

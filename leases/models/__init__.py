@@ -19,6 +19,14 @@ from leases.models.attempts import (
     FailureReason,
     InterruptionReason,
 )
+from leases.models.checks import (
+    CHECK_NAME_PATTERN,
+    CHECK_SUMMARY_MAX_CHARS,
+    CHECK_URL_MAX_CHARS,
+    COMMIT_PATTERN,
+    CheckResult,
+    CheckState,
+)
 from leases.models.idempotency import IdempotencyRecord
 from leases.models.notes import (
     AGENT_NOTE_KINDS,
@@ -43,6 +51,10 @@ from leases.models.usage import AgentDailyUsage, AttemptUsage, BudgetFlags, Proj
 
 __all__ = [
     "AGENT_NOTE_KINDS",
+    "CHECK_NAME_PATTERN",
+    "CHECK_SUMMARY_MAX_CHARS",
+    "CHECK_URL_MAX_CHARS",
+    "COMMIT_PATTERN",
     "DECIDED_REVIEW_STATUSES",
     "HOST_MAX_CHARS",
     "NEXT_STEPS_MAX_ITEMS",
@@ -62,6 +74,8 @@ __all__ = [
     "AttemptStatus",
     "AttemptUsage",
     "BudgetFlags",
+    "CheckResult",
+    "CheckState",
     "ClaimRefusalTally",
     "FailureReason",
     "IdempotencyRecord",

@@ -17,6 +17,8 @@ class AgentKind(models.TextChoices):
     AI = "ai", "Other AI"
     HUMAN = "human", "Human"
     SCRIPT = "script", "Script"
+    # SPEC §22: a CI job that reports check results.
+    CI = "ci", "CI"
 
 
 HANDLE_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"

@@ -78,6 +78,7 @@ class EventType(models.TextChoices):
     LANDING_TARGET_MOVED = "landing.target_moved"
     LANDING_EXPIRED = "landing.expired"
     LANDING_SETTINGS_CHANGED = "project.landing_changed"
+    CHECK_REPORTED = "check.reported"
     TASK_QUARANTINED = "task.quarantined"
     TASK_QUARANTINE_RELEASED = "task.quarantine_released"
     # A claim refused with PATHS_RESERVED (SPEC §19): one per refusal, written after the claim's rollback.

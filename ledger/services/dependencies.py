@@ -1,8 +1,13 @@
-"""Dependencies between tasks of one project: added and removed (the row stays), never a cycle."""
+"""Dependencies between tasks, across projects too (SPEC §22): added and removed (the row stays), never a cycle.
+
+The cycle check walks the blocker edges from the new blocker, level by level (one statement per
+level), over every project. Additions are serialized on project rows: the task's project, the
+blocker's, and the projects of every task the walk reached, locked in id order and walked again
+under the locks; two concurrent additions that would close a cycle between them both reach the
+project of the other's task, so one waits for the other and then sees its edge.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Mapping
 
 from django.db import IntegrityError
 
@@ -14,34 +19,55 @@ from ledger.models import EventType, Project, Task, TaskDependency
 from ledger.services.events import event_append
 
 
-def _blocker_graph(project: Project) -> dict[int, set[int]]:
-    graph: dict[int, set[int]] = {}
-    edges = TaskDependency.objects.filter(task__project=project, removed_at__isnull=True).values_list(
-        "task_id", "blocked_by_id"
-    )
-    for task_id, blocked_by_id in edges:
-        graph.setdefault(task_id, set()).add(blocked_by_id)
-    return graph
+def _reachable(start: int) -> dict[int, int | None]:
+    """Every task `start` waits for, directly or not, with the task it was reached from (a BFS tree)."""
+    previous: dict[int, int | None] = {start: None}
+    frontier = {start}
+    while frontier:
+        edges = TaskDependency.objects.filter(task_id__in=frontier, removed_at__isnull=True).values_list(
+            "task_id", "blocked_by_id"
+        )
+        reached: set[int] = set()
+        for task_id, blocked_by_id in edges:
+            if blocked_by_id not in previous:
+                previous[blocked_by_id] = task_id
+                reached.add(blocked_by_id)
+        frontier = reached
+    return previous
+
+
+def _lock_projects(project_ids: set[int]) -> None:
+    list(Project.objects.filter(pk__in=project_ids).order_by("pk").select_for_update(no_key=True).values_list("pk"))
 
 
 @write_transaction
 def dependency_add(*, task: Task, blocked_by: Task, actor: Actor) -> TaskDependency:
     """Make `task` wait for `blocked_by`. Refuses cycles (`DEPENDENCY_CYCLE`).
 
-    Dependency changes of one project are serialized on the project row, so two
-    concurrent additions cannot close a cycle between them.
+    `blocked_by` may be a task of another project (SPEC §22). The walk is taken again under the
+    locks of every project it reached (see the module's docstring), so two concurrent additions
+    cannot close a cycle between them.
     """
-    if task.project_id != blocked_by.project_id:
-        raise ValidationFailed("A task can only be blocked by a task of its own project.")
     if task.pk == blocked_by.pk:
         raise DependencyCycle(f"{task.key} cannot block itself.", details={"path": [task.key, task.key]})
-    project = Project.objects.select_for_update(no_key=True).get(pk=task.project_id)
+    locked: set[int] = set()
+    while True:
+        tree = _reachable(blocked_by.pk)
+        wanted = {task.project_id, blocked_by.project_id} | set(
+            Task.objects.filter(pk__in=list(tree)).values_list("project_id", flat=True).distinct()
+        )
+        if wanted <= locked:
+            break
+        _lock_projects(wanted - locked)
+        locked |= wanted
     existing = TaskDependency.objects.filter(task=task, blocked_by=blocked_by, removed_at__isnull=True).first()
     if existing is not None:
         return existing
-    graph = _blocker_graph(project)
-    path = _path(graph, start=blocked_by.pk, goal=task.pk)
-    if path is not None:
+    if task.pk in tree:
+        path = [task.pk]
+        while (parent := tree[path[-1]]) is not None:
+            path.append(parent)
+        path.reverse()  # blocked_by → … → task
         keys = dict(Task.objects.filter(pk__in=path).values_list("pk", "key"))
         raise DependencyCycle(
             f"{task.key} blocked by {blocked_by.key} would close a cycle.",
@@ -60,24 +86,6 @@ def dependency_add(*, task: Task, blocked_by: Task, actor: Actor) -> TaskDepende
         payload={"blocked_by": blocked_by.key},
     )
     return dependency
-
-
-def _path(graph: Mapping[int, set[int]], *, start: int, goal: int) -> list[int] | None:
-    """A path start → … → goal along blocker edges, if there is one."""
-    previous: dict[int, int | None] = {start: None}
-    frontier = [start]
-    while frontier:
-        node = frontier.pop()
-        if node == goal:
-            path = [node]
-            while (parent := previous[path[-1]]) is not None:
-                path.append(parent)
-            return list(reversed(path))
-        for neighbour in graph.get(node, ()):
-            if neighbour not in previous:
-                previous[neighbour] = node
-                frontier.append(neighbour)
-    return None
 
 
 @write_transaction

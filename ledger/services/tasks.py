@@ -230,10 +230,7 @@ def task_create(
         paths=paths,
         paths_mode=paths_mode,
     )
-    foreign = [blocker.key for blocker in blocked_by if blocker.project_id != project.pk]
-    if foreign:
-        raise ValidationFailed(f"Blockers must be in project {project.slug}: {', '.join(foreign)}.")
-
+    # SPEC §22: a blocker may be a task of another project on this server (a new task closes no cycle).
     (task.number,) = task_numbers_take(project, 1)
     task.key = f"{project.key_prefix}-{task.number}"
     task.save()

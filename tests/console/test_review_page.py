@@ -38,7 +38,7 @@ def open_review(world: GitWorld, *, content: str = "print('<b>hi</b> & bye')\n",
         next_steps=["Check the footer"],
         git={"head_commit": head},
     )
-    return ReviewRequest.objects.get(task=task)
+    return ReviewRequest.objects.get(task_id=task.pk)
 
 
 def page_of(client, review: ReviewRequest) -> str:

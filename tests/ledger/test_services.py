@@ -71,7 +71,19 @@ def test_blocked_needs_a_reason():
     assert task.blocked_reason == ""
 
 
-ALL_PAIRS = [(a, b) for a, b in itertools.product(TaskStatus.values, repeat=2) if a != b]
+# `delivered` is entered only by finishing `done` or approving a review (SPEC §21.1), never by an update:
+# tests/landing pins its edges, and the test below that an update refuses it.
+ALL_PAIRS = [
+    (a, b) for a, b in itertools.product(TaskStatus.values, repeat=2) if a != b and TaskStatus.DELIVERED not in (a, b)
+]
+
+
+def test_an_update_never_sets_delivered():
+    task = TaskFactory(status=TaskStatus.READY)
+    with pytest.raises(InvalidStatusTransition):
+        task_update(task=task, actor=SYSTEM, changes={"status": TaskStatus.DELIVERED})
+    task.refresh_from_db()
+    assert task.status == TaskStatus.READY
 
 
 @pytest.mark.parametrize(("old", "new"), ALL_PAIRS)
@@ -159,10 +171,12 @@ def test_removed_dependency_no_longer_counts_for_cycles():
     assert types.count(EventType.TASK_DEPENDENCY_REMOVED) == 1
 
 
-def test_dependencies_stay_within_a_project():
+def test_dependencies_may_cross_projects():
+    """SPEC §22 (it was refused before): a task may wait for a task of another project."""
     a, b = TaskFactory(), TaskFactory()
-    with pytest.raises(ValidationFailed):
-        dependency_add(task=a, blocked_by=b, actor=SYSTEM)
+    assert a.project_id != b.project_id
+    dependency = dependency_add(task=a, blocked_by=b, actor=SYSTEM)
+    assert (dependency.task_id, dependency.blocked_by_id) == (a.pk, b.pk)
 
 
 def test_agent_token_authenticates_and_is_never_stored():
