@@ -29,7 +29,7 @@ def open_review(world: GitWorld, *, content: str = "print('<b>hi</b> & bye')\n",
     git("checkout", "-q", "main", cwd=world.clone)
     project = ProjectFactory(slug="web", repository=str(world.clone) if repository is None else repository)
     worker = AgentFactory(handle="agent-07", projects=[project])
-    task = TaskFactory(project=project, title="Fix the copy")
+    task: Task = TaskFactory(project=project, title="Fix the copy")  # type: ignore[assignment]
     grant = lease_claim(task=task, agent=worker, branch="fix/web-1", base_commit=base)
     attempt_finish(
         proof=proof_of(grant),
@@ -38,7 +38,7 @@ def open_review(world: GitWorld, *, content: str = "print('<b>hi</b> & bye')\n",
         next_steps=["Check the footer"],
         git={"head_commit": head},
     )
-    return ReviewRequest.objects.get(task_id=task.pk)
+    return ReviewRequest.objects.get(task=task)
 
 
 def page_of(client, review: ReviewRequest) -> str:
