@@ -15,18 +15,27 @@ from rest_framework.response import Response
 
 from api.auth import caller_of
 from api.base import ApiView
+from api.claim_wait import MAX_WAIT_SECONDS, NotYet, wait_for_claim
 from api.inputs import body_input
 from api.mutations import MutationResult, run_mutation
 from api.schema import HOLDER_HEADERS, IDEMPOTENCY_KEY, READ_ERRORS, WRITE_ERRORS, error_responses
-from landing.models import CONFLICT_PATHS_MAX, OUTPUT_TAIL_MAX_CHARS, LandingOutcome, LandingResult
+from landing.models import (
+    CONFLICT_PATHS_MAX,
+    OUTPUT_TAIL_MAX_CHARS,
+    Landing,
+    LandingOutcome,
+    LandingResult,
+    LandingStatus,
+)
 from landing.selectors import landing_overview, landing_summary
 from landing.services import LandingGrant, LandingProof, TaskResult, landing_claim_next, landing_finish, landing_renew
+from landing.services.claiming import landing_queue, refuse_unless_landing
 from leases.apis.holder import holder_proof_from_headers
 from ledger import clock
 from ledger.selectors import project_by_slug
 
 LEASE_SECONDS_MAX_INPUT = 2**31 - 1
-WAIT_MAX_SECONDS = 60
+WAIT_MAX_SECONDS = MAX_WAIT_SECONDS
 
 
 def grant_result(grant: LandingGrant) -> MutationResult:
@@ -95,14 +104,51 @@ class LandingNextApi(ApiView):
     def post(self, request: Request) -> Response:
         data = body_input(self.InputSerializer, request)
         agent = caller_of(request).require_agent()
-        slug = data["project"]
+        slug, wait = data["project"], data.get("wait") or 0
+        if not wait:
 
-        def work() -> MutationResult:
-            project = project_by_slug(slug, agent=agent)
-            grant = landing_claim_next(project=project, agent=agent, lease_seconds=data.get("lease_seconds"))
-            return MutationResult(status=204) if grant is None else grant_result(grant)
+            def work() -> MutationResult:
+                project = project_by_slug(slug, agent=agent)
+                grant = landing_claim_next(project=project, agent=agent, lease_seconds=data.get("lease_seconds"))
+                return MutationResult(status=204) if grant is None else grant_result(grant)
 
-        return run_mutation(request, work)
+            return run_mutation(request, work)
+
+        project = project_by_slug(slug, agent=agent)
+        refuse_unless_landing(project)
+
+        def try_claim(final: bool) -> Response | None:
+            def work() -> MutationResult:
+                grant = landing_claim_next(project=project, agent=agent, lease_seconds=data.get("lease_seconds"))
+                if grant is None and not final:
+                    raise NotYet
+                return MutationResult(status=204) if grant is None else grant_result(grant)
+
+            try:
+                return run_mutation(request, work)
+            except NotYet:
+                return None
+
+        def landable() -> bool:
+            """A landing could start now: the target has no live landing and a landable task waits."""
+            now = clock.now()
+            live = Landing.objects.filter(
+                project=project,
+                target_branch=project.target_branch,
+                status=LandingStatus.ACTIVE,
+                lease_expires_at__gt=now,
+            )
+            return not live.exists() and landing_queue(project, now=now).exists()
+
+        return wait_for_claim(
+            request,
+            project_ids=(project.pk,),
+            queue="land",
+            seconds=wait,
+            try_claim=try_claim,
+            more_claimable=landable,
+            looks_claimable=landable,
+        )
 
 
 def _landing_proof(request: Request, landing_id: int) -> LandingProof:
