@@ -37,7 +37,7 @@ from leases.services.allocations import active_allocation_of
 from leases.services.git_facts import GIT_FACT_FIELDS
 from leases.services.path_reservations import PathsClaim, reservation_of
 from ledger import clock
-from ledger.models import Task
+from ledger.models import Task, TaskStatus
 
 MAX_BLOCKERS = 20
 PREDECESSOR_FACTS = (
@@ -256,7 +256,7 @@ def work_context(
         "reservation": None if reservation is None else {"paths": list(reservation.paths), "mode": reservation.mode},
         "warnings": _warnings(task, history.recent),
         # SPEC §22: the latest check results at the task's head.
-        "checks": checks_part(task.project_id, task_head(task)),
+        "checks": checks_part(task.project_id, _head(task, current=current, recent=history.recent)),
         "truncated": [],
     }
     _add_discussion(context, task=task, current=current, first_ever=first_ever)
@@ -270,6 +270,19 @@ def _blocker(task: Task, row: tuple[str, str, int, str]) -> dict[str, Any]:
     if project_id == task.project_id:
         return {"key": key, "title": title}
     return {"key": key, "status": status, "stub": True}
+
+
+def _head(task: Task, *, current: Attempt | None, recent: list[Attempt]) -> str | None:
+    """`leases.selectors.checks.task_head` from the attempts in hand; a query only when the latest
+    RUNS_OF_TROUBLE ended attempts and the live one reported no head (a first claim reads none)."""
+    if task.status in (TaskStatus.DELIVERED, TaskStatus.DONE) and task.delivered_commit:
+        return task.delivered_commit
+    for attempt in (current, *recent):
+        if attempt is not None and attempt.kind == AttemptKind.WORK and attempt.head_commit:
+            return attempt.head_commit
+    if len(recent) < RUNS_OF_TROUBLE:
+        return task.delivered_commit or None
+    return task_head(task)
 
 
 def _fact(attempt: Attempt, name: str) -> Any:

@@ -110,8 +110,8 @@ def landing_part(task: Task, *, recent: list[Attempt], first_ever: bool) -> dict
     """SPEC §21.2: why the task's last landing(s) sent it back, shown first in the next work context —
     the `landing` notes written since the latest ended work attempt (the one that delivered), newest
     first; None when there are none."""
-    if first_ever:
-        return None
+    if first_ever or task.delivered_at is None:
+        return None  # landing notes follow a delivery: a task never delivered has none, and costs no query
     delivered_by = next((run.pk for run in recent if run.kind == AttemptKind.WORK), 0)
     # A landing's notes sit on its `land` attempts; a required check that failed at the delivered head
     # (SPEC §22) notes the work attempt that delivered it.

@@ -29,10 +29,12 @@ from django.contrib.auth import get_user_model
 from django.db import models
 
 from environments.models import Environment
+from landing.models import Landing, LandingTask
 from leases.models import (
     Allocation,
     Attempt,
     AttemptUsage,
+    CheckResult,
     Note,
     PathReservation,
     ProjectDailyUsage,
@@ -58,6 +60,8 @@ PAYLOAD_REFERENCES: dict[str, str] = {
     "comment": "comment",
     "finding": "finding",
     "last_attempt": "attempt",
+    "landing": "landing",
+    "last_landing": "landing",
     "inherited_from_attempt": "attempt",
 }
 # `decision.superseded` names the superseding decision as `by` (an id); elsewhere `by` is a label.
@@ -92,6 +96,9 @@ SECTIONS: tuple[Section, ...] = (
     Section("decision", Decision, lambda p: Decision.objects.filter(project=p)),
     Section("comment", TaskComment, lambda p: TaskComment.objects.filter(task__project=p)),
     Section("finding", Finding, lambda p: Finding.objects.filter(project=p)),
+    Section("check", CheckResult, lambda p: CheckResult.objects.filter(project=p)),
+    Section("landing", Landing, lambda p: Landing.objects.filter(project=p)),
+    Section("landing_task", LandingTask, lambda p: LandingTask.objects.filter(landing__project=p)),
     Section("event", Event, lambda p: Event.objects.filter(project=p)),
 )
 # Every other model of Leasehold's rooms, and why a project's export leaves it out

@@ -227,6 +227,6 @@ def test_reading_the_context_finds_recent_work_without_another_query(clock, task
     end(worked(task, agent, **WORK), "released", clock)
     work_context(task=task, now=clock.now())  # warm up
     # live attempt, blockers, checkpoint, recent attempts: the predecessor is one of them;
-    # and SPEC §16's review findings, decisions, comments
-    with django_assert_num_queries(7):
+    # and SPEC §16's review findings, decisions, comments; SPEC §22's checks at the head it reported
+    with django_assert_num_queries(8):
         assert work_context(task=task, now=clock.now())["predecessor_work"] is not None

@@ -8,11 +8,21 @@ from datetime import timedelta
 from typing import Any, cast
 
 from environments.services import environment_create
+from landing.services import (
+    CheckReport,
+    LandingProof,
+    LandingSettings,
+    TaskResult,
+    check_report,
+    landing_claim_next,
+    landing_finish,
+    project_set_landing,
+)
 from leases.models import ReviewRequest
 from leases.services import attempt_finish, lease_claim, note_add, review_decide
 from ledger import clock
-from ledger.actors import Actor
-from ledger.models import Project, Task, TaskStatus
+from ledger.actors import SYSTEM, Actor
+from ledger.models import Agent, Project, Task, TaskStatus
 from ledger.services import comment_add, decision_create, decision_supersede, dependency_add
 from operations.transfer.rows import SECTION_BY_TYPE, columns, payload_references
 from reconciliation.services import reconcile
@@ -53,7 +63,34 @@ def build_project(user: Any, slug: str = "src") -> Project:
         reconcile()
     finally:
         clock.unfreeze()
+    _land_some(project, worker)
     return project
+
+
+def _land_some(project: Project, worker: Any) -> None:
+    """SPEC §21, §22: a check at a delivered head, one task landed and one sent back by a conflict."""
+    Project.objects.filter(pk=project.pk).update(remote="https://git.example.com/src.git")
+    project.refresh_from_db()
+    project_set_landing(project=project, settings=LandingSettings(target_branch="main"), actor=SYSTEM)
+    landed = cast(Task, TaskFactory(project=project, title="Landed"))
+    conflicted = cast(Task, TaskFactory(project=project, title="Conflicted"))
+    for number, task in enumerate((landed, conflicted), start=1):
+        grant = lease_claim(task=task, agent=worker)
+        attempt_finish(proof=proof_of(grant), outcome="done", git={"head_commit": f"{number:040x}", "pushed": True})
+    # Delivered; the remote only made the heads fetchable (an import refuses one it cannot resolve).
+    Project.objects.filter(pk=project.pk).update(remote="")
+    project.refresh_from_db()
+    check_report(project=project, agent=worker, report=CheckReport(commit=f"{1:040x}", name="tests", state="success"))
+    lander = cast(Agent, AgentFactory(handle=f"{project.slug}-lander", projects=[project]))
+    for outcome in ("landed", "conflict"):
+        grant = landing_claim_next(project=project, agent=lander)
+        assert grant is not None
+        landing_finish(
+            proof=LandingProof(landing_id=grant.landing.pk, token=grant.token, epoch=grant.landing.epoch, agent=lander),
+            result=outcome,
+            landed_commit="f" * 40 if outcome == "landed" else "",
+            tasks=[TaskResult(key=grant.entries[0].task.key, outcome=outcome, paths=("app.py",))],
+        )
 
 
 def lines_of(text: str) -> list[dict[str, Any]]:

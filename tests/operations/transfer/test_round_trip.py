@@ -36,7 +36,7 @@ def test_export_then_import_then_export_is_identical_but_for_ids_slug_and_prefix
     kinds = {row["type"] for row in lines_of(first)}
     assert {"task", "dependency", "attempt", "note", "allocation", "review", "decision", "comment", "event"} <= kinds
     assert {"attempt_usage", "task_usage", "project_usage", "reservation", "environment", "agent", "user"} <= kinds
-    assert {"finding", "discard"} <= kinds
+    assert {"finding", "discard", "check", "landing", "landing_task"} <= kinds
     copied = Task.objects.filter(project__slug="copy").order_by("number")
     original = Task.objects.filter(project__slug="src").order_by("number")
     assert [(t.key, t.epoch, t.version, t.status) for t in copied] == [
@@ -192,7 +192,7 @@ def test_every_model_of_the_rooms_is_exported_or_left_out_with_a_reason():
     exported = {section.model._meta.label for section in SECTIONS}
     models = {
         model._meta.label
-        for app in ("ledger", "environments", "leases", "reconciliation", "insight", "push")
+        for app in ("ledger", "environments", "leases", "reconciliation", "landing", "insight", "push")
         for model in apps.get_app_config(app).get_models()
     }
     assert models - exported == set(NOT_EXPORTED)
