@@ -31,6 +31,7 @@ from leases.selectors import (
     recent_terminal_attempts,
     unresolved_blocker_count,
     unresolved_blockers_of,
+    with_lease_state,
 )
 from leases.selectors.checks import checks_part, task_head
 from leases.services.allocations import active_allocation_of
@@ -244,7 +245,7 @@ def work_context(
         # SPEC §21.2: a failed landing's reason comes first.
         "landing": landing_part(task, recent=history.recent, first_ever=first_ever),
         "task": _task_section(task, current=current, now=now),
-        "blockers": [_blocker(task, row) for row in blockers[:MAX_BLOCKERS]],
+        "blockers": _blockers(task, blockers[:MAX_BLOCKERS], now=now),
         "blockers_total": len(blockers) if len(blockers) <= MAX_BLOCKERS else unresolved_blocker_count(task),
         "latest_checkpoint": _checkpoint(history.checkpoint),
         "previous_attempt": _previous_attempt(history.previous),
@@ -263,13 +264,20 @@ def work_context(
     return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
 
 
-def _blocker(task: Task, row: tuple[str, str, int, str]) -> dict[str, Any]:
-    """A blocker of the task's own project by key and title; another project's as a stub (SPEC §22): its
-    key and status only, whoever reads the context."""
-    key, title, project_id, status = row
-    if project_id == task.project_id:
-        return {"key": key, "title": title}
-    return {"key": key, "status": status, "stub": True}
+def _blockers(task: Task, rows: list[tuple[str, str, int, str]], *, now: datetime) -> list[dict[str, Any]]:
+    """Blockers of the task's own project by key and title; another project's as a stub (SPEC §22): its
+    key and effective status only, whoever reads the context (one more statement, only when there is one)."""
+    foreign = [key for key, _title, project_id, _status in rows if project_id != task.project_id]
+    effective: dict[str, str] = {}
+    if foreign:
+        stubs: Any = with_lease_state(Task.objects.filter(key__in=foreign), now=now)
+        effective = dict(stubs.values_list("key", "effective_status"))
+    return [
+        {"key": key, "title": title}
+        if project_id == task.project_id
+        else {"key": key, "effective_status": effective.get(key, status), "stub": True}
+        for key, title, project_id, status in rows
+    ]
 
 
 def _head(task: Task, *, current: Attempt | None, recent: list[Attempt]) -> str | None:

@@ -50,13 +50,21 @@ class TaskGraph:
 
 
 def _walk(
-    start: int, *, direction: Direction, depth: int, max_nodes: int, count_all: bool = False
+    start: int,
+    *,
+    direction: Direction,
+    depth: int,
+    max_nodes: int,
+    count_all: bool = False,
+    visible: set[int] | None = None,
 ) -> tuple[list[int], bool, int]:
     """Task ids within `depth` steps of `start`, nearest first, at most `max_nodes`; whether some were
     left out; and how many there were (with `count_all` the walk goes on to count them, else a lower bound).
 
     `both` is the union of the two walks: the task's blockers and theirs, and the
-    tasks waiting for it and for them (not a blocker's other dependents).
+    tasks waiting for it and for them (not a blocker's other dependents). With `visible` (project ids),
+    a task of another project is reached but the walk goes no further from it: it is a stub (SPEC §22),
+    and what its own project holds beyond it is not the caller's to see.
     """
     chosen = [start]
     seen = {start}
@@ -68,14 +76,19 @@ def _walk(
             break
         pairs = TaskDependency.objects.filter(
             Q(task_id__in=up) | Q(blocked_by_id__in=down), removed_at__isnull=True
-        ).values_list("task_id", "blocked_by_id")
+        ).values_list("task_id", "blocked_by_id", "task__project_id", "blocked_by__project_id")
         reached_up: set[int] = set()
         reached_down: set[int] = set()
-        for task_id, blocked_by_id in pairs:
+        stubs: set[int] = set()
+        for task_id, blocked_by_id, task_project, blocker_project in pairs:
             if task_id in up:
                 reached_up.add(blocked_by_id)
+                if visible is not None and blocker_project not in visible:
+                    stubs.add(blocked_by_id)
             if blocked_by_id in down:
                 reached_down.add(task_id)
+                if visible is not None and task_project not in visible:
+                    stubs.add(task_id)
         new = sorted((reached_up | reached_down) - seen)
         room = max_nodes - len(chosen)
         if len(new) > room:
@@ -84,8 +97,8 @@ def _walk(
         seen.update(new)
         if truncated and not count_all:
             break
-        up = reached_up & set(new)
-        down = reached_down & set(new)
+        up = (reached_up & set(new)) - stubs
+        down = (reached_down & set(new)) - stubs
     return chosen, truncated, len(seen)
 
 
@@ -119,11 +132,22 @@ def _stub(row: dict[str, Any]) -> dict[str, Any]:
     return blank
 
 
+def _visible_projects(agent: Agent | None) -> set[int] | None:
+    """The projects whose tasks `agent` sees whole; None: every project (staff)."""
+    return None if agent is None else set(agent.projects.values_list("pk", flat=True))
+
+
 def _graph(
-    ids: Sequence[int], *, fields: Iterable[str], now: datetime, agent: Agent | None, truncated: bool, total: int
+    ids: Sequence[int],
+    *,
+    fields: Iterable[str],
+    now: datetime,
+    agent: Agent | None,
+    truncated: bool,
+    total: int,
+    visible: set[int] | None,
 ) -> TaskGraph:
     wanted = {"id", "key", "status", "blocked_by_count", "project_id", *fields}
-    visible = None if agent is None else set(agent.projects.values_list("pk", flat=True))
     rows = {
         row["id"]: row if visible is None or row["project_id"] in visible else _stub(row)
         for row in with_compact_state(Task.objects.filter(pk__in=ids), now=now, agent=agent).values(*wanted)
@@ -158,8 +182,11 @@ def task_graph(
     When truncated, `total` is a lower bound (the walk stops at the level that overflowed)
     unless `count_all` walks on to count every node within `depth` (the admin's "of N").
     """
-    ids, truncated, total = _walk(task.pk, direction=direction, depth=depth, max_nodes=max_nodes, count_all=count_all)
-    return _graph(ids, fields=fields, now=now, agent=agent, truncated=truncated, total=total)
+    visible = _visible_projects(agent)
+    ids, truncated, total = _walk(
+        task.pk, direction=direction, depth=depth, max_nodes=max_nodes, count_all=count_all, visible=visible
+    )
+    return _graph(ids, fields=fields, now=now, agent=agent, truncated=truncated, total=total, visible=visible)
 
 
 def project_graph(
@@ -181,4 +208,12 @@ def project_graph(
         .distinct()
     )
     ids += list(foreign[:max_nodes])
-    return _graph(ids, fields=fields, now=now, agent=agent, truncated=total > len(ids), total=total)
+    return _graph(
+        ids,
+        fields=fields,
+        now=now,
+        agent=agent,
+        truncated=total > len(ids),
+        total=total,
+        visible=_visible_projects(agent),
+    )

@@ -118,6 +118,13 @@ def _text_of(item: Any) -> str:
     return head + str(text)
 
 
+def _blocker_text(blocker: dict[str, Any]) -> str:
+    """A blocker by key; another project's (a stub, SPEC §22) with its effective status, all it shows."""
+    if blocker.get("stub"):
+        return f"{blocker.get('key')} (another project, {blocker.get('effective_status')})"
+    return str(blocker.get("key"))
+
+
 def _generic(name: str, value: Any) -> list[str]:
     title = name.replace("_", " ").capitalize()
     if isinstance(value, list):
@@ -229,7 +236,7 @@ def human(context: dict[str, Any], held: HeldAttempt | None = None) -> str:
     if blockers:
         total = context.get("blockers_total")
         more = f" (of {total})" if isinstance(total, int) and total > len(blockers) else ""
-        lines += ["", f"Unresolved blockers{more}: " + ", ".join(str(blocker.get("key")) for blocker in blockers)]
+        lines += ["", f"Unresolved blockers{more}: " + ", ".join(_blocker_text(blocker) for blocker in blockers)]
     for name, value in context.items():
         if name not in _SHOWN and value not in (None, "", [], {}):
             lines += _generic(name, value)

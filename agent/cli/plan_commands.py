@@ -1,7 +1,8 @@
 """`leasehold plan apply FILE.json|FILE.yaml [--dry-run]` (SPEC §17): a whole plan in one call.
 
 The file holds what `POST /plans/` takes: `tasks` (each with a `ref`, a `title` and
-`blocked_by`: refs of the plan or existing keys), optional `decisions`, and the
+`blocked_by`: refs of the plan or keys of existing tasks you can see, of this
+project or another), optional `decisions`, and the
 `project` (else `--project`, else the default set at login). `.json` files are read
 as JSON, `.yaml` / `.yml` as YAML (safe loading: plain data only). The server
 checks the whole plan and writes all of it or nothing; every problem it finds is

@@ -53,6 +53,14 @@ def cmd_task_show(args: argparse.Namespace, out: Output) -> int:
     return EXIT_OK
 
 
+def _blocker_text(blocker: Any) -> str:
+    """`KEY (effective status)`: all the server shows of a blocker, whichever project it is in (SPEC §22)."""
+    if not isinstance(blocker, dict):
+        return str(blocker)
+    status = blocker.get("effective_status") or blocker.get("status")
+    return f"{blocker.get('key')} ({status})" if status else str(blocker.get("key"))
+
+
 def task_text(task: dict[str, Any]) -> str:
     """A whole task for a human: the header line, its facts, blockers, then the long texts."""
     status = task.get("effective_status") or task.get("status")
@@ -69,7 +77,7 @@ def task_text(task: dict[str, Any]) -> str:
     lines.append("  ".join(f"{name}: {value}" for name, value in facts.items() if value not in (None, "")))
     blockers = task.get("blocked_by") or []
     if blockers:
-        lines.append("Blocked by: " + ", ".join(str(blocker.get("key", blocker)) for blocker in blockers))
+        lines.append("Blocked by: " + ", ".join(_blocker_text(blocker) for blocker in blockers))
     for name in TEXT_FIELDS:
         if task.get(name):
             lines += ["", f"{name.replace('_', ' ').capitalize()}:", str(task[name])]

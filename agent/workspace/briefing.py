@@ -119,7 +119,7 @@ def context_markdown(context: Mapping[str, Any], *, where: Mapping[str, Any] | N
     if blockers:
         total = context.get("blockers_total") or len(blockers)
         lines += ["", f"## Unresolved blockers ({len(blockers)} of {total})", ""]
-        lines += [f"- {blocker.get('key')}: {blocker.get('title', '')}" for blocker in blockers]
+        lines += [_blocker_line(blocker) for blocker in blockers]
     checkpoint = context.get("latest_checkpoint")
     if checkpoint:
         by = f" (attempt {checkpoint.get('attempt')} by {checkpoint.get('agent')}, {checkpoint.get('created_at')})"
@@ -223,3 +223,10 @@ def expand_placeholders(arguments: list[str], values: Mapping[str, str | None]) 
             argument = argument.replace("{" + name + "}", values.get(name) or "")
         expanded.append(argument)
     return expanded
+
+
+def _blocker_line(blocker: dict[str, Any]) -> str:
+    """A blocker by key and title; another project's (a stub, SPEC §22) by key and effective status only."""
+    if blocker.get("stub"):
+        return f"- {blocker.get('key')} (another project): {blocker.get('effective_status')}"
+    return f"- {blocker.get('key')}: {blocker.get('title', '')}"

@@ -61,6 +61,11 @@ class CompactTaskPageSerializer(serializers.Serializer[Any]):
 class DependencySerializer(serializers.Serializer[Any]):
     key = serializers.CharField(source="blocked_by__key")
     status = serializers.ChoiceField(source="blocked_by__status", choices=TaskStatus.values)
+    effective_status = serializers.ChoiceField(
+        source="blocker_effective_status",
+        choices=list(EFFECTIVE_STATUSES),
+        help_text="Its effective status (SPEC §1.3); all a stub of another project's task shows beside its key.",
+    )
 
 
 class SpentSerializer(serializers.Serializer[Any]):

@@ -174,8 +174,8 @@ class TaskCreateApi(ApiView):
     """Create a task; the server assigns its key. Answers the full task.
 
     A `blocked` task needs a non-blank `blocked_reason` (VALIDATION_ERROR otherwise); the
-    reason is kept only for a blocked task. `blocked_by` names tasks of the same project
-    that you can see.
+    reason is kept only for a blocked task. `blocked_by` names tasks you can see, of this
+    project or another (SPEC §22).
     """
 
     user_permission = "ledger.add_task"

@@ -135,17 +135,20 @@ def task_spent(task: Task) -> dict[str, Any]:
 
 def full_task_read(task: Task, *, now: datetime) -> Task:
     """The task annotated by `with_compact_state`, with `dependencies_shown` attached (as a prefetch's
-    `to_attr` would be): its present dependencies as (`blocked_by__key`, `blocked_by__status`) rows,
-    at most BLOCKERS_SHOWN, by the blocker's number."""
+    `to_attr` would be): its present dependencies as (`blocked_by__key`, `blocked_by__status`,
+    `blocker_effective_status`) rows, at most BLOCKERS_SHOWN, by the blocker's number."""
     annotated = with_compact_state(
         Task.objects.select_related("project", "reserved_for", "usage"),
         now=now,  # usage: joined, no statement
     ).get(pk=task.pk)
     annotated.spent_totals = task_spent(annotated)  # type: ignore[attr-defined]
+    # SPEC §22: a blocker's effective status, read like the task's own (a stub of another project shows no more).
+    blocker_state: Any = with_lease_state(Task.objects.filter(pk=OuterRef("blocked_by_id")), now=now)
     annotated.dependencies_shown = list(  # type: ignore[attr-defined]
         TaskDependency.objects.filter(task=task, removed_at__isnull=True)
+        .annotate(blocker_effective_status=Subquery(blocker_state.values("effective_status")[:1]))
         .order_by("blocked_by__number")
-        .values("blocked_by__key", "blocked_by__status")[:BLOCKERS_SHOWN]
+        .values("blocked_by__key", "blocked_by__status", "blocker_effective_status")[:BLOCKERS_SHOWN]
     )
     return annotated
 

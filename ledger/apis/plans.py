@@ -179,7 +179,8 @@ class PlanApplyApi(ApiView):
 
     At most 200 tasks, 500 `blocked_by` entries and 50 decisions. Every problem is reported at
     once in `details.errors` (`path`, `ref`, `message`); a cycle among the plan's tasks is
-    DEPENDENCY_CYCLE with `details.path` in refs. Keys follow the plan's order.
+    DEPENDENCY_CYCLE with `details.path` in refs. Keys follow the plan's order. A `blocked_by`
+    key may name a task of another project you can see (SPEC §22).
     """
 
     user_permission = "ledger.add_task"  # and DECISION_PERMISSION when the plan has decisions
@@ -215,7 +216,7 @@ class PlanApplyApi(ApiView):
         def work() -> MutationResult:
             project = project_by_slug(data["project"], agent=caller.agent)
             if dry_run:
-                checked = plan_check(project=project, tasks=tasks, decisions=decisions)
+                checked = plan_check(project=project, tasks=tasks, decisions=decisions, agent=caller.agent)
                 would = {"tasks": len(checked.tasks), "edges": checked.edge_count, "decisions": len(decisions)}
                 return MutationResult(
                     status=200, data={"dry_run": True, "created": 0, "would_create": would, "refs": checked.refs}

@@ -1,14 +1,16 @@
 """Plans (SPEC §17): many tasks, their dependencies and decisions filed in one transaction, or none of them.
 
 A plan names its tasks by `ref`, a name local to the plan; each `blocked_by`
-entry is a ref of the same plan or the key of an existing task of the same
-project. A ref never has the shape of a task key, so an entry is never
+entry is a ref of the same plan or the key of an existing task the caller can
+see, of this project or another (SPEC §22); a decision's task is a ref or a
+task of the plan's project. A ref never has the shape of a task key, so an entry is never
 ambiguous. The whole plan is checked before anything is written
 (`plan_check`): each task by the creation rules of `task_prepare`, each
 decision by `decision_text_check`, refs well-formed, unique and known, at
 most MAX_PLAN_TASKS tasks, MAX_PLAN_EDGES edges and MAX_PLAN_DECISIONS
 decisions, and no cycle among the plan's tasks. An existing task cannot wait
-for a task of the plan, so a cycle can only run through the plan's own tasks.
+for a task of the plan, so a cycle can only run through the plan's own tasks:
+a plan's edge into another project never closes one there.
 Every problem is reported at once, each with its path (`tasks[3].blocked_by[0]`)
 and ref; a cycle is DEPENDENCY_CYCLE with its path in refs.
 
@@ -32,7 +34,8 @@ from core.db import write_transaction
 from core.errors import DependencyCycle, ValidationFailed
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import EventType, Project, Task, TaskDependency, TaskStatus
+from ledger.models import Agent, EventType, Project, Task, TaskDependency, TaskStatus
+from ledger.selectors import tasks_visible_to
 from ledger.services.discussion import decision_create, decision_text_check
 from ledger.services.events import events_append
 from ledger.services.tasks import task_created_payload, task_numbers_take, task_prepare
@@ -168,10 +171,12 @@ def plan_check(
     tasks: Sequence[PlannedTask],
     decisions: Sequence[PlannedDecision] = (),
     now: datetime | None = None,
+    agent: Agent | None = None,
 ) -> CheckedPlan:
     """The plan checked whole, writing nothing (a dry run is this); VALIDATION_ERROR or DEPENDENCY_CYCLE otherwise.
 
-    Reads one statement: the existing tasks the plan names by key.
+    Reads one statement: the existing tasks the plan names by key, of any project `agent` is an
+    agent of (every project for `agent=None`, a user or the system).
     """
     problems = _limit_problems(tasks, decisions)
     if problems:
@@ -201,14 +206,16 @@ def plan_check(
         decision.task for decision in decisions if decision.task is not None
     }
     wanted = sorted(named - set(index_of))
-    existing = {task.key: task for task in Task.objects.filter(project=project, key__in=wanted)} if wanted else {}
+    existing = {task.key: task for task in tasks_visible_to(agent).filter(key__in=wanted)} if wanted else {}
 
-    def resolve(entry: str, *, path: str, ref: str | None) -> int | Task | None:
+    def resolve(entry: str, *, path: str, ref: str | None, own_project: bool = False) -> int | Task | None:
         if entry in index_of:
             return index_of[entry]
-        if entry in existing:
-            return existing[entry]
-        problems.append(PlanProblem(path, f"{entry!r} is neither a ref of this plan nor a task of {project.slug}", ref))
+        found = existing.get(entry)
+        if found is not None and (found.project_id == project.pk or not own_project):
+            return found
+        where = f"a task of {project.slug}" if own_project else "a task you can see"
+        problems.append(PlanProblem(path, f"{entry!r} is neither a ref of this plan nor {where}", ref))
         return None
 
     blockers: list[list[int | Task]] = []
@@ -227,7 +234,11 @@ def plan_check(
         except ValidationFailed as error:
             problems.extend(_problems_of(error, path=f"decisions[{k}]", ref=None))
             continue
-        target = resolve(decision.task, path=f"decisions[{k}].task", ref=None) if decision.task is not None else None
+        target = (
+            resolve(decision.task, path=f"decisions[{k}].task", ref=None, own_project=True)
+            if decision.task is not None
+            else None
+        )
         checked_decisions.append((PlannedDecision(title=title, body=body, task=decision.task), target))
 
     if problems:
@@ -280,7 +291,7 @@ def plan_apply(
     before or after the whole plan, never in between.
     """
     now = clock.now()
-    checked = plan_check(project=project, tasks=tasks, decisions=decisions, now=now)
+    checked = plan_check(project=project, tasks=tasks, decisions=decisions, now=now, agent=actor.agent)
     for task, number in zip(checked.tasks, task_numbers_take(project, len(checked.tasks)), strict=True):
         task.number = number
         task.key = f"{project.key_prefix}-{number}"

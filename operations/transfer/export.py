@@ -23,6 +23,7 @@ from ledger.models import Agent, Decision, Event, Project, Task, TaskComment
 from operations.transfer.rows import (
     AGENT,
     END,
+    EXTERNAL_DEPENDENCY,
     FORMAT_VERSION,
     HEADER,
     SECTIONS,
@@ -31,6 +32,7 @@ from operations.transfer.rows import (
     Section,
     columns,
     encode,
+    external_dependencies_of,
     has_own_id,
 )
 
@@ -91,6 +93,24 @@ def _section_rows(
         yield row
 
 
+def _external_dependency_rows(project: Project) -> Iterator[dict[str, Any]]:
+    """The project's tasks' blockers of other projects, as references by key (`rows.EXTERNAL_DEPENDENCY`)."""
+    rows = (
+        external_dependencies_of(project)
+        .order_by("pk")
+        .values("task_id", "blocked_by__key", "created_at", "removed_at")
+        .iterator(chunk_size=CHUNK_ROWS)
+    )
+    for values in rows:
+        yield {
+            "type": EXTERNAL_DEPENDENCY,
+            "task": values["task_id"],
+            "blocked_by_key": values["blocked_by__key"],
+            "created_at": encode(values["created_at"]),
+            "removed_at": encode(values["removed_at"]),
+        }
+
+
 def project_export(*, project: Project, out: TextIO) -> dict[str, int]:
     """Write `project` to `out`, header first and counts last; returns the counts written."""
     counts: dict[str, int] = {}
@@ -112,6 +132,10 @@ def project_export(*, project: Project, out: TextIO) -> dict[str, int]:
             for row in _section_rows(project, section, handles, users):
                 out.write(_line(row))
                 counts[section.type] = counts.get(section.type, 0) + 1
+            if section.type == "dependency":
+                for row in _external_dependency_rows(project):
+                    out.write(_line(row))
+                    counts[EXTERNAL_DEPENDENCY] = counts.get(EXTERNAL_DEPENDENCY, 0) + 1
             if section.type == "project":
                 for username in sorted(users.values()):
                     out.write(_line({"type": USER, "username": username}))

@@ -12,7 +12,10 @@ relative order). What changes: every id (references are remapped, and so are
 the ids that event payloads name, `rows.PAYLOAD_REFERENCES`); an attempt's
 `event_id_at_claim` points at the same place in the imported events; lease
 tokens get fresh random hashes nobody holds, so an attempt that was live
-stays active until its lease lapses and the sweep expires it. Imported events
+stays active until its lease lapses and the sweep expires it. A task's
+blocker of another project (`external_dependency` rows, SPEC §22) is read,
+checked and counted but not linked: the imported task does not wait for it.
+Imported events
 are history: the webhook deliveries the insert trigger queues for them are
 marked dead, not posted.
 
@@ -60,6 +63,8 @@ from operations.transfer.rows import (
     AGENT,
     END,
     EVENT_ID_COLUMNS,
+    EXTERNAL_DEPENDENCY,
+    EXTERNAL_DEPENDENCY_FIELDS,
     FORMAT_VERSION,
     HEADER,
     ORDER,
@@ -145,6 +150,8 @@ class _Importer:
             self.agent(line, row)
         elif kind == "project":
             self.create_project(line, row)
+        elif kind == EXTERNAL_DEPENDENCY:
+            self.external_dependency(line, row)
         else:
             self.queue(line, SECTION_BY_TYPE[kind], row)
 
@@ -154,6 +161,17 @@ class _Importer:
             raise fail(line, f"unknown field(s) of a {row['type']} row: {', '.join(sorted(unknown))}")
         if missing:
             raise fail(line, f"a {row['type']} row without its field(s): {', '.join(sorted(missing))}")
+
+    def external_dependency(self, line: int, row: dict[str, Any]) -> None:
+        """A blocker of another project (SPEC §22), by key: checked, counted and not linked. The key names a
+        task of the exporting server; here it may name nothing, or an unrelated task, so the imported task
+        does not wait for it (an operator adds the dependency again if the other project is here too)."""
+        self._expect(line, row, set(EXTERNAL_DEPENDENCY_FIELDS))
+        task = row["task"]
+        if not isinstance(task, int) or isinstance(task, bool) or task not in self.ids.get("task", {}):
+            raise fail(line, f"task references task {task!r}, which no earlier row defines")
+        if not isinstance(row["blocked_by_key"], str) or not 1 <= len(row["blocked_by_key"]) <= 24:
+            raise fail(line, "blocked_by_key: expected a task key")
 
     def user(self, line: int, row: dict[str, Any]) -> None:
         self._expect(line, row, {"type", "username"})

@@ -83,7 +83,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("project", Project, lambda p: Project.objects.filter(pk=p.pk)),
     Section("environment", Environment, lambda p: Environment.objects.filter(project=p)),
     Section("task", Task, lambda p: Task.objects.filter(project=p)),
-    Section("dependency", TaskDependency, lambda p: TaskDependency.objects.filter(task__project=p)),
+    # A blocker of another project (SPEC §22) is not a row of this file: see EXTERNAL_DEPENDENCY.
+    Section(
+        "dependency", TaskDependency, lambda p: TaskDependency.objects.filter(task__project=p, blocked_by__project=p)
+    ),
     Section("attempt", Attempt, lambda p: Attempt.objects.filter(task__project=p)),
     Section("discard", AttemptDiscard, lambda p: AttemptDiscard.objects.filter(attempt__task__project=p)),
     Section("attempt_usage", AttemptUsage, lambda p: AttemptUsage.objects.filter(attempt__task__project=p)),
@@ -124,7 +127,28 @@ NOT_EXPORTED: dict[str, str] = {
 # Agents and users come before every section (after the project): rows name them.
 AGENT = "agent"
 USER = "user"
-ORDER: tuple[str, ...] = ("project", USER, AGENT, *(section.type for section in SECTIONS[1:]))
+# SPEC §22: a task of the project waiting for a task of another project. The other task is not the
+# project's to export, so the row names it by key only (`task`: the waiting task's source id,
+# `blocked_by_key`, `created_at`, `removed_at`): a reference, never the other task's title or text.
+# An import reads and counts these rows and links none of them (operations.transfer.importing).
+EXTERNAL_DEPENDENCY = "external_dependency"
+EXTERNAL_DEPENDENCY_FIELDS = frozenset({"type", "task", "blocked_by_key", "created_at", "removed_at"})
+
+
+def external_dependencies_of(project: Project) -> models.QuerySet[TaskDependency]:
+    return TaskDependency.objects.filter(task__project=project).exclude(blocked_by__project=project)
+
+
+ORDER: tuple[str, ...] = (
+    "project",
+    USER,
+    AGENT,
+    *(
+        name
+        for section in SECTIONS[1:]
+        for name in ((section.type, EXTERNAL_DEPENDENCY) if section.type == "dependency" else (section.type,))
+    ),
+)
 SECTION_BY_TYPE: dict[str, Section] = {section.type: section for section in SECTIONS}
 TYPE_OF_MODEL: dict[type[models.Model], str] = {section.model: section.type for section in SECTIONS}
 # A plain integer column that is a reference all the same (`ledger` cannot point at `leases`).

@@ -249,5 +249,7 @@ def test_a_planner_over_mcp_files_a_whole_plan_in_one_call(fleet, api, logged_in
     assert made["created"] == 3
     docs = api.task(made["keys"]["docs"])
     assert {blocker["key"] for blocker in docs["blocked_by"]} == {made["keys"]["api"], made["keys"]["schema"]}
-    assert api.task(made["keys"]["schema"])["blocked_by"] == [{"key": existing, "status": "ready"}]
+    assert api.task(made["keys"]["schema"])["blocked_by"] == [
+        {"key": existing, "status": "ready", "effective_status": "ready"}
+    ]
     assert len(made["decisions"]) == 1

@@ -45,7 +45,7 @@ def test_adding_answers_the_full_task_and_blocks_its_next_claim(client, current,
     assert response.status_code == 200, response.content
     body = response.json()
     assert body == client.get(f"/api/v1/tasks/{current.key}/").json()
-    assert body["blocked_by"] == [{"key": follow_up.key, "status": "open"}]
+    assert body["blocked_by"] == [{"key": follow_up.key, "status": "open", "effective_status": "open"}]
     assert body["unresolved_blockers"] == 1
     assert Event.objects.filter(type=EventType.TASK_DEPENDENCY_ADDED, task=current).count() == 1
     refused = assert_error(
@@ -58,7 +58,7 @@ def test_adding_twice_keeps_one_dependency_and_one_event(client, current, follow
     assert add(client, current, follow_up).status_code == 200
     again = add(client, current, follow_up)
     assert again.status_code == 200
-    assert again.json()["blocked_by"] == [{"key": follow_up.key, "status": "open"}]
+    assert again.json()["blocked_by"] == [{"key": follow_up.key, "status": "open", "effective_status": "open"}]
     assert TaskDependency.objects.filter(task=current).count() == 1
     assert Event.objects.filter(type=EventType.TASK_DEPENDENCY_ADDED).count() == 1
 

@@ -213,14 +213,55 @@ def test_limits_are_clear_errors(client, project):
     assert Task.objects.count() == 0
 
 
-def test_existing_keys_must_be_tasks_of_the_same_project(client, project, agent):
-    other = ProjectFactory(slug="elsewhere")
+def test_a_plans_task_may_wait_for_a_task_of_another_project_the_agent_sees(client, project, agent):
+    """SPEC §22: a `blocked_by` key may name another project's task the caller is an agent of."""
+    other = ProjectFactory(slug="elsewhere", key_prefix="ELSE")
     agent.projects.add(other)
     foreign = TaskFactory(project=other)
-    planned = [{"ref": "a", "title": "A", "blocked_by": [foreign.key]}]
+    planned = [{"ref": "a", "title": "A", "blocked_by": [foreign.key]}, {"ref": "b", "title": "B", "blocked_by": ["a"]}]
+    response = apply(client, {"project": project.slug, "tasks": planned})
+    assert response.status_code == 201, response.content
+    a = Task.objects.get(key=response.json()["keys"]["a"])
+    assert a.project_id == project.pk
+    assert list(TaskDependency.objects.filter(task=a).values_list("blocked_by_id", flat=True)) == [foreign.pk]
+
+
+def test_a_task_of_a_project_the_agent_cannot_see_is_no_blocker_of_a_plan(client, project):
+    hidden = TaskFactory(project=ProjectFactory(slug="hidden", key_prefix="HID"), title="Hidden")
+    planned = [{"ref": "a", "title": "A", "blocked_by": [hidden.key]}]
     listed = problems(apply(client, {"project": project.slug, "tasks": planned}))
     assert listed[0]["path"] == "tasks[0].blocked_by[0]"
-    assert foreign.key in listed[0]["message"]
+    assert listed[0]["message"] == f"{hidden.key!r} is neither a ref of this plan nor a task you can see"
+    assert "Hidden" not in json.dumps(listed)
+    assert Task.objects.filter(project=project).count() == 0
+
+
+def test_a_plans_decision_is_about_a_task_of_its_own_project_only(client, project, agent):
+    other = ProjectFactory(slug="elsewhere", key_prefix="ELSE")
+    agent.projects.add(other)
+    foreign = TaskFactory(project=other)
+    body = {
+        "project": project.slug,
+        "tasks": [{"ref": "a", "title": "A"}],
+        "decisions": [{"title": "D", "task": foreign.key}],
+    }
+    listed = problems(apply(client, body))
+    assert listed[0]["path"] == "decisions[0].task"
+    assert f"nor a task of {project.slug}" in listed[0]["message"]
+
+
+def test_a_cycle_in_a_plan_that_also_waits_on_another_project_names_its_refs(client, project, agent):
+    """The plan's refs close the cycle; the foreign blockers along the way are not part of it."""
+    other = ProjectFactory(slug="elsewhere", key_prefix="ELSE")
+    agent.projects.add(other)
+    foreign = TaskFactory(project=other)
+    planned = [
+        {"ref": "a", "title": "A", "blocked_by": [foreign.key, "b"]},
+        {"ref": "b", "title": "B", "blocked_by": ["a", foreign.key]},
+    ]
+    error = assert_error(apply(client, {"project": project.slug, "tasks": planned}), 409, "DEPENDENCY_CYCLE")
+    assert error["details"]["path"] == ["a", "b", "a"]
+    assert not TaskDependency.objects.exists()
 
 
 def test_a_project_the_agent_cannot_see_is_not_found(project):
@@ -279,7 +320,7 @@ def test_two_hundred_problems_are_counted_and_the_details_stay_small(client, pro
     assert error["details"]["errors"][0] == {
         "path": "tasks[0].blocked_by[0]",
         "ref": "t0",
-        "message": "'missing-0' is neither a ref of this plan nor a task of web",
+        "message": "'missing-0' is neither a ref of this plan nor a task you can see",
     }
     assert len(response.content) < 5000
 

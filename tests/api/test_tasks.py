@@ -109,7 +109,7 @@ def test_create_answers_the_full_task(client, task):
     assert body["key"] == "WEB-2"
     assert body["version"] == 1
     assert body["description"] == "All of them."
-    assert body["blocked_by"] == [{"key": task.key, "status": "ready"}]
+    assert body["blocked_by"] == [{"key": task.key, "status": "ready", "effective_status": "ready"}]
     assert body["unresolved_blockers"] == 1
     assert Event.objects.filter(type=EventType.TASK_CREATED, task__key="WEB-2").exists()
 
