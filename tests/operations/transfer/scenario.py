@@ -83,13 +83,13 @@ def _land_some(project: Project, worker: Any) -> None:
     check_report(project=project, agent=worker, report=CheckReport(commit=f"{1:040x}", name="tests", state="success"))
     lander = cast(Agent, AgentFactory(handle=f"{project.slug}-lander", projects=[project]))
     for outcome in ("landed", "conflict"):
-        grant = landing_claim_next(project=project, agent=lander)
-        assert grant is not None
+        taken = landing_claim_next(project=project, agent=lander)
+        assert taken is not None
         landing_finish(
-            proof=LandingProof(landing_id=grant.landing.pk, token=grant.token, epoch=grant.landing.epoch, agent=lander),
+            proof=LandingProof(landing_id=taken.landing.pk, token=taken.token, epoch=taken.landing.epoch, agent=lander),
             result=outcome,
             landed_commit="f" * 40 if outcome == "landed" else "",
-            tasks=[TaskResult(key=grant.entries[0].task.key, outcome=outcome, paths=("app.py",))],
+            tasks=[TaskResult(key=taken.entries[0].task.key, outcome=outcome, paths=("app.py",))],
         )
 
 
