@@ -164,11 +164,9 @@ class EffectiveStatusFilter(admin.SimpleListFilter):
 class TaskClassFilter(admin.AllValuesFieldListFilter):
     """Task classes in use; the empty class is named "(no class)" instead of a link with no text (axe-core)."""
 
-    def choices(self, changelist: Any) -> Iterator[dict[str, Any]]:
+    def choices(self, changelist: Any) -> Iterator[Any]:
         for choice in super().choices(changelist):
-            if choice["display"] == "":
-                choice = {**choice, "display": "(no class)"}
-            yield choice
+            yield {**choice, "display": "(no class)"} if choice["display"] == "" else choice
 
 
 class HolderFilter(admin.SimpleListFilter):
