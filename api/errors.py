@@ -22,7 +22,7 @@ from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import DataError, InternalError, OperationalError, ProgrammingError
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse, UnreadablePostError
-from django.views import defaults as django_defaults
+from django.utils.html import escape
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 
@@ -202,25 +202,64 @@ def _django_envelope(request: HttpRequest, error: LedgerError) -> HttpResponse |
     return JsonResponse(envelope(error), status=error.http_status)
 
 
+# The HTML side of the same errors (issue 32): a styled page of the console, with the request id.
+ERROR_PAGES: dict[int, tuple[str, str]] = {
+    400: ("Bad request", "The request could not be understood; it was refused as malformed."),
+    403: ("Permission denied", "Your account may not open this page or do this action."),
+    404: ("Page not found", "There is nothing at this address. It may have moved, or the link is wrong."),
+    500: ("Server error", "Something went wrong on the server; the error has been logged."),
+}
+ERROR_TEMPLATE = "admin/leasehold/error.html"
+
+
+def _bare_error_page(status: int, request_id: str) -> HttpResponse:
+    """The page when the styled one cannot be drawn (the database is down, a template fails): still the id."""
+    title, explanation = ERROR_PAGES[status]
+    body = (
+        f'<!doctype html><html lang="en"><head><title>{title} | Leasehold</title></head><body>'
+        f"<h1>{title}</h1><p>{explanation}</p>"
+        f'<p>Request id: <code class="lh-request-id">{escape(request_id)}</code></p>'
+        '<p><a href="/admin/">Back to the fleet dashboard</a></p></body></html>'
+    )
+    return HttpResponse(body, status=status)
+
+
+def error_page(request: HttpRequest, status: int) -> HttpResponse:
+    """The console's error page: the admin's chrome (header, user tools, breadcrumbs) and the request id."""
+    request_id = str(getattr(request, "request_id", ""))
+    title, explanation = ERROR_PAGES[status]
+    try:
+        # Imported here: DRF loads this module early (see the module's docstring).
+        from django.contrib import admin
+        from django.template import loader
+
+        context = {
+            **admin.site.each_context(request),
+            "title": title,
+            "explanation": explanation,
+            "request_id": request_id,
+        }
+        return HttpResponse(loader.render_to_string(ERROR_TEMPLATE, context, request=request), status=status)
+    except Exception:  # an error page must not fail in turn
+        logger.exception("the styled %s page could not be drawn", status)
+        return _bare_error_page(status, request_id)
+
+
 def handler400(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     """Django-level errors under /api/ (outside any DRF view) still get the envelope."""
     error = as_ledger_error(exception)[0] if exception is not None else ValidationFailed()
     if error.http_status >= 500:
         error = ValidationFailed()
-    return _django_envelope(request, error) or django_defaults.bad_request(request, exception or Exception())
+    return _django_envelope(request, error) or error_page(request, 400)
 
 
 def handler403(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return _django_envelope(request, PermissionDenied()) or django_defaults.permission_denied(
-        request, exception or Exception()
-    )
+    return _django_envelope(request, PermissionDenied()) or error_page(request, 403)
 
 
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    return _django_envelope(request, NotFound()) or django_defaults.page_not_found(request, exception or Http404())
+    return _django_envelope(request, NotFound()) or error_page(request, 404)
 
 
 def handler500(request: HttpRequest) -> HttpResponse:
-    return _django_envelope(
-        request, LedgerError("Internal error; it has been logged.")
-    ) or django_defaults.server_error(request)
+    return _django_envelope(request, LedgerError("Internal error; it has been logged.")) or error_page(request, 500)

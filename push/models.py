@@ -53,6 +53,8 @@ class WebhookEndpoint(NoDeleteModel):
     previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     consecutive_failures = models.PositiveIntegerField(default=0, editable=False)
     disabled_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # Kept by the delivery run on each 2xx: the console's "last delivered" without a scan of the deliveries.
+    last_delivered_at = models.DateTimeField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField(editable=False)
 
     class Meta:

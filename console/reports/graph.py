@@ -148,7 +148,7 @@ def graph_svg(graph: TaskGraph, *, current: str | None = None, label: str) -> Sa
             f'<text x="{x + 8}" y="{y + 30}">{escape(_short(row["title"]))}</text></a>'
         )
     svg = (
-        f'<svg class="lh-graph" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+        f'<svg class="lh-graph" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="group" '
         f'aria-label="{escape(label)}" xmlns="http://www.w3.org/2000/svg"><title>{escape(label)}</title>'
         f"{''.join(parts)}</svg>"
     )

@@ -48,6 +48,7 @@ from console.tasks.parts import (
     DependentInline,
     EffectiveStatusFilter,
     HolderFilter,
+    TaskClassFilter,
     WorkFilter,
     checks_panel,
     claimability_cell,
@@ -81,7 +82,15 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
         "updated",
     ]
     list_display_links = ["key", "title"]
-    list_filter = [WorkFilter, "project", "status", EffectiveStatusFilter, ClaimableFilter, "task_class", HolderFilter]
+    list_filter = [
+        WorkFilter,
+        "project",
+        "status",
+        EffectiveStatusFilter,
+        ClaimableFilter,
+        ("task_class", TaskClassFilter),
+        HolderFilter,
+    ]
     search_fields = ["=key", "title"]
     search_help_text = "A task key (exact, e.g. WEB-412) or words of its title."
     list_select_related = ["project", "reserved_for"]

@@ -93,6 +93,10 @@ class EventType(models.TextChoices):
     INCIDENT_OPENED = "incident.opened"
     INCIDENT_RESOLVED = "incident.resolved"
     WEBHOOK_SECRET_ROLLED = "webhook.secret_rolled"  # noqa: S105 - an event name
+    # A disabled endpoint's open deliveries marked dead by an operator (kept as rows).
+    WEBHOOK_BACKLOG_DROPPED = "webhook.backlog_dropped"
+    # "Send test": delivered to the one endpoint it names only (the delivery trigger skips this type).
+    WEBHOOK_TEST = "webhook.test"
 
 
 class Event(NoDeleteModel):

@@ -144,7 +144,8 @@ def _record_try(*, delivery_id: int, endpoint_id: int, result: webhooks.TryResul
         delivery.status = DeliveryStatus.DELIVERED
         delivery.delivered_at = at
         endpoint.consecutive_failures = 0
-        endpoint.save(update_fields=["consecutive_failures"])
+        endpoint.last_delivered_at = at
+        endpoint.save(update_fields=["consecutive_failures", "last_delivered_at"])
     elif delivery.attempts >= MAX_TRIES:
         delivery.status = DeliveryStatus.DEAD
     else:

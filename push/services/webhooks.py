@@ -14,6 +14,7 @@ from ledger.models import EventType, Project, Severity
 from ledger.services.events import event_append
 from push import secret_box, webhooks
 from push.models import (
+    OPEN_DELIVERY_STATUSES,
     SEVERITY_RANK,
     DeliveryStatus,
     WebhookDelivery,
@@ -178,3 +179,58 @@ def delivery_redeliver(*, deliveries: Iterable[WebhookDelivery], actor: Actor) -
         payload={"deliveries": sorted(ids)[:50], "count": queued},
     )
     return queued
+
+
+@write_transaction
+def webhook_backlog_drop(*, endpoint: WebhookEndpoint, actor: Actor) -> int:
+    """Mark a disabled endpoint's open deliveries dead; returns how many.
+
+    The rows stay (deliveries are an audit log, never deleted), in the terminal
+    state `dead`, with who dropped them in `last_error`; *Redeliver* can queue
+    any of them again. An active endpoint is refused: its run would still be
+    posting the head of that backlog.
+    """
+    now = clock.now()
+    locked = WebhookEndpoint.objects.select_for_update(no_key=True).get(pk=endpoint.pk)
+    if locked.is_active:
+        raise ValidationFailed(
+            f"Webhook #{locked.pk} is active: disable it before dropping its backlog.",
+            details={"fields": {"endpoint": ["active"]}},
+        )
+    dropped = WebhookDelivery.objects.filter(endpoint=locked, status__in=OPEN_DELIVERY_STATUSES).update(
+        status=DeliveryStatus.DEAD,
+        claimed_until=None,
+        last_error=f"dropped with the disabled endpoint's backlog by {actor.label}"[:300],
+    )
+    if dropped:
+        event_append(
+            type=EventType.WEBHOOK_BACKLOG_DROPPED,
+            actor=actor,
+            at=now,
+            project=locked.project,
+            severity=Severity.WARN,
+            payload={"endpoint": locked.pk, "url": url_origin(locked.url), "count": dropped},
+        )
+    return dropped
+
+
+@write_transaction
+def webhook_send_test(*, endpoint: WebhookEndpoint, actor: Actor) -> WebhookDelivery:
+    """Queue one `webhook.test` delivery for this endpoint alone; the next delivery run posts it.
+
+    The event trigger makes no delivery for this type (migration
+    `ledger.0019_webhook_test_events`), so the one row is made here and no other
+    endpoint receives it, whatever it subscribes to. It waits behind the
+    endpoint's open deliveries (head of line), and for a disabled endpoint until it is enabled.
+    """
+    now = clock.now()
+    event = event_append(
+        type=EventType.WEBHOOK_TEST,
+        actor=actor,
+        at=now,
+        project=endpoint.project,
+        payload={"endpoint": endpoint.pk, "url": url_origin(endpoint.url), "test": True},
+    )
+    return WebhookDelivery.objects.create(
+        endpoint=endpoint, event=event, status=DeliveryStatus.PENDING, next_attempt_at=now, created_at=now
+    )
