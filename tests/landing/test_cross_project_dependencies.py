@@ -14,7 +14,7 @@ from agent.cli.task_commands import task_text
 from agent.workspace.briefing import context_markdown
 from core.errors import DependencyCycle
 from ledger.actors import SYSTEM
-from ledger.models import Task, TaskDependency, TaskStatus
+from ledger.models import EventType, Task, TaskDependency, TaskStatus
 from ledger.services import dependency_add, task_create
 from operations.transfer.export import project_export
 from operations.transfer.importing import project_import
@@ -152,7 +152,7 @@ def test_the_changes_feed_of_web_carries_no_title_of_the_api_task(held_b):
     assert added.status_code == 200, added.content
     feed = client_for(held_b["web_agent"]).get("/api/v1/changes/?limit=200").json()
     text = json.dumps(feed)
-    assert "task.dependency_added" in text
+    assert EventType.TASK_DEPENDENCY_ADDED in text
     assert held_b["b"].key in text
     assert SECRET_TITLE not in text
     assert SECRET_TEXT not in text

@@ -23,10 +23,11 @@ def test_an_empty_payload_wakes_no_one_and_raises_nothing():
     assert _parse(" ") is None
     assert _parse("42 3,0") == {3: 42, 0: 42}
     assert _parse("42 *") == 42
-    assert _parse("42 3,0 3:task.created,0:agent.created,3:note.added") == {3: 42, 0: 42}
-    assert _parse_types("42 3,0 3:task.created,0:agent.created,3:note.added") == {
-        3: frozenset({"task.created", "note.added"}),
-        0: frozenset({"agent.created"}),
+    payload = f"42 3,0 3:{EventType.TASK_CREATED},0:{EventType.AGENT_CREATED},3:{EventType.NOTE_ADDED}"
+    assert _parse(payload) == {3: 42, 0: 42}
+    assert _parse_types(payload) == {
+        3: frozenset({EventType.TASK_CREATED, EventType.NOTE_ADDED}),
+        0: frozenset({EventType.AGENT_CREATED}),
     }
     assert _parse_types("42 3,0 ") is None  # the types left out (too many): any type may have committed
     assert _parse_types("42 3,0") is None  # the trigger before ledger.0015
