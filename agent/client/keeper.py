@@ -43,8 +43,8 @@ renewals first, so no renewal races the end of the attempt.
 `finish`, `release` and `set_git` outlast a dropped connection or a restarting
 server: a try that got no answer (CONNECTION_FAILED, or a retryable refusal
 such as a 502/503) is sent again under the same Idempotency-Key, with a
-backoff capped at HOLDER_RETRY_MAX_DELAY, for as long as the lease holds on
-this machine's clock and at most HOLDER_RETRY_WINDOW_SECONDS. A finish the
+backoff (agent.client.retries), for as long as the lease holds on
+this machine's clock and at most five minutes. A finish the
 server did but could not answer is answered from its idempotency record, so
 a server restart shorter than the lease costs no finished work. A finish that
 is refused gives its usage back to the tally, for the next finish.
@@ -62,6 +62,7 @@ from typing import Any, TypeVar
 from agent.client.api import LeaseholdClient
 from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError, LeaseLost
 from agent.client.models import Finished, Lease, NoteKind, NoteWritten, Outcome, Renewed, is_past
+from agent.client.retries import BUDGET_CODE, answered
 from agent.client.usage import Usage, UsageTally, usage_body
 
 T = TypeVar("T")
@@ -69,15 +70,8 @@ T = TypeVar("T")
 CANCELLED = "cancelled"
 # Answers that mean this attempt is not ours to hold any more.
 ENDING_CODES = LEASE_LOSS_CODES | {"NOT_FOUND", "LEASE_LOST"}
-# The work is over, the attempt is not: finish and release still go through (SPEC §19).
-BUDGET_CODE = "BUDGET_EXHAUSTED"
 # Usage brings the next renewal forward, but not more often than this.
 USAGE_REPORT_SECONDS = 1.0
-# finish/release/set_git: tries without an answer are repeated this long at most (and never past the lease)…
-HOLDER_RETRY_WINDOW_SECONDS = 300.0
-# …waiting between tries from HOLDER_RETRY_FIRST_DELAY, doubling, up to HOLDER_RETRY_MAX_DELAY.
-HOLDER_RETRY_FIRST_DELAY = 0.5
-HOLDER_RETRY_MAX_DELAY = 5.0
 # Events about an attempt after which its holder should ask the server at once.
 ENDING_EVENTS = frozenset({"attempt.revoked", "attempt.expired", "task.reassigned"})
 
@@ -355,29 +349,12 @@ class LeaseKeeper:
         return self.note(content, kind="checkpoint", next_steps=next_steps)
 
     def _answered(self, send: Callable[[str], T], *, ends: bool = False) -> T:
-        """`send(idempotency_key)` as a holder call, sent again under the same key while it gets no answer.
-
-        Only a try without an answer is repeated (CONNECTION_FAILED, a retryable
-        refusal): the lease must still hold (this machine's clock) and the window
-        must not be spent; every other answer, and `LeaseLost`, ends it at once.
-        """
-        key = f"lh-{uuid.uuid4().hex}"
-        give_up_at = time.monotonic() + HOLDER_RETRY_WINDOW_SECONDS
-        delay = HOLDER_RETRY_FIRST_DELAY
-        while True:
-            try:
-                return self._holder_call(lambda: send(key), ends=ends)
-            except LeaseholdError as error:
-                unanswered = error.code == "CONNECTION_FAILED" or (error.retryable and error.code != BUDGET_CODE)
-                if not unanswered or is_past(self.lease_expires_at) or time.monotonic() + delay > give_up_at:
-                    raise
-                print(
-                    f"leasehold: {error.code} on {self.lease.task}; trying again in {delay:.1f} s "
-                    "(same Idempotency-Key, while the lease holds)",
-                    file=sys.stderr,
-                )
-            time.sleep(delay)
-            delay = min(HOLDER_RETRY_MAX_DELAY, delay * 2)
+        """`send(idempotency_key)` as a holder call, sent again under the same key while it gets no answer."""
+        return answered(
+            lambda key: self._holder_call(lambda: send(key), ends=ends),
+            lease_ended=lambda: is_past(self.lease_expires_at),
+            task=self.lease.task,
+        )
 
     def set_git(self, **facts: Any) -> dict[str, Any]:
         """Record git facts (`LeaseholdClient.set_git`'s keywords); retried while unanswered (`_answered`)."""

@@ -24,6 +24,7 @@ from agent.client.models import FailureReason, InterruptionReason, Outcome, Task
 from agent.client.text import compact_json, error_text
 from agent.client.usage import InvalidUsage, usage_body
 from agent.mcp.holdings import Holdings, compact
+from agent.mcp.schema import slim_schema
 from agent.workspace import gitfacts
 from agent.workspace.session import block_on
 
@@ -61,31 +62,6 @@ Offset = Annotated[int, Field(description="first character")]
 TextLimit = Annotated[int, Field(description="characters, at most 16000")]
 Since = Annotated[int, Field(description="last latest_event_id seen")]
 Spent = Annotated[dict[str, Any] | None, Field(description="new {input,output}_tokens, cost_usd")]
-
-
-def slim_schema(schema: Any) -> Any:
-    """The schema without titles, and `X | None = None` shown as plain `X` (it may be left out)."""
-    if isinstance(schema, list):
-        return [slim_schema(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    # `additionalProperties: true` is JSON Schema's default, and a flag left out is false, text
-    # left out empty: saying so costs bytes of the 8 KB.
-    slimmed = {
-        name: slim_schema(value)
-        for name, value in schema.items()
-        if name != "title"
-        and not (name == "additionalProperties" and value is True)
-        and not (name == "default" and (value is False or value == "") and schema.get("type") in ("boolean", "string"))
-    }
-    variants = slimmed.get("anyOf")
-    if isinstance(variants, list) and {"type": "null"} in variants and slimmed.get("default", ...) is None:
-        others = [variant for variant in variants if variant != {"type": "null"}]
-        if len(others) == 1:
-            slimmed.pop("anyOf")
-            slimmed.pop("default")
-            slimmed = {**others[0], **slimmed}
-    return slimmed
 
 
 def build_server(holdings: Holdings) -> MCPServer:

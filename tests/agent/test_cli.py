@@ -44,6 +44,7 @@ SUBCOMMANDS = {
     "comment",
     "land",
     "landing",
+    "check",
 }
 EXIT_CODES = {
     name: value for name, value in vars(output).items() if name.startswith("EXIT_") and isinstance(value, int)

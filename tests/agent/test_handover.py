@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK
+from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_OK, EXIT_USAGE
 from agent.client import LeaseholdClient
 from agent.client.errors import LeaseholdError
 from agent.client.models import Lease
@@ -141,9 +141,12 @@ def test_b_resumes_a_killed_agents_task_on_its_branch_in_its_worktree(fleet, api
     assert b["result"]["attempt_status"] == "completed"
     assert api.attempt(int(a_call["env"]["LEASEHOLD_ATTEMPT_ID"]))["status"] == "expired"
 
-    # A's late write is refused: its token belongs to an attempt that is over.
+    # A's late write is refused. The CLI first: A's state file belongs to a dead process, the server
+    # says its attempt ended, so the file is gone (issue 29: state that cannot lie) and nothing is sent.
     late = leasehold("note", "A is back", env=first.env, cwd=Path(a_call["cwd"]))
-    assert late.returncode == EXIT_LEASE_LOST, late.stderr
+    assert late.returncode == EXIT_USAGE, late.stderr
+    assert "No current attempt" in late.stderr
+    # And the server, for a client that still sends the token: it belongs to an attempt that is over.
     lease = Lease(
         attempt_id=int(a_call["env"]["LEASEHOLD_ATTEMPT_ID"]),
         token=a_token,
