@@ -58,17 +58,28 @@ class Report:
     text: str = ""
 
 
+class StopClaiming(BaseException):
+    """Raised by the signal handler into a claim parked on the server: stop waiting for work at once."""
+
+
 class Stopping:
-    """SIGTERM/SIGINT: the first ends the loop after the current landing, the second abandons that landing."""
+    """SIGTERM/SIGINT: the first ends the loop after the current landing, the second abandons that landing.
+
+    While the lander only waits for work (a claim parked on the server for up to `wait` seconds), the
+    first signal also breaks that wait at once: there is no landing to finish.
+    """
 
     def __init__(self) -> None:
         self.after_current = threading.Event()
         self.abandon = threading.Event()
+        self.claiming = False
 
     def signal(self) -> None:
         if self.after_current.is_set():
             self.abandon.set()
         self.after_current.set()
+        if self.claiming:
+            raise StopClaiming
 
     @contextlib.contextmanager
     def installed(self) -> Iterator[Stopping]:
@@ -126,7 +137,17 @@ def land_once(
     `lease_seconds`: the landing's lease (default: the project's), renewed every third of it.
     """
     stopping = stopping or Stopping()
-    answer = client.landing_next(project, wait=wait, lease_seconds=lease_seconds)
+    if stopping.after_current.is_set():
+        return Report(EXIT_NOTHING, {"landing": None}, "Stopped.")
+    stopping.claiming = True
+    try:
+        answer = client.landing_next(project, wait=wait, lease_seconds=lease_seconds)
+        stopping.claiming = False
+    except StopClaiming:
+        # A grant answered just as the signal came is dropped: its landing lapses and is retried.
+        return Report(EXIT_NOTHING, {"landing": None}, "Stopped while waiting for work.")
+    finally:
+        stopping.claiming = False
     if answer is None:
         return Report(EXIT_NOTHING, {"landing": None}, "Nothing to land.")
     landing = answer["landing"]
