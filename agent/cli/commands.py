@@ -32,6 +32,7 @@ from agent.workspace.session import (
     forget_refused,
     hold_claim,
     make_client,
+    nothing_claimable,
     project_from,
     refuse_to_replace,
 )
@@ -79,7 +80,7 @@ def cmd_claim(args: argparse.Namespace, out: Output) -> int:
         refuse_to_replace(args, client, settings)
         claim = claim_from_args(client, args, settings)
         if claim is None:
-            out.result({"claimed": None}, "Nothing claimable.")
+            out.result({"claimed": None}, nothing_claimable(args))
             return EXIT_NOTHING_CLAIMABLE
         hold_claim(claim, client, settings)
     out.result({**claim.summary(), "context": claim.context}, claim_text(claim))
