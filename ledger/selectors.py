@@ -212,6 +212,11 @@ def feed_position() -> int:
     return Event.objects.aggregate(latest=Max("id"))["latest"] or 0
 
 
+def newest_event_id() -> int:
+    """The id of the newest event there is (0: none): no cursor the feed ever handed out lies past it."""
+    return Event.objects.aggregate(latest=Max("id"))["latest"] or 0
+
+
 def latest_visible_event_id(*, agent: Agent | None, project: Project | None = None) -> int:
     """The newest event the caller may see among those the feed already serves (0: none): where a tail starts."""
     events = events_visible_to(agent).filter(id__lte=feed_position())
