@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Max, Q, QuerySet
+from django.db.models import Count, Max, Q, QuerySet
 from django.db.models.functions import Length, Substr
 
 from core.errors import NotFound, ValidationFailed
 from core.prepared import SAMPLE_INT, Prepared
-from ledger.models import Agent, Decision, DecisionStatus, Event, Project, Task, TaskComment
+from ledger.models import Agent, Decision, DecisionStatus, Event, Project, Task, TaskComment, TaskStatus
 from ledger.tokens import AGENT_TOKEN_PREFIX, hash_token
 
 
@@ -94,6 +94,32 @@ def project_by_slug(slug: str, *, agent: Agent | None = None) -> Project:
     if project is None:
         raise NotFound(f"No project {slug!r}.", details={"project": slug})
     return project
+
+
+# `--until-empty` (SPEC §25): the stored statuses of work that is not finished. `ready` covers the claimable
+# tasks, the held ones (in_progress is computed from leases) and those waiting on an unfinished blocker;
+# `open` is work not released yet; `review` and `delivered` can come back as `ready` (changes requested, a
+# landing that conflicts). `blocked` (by hand, with a reason) waits on a person, not on work: it does not
+# keep a fleet waiting. `done` and `cancelled` are finished.
+UNFINISHED_STATUSES = (TaskStatus.OPEN, TaskStatus.READY, TaskStatus.REVIEW, TaskStatus.DELIVERED)
+
+
+def unfinished_tasks(project: Project, *, task_class: str | None = None) -> QuerySet[Task]:
+    """The project's tasks (of `task_class`, when given) whose work is not finished (`UNFINISHED_STATUSES`)."""
+    tasks = Task.objects.filter(project=project, status__in=UNFINISHED_STATUSES)
+    return tasks if task_class is None else tasks.filter(task_class=task_class)
+
+
+def project_progress(project: Project, *, task_class: str | None = None) -> dict[str, Any]:
+    """How many tasks each stored status holds (blocked and the unfinished ones), and whether the work is
+    finished: no task in `UNFINISHED_STATUSES`. One grouped count over the (project, status) index."""
+    tasks = Task.objects.filter(project=project, status__in=(*UNFINISHED_STATUSES, TaskStatus.BLOCKED))
+    if task_class is not None:
+        tasks = tasks.filter(task_class=task_class)
+    counts = {str(status): 0 for status in (*UNFINISHED_STATUSES, TaskStatus.BLOCKED)}
+    for row in tasks.values("status").annotate(n=Count("pk")).order_by():
+        counts[row["status"]] = row["n"]
+    return {"tasks": counts, "finished": not any(counts[str(status)] for status in UNFINISHED_STATUSES)}
 
 
 def task_by_key(key: str, *, agent: Agent | None = None) -> Task:
@@ -183,6 +209,11 @@ def feed_position() -> int:
     horizon = event_horizon()
     if horizon is not None:
         return horizon
+    return Event.objects.aggregate(latest=Max("id"))["latest"] or 0
+
+
+def newest_event_id() -> int:
+    """The id of the newest event there is (0: none): no cursor the feed ever handed out lies past it."""
     return Event.objects.aggregate(latest=Max("id"))["latest"] or 0
 
 

@@ -32,6 +32,7 @@ from agent.workspace.session import (
     forget_refused,
     hold_claim,
     make_client,
+    nothing_claimable,
     project_from,
     refuse_to_replace,
 )
@@ -79,7 +80,7 @@ def cmd_claim(args: argparse.Namespace, out: Output) -> int:
         refuse_to_replace(args, client, settings)
         claim = claim_from_args(client, args, settings)
         if claim is None:
-            out.result({"claimed": None}, "Nothing claimable.")
+            out.result({"claimed": None}, nothing_claimable(args))
             return EXIT_NOTHING_CLAIMABLE
         hold_claim(claim, client, settings)
     out.result({**claim.summary(), "context": claim.context}, claim_text(claim))
@@ -237,6 +238,16 @@ def cmd_mcp(args: argparse.Namespace, out: Output) -> int:
         for warning in warnings:
             print(f"leasehold: warning: {warning}", file=sys.stderr)
         return EXIT_OK
+    load_settings()  # not logged in: refused before anything is answered
+    from agent.mcp.handshake import answer_initialize_early
+
+    # `initialize` is answered before the SDK's ~400 ms import (SPEC §24); the SDK sees the whole conversation.
+    relay = answer_initialize_early()
     from agent.mcp.server import serve  # the MCP SDK (pydantic, anyio, …): only `leasehold mcp` imports it
 
-    return serve(project=args.project, keep_alive=not args.no_keep_alive, keep_on_exit=args.keep_on_exit)
+    try:
+        return serve(
+            project=args.project, keep_alive=not args.no_keep_alive, keep_on_exit=args.keep_on_exit, relay=relay
+        )
+    finally:
+        relay.finish()

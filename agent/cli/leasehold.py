@@ -77,6 +77,12 @@ def _add_claim_options(parser: argparse.ArgumentParser) -> None:
         help="with --next: wait up to SECONDS (no number: no limit) for a task to become claimable; "
         "the server hands it to one waiter",
     )
+    parser.add_argument(
+        "--until-empty",
+        action="store_true",
+        help="with --next: wait (as --wait with no limit) until a task comes or the project's work is finished; "
+        "exit 3 only then: no task open, ready (claimable, held, or waiting on a blocker), in review or delivered",
+    )
     parser.add_argument("--lease-seconds", type=int, help="requested lease length (the server clamps it)")
     parser.add_argument("--branch", help="Conventional Branch name for the attempt")
     parser.add_argument("--base-commit", help="40-hex commit the work starts from")

@@ -26,7 +26,8 @@ exit codes:
   1    error (server or connection trouble, any other API error)
   2    usage (bad arguments; no current attempt for a holder command)
   3    nothing claimable (claim --next found nothing; TASK_NOT_CLAIMABLE);
-       land: nothing to land
+       with --until-empty: the project's work is finished; land: nothing
+       to land
   4    task taken (TASK_TAKEN: another agent holds it; PATHS_RESERVED: its
        paths)
   5    lease lost (LEASE_EXPIRED, LEASE_NOT_HELD, STALE_EPOCH,

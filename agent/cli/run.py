@@ -76,6 +76,7 @@ from agent.workspace.session import (
     forget_ended,
     hold_claim,
     make_client,
+    nothing_claimable,
     refuse_to_replace,
 )
 from agent.workspace.state import HeldAttempt
@@ -132,7 +133,7 @@ def run(args: argparse.Namespace, out: Output) -> int:
     try:
         got = _lease_for_run(client, args, out)
         if got is None:
-            out.result({"claimed": None}, "Nothing claimable.")
+            out.result({"claimed": None}, nothing_claimable(args))
             return EXIT_NOTHING_CLAIMABLE
         held, context, claimed = got
         return _supervise(client, held, context, claimed, repo, command, args, out)

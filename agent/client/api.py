@@ -42,6 +42,11 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
     def projects(self, *, cursor: str | None = None, limit: int | None = None) -> Page:
         return cast(Page, self.request("GET", "/projects/", params={"cursor": cursor, "limit": limit}))
 
+    def project(self, slug: str, *, task_class: str | None = None) -> dict[str, Any]:
+        """The project and its `progress`: tasks per unfinished status, and whether its work is `finished`."""
+        path = f"/projects/{slug}/"
+        return cast(dict[str, Any], self.request("GET", path, params={"task_class": task_class}))
+
     def tasks(
         self,
         *,
@@ -188,16 +193,19 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
         paths: list[str] | None = None,
         paths_mode: str | None = None,
         wait: int | None = None,
+        until_empty: bool = False,
     ) -> Claim | None:
         """Claim the project's next claimable task; None when nothing is claimable (204).
 
         With `wait` (seconds, at most 60) the server holds the call until a task
-        becomes claimable for this agent or the time is up (SPEC §25).
+        becomes claimable for this agent or the time is up (SPEC §25); with
+        `until_empty` too it answers None at once when the project's work is finished.
         """
         body = drop_none(
             {
                 "project": project,
                 "wait": wait or None,
+                "until_empty": (until_empty and bool(wait)) or None,
                 "task_class": task_class,
                 "lease_seconds": lease_seconds,
                 "branch": branch,

@@ -25,6 +25,7 @@ from types import FrameType
 
 from agent.client.errors import LeaseholdError
 from agent.client.heartbeat import Heartbeat
+from agent.mcp.handshake import Relay
 from agent.mcp.holdings import Holdings
 from agent.mcp.tools import INSTRUCTIONS, build_server
 from agent.workspace.config import load_settings
@@ -46,8 +47,13 @@ def _say(text: str) -> None:
     print(f"leasehold mcp: {text}", file=sys.stderr, flush=True)
 
 
-def serve(*, project: str | None = None, keep_alive: bool = True, keep_on_exit: bool = False) -> int:
-    """Run the MCP server on stdio until the client closes it; then hand off (or keep) what it holds."""
+def serve(
+    *, project: str | None = None, keep_alive: bool = True, keep_on_exit: bool = False, relay: Relay | None = None
+) -> int:
+    """Run the MCP server on stdio until the client closes it; then hand off (or keep) what it holds.
+
+    `relay`: `initialize` was answered before the SDK was imported (`agent.mcp.handshake`); its stdout is
+    drained before the process ends."""
     settings = load_settings()
     client = make_client(settings)
     holdings = Holdings(client, settings, project=project or settings.project, keep_alive=keep_alive)
@@ -87,6 +93,8 @@ def serve(*, project: str | None = None, keep_alive: bool = True, keep_on_exit: 
     if signalled:
         # stdin is still open and the SDK's reader thread blocks on it: the interpreter would wait for it forever.
         sys.stdout.flush()
+        if relay is not None:
+            relay.finish()
         sys.stderr.flush()
         os._exit(EXIT_OK)
     return EXIT_OK

@@ -23,6 +23,7 @@ from agent.client.keeper import LeaseKeeper
 from agent.client.models import FailureReason, InterruptionReason, Outcome, TaskTextField
 from agent.client.text import compact_json, error_text
 from agent.client.usage import InvalidUsage, usage_body
+from agent.mcp.handshake import INSTRUCTIONS, SERVER_NAME
 from agent.mcp.holdings import Holdings, compact
 from agent.mcp.schema import slim_schema
 from agent.workspace import gitfacts
@@ -31,11 +32,6 @@ from agent.workspace.session import block_on
 if TYPE_CHECKING:
     from mcp.server.mcpserver import MCPServer
 
-INSTRUCTIONS = (
-    "Leasehold work ledger. claim or claim_next a task, read its context, leave checkpoints while you work, "
-    "then finish. The lease is renewed for you while this server runs. If a tool answers LEASE_LOST, stop "
-    "working on that task; on BUDGET_EXHAUSTED, stop and finish it (failed) or release it."
-)
 
 Key = Annotated[str, Field(description="task key, e.g. WEB-412")]
 OptKey = Annotated[str | None, Field(description="default: held task")]
@@ -379,4 +375,4 @@ def build_server(holdings: Holdings) -> MCPServer:
     ) -> str:
         return answer(lambda: compact(client.search(q, project=project or holdings.project, limit=limit)))
 
-    return MCPServer("leasehold", instructions=INSTRUCTIONS, version=__version__, log_level="WARNING", tools=tools)
+    return MCPServer(SERVER_NAME, instructions=INSTRUCTIONS, version=__version__, log_level="WARNING", tools=tools)

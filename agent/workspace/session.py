@@ -164,6 +164,13 @@ def claim_from_args(client: LeaseholdClient, args: argparse.Namespace, settings:
         "paths_mode": getattr(args, "paths_mode", None),
     }
     wait = getattr(args, "wait", None)
+    until_empty = bool(getattr(args, "until_empty", False))
+    if until_empty:
+        if not args.next or getattr(args, "review", False):
+            raise UsageError("--until-empty goes with --next (work, not reviews): it waits for the project's work.")
+        if wait is not None and wait != WAIT_FOREVER:
+            raise UsageError("--until-empty waits until the project's work is finished: give --wait no number.")
+        wait = WAIT_FOREVER
     if wait is not None and not args.next:
         raise UsageError("--wait goes with --next: a named task is claimed at once or refused.")
     if wait is not None and wait < 0 and wait != WAIT_FOREVER:
@@ -180,8 +187,17 @@ def claim_from_args(client: LeaseholdClient, args: argparse.Namespace, settings:
         if args.key:
             raise UsageError("Give a task KEY or --next, not both.")
         project = project_from(args, settings)
+        finished = (
+            (lambda: bool(client.project(project, task_class=args.task_class)["progress"]["finished"]))
+            if until_empty
+            else None
+        )
         return claim_next_waiting(
-            lambda seconds: client.claim_next(project, task_class=args.task_class, wait=seconds, **options), wait
+            lambda seconds: client.claim_next(
+                project, task_class=args.task_class, wait=seconds, until_empty=until_empty, **options
+            ),
+            wait,
+            finished=finished,
         )
     if not args.key:
         raise UsageError("Give a task KEY, or --next (with --project).")
@@ -189,11 +205,19 @@ def claim_from_args(client: LeaseholdClient, args: argparse.Namespace, settings:
 
 
 def claim_next_waiting(
-    claim_once: Callable[[int], Claim | None], wait: int | None, *, sleep: Callable[[float], None] = time.sleep
+    claim_once: Callable[[int], Claim | None],
+    wait: int | None,
+    *,
+    finished: Callable[[], bool] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Claim | None:
     """`--next`: a lost race (TASK_TAKEN) asks again; with `wait` (seconds, `WAIT_FOREVER`: no limit) the
     server holds each call up to 60 s until a task comes (SPEC §25), and the CLI asks again until `wait`
-    has passed. None: nothing claimable (and nothing came in time)."""
+    has passed. None: nothing claimable (and nothing came in time).
+
+    `--until-empty` (`finished`, with `WAIT_FOREVER`): after each empty answer the project's progress is
+    read (`GET /projects/{slug}/`), and None comes only when its work is finished: no task open, ready
+    (claimable, held by anyone, or waiting on a blocker), in review or delivered."""
     deadline = None if wait is None or wait < 0 else time.monotonic() + wait
     taken = 0
     while True:
@@ -211,7 +235,13 @@ def claim_next_waiting(
             taken += 1
             sleep(min(2.0, 0.05 * taken))  # others are claiming the same tasks: let them
             continue
-        if claim is not None or wait is None or (deadline is not None and time.monotonic() >= deadline):
+        if claim is not None:
+            return claim
+        if finished is not None:
+            if finished():
+                return None
+            continue
+        if wait is None or (deadline is not None and time.monotonic() >= deadline):
             return claim
 
 
@@ -239,3 +269,10 @@ def block_on(client: LeaseholdClient, waiting: str, created: str) -> dict[str, A
             code=error.code,
             details=error.details,
         ) from None
+
+
+def nothing_claimable(args: argparse.Namespace) -> str:
+    """What exit 3 means for `claim`/`run --next`."""
+    if getattr(args, "until_empty", False):
+        return "The project's work is finished: no task open, ready, held, in review or delivered."
+    return "Nothing claimable."

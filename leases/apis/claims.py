@@ -29,7 +29,7 @@ from leases.selectors import claimable_tasks
 from leases.services import LeaseGrant, lease_claim, lease_claim_next
 from ledger import clock
 from ledger.models import PathsMode
-from ledger.selectors import project_by_slug, task_by_key
+from ledger.selectors import project_by_slug, task_by_key, unfinished_tasks
 
 LEASE_SECONDS_MAX_INPUT = 2**31 - 1
 
@@ -136,13 +136,22 @@ class ClaimNextApi(ApiView):
 
     With `wait` the server holds the request until a task becomes claimable for
     you (one waiter per event is woken, not all) or the time is up; a task
-    taken by another agent meanwhile just means waiting on.
+    taken by another agent meanwhile just means waiting on. With `until_empty`
+    it also answers 204 once the project's work is finished, and a wake that
+    finds the project finished is passed on to every waiter, so a fleet that
+    runs until the work is done learns it at once.
     """
 
     class InputSerializer(ClaimInputSerializer):
         project = serializers.SlugField(max_length=50)
         task_class = serializers.SlugField(required=False, max_length=64)
         wait = wait_field("a claimable task")
+        until_empty = serializers.BooleanField(
+            required=False,
+            default=False,
+            help_text="With `wait`: answer 204 at once when the project's work is finished (no task open, ready, "
+            "in review or delivered: `GET /projects/{slug}/`'s `progress.finished`), instead of waiting on.",
+        )
 
     OutputSerializer = ClaimOutputSerializer
 
@@ -158,7 +167,7 @@ class ClaimNextApi(ApiView):
     )
     def post(self, request: Request) -> Response:
         data = body_input(self.InputSerializer, request)
-        slug, wait = data.pop("project"), data.pop("wait")
+        slug, wait, until_empty = data.pop("project"), data.pop("wait"), data.pop("until_empty")
         agent = caller_of(request).require_agent()
         if not wait:
 
@@ -171,13 +180,16 @@ class ClaimNextApi(ApiView):
 
         project = project_by_slug(slug, agent=agent)
 
+        def finished() -> bool:
+            return until_empty and not unfinished_tasks(project, task_class=data.get("task_class")).exists()
+
         def try_claim(final: bool) -> Response | None:
             def work() -> MutationResult:
                 try:
                     grant = lease_claim_next(project=project, agent=agent, **data)
                 except TaskTaken:
                     grant = None  # a lost race: wait on
-                if grant is None and not final:
+                if grant is None and not final and not finished():
                     raise NotYet
                 return MutationResult(status=204) if grant is None else claim_result(grant)
 
@@ -187,12 +199,16 @@ class ClaimNextApi(ApiView):
                 return None
 
         def more_claimable() -> bool:
-            return claimable_tasks(project=project, now=clock.now(), by_anyone=True).exists()
+            # A finished project's wake goes on to every waiter: the ones that run until it is finished answer.
+            return (
+                claimable_tasks(project=project, now=clock.now(), by_anyone=True).exists()
+                or not unfinished_tasks(project).exists()
+            )
 
         def looks_claimable() -> bool:
-            return claimable_tasks(
-                project=project, now=clock.now(), agent=agent, task_class=data.get("task_class")
-            ).exists()
+            task_class = data.get("task_class")
+            mine = claimable_tasks(project=project, now=clock.now(), agent=agent, task_class=task_class)
+            return mine.exists() or finished()
 
         return wait_for_claim(
             request,

@@ -31,6 +31,7 @@ from api.base import ApiView
 from api.inputs import MAX_PAGE_SIZE, query_input
 from api.schema import READ_ERRORS, error_responses
 from api.throttles import client_address
+from core.errors import ValidationFailed
 from core.parking import DEADLINE_KEY, PARK_KEY
 from core.waiter_slots import waiter_slots
 from ledger.models import Severity
@@ -38,6 +39,7 @@ from ledger.selectors import (
     changes_and_position,
     changes_since,
     latest_visible_event_id,
+    newest_event_id,
     project_by_slug,
     visible_project_ids,
 )
@@ -74,6 +76,8 @@ class ChangesApi(ApiView):
     Pass `latest_event_id` back as `since`; it is the last event returned, or
     `since` itself when nothing is new. With `wait` (seconds, at most 30) an
     answer with no event is held back until an event arrives or the time is up.
+    A `since` past the newest event (a cursor from another server, or from
+    before a restore) is refused with VALIDATION_ERROR naming the newest id.
     """
 
     class FilterSerializer(serializers.Serializer[Any]):
@@ -122,6 +126,8 @@ class ChangesApi(ApiView):
                     )
                 else:
                     rows, more = changes_since(agent=agent, since=since, limit=params["limit"], project=project)
+                if not rows and not resumed and release is None:
+                    _refuse_past_the_head(since)
                 remaining = deadline - time.monotonic()
                 if rows or not wait or remaining <= 0:
                     break
@@ -148,6 +154,19 @@ class ChangesApi(ApiView):
         latest_event_id = rows[-1]["id"] if rows else since
         return Response(
             self.OutputSerializer({"events": rows, "latest_event_id": latest_event_id, "has_more": more}).data
+        )
+
+
+def _refuse_past_the_head(since: int) -> None:
+    """A cursor past the newest event was never handed out: answering it would skip every event up to it."""
+    if since == 0:
+        return
+    newest = newest_event_id()
+    if since > newest:
+        raise ValidationFailed(
+            f"since={since} is past the newest event, {newest}: pass a latest_event_id this feed answered "
+            f"(or {newest}, or tail=true to start from now).",
+            details={"fields": {"since": [f"past the newest event {newest}"]}, "newest_event_id": newest},
         )
 
 

@@ -17,10 +17,11 @@ from ledger.apis.discussion import (
     TaskCommentListApi,
 )
 from ledger.apis.plans import PlanApplyApi
-from ledger.apis.projects import ProjectListApi
+from ledger.apis.projects import ProjectDetailApi, ProjectListApi
 
 urlpatterns = [
     path("projects/", ProjectListApi.as_view(), name="projects"),
+    path("projects/<slug:slug>/", ProjectDetailApi.as_view(), name="project"),
     path("plans/", PlanApplyApi.as_view(), name="plans"),
     path("changes/", ChangesApi.as_view(), name="changes"),
     path("changes/stream/", ChangesStreamApi.as_view(), name="changes-stream"),

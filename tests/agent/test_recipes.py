@@ -25,7 +25,7 @@ def recipes() -> dict[str, str]:
 
 
 def test_the_docs_have_the_recipes_and_the_readme_the_one_line_loop():
-    assert set(recipes()) == {"claude", "codex", "shell-script", "shell"}
+    assert set(recipes()) == {"claude", "codex", "shell-script", "shell", "fleet"}
     readme = (REPO / "README.md").read_text()
     first_section = readme.split("\n## ", 1)[0]
     assert 'leasehold run --next --worktree -- claude -p "Work on {task}; read {context_file}"' in first_section

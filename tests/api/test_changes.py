@@ -12,7 +12,7 @@ from ledger.actors import SYSTEM
 from ledger.models import Event, EventType
 from ledger.selectors import changes_since, event_horizon
 from ledger.services import event_append
-from tests.api.conftest import attempt_url, client_for, holder
+from tests.api.conftest import assert_error, attempt_url, client_for, holder
 from tests.concurrency import run_in_threads
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
@@ -218,3 +218,18 @@ def test_other_advisory_locks_neither_block_event_writers_nor_hold_the_feed_back
 
     assert run_in_threads(2, work, timeout=60) == [None, None]
     assert seen["horizon"] == seen["written"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("wait", [0, 5])
+def test_a_cursor_past_the_newest_event_is_refused_naming_the_newest(client, task, project, wait):
+    newest = Event.objects.order_by("-id").values_list("id", flat=True).first()
+    error = assert_error(client.get(f"/api/v1/changes/?since={newest + 1}&wait={wait}"), 400, "VALIDATION_ERROR")
+    assert error["details"]["newest_event_id"] == newest
+    assert str(newest) in error["message"]
+    assert "since" in error["details"]["fields"]
+    error = assert_error(client.get(f"/api/v1/changes/?since=999999&project={project.slug}"), 400, "VALIDATION_ERROR")
+    assert error["details"]["newest_event_id"] == newest
+    # The newest event itself, and the newest this agent can see, are cursors the feed answers.
+    assert client.get(f"/api/v1/changes/?since={newest}").json()["events"] == []
+    assert client.get(f"/api/v1/changes/?since={newest}").json()["latest_event_id"] == newest

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import io
+import re
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -40,5 +41,19 @@ def test_bootstrap_admin_prints_a_password_once():
     first, second = io.StringIO(), io.StringIO()
     call_command("bootstrap_admin", stdout=first)
     call_command("bootstrap_admin", stdout=second)
-    assert "password:" in first.getvalue()
-    assert "password:" not in second.getvalue()
+    password = re.search(r"with password (\S+) ", first.getvalue())
+    assert password is not None
+    assert password[1] not in second.getvalue()
+
+
+def test_bootstrap_admin_gives_one_consistent_login_hint_on_each_run():
+    """A `scripts/dev` restart printed "An admin user exists; …" and then "log in as the admin above"."""
+    url = "http://127.0.0.1:8000/admin/"
+    for _run in range(2):
+        out = io.StringIO()
+        call_command("bootstrap_admin", "--login-url", url, stdout=out)
+        lines = out.getvalue().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(f"Log in at {url} as 'admin' with ")
+    assert "shown on the first run" in lines[0]
+    assert "manage.py changepassword admin" in lines[0]

@@ -15,13 +15,22 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--username", default="admin")
+        parser.add_argument("--login-url", default="", help="where to log in: named in the one line printed")
 
     def handle(self, *args: Any, **options: Any) -> None:
         User = get_user_model()
-        if User.objects.filter(is_superuser=True).exists():
-            self.stdout.write("An admin user exists; log in with its password (manage.py changepassword to reset).")
+        where = f" at {options['login_url']}" if options["login_url"] else ""
+        existing = User.objects.filter(is_superuser=True).order_by("pk").first()
+        if existing is not None:
+            # A restart: the password was shown once, on the first run; never a second, contradicting hint.
+            self.stdout.write(
+                f"Log in{where} as {existing.get_username()!r} with the password shown on the first run "
+                f"(forgotten: manage.py changepassword {existing.get_username()})."
+            )
             return
         password = secrets.token_urlsafe(12)
         User.objects.create_superuser(username=options["username"], email="", password=password)
-        self.stdout.write(f"Created admin user {options['username']!r} with password: {password}")
-        self.stdout.write("This password is shown once. Change it with: manage.py changepassword admin")
+        self.stdout.write(
+            f"Log in{where} as {options['username']!r} with password {password} (shown once; change it with "
+            f"manage.py changepassword {options['username']})."
+        )

@@ -1,0 +1,80 @@
+"""`leasehold mcp` answers `initialize` before it imports the MCP SDK (SPEC §24; `agent.mcp.handshake`): the
+early answer is the SDK's own, byte for byte as JSON, for every protocol version a client may ask for, and the
+SDK then serves the rest of the conversation. The CPU it costs is a bench row (`bench --only agent`), not a
+timed test; tests/agent/test_mcp.py drives the whole server with the SDK's client."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
+
+from agent.mcp import handshake
+from tests.agent.live import REPO
+
+
+def converse(logged_in: dict[str, str], *messages: dict) -> tuple[list[dict], str]:
+    """Send `messages` to a fresh `leasehold mcp`, close stdin; its answers (in order) and its stderr."""
+    text = "".join(json.dumps(message) + "\n" for message in messages)
+    done = subprocess.run(
+        [sys.executable, "-m", "agent", "mcp", "--no-keep-alive", "--keep-on-exit"],
+        input=text,
+        env=logged_in,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return [json.loads(line) for line in done.stdout.splitlines()], done.stderr
+
+
+def initialize(version: str, request_id: int | str = 1) -> dict:
+    params = {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "initialize", "params": params}
+
+
+TOOLS_LIST = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+INITIALIZED = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+
+
+def test_the_handshake_versions_are_the_sdks():
+    assert tuple(HANDSHAKE_PROTOCOL_VERSIONS) == handshake.HANDSHAKE_PROTOCOL_VERSIONS
+
+
+@pytest.mark.parametrize("version", [*HANDSHAKE_PROTOCOL_VERSIONS, "2099-01-01"])
+def test_the_early_answer_is_the_sdks_own(logged_in, version):
+    # A ping first: nothing is answered early, so the SDK answers the initialize that follows itself.
+    ping = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
+    sdk_answers, _ = converse(logged_in, ping, initialize(version), INITIALIZED)
+    [sdk] = [answer for answer in sdk_answers if answer.get("id") == 1]
+    early_answers, stderr = converse(logged_in, initialize(version), INITIALIZED, TOOLS_LIST)
+    assert early_answers[0] == sdk  # the first line out, and the SDK's answer to the same request
+    assert early_answers[0]["result"] == handshake.initialize_result(initialize(version)["params"])
+    assert "differs" not in stderr
+    # The SDK's own answer to the initialize is not sent a second time; the conversation goes on.
+    assert [answer.get("id") for answer in early_answers] == [1, 2]
+    assert {tool["name"] for tool in early_answers[1]["result"]["tools"]} >= {"claim", "finish", "note"}
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 5}},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+    ],
+)
+def test_a_first_message_that_is_not_a_valid_initialize_is_left_to_the_sdk(logged_in, first):
+    answers, stderr = converse(logged_in, first)
+    assert len(answers) == 1
+    assert answers[0]["id"] == 1
+    assert "result" not in answers[0] or "protocolVersion" not in answers[0]["result"]
+    assert "differs" not in stderr
+
+
+def test_a_string_id_is_answered_early_and_the_sdk_goes_on(logged_in):
+    answers, _ = converse(logged_in, initialize("2025-06-18", request_id="init-1"), INITIALIZED, TOOLS_LIST)
+    assert [answer.get("id") for answer in answers] == ["init-1", 2]
