@@ -1,4 +1,5 @@
-"""Who is calling: an agent by its bearer token (`AgentPrincipal`), or a staff user by session.
+"""Who is calling: an agent by its bearer token (`AgentPrincipal`), a command by its attempt token
+(`AttemptPrincipal`, SPEC §23.2), or a staff user by session.
 
 `caller_of(request)` turns either into a `Caller`, which the views pass to
 selectors (`agent`, None for staff: staff sees everything) and to services
@@ -24,6 +25,7 @@ from ledger.actors import Actor
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 
+    from leases.models import Attempt
     from ledger.models import Agent
 
 BEARER_REALM = 'Bearer realm="leasehold"'
@@ -49,8 +51,33 @@ class AgentPrincipal:
         return False
 
 
+class AttemptPrincipal(AgentPrincipal):
+    """`request.user` for an attempt token (SPEC §23.2): its attempt's agent, good for that attempt's calls only.
+
+    `IsAgentOrStaff` lets it through to the views whose `attempt_scope` names
+    its attempt (`"attempt"`: the URL's attempt id) or its task (`"task"`: the
+    URL's task key, reads only); everything else is PERMISSION_DENIED.
+    """
+
+    def __init__(self, attempt: Attempt, token: str) -> None:
+        super().__init__(attempt.agent)
+        self.attempt_id: int = attempt.pk
+        self.epoch: int = attempt.epoch
+        self.task_key: str = attempt.task.key
+        self.token = token
+
+    def __str__(self) -> str:
+        return f"{self.agent.handle} (attempt {self.attempt_id})"
+
+
+ATTEMPT_SCOPE_MESSAGE = (
+    "An attempt token is good only for its own attempt's calls (notes, git facts, context, renew, finish, "
+    "release, the task's text and comments)."
+)
+
+
 class AgentTokenAuthentication(BaseAuthentication):
-    """`Authorization: Bearer <agent token>`, checked against the stored SHA-256."""
+    """`Authorization: Bearer <agent token>` (or an attempt token), checked against the stored SHA-256."""
 
     def authenticate(self, request: Request) -> tuple[Any, Any] | None:
         header = request.META.get("HTTP_AUTHORIZATION", "")
@@ -61,18 +88,30 @@ class AgentTokenAuthentication(BaseAuthentication):
         if scheme.lower() != "bearer" or not token or " " in token:
             raise drf.AuthenticationFailed("Use 'Authorization: Bearer <agent token>'.")
         from api.throttles import FailedAuthentications  # not at the top: see the module's docstring
-        from ledger.selectors import agent_for_token
+        from leases.tokens import ATTEMPT_TOKEN_PREFIX
 
-        agent = agent_for_token(token)
-        if agent is not None:
-            # A valid token is served whatever its neighbours sent: agents on one machine, behind
-            # a NAT or a proxy share an address, and one bad token must not lock them all out.
-            return AgentPrincipal(agent), agent
+        if token.startswith(ATTEMPT_TOKEN_PREFIX):
+            from leases.selectors import attempt_for_token
+            from ledger import clock
+
+            attempt = attempt_for_token(token, now=clock.now())
+            if attempt is not None:
+                return AttemptPrincipal(attempt, token), attempt.agent
+            refusal = "The attempt token is not valid, or its attempt has ended."
+        else:
+            from ledger.selectors import agent_for_token
+
+            agent = agent_for_token(token)
+            if agent is not None:
+                # A valid token is served whatever its neighbours sent: agents on one machine, behind
+                # a NAT or a proxy share an address, and one bad token must not lock them all out.
+                return AgentPrincipal(agent), agent
+            refusal = "The agent token is not valid, or its agent is deactivated."
         failures = FailedAuthentications(request)
         if failures.exhausted():
             raise drf.Throttled(wait=failures.seconds_left, detail="Too many failed authentications from here.")
         failures.record()
-        raise drf.AuthenticationFailed("The agent token is not valid, or its agent is deactivated.")
+        raise drf.AuthenticationFailed(refusal)
 
     def authenticate_header(self, request: Request) -> str:
         return BEARER_REALM
@@ -89,6 +128,11 @@ class IsAgentOrStaff(BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         user: Any = request.user
+        if isinstance(user, AttemptPrincipal):
+            if not _within_attempt(user, request, view):
+                self.message = ATTEMPT_SCOPE_MESSAGE
+                return False
+            return True
         if isinstance(user, AgentPrincipal):
             return True
         if user is None or not user.is_authenticated or not user.is_staff:
@@ -98,6 +142,17 @@ class IsAgentOrStaff(BasePermission):
             self.message = f"Your account lacks the permission {needed}."
             return False
         return True
+
+
+def _within_attempt(principal: AttemptPrincipal, request: Request, view: Any) -> bool:
+    """Whether this view, for this URL, is one of the attempt's own calls (the view's `attempt_scope`)."""
+    scope = getattr(view, "attempt_scope", None)
+    arguments = getattr(view, "kwargs", None) or {}
+    if scope == "attempt":
+        return arguments.get("attempt_id") == principal.attempt_id
+    if scope == "task":
+        return request.method in SAFE_METHODS and arguments.get("key") == principal.task_key
+    return False
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,9 @@ class ApiView(APIView):
     # (A comment, not a docstring: drf-spectacular would use it for every view.)
 
     user_permission: ClassVar[str | None] = None
+    # What an attempt token (SPEC §23.2) may call here: "attempt" (its own attempt, by the URL's
+    # attempt id), "task" (reads of its task, by the URL's key) or nothing (None).
+    attempt_scope: ClassVar[str | None] = None
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         try:

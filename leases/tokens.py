@@ -47,3 +47,28 @@ def new_lease_token(*, task_id: int, epoch: int) -> tuple[str, str, str]:
 
 def lease_token_matches(token: str, token_hash: str) -> bool:
     return hmac.compare_digest(hash_token(token), token_hash)
+
+
+# The command's credential (SPEC §23.2): `lha_<attempt id>_<random>`. The id lets the server find the one
+# attempt it may be for by primary key; the random part (256 bits) is the secret, stored only as its SHA-256.
+ATTEMPT_TOKEN_PREFIX = "lha_"  # noqa: S105 - a public prefix, not a secret
+ATTEMPT_TOKEN_MAX_CHARS = 200
+_ATTEMPT_ID_MAX_DIGITS = 18
+
+
+def new_attempt_token(*, attempt_id: int) -> tuple[str, str]:
+    """A fresh command credential for the attempt: returns (token, token_hash)."""
+    token = f"{ATTEMPT_TOKEN_PREFIX}{attempt_id}_{secrets.token_urlsafe(32)}"
+    return token, hash_token(token)
+
+
+def attempt_id_of_token(token: str) -> int | None:
+    """The attempt an attempt token names, or None when it is not shaped like one."""
+    if not token.startswith(ATTEMPT_TOKEN_PREFIX) or len(token) > ATTEMPT_TOKEN_MAX_CHARS:
+        return None
+    digits, separator, secret = token[len(ATTEMPT_TOKEN_PREFIX) :].partition("_")
+    if not separator or not secret or not digits.isascii() or not digits.isdigit():
+        return None
+    if len(digits) > _ATTEMPT_ID_MAX_DIGITS or digits.startswith("0"):
+        return None
+    return int(digits)

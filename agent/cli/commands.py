@@ -25,6 +25,7 @@ from agent.client.models import Event, NoteKind
 from agent.workspace import state
 from agent.workspace.config import Settings, config_dir, load_settings, save_settings
 from agent.workspace.session import (
+    COMMAND_OWNER,
     UsageError,
     claim_from_args,
     claim_text,
@@ -117,7 +118,7 @@ def _holder(action: Callable[[LeaseholdClient, Any], Any], *, ends: bool = False
             if error.code in ATTEMPT_ENDED_CODES:
                 forget_refused(current, error)
             raise
-    if ends:
+    if ends and current.owner != COMMAND_OWNER:
         state.remove(config_dir(), current.agent, current.task, attempt_id=current.attempt_id)
     elif isinstance(result, dict) and result.get("lease_expires_at") and current.owner == "cli":
         # Remember the new expiry (an attempt kept by `run` or `mcp` is theirs to write: they may be marking it lost).

@@ -39,7 +39,14 @@ from agent.client.errors import ATTEMPT_ENDED_CODES, LeaseholdError
 from agent.workspace import state
 from agent.workspace.briefing import context_markdown
 from agent.workspace.config import config_dir, load_settings
-from agent.workspace.session import agent_handle, forget_ended, forget_refused
+from agent.workspace.session import (
+    COMMAND_OWNER,
+    agent_handle,
+    attempt_ended,
+    command_attempt,
+    forget_ended,
+    forget_refused,
+)
 from agent.workspace.state import HeldAttempt, process_alive
 
 CONTEXT_MAX_BYTES = 16_000
@@ -92,6 +99,8 @@ def _open(payload: dict[str, Any]) -> HookRun:
         trace_path=os.environ.get("LEASEHOLD_TRACE") or None,
     )
     try:
+        if settings.attempt is not None:  # inside `leasehold run`: the attempt token's attempt (SPEC §23.2)
+            return HookRun(client=client, held=command_attempt(settings, client), payload=payload)
         agent = agent_handle(settings, client)
         forget_ended(client, agent)
         cwd = Path(str(payload.get("cwd") or Path.cwd()))
@@ -109,8 +118,12 @@ def session_start(run: HookRun) -> str:
     if held.lost:
         return f"Leasehold: the lease on {held.task} was lost ({held.lost_reason}); do not work on it, claim another."
     # Asked, not assumed: a state file outlives a killed `run`, and the task may be someone else's by now.
-    forget_ended(run.client, held.agent, only=held)
-    if state.load(config_dir(), held.agent, held.task) is None:
+    if held.owner == COMMAND_OWNER:
+        ended = attempt_ended(run.client, held) is True
+    else:
+        forget_ended(run.client, held.agent, only=held)
+        ended = state.load(config_dir(), held.agent, held.task) is None
+    if ended:
         return (
             f"Leasehold: no task is held here (attempt {held.attempt_id} on {held.task} has ended); claim one "
             "(MCP `claim_next`, or `leasehold claim --next`) first."
@@ -192,7 +205,7 @@ def session_end(run: HookRun) -> str:
     held = run.held
     if held is None or held.lost:
         return ""
-    if held.owner == "run" and process_alive(held.pid):
+    if held.owner == COMMAND_OWNER or (held.owner == "run" and process_alive(held.pid)):
         return f"Leasehold: {held.task} belongs to a running `leasehold run`; it ends the attempt."
     reason = str(run.payload.get("reason") or "other")
     try:

@@ -14,8 +14,11 @@
    `…_WORKTREE`, the `LEASEHOLD_ENV_*` of the allocated environment,
    `$LEASEHOLD_OUTCOME_FILE`, `$LEASEHOLD_SUMMARY_FILE` and
    `$LEASEHOLD_USAGE_FILE` (JSON lines of usage increments, `agent.client.usage`,
-   reported as they arrive with the renewals and the finish) — never the token
-   (`leasehold note` inside COMMAND finds the attempt in the state files).
+   reported as they arrive with the renewals and the finish), and its own
+   credential (SPEC §23.2): `LEASEHOLD_ATTEMPT_TOKEN`, minted for this command
+   and good only for this attempt's calls, with `LEASEHOLD_URL` — never the
+   agent's token (`LEASEHOLD_TOKEN` is taken out of the environment it
+   inherits) nor the lease token. `leasehold note` inside COMMAND uses it.
    `{context_file}`, `{task}`, `{branch}`, `{worktree}` in COMMAND's
    arguments are replaced.
 4. COMMAND exits: the outcome file decides when it holds a valid outcome
@@ -169,6 +172,7 @@ def _supervise(
             opened = _open(client, keeper, held, context, claimed, repo, args, out) if repo is not None else None
             files = Path(scratch)
             env, argv = _command_setup(held, context, opened, command, files)
+            env.update(_command_credential(client, held))
             if received:  # interrupted while the worktree was being made: nothing was started
                 return finish_run(keeper, held, opened, command, None, received, files, args, out)
             out.info(f"running {shlex.join(argv)} (renewing every {held.renew_every_seconds} s)")
@@ -229,6 +233,15 @@ def _open(
         raise
 
 
+# What the command never inherits from `run`'s environment: the agent's credential (SPEC §23.2).
+WITHHELD_VARIABLES = ("LEASEHOLD_TOKEN", "LEASEHOLD_ATTEMPT_TOKEN")
+
+
+def _command_credential(client: LeaseholdClient, held: HeldAttempt) -> dict[str, str]:
+    """The command's own credential (SPEC §23.2), minted for it: this attempt's calls only."""
+    return {"LEASEHOLD_ATTEMPT_TOKEN": client.mint_attempt_token(held.lease), "LEASEHOLD_URL": client.url}
+
+
 def _command_setup(
     held: HeldAttempt, context: dict[str, Any], opened: Opened | None, command: list[str], files: Path
 ) -> tuple[dict[str, str], list[str]]:
@@ -238,7 +251,7 @@ def _command_setup(
     where = {"label": held.label, "branch": held.branch, "worktree": worktree, "base_commit": held.base_commit}
     context_file.write_text(context_markdown(context, where=where), encoding="utf-8")
     env = {
-        **os.environ,
+        **{name: value for name, value in os.environ.items() if name not in WITHHELD_VARIABLES},
         "LEASEHOLD_RUN": "1",
         "LEASEHOLD_CONTEXT_FILE": str(context_file),
         "LEASEHOLD_OUTCOME_FILE": str(files / "outcome.json"),

@@ -360,3 +360,8 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
     def attempt(self, attempt_id: int) -> dict[str, Any]:
         """An attempt with its latest notes as excerpts."""
         return cast(dict[str, Any], self.request("GET", f"/attempts/{attempt_id}/"))
+
+    def mint_attempt_token(self, lease: Lease) -> str:
+        """A fresh attempt token (SPEC §23.2) for the command the holder starts; it replaces the last one."""
+        body = self.request("POST", f"/attempts/{lease.attempt_id}/token/", body={}, lease=lease)
+        return str(body["attempt_token"])

@@ -7,7 +7,9 @@
   Every POST/PATCH carries an `Idempotency-Key` (generated when the caller
   gives none) and every retry re-sends the same key, so a retried call is
   answered, never done twice; GETs are safe to repeat as they are.
-- Holder calls send `X-Lease-Token`/`X-Lease-Epoch`. Once a holder call is
+- Holder calls send `X-Lease-Token`/`X-Lease-Epoch`, unless the bearer token
+  is the lease's own credential (an attempt token, SPEC §23.2, which the
+  server takes as the proof). Once a holder call is
   answered with a lease-ending code, or `forget_lease` is called, the
   connection refuses to send that token again (`LeaseLost`) without asking the
   server.
@@ -174,8 +176,9 @@ class ApiConnection:
                     f"The lease on {lease.task} (attempt {lease.attempt_id}) is lost; its token is not sent again.",
                     details={"attempt": lease.attempt_id, "task": lease.task},
                 )
-            sent_headers["X-Lease-Token"] = lease.token
-            sent_headers["X-Lease-Epoch"] = str(lease.epoch)
+            if lease.token != self._token:
+                sent_headers["X-Lease-Token"] = lease.token
+                sent_headers["X-Lease-Epoch"] = str(lease.epoch)
         if method in MUTATING_METHODS:
             # Fixed before the first try: every retry of this call sends the same key.
             sent_headers["Idempotency-Key"] = idempotency_key or f"lh-{uuid.uuid4().hex}"

@@ -2,7 +2,9 @@
 
 `$LEASEHOLD_CONFIG`, default `~/.config/leasehold/config.json`
 (`$XDG_CONFIG_HOME` honoured). `LEASEHOLD_URL`, `LEASEHOLD_TOKEN` and
-`LEASEHOLD_PROJECT` override what it says. It is written atomically with mode
+`LEASEHOLD_PROJECT` override what it says. Inside a command that `leasehold
+run` started, `LEASEHOLD_ATTEMPT_TOKEN` (SPEC §23.2) is the credential instead
+of any agent token: the CLI acts on that one attempt (`Settings.attempt`). It is written atomically with mode
 0600; a directory the toolkit creates for it gets 0700. The attempts held
 live beside it, one state file per agent per attempt (`agent.workspace.state`).
 """
@@ -18,10 +20,22 @@ from typing import Any
 
 
 @dataclass(frozen=True)
+class CommandAttempt:
+    """The attempt a command started by `leasehold run` works on, as its environment names it (SPEC §15.2)."""
+
+    attempt_id: int
+    task: str
+    epoch: int
+    label: str
+
+
+@dataclass(frozen=True)
 class Settings:
     url: str
     token: str
     project: str | None = None
+    # Set when `token` is an attempt token: the holder commands act on this attempt, and nothing else is allowed.
+    attempt: CommandAttempt | None = None
 
 
 class NotLoggedIn(Exception):
@@ -82,11 +96,37 @@ def save_settings(settings: Settings) -> Path:
 
 
 def load_settings() -> Settings:
-    """The config file with the environment's overrides; `NotLoggedIn` when URL or token is missing."""
+    """The config file with the environment's overrides; `NotLoggedIn` when URL or token is missing.
+
+    With `LEASEHOLD_ATTEMPT_TOKEN` set, that token and no other: neither
+    `LEASEHOLD_TOKEN` nor the config file's token is used.
+    """
     stored = _read(config_path()) or {}
+    attempt_token = os.environ.get("LEASEHOLD_ATTEMPT_TOKEN")
+    if attempt_token:
+        return _command_settings(attempt_token, stored)
     url = os.environ.get("LEASEHOLD_URL") or stored.get("url")
     token = os.environ.get("LEASEHOLD_TOKEN") or stored.get("token")
     project = os.environ.get("LEASEHOLD_PROJECT") or stored.get("project")
     if not url or not token:
         raise NotLoggedIn(f"Not logged in: run `leasehold login URL` (config file {config_path()}).")
     return Settings(url=str(url), token=str(token), project=str(project) if project else None)
+
+
+def _command_settings(attempt_token: str, stored: dict[str, Any]) -> Settings:
+    url = os.environ.get("LEASEHOLD_URL") or stored.get("url")
+    project = os.environ.get("LEASEHOLD_PROJECT") or stored.get("project")
+    attempt_id, task, epoch = (os.environ.get(name, "") for name in _COMMAND_VARIABLES)
+    if not url or not attempt_id.isdigit() or not task or not epoch.isdigit():
+        raise NotLoggedIn(
+            "LEASEHOLD_ATTEMPT_TOKEN is set, but not "
+            + ", ".join(("LEASEHOLD_URL", *_COMMAND_VARIABLES))
+            + " as `leasehold run` sets them for its command."
+        )
+    attempt = CommandAttempt(
+        attempt_id=int(attempt_id), task=task, epoch=int(epoch), label=os.environ.get("LEASEHOLD_LABEL", "")
+    )
+    return Settings(url=str(url), token=attempt_token, project=str(project) if project else None, attempt=attempt)
+
+
+_COMMAND_VARIABLES = ("LEASEHOLD_ATTEMPT_ID", "LEASEHOLD_TASK", "LEASEHOLD_EPOCH")

@@ -34,6 +34,8 @@ SERVER_WAIT_MAX_SECONDS = 60
 TAKEN_RETRIES = 50
 # `--wait` with no number: no limit.
 WAIT_FOREVER = -1
+# The `HeldAttempt.owner` of the attempt an attempt token is for: the `run` that started the command keeps it.
+COMMAND_OWNER = "command"
 
 
 class UsageError(Exception):
@@ -54,7 +56,14 @@ def project_from(args: argparse.Namespace, settings: Settings) -> str:
 
 
 def agent_handle(settings: Settings, client: LeaseholdClient) -> str:
-    """The handle of the agent the token is: remembered from an earlier claim, else asked once (the heartbeat)."""
+    """The handle of the agent the token is: remembered from an earlier claim, else asked once (the heartbeat).
+
+    With an attempt token, the owner its attempt's label names (the token may not ask the server who it is).
+    """
+    if settings.attempt is not None:
+        with contextlib.suppress(ValueError):
+            return state.label_owner(settings.attempt.label)
+        return ""
     directory = config_dir()
     known = state.known_agent(directory, client.url, settings.token)
     if known:
@@ -84,8 +93,9 @@ def attempt_ended(client: LeaseholdClient, held: HeldAttempt) -> bool | None:
         attempt = client.attempt(held.attempt_id)
     except NotFound:
         return True  # gone, or not this agent's to see: nothing is held
-    except LeaseholdError:
-        return None
+    except LeaseholdError as error:
+        # An attempt token is refused once its attempt has ended (SPEC §23.2).
+        return True if held.owner == COMMAND_OWNER and error.code == "AUTHENTICATION_FAILED" else None
     return attempt.get("status") != "active" or is_past(attempt.get("lease_expires_at"))
 
 
@@ -99,12 +109,39 @@ def forget_ended(client: LeaseholdClient, agent: str, *, only: HeldAttempt | Non
     """
     directory = config_dir()
     for held in [only] if only is not None else state.held_by(directory, agent):
+        if held.owner == COMMAND_OWNER:
+            continue  # no state file of its own: the `run` that keeps it removes it
         if (only is not None or held.doubtful) and attempt_ended(client, held):
             state.remove(directory, held.agent, held.task, attempt_id=held.attempt_id)
 
 
+def command_attempt(settings: Settings, client: LeaseholdClient) -> HeldAttempt | None:
+    """The attempt an attempt token is for (SPEC §23.2): a command's CLI acts on it and on no other.
+
+    Kept by the `run` that started the command (`owner="command"`): no state
+    file is read or written for it here.
+    """
+    attempt = settings.attempt
+    if attempt is None:
+        return None
+    return HeldAttempt(
+        server=client.url,
+        agent=agent_handle(settings, client),
+        task=attempt.task,
+        attempt_id=attempt.attempt_id,
+        epoch=attempt.epoch,
+        lease_token=settings.token,  # the bearer token is the proof: holder calls send no lease headers
+        lease_expires_at="",
+        renew_every_seconds=0,
+        label=attempt.label,
+        owner=COMMAND_OWNER,
+    )
+
+
 def forget_refused(held: HeldAttempt, error: LeaseholdError) -> None:
     """After a refusal: forget an attempt the server ended (ATTEMPT_ENDED_CODES), mark it lost otherwise."""
+    if held.owner == COMMAND_OWNER:
+        return  # the `run` that keeps it learns of the end itself
     if error.code in ATTEMPT_ENDED_CODES:
         state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
     else:
@@ -115,7 +152,11 @@ def current_attempt(settings: Settings, client: LeaseholdClient, *, task: str | 
     """The attempt a holder command acts on (`agent.workspace.state.current`), or the agent's attempt on `task`.
 
     State files of attempts the server reports ended are forgotten first (`forget_ended`).
+    With an attempt token, that token's attempt (`command_attempt`) and no other.
     """
+    if settings.attempt is not None:
+        held = command_attempt(settings, client)
+        return held if held is not None and task in (None, held.task) else None
     agent = agent_handle(settings, client)
     forget_ended(client, agent)
     if task:
@@ -132,7 +173,10 @@ def refuse_to_replace(args: argparse.Namespace, client: LeaseholdClient, setting
     Attempts in worktrees (`run --worktree`) are not counted: their pointer
     says which one a command means. State files of lost or expired attempts
     outside worktrees are dropped (the new claim becomes the current attempt).
+    An attempt token holds nothing to replace: the server refuses its claim (SPEC §23.2).
     """
+    if settings.attempt is not None:
+        return
     agent = agent_handle(settings, client)
     forget_ended(client, agent)
     directory = config_dir()

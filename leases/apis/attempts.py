@@ -106,6 +106,8 @@ def _text_list() -> serializers.ListField:
 class AttemptDetailApi(ApiView):
     """An attempt of a task you can see, with its latest notes as excerpts."""
 
+    attempt_scope = "attempt"
+
     @extend_schema(
         operation_id="attempts_retrieve",
         responses={200: AttemptDetailSerializer, **error_responses(*READ_ERRORS)},
@@ -119,6 +121,8 @@ class AttemptDetailApi(ApiView):
 
 class AttemptRenewApi(ApiView):
     """Heartbeat: extend the lease (never shortening it)."""
+
+    attempt_scope = "attempt"
 
     class InputSerializer(serializers.Serializer[Any]):
         lease_seconds = serializers.IntegerField(required=False, min_value=1, max_value=INT32_MAX)
@@ -172,6 +176,8 @@ class NoteSerializer(serializers.Serializer[Any]):
 
 class NoteAddApi(ApiView):
     """A progress, finding, warning or checkpoint note; renews the lease."""
+
+    attempt_scope = "attempt"
 
     class InputSerializer(serializers.Serializer[Any]):
         kind = serializers.ChoiceField(choices=AGENT_NOTE_KINDS)
@@ -234,6 +240,8 @@ class AttemptFinishApi(ApiView):
     A review attempt decides: approved, changes_requested (with findings) or blocked (the
     summary is the reason); approving a target that moved is STALE_REVIEW_TARGET.
     """
+
+    attempt_scope = "attempt"
 
     class InputSerializer(serializers.Serializer[Any]):
         outcome = serializers.ChoiceField(choices=[*Outcome.ALL, *Outcome.REVIEW_DECISIONS])
@@ -309,6 +317,8 @@ class AttemptFinishApi(ApiView):
 class AttemptReleaseApi(ApiView):
     """Give the task back untouched: the attempt is released, the task stays as it is."""
 
+    attempt_scope = "attempt"
+
     class InputSerializer(serializers.Serializer[Any]):
         reason = serializers.CharField(required=False, allow_blank=True, max_length=500, default="")
 
@@ -334,6 +344,8 @@ class AttemptReleaseApi(ApiView):
 
 class AttemptGitApi(ApiView):
     """Record the attempt's git facts (a new branch rewrites the label); renews the lease."""
+
+    attempt_scope = "attempt"
 
     class InputSerializer(GitFactsSerializer):
         usage = usage_field()

@@ -2,7 +2,8 @@
 
 Malformed or missing headers are the caller's input error (VALIDATION_ERROR);
 whether the proof holds is the services' decision (INVALID_LEASE_TOKEN,
-STALE_EPOCH, LEASE_NOT_HELD, LEASE_EXPIRED).
+STALE_EPOCH, LEASE_NOT_HELD, LEASE_EXPIRED). A command calling with its
+attempt token (SPEC §23.2) needs no headers: the credential is the proof.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import re
 
 from rest_framework.request import Request
 
-from api.auth import caller_of
+from api.auth import AttemptPrincipal, caller_of
 from core.errors import ValidationFailed
 from leases.services import HolderProof
 
@@ -27,6 +28,10 @@ def lease_headers_present(request: Request) -> bool:
 def holder_proof_from_headers(request: Request, *, attempt_id: int) -> HolderProof:
     """The proof for a holder call on `attempt_id`; PERMISSION_DENIED for a staff user."""
     agent = caller_of(request).require_agent()
+    principal = request.user
+    if isinstance(principal, AttemptPrincipal):
+        # `IsAgentOrStaff` let it through for its own attempt only; the services fence it like a lease token.
+        return HolderProof(attempt_id=attempt_id, token=principal.token, epoch=principal.epoch, agent=agent)
     token = request.META.get("HTTP_X_LEASE_TOKEN")
     epoch_text = request.META.get("HTTP_X_LEASE_EPOCH")
     problems: dict[str, list[str]] = {}

@@ -31,6 +31,8 @@ TEXT_LIMIT_MAX = 16000
 class TaskContextApi(ApiView):
     """The bounded work context: what an agent reads before (and while) working on a task."""
 
+    attempt_scope = "task"
+
     @extend_schema(
         operation_id="tasks_context",
         responses={200: WorkContextSerializer, **error_responses(*READ_ERRORS)},
@@ -56,6 +58,8 @@ class TaskTextQuery(serializers.Serializer[Any]):
 
 class TaskTextApi(ApiView):
     """A range of the task's description or acceptance criteria: read what the work context cut."""
+
+    attempt_scope = "task"
 
     class OutputSerializer(serializers.Serializer[Any]):
         key = serializers.CharField()

@@ -230,6 +230,8 @@ class TaskCreateApi(ApiView):
 class TaskDetailApi(ApiView):
     """One task, full (with description and acceptance criteria); `ETag` is its version."""
 
+    attempt_scope = "task"
+
     @extend_schema(
         operation_id="tasks_retrieve",
         responses={200: FullTaskSerializer, **error_responses(*READ_ERRORS)},

@@ -68,6 +68,9 @@ class Attempt(NoDeleteModel):
     # return it again without it ever being stored.
     token_hash = models.CharField(max_length=64, editable=False)
     token_salt = models.CharField(max_length=32, editable=False)
+    # SHA-256 of the command's credential (SPEC §23.2, `leases.tokens.new_attempt_token`): empty until the
+    # holder mints one for the command it starts; a new one replaces it. Good only while the attempt is active.
+    command_token_hash = models.CharField(max_length=64, blank=True, default="", editable=False)
 
     lease_seconds = models.PositiveIntegerField()
     lease_expires_at = models.DateTimeField()

@@ -32,6 +32,7 @@ from leases.selectors.attempts import (
     releasable,
     suggested_lease_seconds,
 )
+from leases.selectors.credentials import attempt_for_token
 from leases.selectors.reviews import (
     latest_changes_requested,
     review_by_id,
@@ -76,6 +77,7 @@ __all__ = [
     "PRESUMED_AT_WORK_STATUSES",
     "UNRESOLVED_TASK_STATUSES",
     "attempt_by_id",
+    "attempt_for_token",
     "attempt_notes",
     "attempt_spent",
     "attempts_visible_to",

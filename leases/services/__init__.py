@@ -6,6 +6,7 @@ from leases.services.allocations import allocation_release
 from leases.services.cancelling import Cancelled, task_cancel
 from leases.services.claim_next import lease_claim_next
 from leases.services.claims import LeaseGrant, lease_claim
+from leases.services.command_tokens import attempt_mint_token
 from leases.services.expiry import SweepReport, check_queue_wait, expire_lapsed, sweep_expired
 from leases.services.finishing import Finished, Outcome, attempt_finish, attempt_release
 from leases.services.holding import HolderProof, attempt_renew
@@ -32,6 +33,7 @@ __all__ = [
     "agent_set_projects",
     "allocation_release",
     "attempt_finish",
+    "attempt_mint_token",
     "attempt_release",
     "attempt_renew",
     "attempt_set_git",

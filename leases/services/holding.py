@@ -1,7 +1,8 @@
 """Holding a lease: the proof every holder call presents, the fencing, and renewals.
 
 Every holder call presents a `HolderProof` (attempt id, token, epoch) and is
-fenced (SPEC §3) by `held_attempt`: wrong token → `INVALID_LEASE_TOKEN`; an
+fenced (SPEC §3) by `held_attempt`: the token is the lease token or the
+command's attempt token (SPEC §23.2); wrong token → `INVALID_LEASE_TOKEN`; an
 epoch older than the task's → `STALE_EPOCH`; an attempt no longer active →
 `LEASE_NOT_HELD` (or `LEASE_EXPIRED` when it expired); a lapsed lease is
 expired in the same transaction, which commits, and the call answers
@@ -79,6 +80,7 @@ _LEASE_FIELDS = (
     "epoch",
     "status",
     "token_hash",
+    "command_token_hash",
     "lease_seconds",
     "lease_expires_at",
     "last_renewed_at",
@@ -145,7 +147,7 @@ def held_attempt(
     if attempt is None:
         raise NotFound(f"No attempt {proof.attempt_id} of yours.", details={"attempt": proof.attempt_id})
     attempt.agent = proof.agent
-    if not lease_token_matches(proof.token, attempt.token_hash):
+    if not proves_holding(proof.token, attempt):
         raise InvalidLeaseToken(details={"attempt": attempt.pk})
     if attempt.status == AttemptStatus.REVOKED:
         # SPEC §3: "The revoked holder's next write fails with LEASE_NOT_HELD",
@@ -186,6 +188,13 @@ def held_attempt(
             details={"attempt": attempt.pk, "status": AttemptStatus.EXPIRED},
         )
     return attempt
+
+
+def proves_holding(token: str, attempt: Attempt) -> bool:
+    """The attempt's lease token, or the attempt token its holder minted for its command (SPEC §23.2)."""
+    if lease_token_matches(token, attempt.token_hash):
+        return True
+    return bool(attempt.command_token_hash) and lease_token_matches(token, attempt.command_token_hash)
 
 
 def _extend_update(*, renewal: bool) -> PreparedUpdate:

@@ -214,6 +214,8 @@ class DecisionSupersedeApi(ApiView):
 class TaskCommentListApi(ApiView):
     """The task's comments, newest first (compact: bodies cut to 300 characters)."""
 
+    attempt_scope = "task"
+
     @extend_schema(
         operation_id="tasks_comments_list",
         parameters=CURSOR_PARAMETERS,

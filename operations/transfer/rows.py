@@ -50,7 +50,7 @@ INTEGER_MIN, INTEGER_MAX = -(2**63), 2**63 - 1
 SMALL_INTEGER_MIN, SMALL_INTEGER_MAX = -(2**31), 2**31 - 1
 HEADER = "header"
 END = "end"
-SECRET_FIELDS = frozenset({"token_hash", "token_salt"})
+SECRET_FIELDS = frozenset({"token_hash", "token_salt", "command_token_hash"})
 
 # Event payload keys that hold the id of an exported row, by the event types that write them.
 PAYLOAD_REFERENCES: dict[str, str] = {
