@@ -90,14 +90,14 @@ def test_prune_keeps_a_delivered_worktree_and_removes_it_once_landed(fleet, land
 
         landed_commit = land_squashed(client, clone, key)
         task = client.task(key)
-        assert (task["status"], task["landed_commit"]) == ("done", landed_commit)
-        assert task["delivered_commit"] == git(worktree, "rev-parse", "HEAD")
-        branch = task["delivered_branch"]
+        assert (task["status"], task["landing"]["landed_commit"]) == ("done", landed_commit)
+        assert task["landing"]["delivered_commit"] == git(worktree, "rev-parse", "HEAD")
+        branch = task["landing"]["delivered_branch"]
 
     report = prune(env, clone)
     assert [row["path"] for row in report["removed"]] == [str(worktree)]
     assert not worktree.exists()
-    assert git(clone, "rev-parse", f"refs/heads/{branch}") == task["delivered_commit"]  # the branch stays
+    assert git(clone, "rev-parse", f"refs/heads/{branch}") == task["landing"]["delivered_commit"]  # the branch stays
 
 
 def test_prune_keeps_a_landed_worktree_with_commits_made_after_the_delivery(fleet, landing_project, env):

@@ -14,4 +14,4 @@ def broken(request: HttpRequest) -> HttpResponse:
     raise RuntimeError("a bug in a console view")
 
 
-urlpatterns = [path("admin/broken/", broken), *urlpatterns]
+urlpatterns = [path("admin/broken/", broken), *urlpatterns]  # type: ignore[list-item]
