@@ -249,6 +249,7 @@ HOLDER_LINK_TARGETS = {
     "RecordGit": "attempts_git",
     "FinishAttempt": "attempts_finish",
     "ReleaseAttempt": "attempts_release",
+    "MintAttemptToken": "attempts_token",
 }
 
 
@@ -317,6 +318,19 @@ LINKS: dict[tuple[str, str], dict[str, Any]] = {
         },
     },
     ("reviews_claim", "201"): _claim_links(),
+    # SPEC §21.2: a landing's answer carries its holder proof (its finish needs the landing's own task
+    # keys in the body, which no link can build: scripts/api-fuzz leaves it to tests/landing).
+    ("landings_next", "201"): {
+        "RenewLanding": {
+            "operationId": "landings_renew",
+            "parameters": {
+                "path.landing_id": "$response.body#/landing/id",
+                "header.X-Lease-Token": "$response.body#/landing/lease_token",
+                "header.X-Lease-Epoch": "$response.body#/landing/epoch",
+            },
+            "description": "The lander's heartbeat on the landing it claimed.",
+        },
+    },
     ("decisions_create", "201"): {
         "SupersedeDecision": {
             "operationId": "decisions_supersede",

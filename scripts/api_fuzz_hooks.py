@@ -41,6 +41,8 @@ IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 SEEDED_TASK = "FUZZ-1"
 DEPENDENT_TASK = "FUZZ-2"
 SEEDED_PROJECT = "fuzz"
+# The project with landing on whose delivered tasks `scripts/api-fuzz` seeds (SPEC §21).
+LANDING_PROJECT = "fuzzland"
 REVIEW_DECISIONS = frozenset({"approved", "changes_requested", "blocked"})
 
 
@@ -89,9 +91,16 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
         _keep_the_plan_rules(case)
     elif operation_id == "tasks_graph":
         case.path_parameters = {**(case.path_parameters or {}), "key": SEEDED_TASK}
-    elif operation_id == "projects_graph":
+    elif operation_id in ("projects_graph", "projects_read"):
         case.path_parameters = {**(case.path_parameters or {}), "slug": SEEDED_PROJECT}
-    elif operation_id == "tasks_reservation_clear":
+    elif operation_id == "projects_landing":
+        case.path_parameters = {**(case.path_parameters or {}), "slug": LANDING_PROJECT}
+    elif operation_id == "landings_next":
+        # SPEC §21.2: landings of the project with landing on (in `fuzz`, landing is off: VALIDATION_ERROR).
+        case.body = {**_body(case), "project": LANDING_PROJECT}
+    elif operation_id == "checks_report":
+        case.body = {**_body(case), "project": SEEDED_PROJECT}
+    elif operation_id == "tasks_checks" or operation_id == "tasks_reservation_clear":
         case.path_parameters = {**(case.path_parameters or {}), "key": SEEDED_TASK}
     elif operation_id == "tasks_claim" and not re.fullmatch(r"FUZZ-\d+", str((case.path_parameters or {}).get("key"))):
         # A generated key names no task (404 every time): claim one of the seeded ready targets
@@ -172,7 +181,7 @@ def send_each_request_as_a_client_would(context: HookContext, case: Case, kwargs
     # The same for a claim-next's `wait` (up to 60 s in the body, SPEC §25).
     body = case.body if isinstance(case.body, dict) else {}
     waited = body.get("wait")
-    if case.operation.definition.raw.get("operationId") in ("claims_next", "reviews_next") and (
+    if case.operation.definition.raw.get("operationId") in ("claims_next", "reviews_next", "landings_next") and (
         isinstance(waited, int) and not isinstance(waited, bool) and 1 < waited <= 60
     ):
         body["wait"] = 1

@@ -324,7 +324,8 @@ SPECTACULAR_SETTINGS = {
         "TaskStatusEnum": ["open", "ready", "blocked", "review", "delivered", "done", "cancelled"],
         "InitialTaskStatusEnum": ["blocked", "open", "ready"],
         "AttemptStatusEnum": ["active", "completed", "failed", "interrupted", "released", "expired", "revoked"],
-        "NoteKindEnum": ["progress", "finding", "warning", "checkpoint"],
+        "NoteKindEnum": ["progress", "finding", "warning", "checkpoint", "landing"],
+        "AgentNoteKindEnum": ["progress", "finding", "warning", "checkpoint"],
         "SearchHitKindEnum": ["task", "note"],
         "ReviewStatusEnum": [
             "open",
