@@ -41,8 +41,8 @@ IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,128}")
 SEEDED_TASK = "FUZZ-1"
 DEPENDENT_TASK = "FUZZ-2"
 SEEDED_PROJECT = "fuzz"
-# The project with landing on whose delivered tasks `scripts/api-fuzz` seeds (SPEC §21).
-LANDING_PROJECT = "fuzzland"
+# The projects with landing on whose delivered tasks `scripts/api-fuzz` seeds (SPEC §21).
+LANDING_PROJECTS = 20
 REVIEW_DECISIONS = frozenset({"approved", "changes_requested", "blocked"})
 
 
@@ -94,10 +94,10 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
     elif operation_id in ("projects_graph", "projects_read"):
         case.path_parameters = {**(case.path_parameters or {}), "slug": SEEDED_PROJECT}
     elif operation_id == "projects_landing":
-        case.path_parameters = {**(case.path_parameters or {}), "slug": LANDING_PROJECT}
+        case.path_parameters = {**(case.path_parameters or {}), "slug": _landing_project(case)}
     elif operation_id == "landings_next":
-        # SPEC §21.2: landings of the project with landing on (in `fuzz`, landing is off: VALIDATION_ERROR).
-        case.body = {**_body(case), "project": LANDING_PROJECT}
+        # SPEC §21.2: landings of a project with landing on (in `fuzz`, landing is off: VALIDATION_ERROR).
+        case.body = {**_body(case), "project": _landing_project(case)}
     elif operation_id == "checks_report":
         case.body = {**_body(case), "project": SEEDED_PROJECT}
     elif operation_id == "tasks_checks" or operation_id == "tasks_reservation_clear":
@@ -108,6 +108,10 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
         target = 3 + sum(map(ord, case.id)) % 98
         case.path_parameters = {**(case.path_parameters or {}), "key": f"FUZZ-{target}"}
     return case
+
+
+def _landing_project(case: Case) -> str:
+    return f"fuzzland{sum(map(ord, case.id)) % LANDING_PROJECTS}"
 
 
 def _keep_the_task_update_rules(case: Case) -> None:
