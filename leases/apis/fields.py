@@ -105,7 +105,8 @@ class AbsolutePathField(serializers.CharField):
         "nullable": True,
         "minLength": 1,
         "maxLength": HOST_MAX_CHARS,
-        "pattern": rf"^\S{_NO_CONTROL}*$",
+        # Not blank as Python's `str.strip()` sees it: JSON Schema's `\s` (ECMAScript) leaves out U+0085.
+        "pattern": rf"^[^\s\u0000-\u001f\u007f\u0085]{_NO_CONTROL}*$",
     }
 )
 class HostNameField(serializers.CharField):
