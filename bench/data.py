@@ -95,7 +95,7 @@ CONSTANT_COLUMNS: dict[str, dict[str, Any]] = {
         "landed_by": "",
         "failed_landings": 0,
     },
-    "leases_attempt": {"kind": "work"},
+    "leases_attempt": {"kind": "work", "command_token_hash": ""},
 }
 
 

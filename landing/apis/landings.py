@@ -77,6 +77,39 @@ def grant_result(grant: LandingGrant) -> MutationResult:
     )
 
 
+# Schema-only: a landing claim's body is the plain dict of `grant_result`.
+class LandingLeaseSerializer(serializers.Serializer[Any]):
+    id = serializers.IntegerField()
+    epoch = serializers.IntegerField(help_text="The landing's number on its target: send it as X-Lease-Epoch.")
+    project = serializers.SlugField()
+    target_branch = serializers.CharField()
+    method = serializers.ChoiceField(choices=["merge", "squash", "rebase"])
+    check_command = serializers.CharField(allow_blank=True)
+    check_timeout_seconds = serializers.IntegerField()
+    batch_max = serializers.IntegerField()
+    remote = serializers.CharField(allow_blank=True)
+    repository = serializers.CharField(allow_blank=True)
+    lease_token = serializers.CharField(help_text="Shown once: send it as X-Lease-Token.")
+    lease_seconds = serializers.IntegerField()
+    lease_expires_at = serializers.DateTimeField()
+    renew_every_seconds = serializers.IntegerField()
+
+
+class LandingTaskSerializer(serializers.Serializer[Any]):
+    key = serializers.CharField()
+    title = serializers.CharField()
+    attempt_id = serializers.IntegerField()
+    epoch = serializers.IntegerField()
+    branch = serializers.CharField()
+    head_commit = serializers.CharField()
+    label = serializers.CharField()  # type: ignore[assignment]  # a field named like Field.label
+
+
+class LandingGrantSerializer(serializers.Serializer[Any]):
+    landing = LandingLeaseSerializer()
+    tasks = LandingTaskSerializer(many=True, help_text="The tasks to land, in queue order.")
+
+
 class LandingNextApi(ApiView):
     """Claim the next landing of a project's target: up to `batch_max` delivered tasks; 204 when the queue
     is empty or another landing of that target is live."""
@@ -96,7 +129,9 @@ class LandingNextApi(ApiView):
         request=InputSerializer,
         parameters=[IDEMPOTENCY_KEY],
         responses={
-            201: OpenApiResponse(description="The landing, its lease token (shown once) and its tasks in order."),
+            201: OpenApiResponse(
+                LandingGrantSerializer, description="The landing, its lease token (shown once) and its tasks in order."
+            ),
             204: OpenApiResponse(description="Nothing to land now."),
             **error_responses(*WRITE_ERRORS),
         },
