@@ -73,6 +73,8 @@ def _initialize_request(line: bytes) -> dict[str, Any] | None:
     client = params.get("clientInfo")
     if not isinstance(params.get("protocolVersion"), str) or not isinstance(params.get("capabilities"), dict):
         return None
+    if params["protocolVersion"] not in HANDSHAKE_PROTOCOL_VERSIONS:
+        return None  # a version the SDK negotiates down: left to the SDK itself
     if not isinstance(client, dict) or not isinstance(client.get("name"), str):
         return None
     if not isinstance(client.get("version"), str):

@@ -497,8 +497,8 @@ def test_the_migration_to_appended_changes_keeps_every_count_both_ways(clock):
     try:
         call_command("migrate", "leases", "0011_rollups", verbosity=0)
         assert tally_rows() == live()  # folded into the in-place table
-        activity()  # 0011's triggers, in place
-        assert tally_rows() == live()
+        # No activity at 0011 itself: today's models write columns 0011 lacks (leases 0016's attempt
+        # token), so 0011's in-place triggers are exercised by the migration tests of their own time.
     finally:
         call_command("migrate", verbosity=0)  # every app: the rooms that moved off leases 0013 come back too
     assert not FleetDayTallyChange.objects.exists()
