@@ -228,6 +228,10 @@ def error_page(request: HttpRequest, status: int) -> HttpResponse:
     """The console's error page: the admin's chrome (header, user tools, breadcrumbs) and the request id."""
     request_id = str(getattr(request, "request_id", ""))
     title, explanation = ERROR_PAGES[status]
+    if not hasattr(request, "user"):
+        # Refused before the middleware that knows the user ran (a bad Host header): the admin's chrome
+        # needs the user, and a client's mistake is not worth a traceback in the operator's log.
+        return _bare_error_page(status, request_id)
     try:
         # Imported here: DRF loads this module early (see the module's docstring).
         from django.contrib import admin

@@ -23,5 +23,6 @@ def test_batched_landing_finds_the_failing_task_in_1_plus_log2_16_checks_and_ser
         assert row.errors == []
     assert (batched.mode, batched.extra["check_runs"], batched.extra["landings"]) == ("batched", batched_checks, 1)
     assert (serial.mode, serial.extra["check_runs"], serial.extra["landings"]) == ("serial", TASKS, TASKS)
-    assert batched.ratio == round(batched.seconds / serial.seconds, 3)
+    # The ratio of the unrounded walls; the rows' seconds are rounded to 3 places.
+    assert batched.ratio == pytest.approx(batched.seconds / serial.seconds, abs=0.005)
     assert batched.workload == serial.workload == "landing: 16 queued, 1 failing, check T=0.05 s"

@@ -54,7 +54,7 @@ def test_a_hundred_bad_host_headers_log_a_hundred_short_lines_and_other_4xx_noth
     )
     assert "STATUSES [400, 403, 404]" in result.stdout, result.stdout + result.stderr[-3000:]
     lines = result.stderr.splitlines()
-    assert "Traceback" not in result.stderr, result.stderr[:3000]
+    assert result.stderr.count("Traceback") == 0, result.stderr[:3000]  # a count: no diff of a long text
     host_lines = [line for line in lines if "Invalid HTTP_HOST header" in line]
     assert len(host_lines) == 100, result.stderr[:3000]
     assert len(lines) == 100, [line for line in lines if "Invalid HTTP_HOST" not in line]
