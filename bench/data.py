@@ -94,6 +94,7 @@ CONSTANT_COLUMNS: dict[str, dict[str, Any]] = {
         "landed_commit": "",
         "landed_by": "",
         "failed_landings": 0,
+        "requires": "[]",
     },
     "leases_attempt": {"kind": "work", "command_token_hash": ""},
 }

@@ -42,6 +42,9 @@ class Agent(NoDeleteModel):
     # (`ledger.services.agent_pause`). Null: claiming.
     claims_paused_at = models.DateTimeField(null=True, blank=True, editable=False)
     pause_reason = models.CharField(max_length=500, blank=True, editable=False)
+    # SPEC §23.1: what this agent can do (`gpu`, `postgres`, …); it claims only tasks whose `requires` are all here.
+    # A runner's slots carry their runner's labels.
+    labels = models.JSONField(default=list, blank=True)
     # SPEC §19: what this agent may spend per UTC day, over all its projects (null: no limit).
     daily_budget_tokens = models.PositiveBigIntegerField(null=True, blank=True, help_text=BUDGET_TOKENS_HELP)
     daily_budget_cost_usd = models.DecimalField(

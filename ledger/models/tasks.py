@@ -61,6 +61,8 @@ class Task(NoDeleteModel):
     task_class = models.SlugField(max_length=64, blank=True)
     priority = models.IntegerField(default=0, help_text="Higher is claimed first.")
     labels = models.JSONField(default=list, blank=True)
+    # SPEC §23.1: labels a claimer must carry (`Agent.labels`, a runner slot's are its runner's); empty: anyone.
+    requires = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=16, choices=TaskStatus.choices, default=TaskStatus.OPEN)
     blocked_reason = models.TextField(blank=True)
     version = models.PositiveIntegerField(default=1, editable=False)
