@@ -6,7 +6,8 @@ INSTALLED_APPS). Every write goes through a service with
 is disabled site-wide and every ModelAdmin refuses delete). `Ledger admins`
 run the actions; `Managers` view everything and export events as CSV. One
 package per area (`console/tasks/`, `console/fleet/`, `console/audit/`,
-`console/reports/`), each `__init__.py` saying what it holds; shared pieces
+`console/reports/`, and a room's own pages: `console/landing/`,
+`console/runners/`), each `__init__.py` saying what it holds; shared pieces
 at the top: `console/base.py`, `console/confirm.py`, `console/site.py`,
 `console/auth_admin.py`, and the webhooks' admin (`console/webhooks.py`);
 templates under `templates/admin/`.
@@ -26,6 +27,7 @@ from console.fleet.attempts import AttemptAdmin
 from console.fleet.environments import EnvironmentAdmin
 from console.fleet.reservations import PathReservationAdmin
 from console.fleet.runs import ReconciliationRunAdmin
+from console.runners.admin import RunnerAdmin
 from console.site import install
 from console.tasks.projects import ProjectAdmin
 from console.tasks.reviews import ReviewRequestAdmin
@@ -37,6 +39,7 @@ from leases.models import Allocation, Attempt, PathReservation, ReviewRequest
 from ledger.models import Agent, Decision, Event, Project, Task
 from push.models import WebhookDelivery, WebhookEndpoint
 from reconciliation.models import Finding, ReconciliationRun
+from runners.models import Runner
 
 install(admin.site)
 
@@ -55,6 +58,7 @@ admin.site.register(Decision, DecisionAdmin)
 admin.site.register(WebhookEndpoint, WebhookEndpointAdmin)
 admin.site.register(WebhookDelivery, WebhookDeliveryAdmin)
 admin.site.register(Incident, IncidentAdmin)
+admin.site.register(Runner, RunnerAdmin)
 
 # Users, the role groups and django-q2's schedules: nobody deletes them either (console.auth_admin).
 from console.auth_admin import install_no_delete_admins  # noqa: E402

@@ -49,6 +49,7 @@ class LeaseholdAdminSite(admin.AdminSite):
                 may_see_jobs=may_see_page(request, "job_health"),
                 may_see_agent_health=may_see_page(request, "agent_health"),
                 may_see_report=may_see_page(request, "report"),
+                may_see_runners=request.user.has_perm("runners.view_runner"),
             )
         return super().index(request, extra)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 LEDGER_ADMINS = "Ledger admins"
 MANAGERS = "Managers"
-LEASEHOLD_APPS = ("ledger", "environments", "leases", "reconciliation", "insight", "push")
+LEASEHOLD_APPS = ("ledger", "environments", "leases", "reconciliation", "insight", "push", "runners")
 
 
 def sync_group_permissions(sender: Any = None, **kwargs: Any) -> None:

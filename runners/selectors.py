@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
+from leases.models import Attempt, AttemptStatus
+from ledger.models import Event, EventType
 from ledger.tokens import hash_token
 from runners.models import Runner, RunnerSlot
 from runners.services.heartbeats import lost_after
@@ -34,3 +37,61 @@ def runner_online(runner: Runner, *, now: datetime) -> bool:
     """Online: registered and heard from within the lost threshold (the job marks the rest lost)."""
     last = runner.last_heartbeat_at
     return runner.is_active and last is not None and runner.lost_at is None and now - last < lost_after()
+
+
+# --- the console's reads (console.runners) -------------------------------------------------------
+
+
+class RunnerStatus:
+    """What the console calls a runner's connection, from its last heartbeat and `lost_at`."""
+
+    ONLINE = "online"  # heard from within the lost threshold
+    OFFLINE = "offline"  # heartbeats missed, not (yet) marked lost by the job
+    LOST = "lost"  # marked lost by the job (`runner.lost`)
+    NEVER = "unregistered"  # created, never registered
+    DEACTIVATED = "deactivated"
+
+
+def runner_status(runner: Runner, *, now: datetime) -> str:
+    """One of `RunnerStatus`; `runner_online` is the ONLINE case."""
+    if not runner.is_active:
+        return RunnerStatus.DEACTIVATED
+    if runner.lost_at is not None:
+        return RunnerStatus.LOST
+    if runner.last_heartbeat_at is None:
+        return RunnerStatus.NEVER
+    return RunnerStatus.ONLINE if runner_online(runner, now=now) else RunnerStatus.OFFLINE
+
+
+def online_q(*, now: datetime) -> Q:
+    """The runners `runner_online` calls online, as a filter (the console's status filter)."""
+    return Q(is_active=True, lost_at__isnull=True, last_heartbeat_at__gt=now - lost_after())
+
+
+def live_attempts_of_slots(slots: Iterable[RunnerSlot], *, now: datetime) -> dict[int, Attempt]:
+    """Each slot agent's live attempt (with its task), by agent id: one query for all the slots.
+
+    The ledger's truth, which `slot_cancel_attempt` acts on; the runner's own report is on the slot.
+    """
+    agent_ids = [slot.agent_id for slot in slots]
+    live = (
+        Attempt.objects.filter(agent_id__in=agent_ids, status=AttemptStatus.ACTIVE, lease_expires_at__gt=now)
+        .select_related("task")
+        .order_by("agent_id", "-pk")
+    )
+    found: dict[int, Attempt] = {}
+    for attempt in live:
+        found.setdefault(attempt.agent_id, attempt)
+    return found
+
+
+RUNNER_EVENT_TYPES = tuple(value for value in EventType.values if value.startswith("runner."))
+
+
+def runner_events(runner: Runner, *, limit: int = 30) -> QuerySet[Event]:
+    """The runner's latest events (registered, lost, cordoned, …), newest first, with their actors."""
+    return (
+        Event.objects.filter(type__in=RUNNER_EVENT_TYPES, payload__runner=runner.name)
+        .select_related("actor_user", "actor_agent", "task")
+        .order_by("-id")[:limit]
+    )
