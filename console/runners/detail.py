@@ -76,7 +76,10 @@ def _slot_row(slot: RunnerSlot, live: Attempt | None, *, now: datetime, runner: 
 def _summary(event: Event) -> str:
     payload = event.payload if isinstance(event.payload, dict) else {}
     shown = {key: value for key, value in payload.items() if key != "runner"}
-    return ", ".join(f"{key}: {value}" for key, value in shown.items())
+    return ", ".join(
+        f"{key}: {', '.join(map(str, value)) or '—' if isinstance(value, list) else value}"
+        for key, value in shown.items()
+    )
 
 
 def detail_context(runner: Runner, *, now: datetime) -> dict[str, Any]:
