@@ -19,9 +19,10 @@ from runners.tokens import new_runner_token
 
 def clean_labels(labels: Iterable[str]) -> list[str]:
     """Labels as stored: lowercase handles, each once, sorted; VALIDATION_ERROR naming a bad one."""
-    cleaned = sorted({label.strip() for label in labels if isinstance(label, str) and label.strip()})
+    given = list(labels)
+    cleaned = sorted({label.strip() for label in given if isinstance(label, str) and label.strip()})
     bad = [label for label in cleaned if not re.match(LABEL_PATTERN, label)]
-    if bad or any(not isinstance(label, str) for label in labels):
+    if bad or any(not isinstance(label, str) for label in given):
         raise ValidationFailed(
             f"Labels are lowercase letters, digits, '.', '_' and '-' (at most 40 characters): {', '.join(bad[:5])}.",
             details={"fields": {"labels": ["invalid"]}},
