@@ -3,41 +3,22 @@ without the page reloading; another project's change does not refresh it."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.contrib.auth.models import Group
 from playwright.sync_api import expect
 
-from core.waiter_slots import waiter_slots
 from leases.services import lease_claim
 from ledger.actors import SYSTEM
-from ledger.apis.changes_stream import ChangeStream
 from ledger.permissions import MANAGERS
 from ledger.services import task_create
-from push.waiting import event_watcher
 from tests.console.browser.conftest import login
 from tests.console.conftest import PASSWORD
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("feed_waiters_ended")]
 
 # Well under the board's 30 s fallback reload: an update seen within this came through the stream.
 LIVE_MS = 8_000
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _streams_ended_and_watcher_stopped():
-    """The board's stream holds a live-server thread and started this process's watcher (on PostgreSQL a
-    LISTEN connection). Once the browser is gone the stream notices at its next keepalive (made short
-    here) and gives its slot back; then the watcher is stopped, before the test database is dropped."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(ChangeStream, "heartbeat_seconds", 0.5)
-        yield
-        deadline = time.monotonic() + 15
-        while waiter_slots().held() and time.monotonic() < deadline:
-            time.sleep(0.1)
-    event_watcher().stop()
 
 
 @pytest.fixture
