@@ -339,3 +339,41 @@ class ConfirmationForm(forms.Form):
         max_length=2000,
         error_messages={"required": "Give a reason: it is recorded on the attempt and in the audit log."},
     )
+
+
+class DefaultedListFilter(admin.SimpleListFilter):
+    """A list filter with a choice that applies while its parameter is absent (Django's own apply none).
+
+    `default` is that choice's value (`default_for` may pick it per request). With `default_display`
+    set, the default is a choice of its own, listed first and linking to the list without the
+    parameter (the task list's active work, the reservations' live ones); without it, the default
+    is one of `lookups` and its link names it (the findings' and incidents' open ones).
+    `queryset` reads `self.value()`, which is never empty.
+    """
+
+    default: str = ""
+    default_display: str | None = None
+
+    def __init__(self, request: HttpRequest, params: Any, model: Any, model_admin: Any) -> None:
+        self.default = self.default_for(request)
+        super().__init__(request, params, model, model_admin)
+
+    def default_for(self, request: HttpRequest) -> str:
+        return type(self).default
+
+    def value(self) -> str:
+        return super().value() or self.default
+
+    def choices(self, changelist: Any) -> Any:
+        if self.default_display is not None:
+            yield {
+                "selected": self.value() == self.default,
+                "query_string": changelist.get_query_string(remove=[self.parameter_name]),
+                "display": self.default_display,
+            }
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": self.value() == str(lookup),
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }

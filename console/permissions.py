@@ -14,7 +14,7 @@ from typing import Any
 
 from django.http import HttpRequest
 
-from insight.models import JobHeartbeat
+from insight.models import Incident, JobHeartbeat
 from leases.models import AgentDailyUsage, Attempt, ProjectDailyUsage, TaskUsage
 from ledger.models import Agent, Event, Project, Task
 from ledger.permissions import may_view
@@ -28,6 +28,7 @@ DASHBOARD_PANELS: dict[str, tuple[Any, ...]] = {
     "quarantined": (Task,),
     "expiring": (Attempt, Task, Agent),
     "open_findings": (Finding,),
+    "incidents": (Incident,),
     "queue_alerts": (Event, Task),
     "charts": (Attempt, Event, Finding),
     "status_table": (Project, Task),

@@ -13,11 +13,11 @@ new one and resolves the open ones no longer observed. The rules:
 - **budget spent** (`agent:<handle>`, `project:<slug>`): today's (UTC) spend
   reached the daily budget; resolved the next day or when the budget is raised;
 - **reconciliation failing** (`job:reconcile`): the last
-  `RECONCILIATION_FAILING_RUNS` finished runs all failed or finished with errors;
-- **webhook failing** (`webhook:<id>`): `WEBHOOK_FAILING_AFTER` failed tries in a row;
+  `LEASEHOLD_INCIDENT_RECONCILIATION_RUNS` finished runs all failed or finished with errors;
+- **webhook failing** (`webhook:<id>`): `LEASEHOLD_INCIDENT_WEBHOOK_FAILURES` failed tries in a row;
 - **landing queue stuck** (`project:<slug>`): a landing live for more than
-  `LANDING_STUCK_AFTER`, or a task delivered longer ago than that while no
-  landing finished within it;
+  `LEASEHOLD_INCIDENT_LANDING_STUCK_MINUTES`, or a task delivered longer ago
+  than that while no landing finished within it;
 - **job failing** (`job:<name>`): a scheduled job's last run failed or was
   killed at django-q2's timeout, or its last success is older than its limit.
 """
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Max, Min
 
 from insight.agent_health import SILENT, SILENT_RENEWED, agent_health
@@ -40,11 +41,6 @@ from leases.selectors import claimable_tasks
 from ledger.models import Agent, Project, Task, TaskStatus
 from push.models import WebhookEndpoint
 from reconciliation.models import ReconciliationRun, RunStatus
-
-RECONCILIATION_FAILING_RUNS = 3
-WEBHOOK_FAILING_AFTER = 3
-LANDING_STUCK_MINUTES = 30
-LANDING_STUCK_AFTER = timedelta(minutes=LANDING_STUCK_MINUTES)
 
 
 @dataclass(frozen=True)
@@ -117,7 +113,8 @@ def _projects(now: datetime) -> list[Observation]:
         .values("project_id")
         .annotate(first=Min("claimed_at"))
     }
-    stuck_before = now - LANDING_STUCK_AFTER
+    stuck_minutes = settings.LEASEHOLD_INCIDENT_LANDING_STUCK_MINUTES
+    stuck_before = now - timedelta(minutes=stuck_minutes)
     for project in projects:
         subject = f"project:{project.slug}"
         threshold = now - timedelta(seconds=project.queue_wait_max_seconds)
@@ -165,7 +162,7 @@ def _projects(now: datetime) -> list[Observation]:
                 Observation(
                     IncidentRule.LANDING_STUCK,
                     subject,
-                    f"{project.slug}: landing queue stuck (no landing for {LANDING_STUCK_MINUTES} min)",
+                    f"{project.slug}: landing queue stuck (no landing for {stuck_minutes} min)",
                     project.pk,
                     {
                         "oldest_delivered_at": queue["oldest"].isoformat() if queue and queue["oldest"] else None,
@@ -178,6 +175,7 @@ def _projects(now: datetime) -> list[Observation]:
 
 
 def _webhooks() -> list[Observation]:
+    failing_after = settings.LEASEHOLD_INCIDENT_WEBHOOK_FAILURES
     return [
         Observation(
             IncidentRule.WEBHOOK_FAILING,
@@ -186,23 +184,24 @@ def _webhooks() -> list[Observation]:
             endpoint.project_id,
             {"failures": endpoint.consecutive_failures, "active": endpoint.is_active},
         )
-        for endpoint in WebhookEndpoint.objects.filter(consecutive_failures__gte=WEBHOOK_FAILING_AFTER)
+        for endpoint in WebhookEndpoint.objects.filter(consecutive_failures__gte=failing_after)
     ]
 
 
 def _jobs(now: datetime) -> list[Observation]:
     found = []
+    failing_runs = settings.LEASEHOLD_INCIDENT_RECONCILIATION_RUNS
     runs = list(
         ReconciliationRun.objects.exclude(status__in=(RunStatus.RUNNING, RunStatus.SUPERSEDED))
         .order_by("-id")
-        .values_list("status", flat=True)[:RECONCILIATION_FAILING_RUNS]
+        .values_list("status", flat=True)[:failing_runs]
     )
-    if len(runs) == RECONCILIATION_FAILING_RUNS and all(s in (RunStatus.FAILED, RunStatus.PARTIAL) for s in runs):
+    if len(runs) == failing_runs and all(s in (RunStatus.FAILED, RunStatus.PARTIAL) for s in runs):
         found.append(
             Observation(
                 IncidentRule.RECONCILIATION_PARTIAL,
                 f"job:{JobName.RECONCILE}",
-                f"reconciliation failed or finished with errors {RECONCILIATION_FAILING_RUNS} times in a row",
+                f"reconciliation failed or finished with errors {failing_runs} times in a row",
                 detail={"statuses": runs},
             )
         )

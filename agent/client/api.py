@@ -232,13 +232,20 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
         usage: Usage | None = None,
         idempotency_key: str | None = None,
     ) -> Renewed:
-        """Heartbeat; `usage` reports what was spent since the last report (SPEC §19)."""
-        body = drop_none({"lease_seconds": lease_seconds, "usage": usage_body(usage)})
+        """Heartbeat of the lease, an attempt's or a landing's (`lease.holds`).
+
+        `usage` reports what was spent since the last report (SPEC §19); only work attempts
+        spend, so usage on a landing's lease is a caller's mistake and raises ValueError.
+        """
+        reported = usage_body(usage)
+        if reported and lease.holds != "attempts":
+            raise ValueError(f"usage is reported on a work attempt's lease, not on {lease.holds} {lease.attempt_id}")
+        body = drop_none({"lease_seconds": lease_seconds, "usage": reported})
         return cast(
             Renewed,
             self.request(
                 "POST",
-                f"/attempts/{lease.attempt_id}/renew/",
+                lease.renew_path,
                 body=body,
                 lease=lease,
                 retries=retries,

@@ -15,6 +15,8 @@ from typing import Any, Literal, TypedDict, cast, get_args
 Outcome = Literal["done", "review", "failed", "handoff", "approved", "changes_requested", "blocked"]
 REVIEW_DECISIONS = ("approved", "changes_requested", "blocked")
 NoteKind = Literal["progress", "finding", "warning", "checkpoint"]
+# Whose lease a `Lease` is, as the API's path names it.
+LeaseHolds = Literal["attempts", "landings"]
 TaskTextField = Literal["description", "acceptance_criteria"]
 FailureReason = Literal[
     "implementation_error",
@@ -136,7 +138,11 @@ class Changes(TypedDict):
 
 @dataclass(frozen=True)
 class Lease:
-    """What a holder needs to act on an attempt. The token is never printed (`repr=False`)."""
+    """What a holder needs to act on an attempt. The token is never printed (`repr=False`).
+
+    `holds` says whose lease it is: a work attempt's (`attempts`, the default) or a landing's
+    (`landings`, SPEC §21, where `attempt_id` is the landing's id); the one `renew` reads it.
+    """
 
     attempt_id: int
     token: str = field(repr=False)
@@ -145,6 +151,11 @@ class Lease:
     renew_every_seconds: int = 300
     renew_attempts: int = 3
     lease_expires_at: str | None = None
+    holds: LeaseHolds = "attempts"
+
+    @property
+    def renew_path(self) -> str:
+        return f"/{self.holds}/{self.attempt_id}/renew/"
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -155,6 +166,7 @@ class Lease:
             "renew_every_seconds": self.renew_every_seconds,
             "renew_attempts": self.renew_attempts,
             "lease_expires_at": self.lease_expires_at,
+            **({"holds": self.holds} if self.holds != "attempts" else {}),
         }
 
     @classmethod
@@ -167,6 +179,7 @@ class Lease:
             renew_every_seconds=int(data.get("renew_every_seconds") or 300),
             renew_attempts=int(data.get("renew_attempts") or 3),
             lease_expires_at=data.get("lease_expires_at"),
+            holds="landings" if data.get("holds") == "landings" else "attempts",
         )
 
 

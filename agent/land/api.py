@@ -1,9 +1,10 @@
 """The landing endpoints of the agent API (SPEC §21), on top of the agent's client.
 
-`LandingClient.renew` renews a *landing's* lease (`/landings/{id}/renew/`),
-so `agent.client.keeper.LeaseKeeper` holds a landing exactly as it holds a
-work attempt: a `Lease` whose `attempt_id` is the landing's id and whose
-`epoch` is the landing's. Use this client for landings only.
+A landing's lease (`landing_lease`) is a `Lease` that holds `landings`: its
+`attempt_id` is the landing's id and its `epoch` the landing's, so the
+client's one `renew` posts to `/landings/{id}/renew/` and
+`agent.client.keeper.LeaseKeeper` holds a landing exactly as it holds a work
+attempt.
 """
 
 from __future__ import annotations
@@ -12,12 +13,11 @@ from typing import Any, cast
 
 from agent.client.api import LeaseholdClient
 from agent.client.connection import drop_none
-from agent.client.models import Lease, Renewed
-from agent.client.usage import Usage
+from agent.client.models import Lease
 
 
 class LandingClient(LeaseholdClient):
-    """The agent API with the landing calls; `renew` is the landing's."""
+    """The agent API with the landing calls."""
 
     def landing_next(
         self, project: str, *, wait: int | None = None, lease_seconds: int | None = None
@@ -30,30 +30,6 @@ class LandingClient(LeaseholdClient):
         body = drop_none({"project": project, "wait": wait, "lease_seconds": lease_seconds})
         timeout = self._timeout + wait if wait else None
         return cast(dict[str, Any] | None, self.request("POST", "/landings/next/", body=body, timeout=timeout))
-
-    def renew(
-        self,
-        lease: Lease,
-        *,
-        lease_seconds: int | None = None,
-        retries: int | None = None,
-        timeout: float | None = None,
-        usage: Usage | None = None,
-        idempotency_key: str | None = None,
-    ) -> Renewed:
-        """Renew the landing's lease (`usage` is not a landing's: ignored)."""
-        return cast(
-            Renewed,
-            self.request(
-                "POST",
-                f"/landings/{lease.attempt_id}/renew/",
-                body=drop_none({"lease_seconds": lease_seconds}),
-                lease=lease,
-                retries=retries,
-                timeout=timeout,
-                idempotency_key=idempotency_key,
-            ),
-        )
 
     def landing_finish(self, lease: Lease, body: dict[str, Any]) -> dict[str, Any]:
         """End the landing with its result and every task's outcome."""
@@ -75,4 +51,5 @@ def landing_lease(landing: dict[str, Any]) -> Lease:
         renew_every_seconds=int(landing.get("renew_every_seconds") or 60),
         renew_attempts=int(landing.get("renew_attempts") or 3),
         lease_expires_at=landing.get("lease_expires_at"),
+        holds="landings",
     )

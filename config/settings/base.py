@@ -236,6 +236,11 @@ LEASEHOLD_STORAGE_DEADLINE_SECONDS = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS
 LEASEHOLD_CONTEXT_MAX_BYTES = env_int("LEASEHOLD_CONTEXT_MAX_BYTES", 16384, minimum=2048)
 LEASEHOLD_AGENT_SILENCE_SECONDS = env_int("LEASEHOLD_AGENT_SILENCE_SECONDS", 600, minimum=1)
 LEASEHOLD_STALL_SECONDS = env_int("LEASEHOLD_STALL_SECONDS", 1800, minimum=1)
+# The incident rules' thresholds (insight.incidents; docs/admin.md, "Incidents"). An endpoint is
+# disabled after 20 failures in a row (push.services.deliveries), so a higher threshold would never hold.
+LEASEHOLD_INCIDENT_RECONCILIATION_RUNS = env_int("LEASEHOLD_INCIDENT_RECONCILIATION_RUNS", 3, minimum=1, maximum=100)
+LEASEHOLD_INCIDENT_WEBHOOK_FAILURES = env_int("LEASEHOLD_INCIDENT_WEBHOOK_FAILURES", 3, minimum=1, maximum=20)
+LEASEHOLD_INCIDENT_LANDING_STUCK_MINUTES = env_int("LEASEHOLD_INCIDENT_LANDING_STUCK_MINUTES", 30, minimum=1)
 # --- Backups (SPEC §17) -------------------------------------------------------
 # Set: a daily django-q2 backup into this directory (operations.schedules), keeping the newest LEASEHOLD_BACKUP_KEEP.
 _backup_dir = env_str("LEASEHOLD_BACKUP_DIR").strip()

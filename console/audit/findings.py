@@ -34,7 +34,7 @@ from django.utils.safestring import SafeString
 from console.audit.alerts import finding_task
 from console.audit.finding_triage import AcknowledgeForm, ResolveForm, discardable_attempt, triage_actions
 from console.audit.timeline import payload_summary
-from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge, plural
+from console.base import ConfirmationForm, DefaultedListFilter, LeaseholdModelAdmin, actor_of, badge, plural
 from console.confirm import Confirmation, is_confirmed, render_confirmation
 from core.errors import LedgerError
 from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Finding, FindingStatus, SubjectType
@@ -42,11 +42,12 @@ from reconciliation.remedies import REMEDIES
 from reconciliation.triage import attempt_discard, finding_acknowledge, finding_resolve
 
 
-class FindingStatusFilter(admin.SimpleListFilter):
+class FindingStatusFilter(DefaultedListFilter):
     """Open findings by default; acknowledged, unresolved (both), resolved or all on request."""
 
     title = "status"
     parameter_name = "status__exact"
+    default = FindingStatus.OPEN
     ALL = "all"
     UNRESOLVED = "unresolved"
 
@@ -58,17 +59,6 @@ class FindingStatusFilter(admin.SimpleListFilter):
             (FindingStatus.RESOLVED, "Resolved"),
             (self.ALL, "All"),
         ]
-
-    def value(self) -> str:
-        return super().value() or FindingStatus.OPEN
-
-    def choices(self, changelist: Any) -> Any:
-        for lookup, title in self.lookup_choices:
-            yield {
-                "selected": self.value() == str(lookup),
-                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
-                "display": title,
-            }
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()

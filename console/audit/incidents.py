@@ -18,7 +18,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from console.base import LeaseholdModelAdmin, actor_of, plural
+from console.base import DefaultedListFilter, LeaseholdModelAdmin, actor_of, plural
 from insight.models.incidents import Incident, IncidentStatus
 from insight.services.incidents import incident_acknowledge, incident_assign, incident_snooze
 from ledger import clock
@@ -26,30 +26,18 @@ from ledger import clock
 HOUR = 3600
 
 
-class IncidentStatusFilter(admin.SimpleListFilter):
+class IncidentStatusFilter(DefaultedListFilter):
     """Open incidents by default (a subject's timeline: all); resolved or all on request."""
 
     title = "status"
     parameter_name = "status__exact"
     ALL = "all"
 
-    def __init__(self, request: HttpRequest, params: Any, model: Any, model_admin: Any) -> None:
-        self.default = self.ALL if request.GET.get(IncidentSubjectFilter.parameter_name) else IncidentStatus.OPEN
-        super().__init__(request, params, model, model_admin)
+    def default_for(self, request: HttpRequest) -> str:
+        return self.ALL if request.GET.get(IncidentSubjectFilter.parameter_name) else IncidentStatus.OPEN
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [(IncidentStatus.OPEN, "Open"), (IncidentStatus.RESOLVED, "Resolved"), (self.ALL, "All")]
-
-    def value(self) -> str:
-        return super().value() or self.default
-
-    def choices(self, changelist: Any) -> Any:
-        for lookup, title in self.lookup_choices:
-            yield {
-                "selected": self.value() == str(lookup),
-                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
-                "display": title,
-            }
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()

@@ -17,6 +17,7 @@ say is dead is never described as "probably still running".
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -85,6 +86,29 @@ class AgentRow:
     findings_url: str
     findings_text: str
     incidents_url: str
+
+
+@dataclass(frozen=True)
+class StateTile:
+    """A count of agents in one state at the top of the page; `level` colours it when the count is not 0."""
+
+    label: str
+    count: int
+    level: str = ""
+    element_id: str = ""
+
+
+def state_tiles(rows: list[AgentRow]) -> list[StateTile]:
+    """Alive, late, budget spent, silent (every other state, never heard from included), and paused."""
+    counts = Counter(row.health.state for row in rows)
+    silent = len(rows) - counts[ALIVE] - counts[LATE] - counts[BUDGET_SPENT]
+    return [
+        StateTile("Alive", counts[ALIVE], element_id="lh-alive-count"),
+        StateTile("Late", counts[LATE], "lh-stat-warn"),
+        StateTile("Budget spent", counts[BUDGET_SPENT], "lh-stat-warn"),
+        StateTile("Silent or never heard", silent, "lh-stat-alert"),
+        StateTile("Paused", sum(1 for row in rows if row.health.paused)),
+    ]
 
 
 def state_badge(health: AgentHealth) -> SafeString:
@@ -165,18 +189,13 @@ def health_page(model_admin: admin.ModelAdmin, request: HttpRequest) -> Template
     if request.GET.get("all") != "1":
         agents = agents.filter(is_active=True)
     rows = [_row(health, now) for health in agent_health(now, agents=agents)]
-    counts = {state: sum(1 for row in rows if row.health.state == state) for state in (ALIVE, LATE, BUDGET_SPENT)}
     context = {
         **model_admin.admin_site.each_context(request),
         "title": "Agent health",
         "opts": model_admin.opts,
         "rows": rows,
         "now": now,
-        "alive": counts[ALIVE],
-        "late": counts[LATE],
-        "budget_spent": counts[BUDGET_SPENT],
-        "silent": len(rows) - counts[ALIVE] - counts[LATE] - counts[BUDGET_SPENT],
-        "paused": sum(1 for row in rows if row.health.paused),
+        "tiles": state_tiles(rows),
         "showing_all": request.GET.get("all") == "1",
         "silence": human_duration(silence_limit().total_seconds()),
         "can_operate": request.user.has_perm("ledger.change_agent"),
@@ -311,6 +330,15 @@ def release_all_view(model_admin: Any, request: HttpRequest, object_id: str) -> 
     )
 
 
+STATE_COLUMNS = ["Agent", "Kind", "State", "Live leases"]
+
+
+def state_row(health: AgentHealth) -> tuple[Agent, list[Any]]:
+    """The agent's row on a deactivate or pause confirmation (`STATE_COLUMNS`)."""
+    agent = health.agent
+    return (agent, [agent.handle, agent.get_kind_display(), health.state, len(health.live)])
+
+
 class ReasonForm(ConfirmationForm):
     pass
 
@@ -354,8 +382,8 @@ def set_active_view(model_admin: Any, request: HttpRequest, object_id: str, *, a
             intro="Its API token is refused from now on. Its live leases are not revoked: they run out on their own "
             "(force-release them to free the tasks sooner). Reactivate it here to accept the token again.",
             submit_label="Yes, deactivate",
-            columns=["Agent", "Kind", "State", "Live leases"],
-            rows=[(agent, [agent.handle, agent.get_kind_display(), health.state, len(health.live)])],
+            columns=STATE_COLUMNS,
+            rows=[state_row(health)],
         )
     return render_confirmation(
         request,
@@ -397,8 +425,8 @@ def set_paused_view(model_admin: Any, request: HttpRequest, object_id: str, *, p
             "AGENT_PAUSED (a `leasehold run` asking for work stops). Its live leases are not touched: they renew "
             "and finish as usual. Its token keeps working; resume it here.",
             submit_label="Yes, pause",
-            columns=["Agent", "Kind", "State", "Live leases"],
-            rows=[(agent, [agent.handle, agent.get_kind_display(), health.state, len(health.live)])],
+            columns=STATE_COLUMNS,
+            rows=[state_row(health)],
             danger=False,
         )
     else:

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db.models import Count
+from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
@@ -29,6 +29,7 @@ from console.fleet.jobs_health import JobsView, jobs_view
 from console.permissions import DASHBOARD_PANELS
 from console.tasks.parts import QUARANTINED_TASKS
 from insight.metrics import fleet_metrics, pooled_orphan_rate
+from insight.models.incidents import Incident, IncidentStatus
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
 from leases.models import Attempt
 from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, claimable_tasks, effective_status_of_kind, live_attempts
@@ -114,6 +115,9 @@ class Dashboard:
     orphan_rate: float | None = None
     # Blocked by the quarantine (SPEC §16.4): tasks that keep failing, waiting for a person.
     quarantined: int = 0
+    # Open incidents (insight.incidents) that are not snoozed, and how many of them nobody acknowledged.
+    incidents: int = 0
+    incidents_unacknowledged: int = 0
     # The panels this user may see (console.permissions): the others are neither computed nor shown.
     shown: frozenset[str] = frozenset()
 
@@ -248,6 +252,20 @@ def findings_by_condition() -> list[FindingRow]:
     ]
 
 
+def open_incidents(now: datetime) -> tuple[int, int]:
+    """Open incidents not snoozed at `now`, and those of them not yet acknowledged (the partial index on open).
+
+    A snooze hides an incident from the dashboard until it ends (`insight.models.incidents`);
+    the incidents page still lists it.
+    """
+    counts = (
+        Incident.objects.filter(status=IncidentStatus.OPEN)
+        .filter(Q(snoozed_until__isnull=True) | Q(snoozed_until__lte=now))
+        .aggregate(open=Count("id"), unacknowledged=Count("id", filter=Q(acknowledged_at__isnull=True)))
+    )
+    return counts["open"], counts["unacknowledged"]
+
+
 def queue_wait_alerts(now: datetime) -> AlertPanel:
     """Queue-wait alerts of the last 24 hours, one row per task (the event type/time index)."""
     since = now - QUEUE_WAIT_WINDOW
@@ -349,6 +367,8 @@ def build_dashboard(*, now: datetime, shown: frozenset[str] | None = None) -> Da
         dashboard.charts, dashboard.orphan_rate = charts()
     if "open_findings" in shown:
         dashboard.findings = findings_by_condition()
+    if "incidents" in shown:
+        dashboard.incidents, dashboard.incidents_unacknowledged = open_incidents(now)
     if "findings" in shown:
         dashboard.finding_panel = finding_groups()
     if "queue_alerts" in shown:

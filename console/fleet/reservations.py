@@ -17,7 +17,16 @@ from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
-from console.base import EMPTY, EstimatedCountMixin, ReadOnlyAdmin, badge, lease_remaining, moment, task_link
+from console.base import (
+    EMPTY,
+    DefaultedListFilter,
+    EstimatedCountMixin,
+    ReadOnlyAdmin,
+    badge,
+    lease_remaining,
+    moment,
+    task_link,
+)
 from leases.models import AttemptStatus, PathReservation
 from ledger import clock
 from ledger.models import EventType
@@ -40,27 +49,16 @@ def refusals_url() -> str:
     return reverse("admin:ledger_event_changelist") + "?" + urlencode({"type": EventType.CLAIM_PATHS_REFUSED})
 
 
-class LiveFilter(admin.SimpleListFilter):
+class LiveFilter(DefaultedListFilter):
     """Live by default: a reservation of an ended or lapsed lease reserves nothing."""
 
     title = "lease"
     parameter_name = "live"
+    default = "live"
+    default_display = "Live (the lease holds them now)"
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("all", "All, ended too"), ("ended", "Ended or lapsed")]
-
-    def choices(self, changelist: Any) -> Any:
-        yield {
-            "selected": self.value() is None,
-            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
-            "display": "Live (the lease holds them now)",
-        }
-        for lookup, title in self.lookup_choices:
-            yield {
-                "selected": self.value() == lookup,
-                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
-                "display": title,
-            }
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()

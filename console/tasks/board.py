@@ -3,8 +3,14 @@
 Columns by `leases.selectors.with_lease_state`'s effective status, `delivered` and `landing`
 included; a quarantined task is a blocked card with its badge. Each column shows its CARDS_SHOWN
 cards of highest priority and links the task list filtered to it for the rest, so the board costs
-one GROUP BY and one bounded query per column at any size. The page reloads itself every
-REFRESH_SECONDS (a meta refresh: no script) unless `?refresh=off`. At 390 px the columns stack.
+one GROUP BY and one bounded query per column at any size. At 390 px the columns stack.
+
+The board is live unless `?refresh=off`: a small script follows the changes stream
+(`/api/v1/changes/stream/?project=<slug>&since=<the last event before the board was read>`,
+Server-Sent Events) and, a moment after an event of the project arrives (events coming together
+are one refresh), fetches the board again and swaps it in without reloading the page. Without
+JavaScript (or when the stream is refused) the page reloads itself every REFRESH_SECONDS instead
+(a meta refresh inside `<noscript>`, or the script's own timer).
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ from console.base import EMPTY, task_lease_left
 from console.tasks.parts import status_cell
 from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, live_attempts, with_compact_state, with_lease_state
 from ledger import clock
-from ledger.models import Project, Task, TaskStatus
+from ledger.models import Event, EventType, Project, Task, TaskStatus
 
 CARDS_SHOWN = 25
 REFRESH_SECONDS = 30
+# Events arriving within this of the first are one refresh of the board.
+LIVE_DEBOUNCE_MILLISECONDS = 400
 # Left to right, the way work moves.
 BOARD_COLUMNS: tuple[tuple[str, str], ...] = (
     (TaskStatus.OPEN, "Open"),
@@ -110,6 +118,8 @@ def board_view(model_admin: Any, request: HttpRequest, slug: str | None = None) 
         return HttpResponseRedirect(reverse("admin:ledger_task_board", args=[first]))
     project = get_object_or_404(Project, slug=slug)
     refresh = None if request.GET.get("refresh") == "off" else REFRESH_SECONDS
+    # Read before the columns: an event committed while they are read is one the stream brings after.
+    since = Event.objects.order_by("-id").values_list("id", flat=True).first() or 0
     opts = Task._meta
     context = {
         **model_admin.admin_site.each_context(request),
@@ -123,6 +133,14 @@ def board_view(model_admin: Any, request: HttpRequest, slug: str | None = None) 
         "columns": board_columns(project),
         "now": clock.now().strftime("%Y-%m-%d %H:%M:%S"),
         "refresh_seconds": refresh,
+        "live": None
+        if refresh is None
+        else {
+            "stream_url": reverse("api:changes-stream") + "?" + urlencode({"project": project.slug, "since": since}),
+            "event_types": list(EventType.values),
+            "debounce_ms": LIVE_DEBOUNCE_MILLISECONDS,
+            "fallback_ms": refresh * 1000,
+        },
         "cards_shown": CARDS_SHOWN,
     }
     request.current_app = model_admin.admin_site.name

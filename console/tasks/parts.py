@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from console.base import EMPTY, ReadOnlyInline, badge, lease_remaining, moment
+from console.base import EMPTY, DefaultedListFilter, ReadOnlyInline, badge, lease_remaining, moment
 from leases.models import Attempt
 from leases.selectors import EFFECTIVE_STATUSES, IN_PROGRESS, IN_REVIEW, LANDING, live_attempts
 from leases.selectors.checks import check_row, checks_at, task_head
@@ -73,7 +73,7 @@ def claimability_cell(task: Task) -> SafeString:
     return badge("no", "not claimable")
 
 
-class WorkFilter(admin.SimpleListFilter):
+class WorkFilter(DefaultedListFilter):
     """The list opens on active work: neither done nor cancelled (a cancelled task still under a live lease shows).
 
     A stored or effective status filter, or a search, shows every task it selects.
@@ -81,23 +81,12 @@ class WorkFilter(admin.SimpleListFilter):
 
     title = "work"
     parameter_name = "work"
+    default = "active"
+    default_display = "Active (not done, not cancelled)"
     OVERRIDDEN_BY = ("status__exact", "effective_status", "q")
 
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
         return [("all", "All tasks"), ("closed", "Done or cancelled")]
-
-    def choices(self, changelist: Any) -> Any:
-        yield {
-            "selected": self.value() is None,
-            "query_string": changelist.get_query_string(remove=[self.parameter_name]),
-            "display": "Active (not done, not cancelled)",
-        }
-        for lookup, title in self.lookup_choices:
-            yield {
-                "selected": self.value() == lookup,
-                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
-                "display": title,
-            }
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
         value = self.value()

@@ -8,6 +8,7 @@ import httpx
 import pytest
 
 from agent.client import Lease, LeaseholdClient, api_root, errors
+from agent.land.api import landing_lease
 from core.errors import ERRORS_BY_CODE as SERVER_ERRORS
 
 LEASE = Lease(attempt_id=7, token="secret-token", epoch=3, task="WEB-1", renew_every_seconds=1, renew_attempts=3)
@@ -170,6 +171,25 @@ def test_reads_carry_no_idempotency_key_and_holder_calls_carry_the_lease():
     assert renew.headers["Authorization"] == "Bearer agent-token"
     assert "Idempotency-Key" not in read.headers
     assert "X-Lease-Token" not in read.headers
+
+
+def test_one_renew_serves_attempts_and_landings_and_refuses_usage_on_a_landing():
+    """A landing's lease holds `landings`: the client's one `renew` posts there, and usage has no place on it."""
+    script = Script(httpx.Response(200, json={"lease_expires_at": "2026-01-05T09:15:00Z", "renew_count": 1}))
+    client, _ = client_for(script)
+    landing = landing_lease({"id": 12, "lease_token": "land-token", "epoch": 5})
+    assert landing == Lease.from_dict(landing.as_dict())
+    client.renew(landing, lease_seconds=120)
+    client.renew(LEASE, usage={"input_tokens": 10})
+    (held, worked) = script.requests
+    assert held.url.path == "/api/v1/landings/12/renew/"
+    assert (held.headers["X-Lease-Token"], held.headers["X-Lease-Epoch"]) == ("land-token", "5")
+    assert json.loads(held.content) == {"lease_seconds": 120}
+    assert worked.url.path == "/api/v1/attempts/7/renew/"
+    assert json.loads(worked.content) == {"usage": {"input_tokens": 10}}
+    with pytest.raises(ValueError, match="landings 12"):
+        client.renew(landing, usage={"input_tokens": 10})
+    assert len(script.requests) == 2
 
 
 def test_claim_next_with_nothing_claimable_is_none():

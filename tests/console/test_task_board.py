@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from leases.services import lease_claim
 from leases.services.quarantine import quarantine_reason
-from ledger.models import Task
+from ledger.models import Event, EventType, Task
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -63,9 +65,20 @@ def test_a_ready_task_waiting_for_another_says_so(manager_client, web):
     assert "Ready (blocked)" in column(manager_client.get(f"{BOARD}web/").content.decode(), "ready")
 
 
-def test_the_board_refreshes_itself_unless_stopped(manager_client, web):
-    assert '<meta http-equiv="refresh" content="30">' in manager_client.get(f"{BOARD}web/").content.decode()
-    assert 'http-equiv="refresh"' not in manager_client.get(f"{BOARD}web/?refresh=off").content.decode()
+def test_the_board_follows_the_changes_stream_and_reloads_without_script_unless_stopped(manager_client, web):
+    last = Event.objects.order_by("-id").values_list("id", flat=True).first()
+    body = manager_client.get(f"{BOARD}web/").content.decode()
+    # Without JavaScript: the meta refresh, inside <noscript> so that a browser with script does not reload.
+    assert '<noscript><meta http-equiv="refresh" content="30"></noscript>' in body
+    start = body.index('<script id="lh-board-live-config" type="application/json">')
+    config = json.loads(body[body.index(">", start) + 1 : body.index("</script>", start)])
+    # The stream of this project, from the last event before the board was read (no replay of history).
+    assert config["stream_url"] == f"/api/v1/changes/stream/?project=web&since={last}"
+    assert EventType.ATTEMPT_CLAIMED in config["event_types"]
+    assert "new EventSource(config.stream_url)" in body
+    stopped = manager_client.get(f"{BOARD}web/?refresh=off").content.decode()
+    assert 'http-equiv="refresh"' not in stopped
+    assert "EventSource" not in stopped
 
 
 def test_a_column_shows_its_first_cards_and_links_the_rest(manager_client, web, monkeypatch):

@@ -13,9 +13,9 @@ from insight.services.incidents import incident_acknowledge, incident_assign, in
 from insight.services.job_heartbeat import job_started
 from leases.services import lease_claim
 from ledger.actors import SYSTEM, Actor
-from ledger.models import Event, EventType
+from ledger.models import Event, EventType, Task, TaskStatus
 from ledger.services import agent_heartbeat
-from push.models import WebhookDelivery
+from push.models import WebhookDelivery, WebhookEndpoint
 from push.services.webhooks import webhook_create
 from reconciliation.models import ReconciliationRun, RunStatus
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -129,3 +129,45 @@ def test_snoozes_are_bounded(clock, django_user_model):
         incident_snooze(incident=incident, actor=Actor(user=person), seconds=31 * 24 * 3600)
     with pytest.raises(ValidationFailed):
         incident_snooze(incident=incident, actor=SYSTEM, seconds=60)
+
+
+def _open_rules() -> set[tuple[str, str]]:
+    return set(Incident.objects.filter(status=IncidentStatus.OPEN).values_list("rule", "subject"))
+
+
+def test_the_thresholds_are_settings_and_a_changed_one_changes_what_opens(clock, settings):
+    """`LEASEHOLD_INCIDENT_*` decide the rules (docs/admin.md): the same state opens, or does not, by them."""
+    project = ProjectFactory(slug="web")
+    endpoint, _ = webhook_create(url="https://hooks.example.com/in", actor=SYSTEM)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk).update(consecutive_failures=4)
+    for _ in range(2):
+        ReconciliationRun.objects.create(started_at=clock.now(), status=RunStatus.FAILED)
+    task = TaskFactory(project=project)
+    Task.objects.filter(pk=task.pk).update(
+        status=TaskStatus.DELIVERED, delivered_commit="a" * 40, delivered_at=clock.now()
+    )
+    clock.advance(20 * 60)
+    webhook = (IncidentRule.WEBHOOK_FAILING, f"webhook:{endpoint.pk}")
+    reconcile = (IncidentRule.RECONCILIATION_PARTIAL, "job:reconcile")
+    landing = (IncidentRule.LANDING_STUCK, "project:web")
+
+    # The defaults: 3 runs, 3 failures, 30 minutes. Four failures hold; two runs and 20 minutes do not.
+    assert settings.LEASEHOLD_INCIDENT_WEBHOOK_FAILURES == 3
+    incidents_check()
+    assert _open_rules() == {webhook}
+
+    # Stricter: 2 runs and 15 minutes hold as well; 5 failures no longer do (resolved).
+    settings.LEASEHOLD_INCIDENT_WEBHOOK_FAILURES = 5
+    settings.LEASEHOLD_INCIDENT_RECONCILIATION_RUNS = 2
+    settings.LEASEHOLD_INCIDENT_LANDING_STUCK_MINUTES = 15
+    check = incidents_check()
+    assert (check.opened, check.resolved) == (2, 1)
+    assert _open_rules() == {reconcile, landing}
+    assert "2 times in a row" in Incident.objects.get(rule=IncidentRule.RECONCILIATION_PARTIAL).title
+    assert "15 min" in Incident.objects.get(rule=IncidentRule.LANDING_STUCK).title
+
+    # Laxer again: nothing holds.
+    settings.LEASEHOLD_INCIDENT_RECONCILIATION_RUNS = 3
+    settings.LEASEHOLD_INCIDENT_LANDING_STUCK_MINUTES = 60
+    assert incidents_check().resolved == 2
+    assert _open_rules() == set()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,9 @@ os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
 
 from playwright.sync_api import Browser, Page, expect, sync_playwright
 
+from core.waiter_slots import waiter_slots
+from ledger.apis.changes_stream import ChangeStream
+from push.waiting import event_watcher
 from tests.console.conftest import PASSWORD
 
 CHROMIUM = os.environ.get("LEASEHOLD_CHROMIUM") or shutil.which("chromium") or "/usr/bin/chromium"
@@ -61,6 +65,25 @@ def page(browser: Browser, live_server) -> Iterator[Page]:
     opened = context.new_page()
     yield opened
     context.close()
+
+
+@pytest.fixture(scope="module")
+def feed_waiters_ended() -> Iterator[None]:
+    """For a module whose browser pages or agent processes wait on the changes feed through the live server.
+
+    Their waits hold live-server threads and start this process's event watcher (on PostgreSQL a LISTEN
+    connection, which would keep the test database from being dropped). At the module's end every wait
+    is woken (a stream whose browser has gone notices at its next keepalive, made short here) and gives
+    its slot back; then the watcher is stopped.
+    """
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ChangeStream, "heartbeat_seconds", 0.5)
+        yield
+        deadline = time.monotonic() + 15
+        while waiter_slots().held() and time.monotonic() < deadline:
+            event_watcher()._wake_everyone()  # as a lost listener connection does: each waiter re-reads
+            time.sleep(0.1)
+    event_watcher().stop()
 
 
 def login(page: Page, username: str) -> None:
