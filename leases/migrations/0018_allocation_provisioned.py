@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("leases", "0016_attempt_command_token"),
+        ("leases", "0017_interruption_runner_reasons"),
     ]
 
     operations = [
