@@ -32,9 +32,9 @@ STDERR_TAIL_CHARS = 2000
 STDOUT_MAX_BYTES = 64 * 1024
 PORTS_MAX_ITEMS = 32
 # The server's rules (`leases.services.provisioning`): no control character anywhere, lengths, no password.
-_TEXT = r"[^\u0000-\u001f\u007f\ud800-\udfff]"
+_TEXT = r"[^\u0000-\u001f\u007f]"
 _DATABASE_URL = re.compile(rf"[A-Za-z][A-Za-z0-9+.-]*://(?![^/?#]*:[^/?#]*@){_TEXT}*")
-_CONTAINER = re.compile(rf"[^\s\u0000-\u001f\u007f\u0085\ud800-\udfff]{_TEXT}*")
+_CONTAINER = re.compile(rf"[^\s\u0000-\u001f\u007f\u0085]{_TEXT}*")
 _HOST_PATH = re.compile(rf"/{_TEXT}*")
 _TEXT_RULES = {
     "database_url": (_DATABASE_URL, 2000, "a URL with a scheme and without a password"),

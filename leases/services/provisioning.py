@@ -40,11 +40,11 @@ CONTAINER_MAX_CHARS = 200
 HOST_PATH_MAX_CHARS = 500
 PORTS_MAX_ITEMS = 32
 PORT_MAX = 65535
-# Text holds no control character and no lone surrogate (neither is storable in PostgreSQL's JSON).
-_TEXT_CHARACTER = r"[^\u0000-\u001f\u007f\ud800-\udfff]"
+# Text holds no control character (PostgreSQL's JSON cannot store U+0000); `_text` refuses lone surrogates.
+_TEXT_CHARACTER = r"[^\u0000-\u001f\u007f]"
 # A URL with a scheme and no password: no ':' before an '@' within the authority (where urlsplit finds one).
 DATABASE_URL_PATTERN = rf"^[A-Za-z][A-Za-z0-9+.-]*://(?![^/?#]*:[^/?#]*@){_TEXT_CHARACTER}*$"
-CONTAINER_PATTERN = rf"^[^\s\u0000-\u001f\u007f\u0085\ud800-\udfff]{_TEXT_CHARACTER}*$"
+CONTAINER_PATTERN = rf"^[^\s\u0000-\u001f\u007f\u0085]{_TEXT_CHARACTER}*$"
 HOST_PATH_PATTERN = rf"^/{_TEXT_CHARACTER}*$"
 _DATABASE_URL = re.compile(DATABASE_URL_PATTERN)
 _CONTAINER = re.compile(CONTAINER_PATTERN)
@@ -60,6 +60,10 @@ def _text(value: Any, *, field: str, pattern: re.Pattern[str], max_chars: int, r
         raise _refuse(field, requirement)
     if len(value) > max_chars:
         raise _refuse(field, f"at most {max_chars} characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _refuse(field, "valid Unicode text (no lone surrogate)") from None
     return value
 
 

@@ -127,6 +127,13 @@ def test_a_bad_or_unknown_field_is_a_validation_error_naming_it(client, task, po
     assert Allocation.objects.get(attempt_id=claim["attempt"]["id"]).provisioned == {}
 
 
+def test_a_lone_surrogate_is_a_validation_error(client, task, pool):
+    claim = _claim(client, task, environment="preview-a")
+    body = '{"container": "a\\ud800b"}'  # valid JSON, text no database can store
+    response = client.put(attempt_url(claim, "environment"), body, content_type="application/json", **holder(claim))
+    assert list(assert_error(response, 400, "VALIDATION_ERROR")["details"]["fields"]) == ["container"]
+
+
 def test_an_attempt_without_an_environment_is_refused(client, task):
     claim = _claim(client, task)
     error = assert_error(_put(client, claim, MADE, **holder(claim)), 409, "ENVIRONMENT_UNAVAILABLE")
