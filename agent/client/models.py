@@ -27,14 +27,7 @@ FailureReason = Literal[
     "other",
 ]
 InterruptionReason = Literal[
-    "handoff",
-    "context_limit",
-    "user_request",
-    "client_shutdown",
-    "environment_change",
-    "runner_restart",
-    "environment_unavailable",
-    "other",
+    "handoff", "context_limit", "user_request", "client_shutdown", "environment_change", "other"
 ]
 # The API's choices for finish's reason codes (SPEC §8).
 FAILURE_REASONS: tuple[str, ...] = get_args(FailureReason)
