@@ -250,6 +250,7 @@ HOLDER_LINK_TARGETS = {
     "FinishAttempt": "attempts_finish",
     "ReleaseAttempt": "attempts_release",
     "MintAttemptToken": "attempts_token",
+    "RecordEnvironment": "attempts_environment",
 }
 
 

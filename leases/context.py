@@ -37,6 +37,7 @@ from leases.selectors.checks import checks_part, task_head
 from leases.services.allocations import active_allocation_of
 from leases.services.git_facts import GIT_FACT_FIELDS
 from leases.services.path_reservations import PathsClaim, reservation_of
+from leases.services.provisioning import provisioned_resources
 from ledger import clock
 from ledger.models import Task, TaskStatus
 
@@ -345,7 +346,8 @@ def _environment(allocation: Allocation | None) -> dict[str, Any] | None:
         "name": environment.name,
         "kind": environment.kind,
         "isolation": environment.isolation,
-        "resources": environment.resources,
+        # What a runner's provider made for this attempt (SPEC §23.3) over what the catalogue declares.
+        "resources": {**environment.resources, **provisioned_resources(allocation.provisioned)},
         "credentials_ref": environment.credentials_ref or None,
     }
 

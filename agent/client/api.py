@@ -364,6 +364,21 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
             ),
         )
 
+    def record_environment(
+        self, lease: Lease, provisioned: dict[str, Any], *, idempotency_key: str | None = None
+    ) -> dict[str, Any]:
+        """Record what an environment provider made on the attempt's allocation (SPEC §23.3); replaces the last."""
+        return cast(
+            dict[str, Any],
+            self.request(
+                "PUT",
+                f"/attempts/{lease.attempt_id}/environment/",
+                body=provisioned,
+                lease=lease,
+                idempotency_key=idempotency_key,
+            ),
+        )
+
     def attempt(self, attempt_id: int) -> dict[str, Any]:
         """An attempt with its latest notes as excerpts."""
         return cast(dict[str, Any], self.request("GET", f"/attempts/{attempt_id}/"))

@@ -8,6 +8,7 @@ from __future__ import annotations
 from django.urls import path
 
 from api.base import route
+from leases.apis.attempt_environment import AttemptEnvironmentApi
 from leases.apis.attempt_tokens import AttemptTokenMintApi
 from leases.apis.attempts import (
     AttemptDetailApi,
@@ -48,6 +49,7 @@ urlpatterns = [
     path("attempts/<attemptid:attempt_id>/release/", AttemptReleaseApi.as_view(), name="attempt-release"),
     path("attempts/<attemptid:attempt_id>/git/", AttemptGitApi.as_view(), name="attempt-git"),
     path("attempts/<attemptid:attempt_id>/token/", AttemptTokenMintApi.as_view(), name="attempt-token"),
+    path("attempts/<attemptid:attempt_id>/environment/", AttemptEnvironmentApi.as_view(), name="attempt-environment"),
     path("reviews/", ReviewListApi.as_view(), name="reviews"),
     path("reviews/next/", ReviewNextApi.as_view(), name="review-next"),
     path("reviews/<attemptid:review_id>/", ReviewDetailApi.as_view(), name="review"),

@@ -29,6 +29,9 @@ class Allocation(NoDeleteModel):
     status = models.CharField(max_length=16, choices=AllocationStatus.choices, default=AllocationStatus.ACTIVE)
     allocated_at = models.DateTimeField()
     released_at = models.DateTimeField(null=True, blank=True)
+    # What a runner's environment provider made for this attempt (SPEC §23.3): database_url, ports,
+    # container, host_path. The work context lays it over the environment's catalogued resources.
+    provisioned = models.JSONField(default=dict, blank=True)
 
     class Meta:
         ordering = ["-id"]

@@ -43,6 +43,7 @@ class EventType(models.TextChoices):
     ATTEMPT_UPDATED = "attempt.updated"
     ENVIRONMENT_ALLOCATED = "environment.allocated"
     ENVIRONMENT_CREATED = "environment.created"
+    ENVIRONMENT_PROVISIONED = "environment.provisioned"
     ENVIRONMENT_QUARANTINED = "environment.quarantined"
     ENVIRONMENT_RELEASED = "environment.released"
     ENVIRONMENT_RESTORED = "environment.restored"
