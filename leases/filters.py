@@ -6,9 +6,11 @@ from datetime import datetime
 from typing import Any
 
 import django_filters  # type: ignore[import-untyped]
-from django.db.models import Q, QuerySet
+from django.db.models import F, JSONField, Q, QuerySet, Value
 
+from core.json_sets import JsonArrayWithin
 from leases.selectors import EFFECTIVE_STATUSES, claimable_tasks
+from ledger.label_sets import parse_label_list, validate_label_set
 from ledger.models import Agent, Task, TaskStatus
 from ledger.selectors import project_by_slug, projects_visible_to
 
@@ -35,6 +37,7 @@ class TaskFilter(django_filters.FilterSet):
     task_class = django_filters.CharFilter(field_name="task_class", max_length=64)
     claimable = django_filters.ChoiceFilter(method="filter_claimable", choices=BOOLEAN_CHOICES)
     q = django_filters.CharFilter(field_name="title", lookup_expr="icontains", max_length=200)
+    requires = django_filters.CharFilter(method="filter_requires", max_length=1300)
 
     class Meta:
         model = Task
@@ -55,3 +58,10 @@ class TaskFilter(django_filters.FilterSet):
         for project in projects:
             claimable |= Q(pk__in=claimable_tasks(project=project, now=self.now, agent=self.agent).values("pk"))
         return queryset.filter(claimable) if value == "true" else queryset.exclude(claimable)
+
+    def filter_requires(self, queryset: QuerySet[Task], name: str, value: str) -> QuerySet[Task]:
+        """Tasks whose `requires` hold every label of `value` (comma-separated; SPEC §23.1)."""
+        labels = validate_label_set(parse_label_list(value), field="requires")
+        if not labels:
+            return queryset
+        return queryset.filter(JsonArrayWithin(Value(labels, output_field=JSONField()), F("requires")))

@@ -1,10 +1,13 @@
-"""The CLI's reach beyond the lease (SPEC §15.4, last bullet): `task show`, `task create`, `git`, `block`, `unblock`.
+"""The CLI's reach beyond the lease (SPEC §15.4, last bullet): `task show|create|update`, `git`, `block`, `unblock`.
 
 - `task show KEY` prints a task whole; with `--field description|acceptance_criteria
   --offset N --limit N` it reads a range of that text (`GET /tasks/{key}/text/`),
   which is how an agent reads what the bounded context cut.
 - `task create TITLE` files a follow-up in the project; `--blocks-current`
-  (or `--blocks KEY`) makes the current attempt's task wait for it.
+  (or `--blocks KEY`) makes the current attempt's task wait for it;
+  `--requires gpu,cuda` names the labels a claimer must carry (SPEC §23.1).
+- `task update KEY` changes a task's title, priority, class or `--requires`
+  (`--requires ""` clears them), on the version it reads first.
 - `git` records git facts of the current attempt (branch, base_commit,
   head_commit, commits_ahead, dirty, pushed, worktree_path, host), given as
   options or read from the checkout with `--detect`.
@@ -69,6 +72,7 @@ def task_text(task: dict[str, Any]) -> str:
         "priority": task.get("priority"),
         "class": task.get("task_class") or None,
         "labels": ", ".join(task.get("labels") or []) or None,
+        "requires": ", ".join(task.get("requires") or []) or None,
         "holder": task.get("holder"),
         "lease until": task.get("lease_expires_at"),
         "version": task.get("version"),
@@ -97,6 +101,7 @@ def cmd_task_create(args: argparse.Namespace, out: Output) -> int:
             "priority": args.priority,
             "task_class": args.task_class,
             "labels": args.label or None,
+            "requires": requires_list(args.requires),
             "blocked_by": args.blocked_by or None,
         }
         created = client.create_task(project_from(args, settings), args.title, **fields)
@@ -107,6 +112,32 @@ def cmd_task_create(args: argparse.Namespace, out: Output) -> int:
     if blocks:
         text += f" {blocks} now waits for it."
     out.result(answer, text)
+    return EXIT_OK
+
+
+def requires_list(text: str | None) -> list[str] | None:
+    """`--requires gpu,cuda` as a list (None when not given; `""` is the empty list); the server checks the labels."""
+    if text is None:
+        return None
+    return [label.strip() for label in text.split(",") if label.strip()]
+
+
+def cmd_task_update(args: argparse.Namespace, out: Output) -> int:
+    changes: dict[str, Any] = {
+        "title": args.title,
+        "priority": args.priority,
+        "task_class": args.task_class,
+        "requires": requires_list(args.requires),
+    }
+    changes = {name: value for name, value in changes.items() if value is not None}
+    if not changes:
+        raise UsageError("Name something to change (--title, --priority, --task-class, --requires).")
+    settings = load_settings()
+    with make_client(settings) as client:
+        version = client.task(args.key)["version"]
+        updated = client.update_task(args.key, version=version, changes=changes)
+    changed = ", ".join(updated.get("changed") or []) or "nothing"
+    out.result(updated, f"{args.key}: changed {changed} (now version {updated.get('version')}).")
     return EXIT_OK
 
 
@@ -151,7 +182,7 @@ def cmd_dependency(args: argparse.Namespace, out: Output) -> int:
 
 def add_parsers(command: Any) -> None:
     """The subcommands of this module, added through `agent.cli.leasehold`'s `command(name, text, handler)`."""
-    task = command("task", "Read a task (whole, or a range of its text) or file a follow-up task.", None)
+    task = command("task", "Read a task (whole, or a range of its text), file a follow-up task, or change one.", None)
     actions = task.add_subparsers(dest="task_command", metavar="ACTION", required=True)
     show = actions.add_parser("show", help="show a task, or a range of its description / acceptance criteria")
     show.set_defaults(handler=cmd_task_show)
@@ -169,10 +200,18 @@ def add_parsers(command: Any) -> None:
     create.add_argument("--priority", type=int, help="higher is claimed first")
     create.add_argument("--task-class", help="the task's class")
     create.add_argument("--label", action="append", default=[], help="a label; repeatable")
+    create.add_argument("--requires", metavar="LABELS", help="labels a claimer must carry, e.g. gpu,cuda")
     create.add_argument("--blocked-by", action="append", default=[], help="a task the new one waits for; repeatable")
     create.add_argument("--blocks", metavar="KEY", help="make task KEY wait for the new task")
     create.add_argument("--blocks-current", action="store_true", help="make the current attempt's task wait for it")
-    for sub in (show, create):
+    update = actions.add_parser("update", help="change a task's title, priority, class or required labels")
+    update.set_defaults(handler=cmd_task_update)
+    update.add_argument("key", help="the task's key")
+    update.add_argument("--title", help="the new title")
+    update.add_argument("--priority", type=int, help="higher is claimed first")
+    update.add_argument("--task-class", help="the task's class")
+    update.add_argument("--requires", metavar="LABELS", help='labels a claimer must carry, e.g. gpu,cuda ("" clears)')
+    for sub in (show, create, update):
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine output")
 
     git = command("git", "Record git facts of the current attempt (options, or --detect to read them).", cmd_git)
@@ -193,4 +232,13 @@ def add_parsers(command: Any) -> None:
         sub.add_argument("--by", required=True, metavar="KEY", help="the task it waits for")
 
 
-__all__ = ["add_parsers", "cmd_dependency", "cmd_git", "cmd_task_create", "cmd_task_show", "task_text"]
+__all__ = [
+    "add_parsers",
+    "cmd_dependency",
+    "cmd_git",
+    "cmd_task_create",
+    "cmd_task_show",
+    "cmd_task_update",
+    "requires_list",
+    "task_text",
+]

@@ -31,14 +31,27 @@ from console.base import ConfirmationForm, LeaseholdModelAdmin, actor_of, badge,
 from console.confirm import Confirmation, is_confirmed, render_confirmation
 from console.fleet.agent_health import health_page, release_all_view, set_active_view, set_paused_view
 from console.reports.budgets import set_budget_action
-from core.errors import LedgerError
+from core.errors import LedgerError, ValidationFailed
 from leases.models import Attempt, AttemptStatus
 from leases.services import agent_set_projects
 from ledger import clock
+from ledger.label_sets import parse_label_list, validate_label_set
 from ledger.models import HANDLE_PATTERN, Agent, AgentKind, Project
-from ledger.services import agent_create, agent_deactivate, agent_rotate_token
+from ledger.services import agent_create, agent_deactivate, agent_rotate_token, agent_set_labels
 
 HASH_ONLY_NOTE = "Not stored: only its SHA-256 is kept. Rotate it to issue a new one."
+LABELS_HELP = (
+    "Comma-separated labels of what it can do, e.g. gpu, postgres (SPEC §23.1): it claims only tasks whose "
+    "requires are all among them. A runner's slots carry their runner's labels."
+)
+
+
+def clean_label_field(text: str) -> list[str]:
+    """A comma-separated labels field, by the one rule of `ledger.label_sets`."""
+    try:
+        return validate_label_set(parse_label_list(text), field="labels")
+    except ValidationFailed as refused:
+        raise forms.ValidationError(refused.message) from None
 
 
 class AgentCreateForm(forms.Form):
@@ -54,6 +67,14 @@ class AgentCreateForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
         help_text="The projects it may see and work on. None means none.",
     )
+    labels = forms.CharField(
+        required=False,
+        max_length=2000,
+        help_text=LABELS_HELP,
+    )
+
+    def clean_labels(self) -> list[str]:
+        return clean_label_field(self.cleaned_data.get("labels", ""))
 
 
 class AgentProjectsForm(forms.Form):
@@ -64,6 +85,10 @@ class AgentProjectsForm(forms.Form):
         help_text="The projects it may see and claim in. Leases it holds in a project it loses are not ended: "
         "it may still renew and finish them. Force-release them to end them sooner.",
     )
+    labels = forms.CharField(required=False, max_length=2000, help_text=LABELS_HELP)
+
+    def clean_labels(self) -> list[str]:
+        return clean_label_field(self.cleaned_data.get("labels", ""))
 
     def __init__(self, *args: Any, agent: Agent, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -101,6 +126,7 @@ class AgentAdmin(LeaseholdModelAdmin):
         "kind",
         "active_badge",
         "project_list",
+        "label_list",
         "token",
         "last_seen_at",
         "created_at",
@@ -139,6 +165,10 @@ class AgentAdmin(LeaseholdModelAdmin):
     def project_list(self, agent: Agent) -> str:
         return ", ".join(project.slug for project in agent.projects.all()) or "— (none)"
 
+    @admin.display(description="labels")
+    def label_list(self, agent: Agent) -> str:
+        return ", ".join(agent.labels or []) or "— (none: it claims only tasks that require nothing)"
+
     @admin.display(description="live leases", ordering="live_count")
     def live_leases(self, agent: Agent) -> int:
         return int(getattr(agent, "live_count", 0))
@@ -157,7 +187,11 @@ class AgentAdmin(LeaseholdModelAdmin):
             data = form.cleaned_data
             try:
                 agent, token = agent_create(
-                    handle=data["handle"], kind=data["kind"], projects=data["projects"], actor=actor_of(request)
+                    handle=data["handle"],
+                    kind=data["kind"],
+                    projects=data["projects"],
+                    labels=data["labels"],
+                    actor=actor_of(request),
                 )
             except LedgerError as exc:
                 fields = exc.details.get("fields") or {}
@@ -244,21 +278,25 @@ class AgentAdmin(LeaseholdModelAdmin):
         form = AgentProjectsForm(
             request.POST if request.method == "POST" else None,
             agent=agent,
-            initial={"projects": list(agent.projects.all())},
+            initial={"projects": list(agent.projects.all()), "labels": ", ".join(agent.labels or [])},
         )
         if form.is_bound and form.is_valid():
             changed = agent_set_projects(agent=agent, projects=form.cleaned_data["projects"], actor=actor_of(request))
             parts = [f"added {', '.join(changed.added)}"] if changed.added else []
             parts += [f"removed {', '.join(changed.removed)}"] if changed.removed else []
-            if parts:
-                self.log_change(request, agent, f"Projects: {'; '.join(parts)}.")
-                self.message_user(request, f"{agent.handle}: projects {'; '.join(parts)}.")
+            said = [f"Projects: {'; '.join(parts)}."] if parts else []
+            labels = form.cleaned_data["labels"]
+            if agent_set_labels(agent=agent, labels=labels, actor=actor_of(request)):
+                said.append(f"Labels: {', '.join(labels) or '(none)'}.")
+            if said:
+                self.log_change(request, agent, " ".join(said))
+                self.message_user(request, f"{agent.handle}: {' '.join(said)}")
             else:
-                self.message_user(request, f"{agent.handle}: projects unchanged.")
+                self.message_user(request, f"{agent.handle}: projects and labels unchanged.")
             return HttpResponseRedirect(reverse("admin:ledger_agent_change", args=[agent.pk]))
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Projects of {agent.handle}",
+            "title": f"Projects and labels of {agent.handle}",
             "opts": self.opts,
             "original": agent,
             "form": form,

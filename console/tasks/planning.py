@@ -25,11 +25,12 @@ from django.urls import URLPattern, path, reverse
 
 from console.base import EMPTY, actor_of, badge, duration, moment
 from console.tasks.parts import EFFECTIVE_LABELS, claimability_cell, status_cell
-from core.errors import DependencyCycle, LedgerError, VersionConflict
+from core.errors import DependencyCycle, LedgerError, ValidationFailed, VersionConflict
 from core.text import normalise_newlines
 from leases.selectors import IN_PROGRESS, live_attempts, with_claimability
 from leases.services import task_update
 from ledger import clock
+from ledger.label_sets import parse_label_list, validate_label_set
 from ledger.models import ALLOWED_TRANSITIONS, RESOLVED_STATUSES, Project, Task, TaskDependency, TaskStatus
 from ledger.services import dependency_add, dependency_remove, task_reservation_clear
 
@@ -37,7 +38,7 @@ INT32_MAX = 2**31 - 1
 LABELS_MAX = 50
 LABEL_MAX_CHARS = 64
 QUEUE_SHOWN = 200
-EDITABLE_FIELDS = ("title", "description", "acceptance_criteria", "priority", "task_class", "labels")
+EDITABLE_FIELDS = ("title", "description", "acceptance_criteria", "priority", "task_class", "labels", "requires")
 
 
 class TaskPlanningForm(forms.Form):
@@ -54,6 +55,11 @@ class TaskPlanningForm(forms.Form):
     priority = forms.IntegerField(min_value=-(2**31), max_value=INT32_MAX, help_text="Higher is claimed first.")
     task_class = forms.SlugField(max_length=64, required=False, help_text="Drives lease sizing, e.g. migration.")
     labels = forms.CharField(required=False, max_length=4000, help_text="Comma-separated tags.")
+    requires = forms.CharField(
+        required=False,
+        max_length=2000,
+        help_text="Comma-separated labels a claimer must carry, e.g. gpu, cuda (SPEC §23.1); empty: any agent.",
+    )
 
     def clean_description(self) -> str:
         return str(normalise_newlines(self.cleaned_data.get("description", "")))
@@ -70,10 +76,17 @@ class TaskPlanningForm(forms.Form):
             raise forms.ValidationError(f"A label is at most {LABEL_MAX_CHARS} characters: {too_long[0][:80]}…")
         return list(dict.fromkeys(labels))
 
+    def clean_requires(self) -> list[str]:
+        try:
+            return validate_label_set(parse_label_list(self.cleaned_data.get("requires", "")), field="requires")
+        except ValidationFailed as refused:
+            raise forms.ValidationError(refused.message) from None
+
     @classmethod
     def initial_for(cls, task: Task) -> dict[str, Any]:
         initial: dict[str, Any] = {name: getattr(task, name) for name in EDITABLE_FIELDS}
         initial["labels"] = ", ".join(task.labels or [])
+        initial["requires"] = ", ".join(task.requires or [])
         initial["edited_version"] = task.version
         return initial
 

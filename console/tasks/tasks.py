@@ -118,6 +118,7 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
         "blocked_reason",
         "priority",
         "task_class",
+        "requires",
         "budget_tokens",
         "budget_cost_usd",
         "paths",
@@ -125,7 +126,21 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
     ]
     # Status, holder, lease left, epoch, version, priority and reservation are in the summary above the form.
     view_fieldsets = [
-        (None, {"fields": ["key", "project", "title", "status_badge", "task_class", "current_label", "labels"]}),
+        (
+            None,
+            {
+                "fields": [
+                    "key",
+                    "project",
+                    "title",
+                    "status_badge",
+                    "task_class",
+                    "current_label",
+                    "labels",
+                    "requires",
+                ]
+            },
+        ),
         ("Work", {"fields": ["description_text", "acceptance_criteria_text", "blocked_reason"]}),
         ("Record", {"fields": ["ready_since", "created_at", "updated_at"], "classes": ["collapse"]}),
         ("Budget and paths", {"fields": ["budget_tokens", "budget_cost_usd", "spent", "paths", "paths_mode"]}),
@@ -183,6 +198,7 @@ class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceForm
             status=data.get("status") or TaskStatus.OPEN,
             priority=data.get("priority") or 0,
             task_class=data.get("task_class", ""),
+            requires=data.get("requires") or [],
             blocked_reason=data.get("blocked_reason", ""),
             budget_tokens=data.get("budget_tokens"),
             budget_cost_usd=data.get("budget_cost_usd"),

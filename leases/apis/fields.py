@@ -24,6 +24,7 @@ from leases.models import (
     NOTE_MAX_CHARS,
     WORKTREE_PATH_MAX_CHARS,
 )
+from ledger.label_sets import LABEL_MAX_CHARS, LABELS_MAX_ITEMS, validate_label_set
 from ledger.models import BUDGET_COST_DIGITS
 from ledger.paths import COST_MAX, COST_PLACES, PATH_MAX_CHARS, PATHS_MAX_ITEMS, TOKENS_MAX
 
@@ -194,3 +195,20 @@ def budget_cost_field() -> serializers.DecimalField:
         max_value=COST_MAX,
         help_text="US dollars all attempts may spend (at most 6 decimal places); null: no limit.",
     )
+
+
+# `ledger.label_sets.LABEL_PATTERN` as a JSON Schema pattern.
+LABEL_SCHEMA: dict[str, Any] = {"type": "string", "maxLength": LABEL_MAX_CHARS, "pattern": "^[a-z0-9][a-z0-9._-]*$"}
+
+
+@extend_schema_field({"type": "array", "maxItems": LABELS_MAX_ITEMS, "uniqueItems": True, "items": LABEL_SCHEMA})
+class LabelSetField(serializers.ListField):
+    """Capability labels (`requires`, an agent's `labels`): `ledger.label_sets.validate_label_set` decides,
+    here as in the services (VALIDATION_ERROR naming the field, with `details.reason`)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("child", serializers.CharField())
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> list[str]:
+        return validate_label_set(data, field=self.field_name or "labels")

@@ -43,6 +43,9 @@ class CompactTaskSerializer(serializers.Serializer[Any]):
     effective_status = serializers.ChoiceField(choices=list(EFFECTIVE_STATUSES))
     priority = serializers.IntegerField()
     task_class = serializers.CharField(allow_blank=True)
+    requires = serializers.ListField(
+        child=serializers.CharField(), help_text="Labels a claimer must carry (SPEC §23.1); empty: anyone."
+    )
     version = serializers.IntegerField()
     epoch = serializers.IntegerField()
     holder = serializers.CharField(
@@ -99,6 +102,10 @@ class FullTaskSerializer(serializers.Serializer[Any]):
     priority = serializers.IntegerField()
     task_class = serializers.CharField(allow_blank=True)
     labels = serializers.ListField(child=serializers.CharField())
+    requires = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="Labels a claimer must carry among its own (SPEC §23.1); empty: any agent may claim it.",
+    )
     version = serializers.IntegerField()
     epoch = serializers.IntegerField()
     holder = serializers.CharField(source="holder_handle", allow_null=True)

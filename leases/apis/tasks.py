@@ -43,7 +43,7 @@ from api.schema import (
     error_responses,
 )
 from core.errors import PermissionDenied, ValidationFailed
-from leases.apis.fields import TaskKeyField, budget_cost_field, budget_tokens_field, paths_field
+from leases.apis.fields import LabelSetField, TaskKeyField, budget_cost_field, budget_tokens_field, paths_field
 from leases.apis.holder import holder_proof_from_headers, lease_headers_present
 from leases.apis.projections import COMPACT_TASK_FIELDS
 from leases.apis.serializers import CompactTaskPageSerializer, FullTaskSerializer
@@ -81,6 +81,11 @@ TASK_LIST_PARAMETERS = [
         description=f"One or more of {', '.join(EFFECTIVE_STATUSES)}, separated by commas.",
     ),
     OpenApiParameter("task_class", {"type": "string", "maxLength": 64, "pattern": TEXT_PATTERN}),
+    OpenApiParameter(
+        "requires",
+        {"type": "string", "maxLength": 1300, "pattern": "^[a-z0-9][a-z0-9._-]*(?:,[a-z0-9][a-z0-9._-]*)*$"},
+        description="Tasks that require every one of these labels (SPEC §23.1), separated by commas.",
+    ),
     OpenApiParameter("claimable", str, enum=["true", "false"], description="Only (not) claimable tasks."),
     OpenApiParameter(
         "ready",
@@ -192,6 +197,9 @@ class TaskCreateApi(ApiView):
         labels = serializers.ListField(
             child=serializers.CharField(max_length=64), required=False, max_length=50, default=list
         )
+        requires = LabelSetField(
+            required=False, default=list, help_text='Labels a claimer must carry (SPEC §23.1), e.g. ["gpu"].'
+        )
         blocked_by = serializers.ListField(
             child=TaskKeyField(max_length=24), required=False, max_length=100, default=list
         )
@@ -289,6 +297,7 @@ class TaskUpdateApi(ApiView):
         priority = serializers.IntegerField(required=False, min_value=INT32_MIN, max_value=INT32_MAX)
         task_class = serializers.SlugField(required=False, allow_blank=True, max_length=64)
         labels = serializers.ListField(child=serializers.CharField(max_length=64), required=False, max_length=50)
+        requires = LabelSetField(required=False, help_text="Labels a claimer must carry (SPEC §23.1); [] for anyone.")
         budget_tokens = budget_tokens_field()
         budget_cost_usd = budget_cost_field()
         paths = paths_field("Repository paths its claims reserve unless a claim names its own.")

@@ -28,6 +28,7 @@ from django.db.models import (
 )
 from django.db.models.functions import Coalesce
 
+from core.json_sets import JsonArrayEmpty, JsonArrayWithin
 from core.prepared import SAMPLE_INT, Prepared
 from leases.models import AttemptKind, TaskUsage
 from leases.selectors.attempts import live_attempts
@@ -213,12 +214,42 @@ def claimable_condition(
         if agent is not None:
             reservation |= Q(reserved_for=agent)
         condition &= reservation
+    if by_anyone:
+        condition &= requires_met_by_someone()
+    elif agent is not None:
+        condition &= requires_met_by(agent)
     return (
         condition
         & ~Q(Exists(unresolved_blockers()))
         & ~Q(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
         & ~Q(Exists(task_budget_spent()))
     )
+
+
+def requires_met_by(agent: Agent) -> Q:
+    """The task's `requires` are all among `agent`'s labels (SPEC §23.1), read from the agent's row.
+
+    Nothing required (nearly every task) is decided first, on the task's own column; the agent's row is
+    read only for a task that requires something (on PostgreSQL an InitPlan run once per statement).
+    The agent is a parameter of the statement (its primary key), so claim-next compiles it once.
+    """
+    labels = Subquery(Agent.objects.filter(pk=agent.pk).order_by().values("labels")[:1])
+    return Q(JsonArrayEmpty(F("requires"))) | Q(JsonArrayWithin(F("requires"), labels))
+
+
+def requires_met_by_someone() -> Q:
+    """Some active agent that may see the task's project carries every label the task requires
+    (`by_anyone`: "can somebody claim this?"); nothing required is decided on the task's own column."""
+    carriers = Agent.objects.filter(is_active=True, projects=OuterRef("project_id")).filter(
+        JsonArrayWithin(OuterRef("requires"), F("labels"))
+    )
+    return Q(JsonArrayEmpty(F("requires"))) | Q(Exists(carriers))
+
+
+def missing_labels(*, requires: list[str], labels: list[str]) -> list[str]:
+    """The labels of `requires` that `labels` lacks, in `requires`' order (empty: the agent may claim)."""
+    have = set(labels or ())
+    return [label for label in requires or () if label not in have]
 
 
 def is_claimable(*, task: Task, agent: Agent | None, blocked_by: int, live: bool) -> bool:
@@ -232,6 +263,7 @@ def is_claimable(*, task: Task, agent: Agent | None, blocked_by: int, live: bool
         and task.reserved_for_id in (None, agent.pk if agent is not None else None)
         and blocked_by == 0
         and not live
+        and (agent is None or not missing_labels(requires=task.requires, labels=agent.labels))
         and not task_budget_is_spent(task)
     )
 

@@ -23,7 +23,7 @@ from core.prepared import SAMPLE_INT, PreparedUpdate, insert
 from leases.branches import suggest_branch_name
 from leases.labels import Label, render_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptKind, AttemptStatus
-from leases.selectors import lease_seconds_for
+from leases.selectors import lease_seconds_for, missing_labels
 from leases.services.allocations import EnvironmentChoice, bind_allocation, choose_environment
 from leases.services.claim_state import ClaimRequest, ClaimState, Inheritance, claim_state, validate_claim_request
 from leases.services.expiry import expire_lapsed
@@ -115,6 +115,8 @@ def _not_claimable_reason(state: ClaimState, *, agent: Agent, review: bool) -> s
         return "unresolved_blockers"
     if task.reserved_for_id is not None and task.reserved_for_id != agent.pk:
         return "reserved_for_another_agent"
+    if missing_labels(requires=task.requires, labels=agent.labels):
+        return "requires"  # SPEC §23.1: the agent lacks a label the task requires (not asked of reviews)
     return None
 
 
@@ -131,6 +133,18 @@ def _refuse_unless_claimable(
     _refuse_if_held(state, now=now)
     task = state.task
     reason = _not_claimable_reason(state, agent=agent, review=review)
+    if reason == "requires":
+        missing = missing_labels(requires=task.requires, labels=agent.labels)
+        raise TaskNotClaimable(
+            f"{task.key} requires labels {agent.handle} does not carry: {', '.join(missing)}.",
+            details={
+                "task": task.key,
+                "reason": reason,
+                "status": task.status,
+                "requires": task.requires,
+                "missing": missing,
+            },
+        )
     if reason is not None:
         raise TaskNotClaimable(
             f"{task.key} cannot be claimed ({reason.replace('_', ' ')}).",

@@ -65,6 +65,13 @@ class PlanTaskSerializer(serializers.Serializer[Any]):
         max_length=MAX_PLAN_EDGES,
         help_text="Refs of this plan or keys of existing tasks of the project.",
     )
+    # Checked with the plan's own rules (`ledger.label_sets`), so every bad label is reported with its path.
+    requires = serializers.ListField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=list,
+        help_text='Labels a claimer must carry (SPEC §23.1), e.g. ["gpu"].',
+    )
 
 
 class PlanDecisionSerializer(serializers.Serializer[Any]):
@@ -206,7 +213,10 @@ class PlanApplyApi(ApiView):
         dry_run = query_input(PlanQuery, request).get("dry_run") == "true"
         data = plan_input(request)
         caller = caller_of(request)
-        tasks = [PlannedTask(**{**item, "blocked_by": tuple(item["blocked_by"])}) for item in data["tasks"]]
+        tasks = [
+            PlannedTask(**{**item, "blocked_by": tuple(item["blocked_by"]), "requires": tuple(item["requires"])})
+            for item in data["tasks"]
+        ]
         decisions = [PlannedDecision(**item) for item in data.get("decisions", [])]
         user: Any = request.user  # a session user, or the agent's principal (which has no permissions to ask)
         if decisions and caller.user is not None and not user.has_perm(DECISION_PERMISSION):

@@ -26,6 +26,7 @@ class EventType(models.TextChoices):
 
     AGENT_CREATED = "agent.created"
     AGENT_DEACTIVATED = "agent.deactivated"
+    AGENT_LABELS_CHANGED = "agent.labels_changed"
     AGENT_PAUSED = "agent.paused"
     AGENT_PROJECTS_CHANGED = "agent.projects_changed"
     AGENT_REACTIVATED = "agent.reactivated"

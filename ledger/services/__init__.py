@@ -17,6 +17,7 @@ from ledger.services.agents import (
     agent_reactivate,
     agent_resume,
     agent_rotate_token,
+    agent_set_labels,
     agent_set_projects,
 )
 from ledger.services.budgets import budget_set
@@ -67,6 +68,7 @@ __all__ = [
     "agent_reactivate",
     "agent_resume",
     "agent_rotate_token",
+    "agent_set_labels",
     "agent_set_projects",
     "apply_task_update",
     "budget_set",

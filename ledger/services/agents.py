@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -12,6 +12,7 @@ from core.db import write_transaction
 from core.errors import ValidationFailed
 from ledger import clock
 from ledger.actors import Actor
+from ledger.label_sets import validate_label_set
 from ledger.models import Agent, EventType, Project
 from ledger.services.events import event_append
 from ledger.services.task_reservations import reservations_clear_for
@@ -22,11 +23,16 @@ LAST_SEEN_THROTTLE = timedelta(seconds=30)
 
 
 @write_transaction
-def agent_create(*, handle: str, kind: str, actor: Actor, projects: Iterable[Project] = ()) -> tuple[Agent, str]:
-    """Create an agent; returns it and its API token, which is never stored or shown again."""
+def agent_create(
+    *, handle: str, kind: str, actor: Actor, projects: Iterable[Project] = (), labels: Sequence[str] = ()
+) -> tuple[Agent, str]:
+    """Create an agent; returns it and its API token, which is never stored or shown again.
+
+    `labels` (SPEC §23.1): what it can do; it claims only tasks whose `requires` are all among them."""
     now = clock.now()
     token = new_agent_token()
-    agent = Agent(handle=handle, kind=kind, token_hash=hash_token(token), created_at=now)
+    labels = validate_label_set(labels, field="labels")
+    agent = Agent(handle=handle, kind=kind, token_hash=hash_token(token), created_at=now, labels=labels)
     validate_model(agent)
     if Agent.objects.filter(handle=handle).exists():
         raise ValidationFailed(f"An agent {handle!r} exists.", details={"fields": {"handle": ["taken"]}})
@@ -37,9 +43,38 @@ def agent_create(*, handle: str, kind: str, actor: Actor, projects: Iterable[Pro
         type=EventType.AGENT_CREATED,
         actor=actor,
         at=now,
-        payload={"handle": handle, "kind": kind, "projects": sorted(p.slug for p in project_list)},
+        payload={
+            "handle": handle,
+            "kind": kind,
+            "projects": sorted(p.slug for p in project_list),
+            **({"labels": labels} if labels else {}),
+        },
     )
     return agent, token
+
+
+@write_transaction
+def agent_set_labels(*, agent: Agent, labels: Sequence[str], actor: Actor) -> bool:
+    """Make `labels` the agent's capability labels (SPEC §23.1); one `agent.labels_changed` event when they
+    change. Returns whether they changed. Claims read the labels from the agent's row, so the change holds
+    from the next claim on (a claim wait already parked sees it at its next try). The order is kept as
+    given; the same set in another order is no change.
+    """
+    labels = validate_label_set(labels, field="labels")
+    now = clock.now()
+    locked = Agent.objects.select_for_update(no_key=True).get(pk=agent.pk)
+    if set(locked.labels or []) == set(labels):
+        agent.labels = locked.labels
+        return False
+    Agent.objects.filter(pk=agent.pk).update(labels=labels)
+    agent.labels = labels
+    event_append(
+        type=EventType.AGENT_LABELS_CHANGED,
+        actor=actor,
+        at=now,
+        payload={"handle": agent.handle, "labels": labels, "was": list(locked.labels or [])},
+    )
+    return True
 
 
 @write_transaction

@@ -60,6 +60,7 @@ class PlannedTask:
     task_class: str = ""
     blocked_reason: str = ""
     blocked_by: tuple[str, ...] = ()
+    requires: tuple[str, ...] = ()  # SPEC §23.1: labels a claimer must carry
 
 
 @dataclass(frozen=True)
@@ -196,6 +197,7 @@ def plan_check(
                     status=planned.status,
                     priority=planned.priority,
                     task_class=planned.task_class,
+                    requires=planned.requires,
                     blocked_reason=planned.blocked_reason,
                 )
             )

@@ -21,6 +21,7 @@ from core.prepared import SAMPLE_INT, Prepared, update_row
 from core.text import normalise_newlines
 from ledger import clock
 from ledger.actors import Actor
+from ledger.label_sets import validate_label_set
 from ledger.models import (
     ALLOWED_TRANSITIONS,
     Agent,
@@ -47,6 +48,7 @@ UPDATABLE_TASK_FIELDS = frozenset(
         "task_class",
         "priority",
         "labels",
+        "requires",  # SPEC §23.1
         "status",
         "blocked_reason",
         "reserved_for",
@@ -60,7 +62,7 @@ UPDATABLE_TASK_FIELDS = frozenset(
 
 
 def task_spending_and_paths(changes: Mapping[str, Any]) -> dict[str, Any]:
-    """The budget and path fields among `changes`, validated and normalised (SPEC §19)."""
+    """The budget, path (SPEC §19) and `requires` (SPEC §23.1) fields among `changes`, validated and normalised."""
     checked: dict[str, Any] = {}
     if "budget_tokens" in changes:
         checked["budget_tokens"] = validate_budget_tokens(changes["budget_tokens"], field="budget_tokens")
@@ -70,6 +72,8 @@ def task_spending_and_paths(changes: Mapping[str, Any]) -> dict[str, Any]:
         checked["paths"] = normalise_paths(changes["paths"])
     if "paths_mode" in changes:
         checked["paths_mode"] = validate_paths_mode(changes["paths_mode"])
+    if "requires" in changes:
+        checked["requires"] = validate_label_set(changes["requires"], field="requires")
     return checked
 
 
@@ -121,6 +125,7 @@ def task_prepare(
     priority: int = 0,
     task_class: str = "",
     labels: Sequence[str] = (),
+    requires: Sequence[str] = (),
     blocked_reason: str = "",
     budget_tokens: int | None = None,
     budget_cost_usd: Any = None,
@@ -147,7 +152,13 @@ def task_prepare(
     if not isinstance(labels, list | tuple) or not all(isinstance(label, str) for label in labels):
         raise ValidationFailed("labels must be a list of strings.", details={"fields": {"labels": ["list of strings"]}})
     spending = task_spending_and_paths(
-        {"budget_tokens": budget_tokens, "budget_cost_usd": budget_cost_usd, "paths": paths, "paths_mode": paths_mode}
+        {
+            "budget_tokens": budget_tokens,
+            "budget_cost_usd": budget_cost_usd,
+            "paths": paths,
+            "paths_mode": paths_mode,
+            "requires": requires,
+        }
     )
     task = Task(
         project=project,
@@ -205,6 +216,7 @@ def task_create(
     priority: int = 0,
     task_class: str = "",
     labels: Sequence[str] = (),
+    requires: Sequence[str] = (),
     blocked_by: Sequence[Task] = (),
     blocked_reason: str = "",
     budget_tokens: int | None = None,
@@ -224,6 +236,7 @@ def task_create(
         priority=priority,
         task_class=task_class,
         labels=labels,
+        requires=requires,
         blocked_reason=blocked_reason,
         budget_tokens=budget_tokens,
         budget_cost_usd=budget_cost_usd,

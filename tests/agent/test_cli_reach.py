@@ -159,3 +159,25 @@ def test_task_show_offset_hint_continues_where_the_chunk_ended(fleet, api, logge
         offset = int(hint[1])
     assert hints >= 2
     assert read == description  # following the hints reads the whole text, nothing skipped
+
+
+def test_task_create_and_update_carry_required_labels(fleet, api, logged_in):
+    done = leasehold("--json", "task", "create", "Train the ranker", "--status", "ready", "--requires", "gpu, cuda",
+                     env=logged_in)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    key = json.loads(done.stdout)["task"]["key"]
+    assert api.task(key)["requires"] == ["gpu", "cuda"]
+    shown = leasehold("task", "show", key, env=logged_in)
+    assert "requires: gpu, cuda" in shown.stdout
+
+    cleared = leasehold("--json", "task", "update", key, "--requires", "", env=logged_in)
+    assert cleared.returncode == 0, cleared.stderr
+    assert json.loads(cleared.stdout)["changed"] == ["requires"]
+    assert api.task(key)["requires"] == []
+    refused = leasehold("task", "update", key, "--requires", "GPU", env=logged_in)
+    assert refused.returncode != 0
+    assert "requires" in refused.stderr
+    assert api.task(key)["requires"] == []
+    nothing = leasehold("task", "update", key, env=logged_in)
+    assert nothing.returncode != 0
+    assert "--requires" in nothing.stderr

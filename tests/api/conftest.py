@@ -79,6 +79,7 @@ COMPACT_KEYS = {
     "effective_status",
     "priority",
     "task_class",
+    "requires",  # SPEC §23.1: what a claimer must carry, so an agent sees why a task is not claimable for it
     "version",
     "epoch",
     "holder",
