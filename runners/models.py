@@ -20,8 +20,6 @@ RUNNER_NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]{0,59}$"
 MAX_SLOTS = 64
 HOST_MAX_CHARS = 200
 VERSION_MAX_CHARS = 100
-LABEL_PATTERN = r"^[a-z0-9][a-z0-9_.-]{0,39}$"
-MAX_LABELS = 20
 
 
 class SlotState(models.TextChoices):

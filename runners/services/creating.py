@@ -2,34 +2,28 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Sequence
 
 from core.db import write_transaction
 from core.errors import ValidationFailed
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Agent, AgentKind, EventType, Project
+from ledger.label_sets import validate_label_set
+from ledger.models import AgentKind, EventType, Project
 from ledger.services import agent_create, event_append
 from ledger.services.validation import validate_model
 from ledger.tokens import hash_token
-from runners.models import LABEL_PATTERN, MAX_LABELS, MAX_SLOTS, Runner, RunnerSlot
+from runners.models import MAX_SLOTS, Runner, RunnerSlot
 from runners.tokens import new_runner_token
 
 
 def clean_labels(labels: Iterable[str]) -> list[str]:
-    """Labels as stored: lowercase handles, each once, sorted; VALIDATION_ERROR naming a bad one."""
-    given = list(labels)
-    cleaned = sorted({label.strip() for label in given if isinstance(label, str) and label.strip()})
-    bad = [label for label in cleaned if not re.match(LABEL_PATTERN, label)]
-    if bad or any(not isinstance(label, str) for label in given):
-        raise ValidationFailed(
-            f"Labels are lowercase letters, digits, '.', '_' and '-' (at most 40 characters): {', '.join(bad[:5])}.",
-            details={"fields": {"labels": ["invalid"]}},
-        )
-    if len(cleaned) > MAX_LABELS:
-        raise ValidationFailed(f"At most {MAX_LABELS} labels.", details={"fields": {"labels": ["too many"]}})
-    return cleaned
+    """Labels as stored: each once, sorted, valid by the one rule every label follows
+    (`ledger.label_sets.validate_label_set`: VALIDATION_ERROR naming the bad one)."""
+    given = [label.strip() if isinstance(label, str) else label for label in labels]
+    if all(isinstance(label, str) for label in given):
+        given = sorted({label for label in given if label})
+    return validate_label_set(given, field="labels")
 
 
 def slot_handle(runner_name: str, number: int) -> str:
@@ -62,11 +56,10 @@ def runner_create(
     runner.save()
     runner.projects.set(project_list)
     for number in range(1, slots + 1):
-        agent, _ = agent_create(
-            handle=slot_handle(name, number), kind=AgentKind.SCRIPT, actor=actor, projects=project_list
-        )
         # The slot carries its runner's labels (claim-next matches a task's `requires` against them).
-        Agent.objects.filter(pk=agent.pk).update(labels=cleaned)
+        agent, _ = agent_create(
+            handle=slot_handle(name, number), kind=AgentKind.SCRIPT, actor=actor, projects=project_list, labels=cleaned
+        )
         RunnerSlot.objects.create(runner=runner, number=number, agent=agent)
     event_append(
         type=EventType.RUNNER_CREATED,
