@@ -60,7 +60,9 @@ def test_a_minimal_config_gets_the_documented_defaults(tmp_path, clone):
     assert config.state_dir is None
     web = config.projects["web"]
     assert web.repository == clone.resolve()
-    assert web.landing_slots == 0 and web.lease_seconds is None and web.commands == {}
+    assert web.landing_slots == 0
+    assert web.lease_seconds is None
+    assert web.commands == {}
     assert config.providers == {}
 
 
@@ -157,9 +159,8 @@ def test_the_top_level_and_the_repositories_are_checked(tmp_path, clone):
     assert "'token_file' is required" in refused(tmp_path, minimal(clone).replace('token_file = "runner.token"', ""))
     assert "name at least one project" in refused(tmp_path, 'server = "http://x"\ntoken_file = "/t"\n')
     missing = minimal(clone).replace(str(clone), str(tmp_path / "nowhere"))
-    assert "[projects.web]: 'repository'" in refused(tmp_path, missing) and "is not a directory" in refused(
-        tmp_path, missing
-    )
+    assert "[projects.web]: 'repository'" in refused(tmp_path, missing)
+    assert "is not a directory" in refused(tmp_path, missing)
     plain = tmp_path / "plain"
     plain.mkdir()
     assert "is not a git clone" in refused(tmp_path, minimal(clone).replace(str(clone), str(plain)))
