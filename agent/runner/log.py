@@ -17,7 +17,7 @@ class EventLog:
         self.as_json = as_json
         self._text = text
         self._machine = machine
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # a signal handler may log while the main thread is logging
 
     def event(self, kind: str, message: str, *, slot: int | None = None, **fields: Any) -> None:
         prefix = "leasehold runner: " + (f"slot {slot}: " if slot is not None else "")

@@ -149,6 +149,8 @@ class Slot:
         turn = (self.number + rounds) % len(projects)
         order = projects[turn:] + projects[:turn]
         for index, project in enumerate(order):
+            if self.runner.stopping.is_set() or self.runner.paused:
+                return None
             parked = index == len(order) - 1
             asked = time.monotonic()
             try:
