@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.client import LeaseholdClient
 from tests.agent.gitrepos import IDENTITY, make_repos
 from tests.agent.live import AGENT_VARIABLES, REPO, LiveServer
 
@@ -40,7 +41,7 @@ record = {
 }
 with open(os.environ["WORK_LOG"], "a") as log:
     log.write(json.dumps(record) + "\n")
-Path(f"work-{task}.txt").write_text(task + "\n")
+Path(f"work-{task}.txt").write_text(f"{task} by attempt {record['attempt']}\n")  # a successor commits too
 subprocess.run(["git", "add", f"work-{task}.txt"], check=True)
 subprocess.run(["git", "commit", "-qm", f"work on {task}"], check=True)
 time.sleep(float(os.environ.get("WORK_SECONDS", "0.2")))
@@ -72,6 +73,13 @@ print(json.dumps([
 
 def make_project(server: LiveServer, slug: str) -> None:
     server.manage("create_project", slug, "--name", f"Runner test {slug}")
+
+
+def planner(server: LiveServer, *slugs: str) -> LeaseholdClient:
+    """A client of an agent that sees these projects (to make tasks and read them)."""
+    projects = [arg for slug in slugs for arg in ("--project", slug)]
+    made = server.manage("create_agent", f"planner-{slugs[0]}", "--kind", "script", *projects)
+    return LeaseholdClient(server.url, made.strip().splitlines()[-1])
 
 
 def make_runner(server: LiveServer, name: str, *, projects: list[str], slots: int, labels: Sequence[str] = ()) -> str:

@@ -15,7 +15,7 @@ import pytest
 
 from agent.client import LeaseholdClient
 from agent.client.errors import LeaseholdError
-from tests.agent.runners_live import attempts, clone_for, make_project, runner_setup, wait_until
+from tests.agent.runners_live import attempts, clone_for, make_project, planner, runner_setup, wait_until
 
 TASKS = 8
 
@@ -45,13 +45,12 @@ def test_two_runners_of_two_slots_run_two_projects_to_the_end_each_task_once(fle
         make_project(fleet.server, slug)
     clones = {slug: clone_for(tmp_path / "git", slug) for slug in (web, api_slug)}
     runners = [runner_setup(fleet.server, tmp_path, f"{web}-r{index}", projects=clones, slots=2) for index in (1, 2)]
-    with LeaseholdClient(fleet.server.url, fleet.token) as api:
-        keys = _tasks(api, web, TASKS // 2, docs=2) + _tasks(api, api_slug, TASKS // 2)
+    api = planner(fleet.server, web, api_slug)
+    keys = _tasks(api, web, TASKS // 2, docs=2) + _tasks(api, api_slug, TASKS // 2)
     for runner in runners:
         runner.start()
     try:
-        with LeaseholdClient(fleet.server.url, fleet.token) as api:
-            wait_until(lambda: _done(api, keys), timeout=120, what="every task done")
+        wait_until(lambda: _done(api, keys), timeout=120, what="every task done")
         time.sleep(1.5)  # an empty queue: the runners wait on, they do not exit
         assert all(runner.process and runner.process.poll() is None for runner in runners)
     finally:
@@ -107,8 +106,8 @@ def test_a_gpu_runner_gets_the_tasks_that_require_gpu(fleet, tmp_path):
     clones = {slug: clone_for(tmp_path / "git", slug)}
     gpu = runner_setup(fleet.server, tmp_path, f"{slug}-gpu", projects=clones, slots=1, labels=["gpu"])
     plain = runner_setup(fleet.server, tmp_path, f"{slug}-cpu", projects=clones, slots=1)
-    with LeaseholdClient(fleet.server.url, fleet.token) as api:
-        keys = _tasks(api, slug, 6)
+    api = planner(fleet.server, slug)
+    keys = _tasks(api, slug, 6)
     needs_gpu = keys[:3]
     fleet.server.manage(
         "shell",
@@ -118,8 +117,7 @@ def test_a_gpu_runner_gets_the_tasks_that_require_gpu(fleet, tmp_path):
     plain.start()
     gpu.start()
     try:
-        with LeaseholdClient(fleet.server.url, fleet.token) as api:
-            wait_until(lambda: _done(api, keys), timeout=120, what="every task done")
+        wait_until(lambda: _done(api, keys), timeout=120, what="every task done")
     finally:
         codes = [gpu.stop(), plain.stop()]
 

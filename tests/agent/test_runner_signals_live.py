@@ -16,12 +16,12 @@ import os
 import signal
 import time
 
-from agent.client import LeaseholdClient
 from tests.agent.runners_live import (
     alive,
     attempts,
     clone_for,
     make_project,
+    planner,
     runner_setup,
     state_files,
     wait_until,
@@ -55,13 +55,13 @@ def _one_runner(fleet, tmp_path, prefix: str, *, slots: int, tasks: int, top: st
         project_options=f"lease_seconds = {lease}",
         work_seconds=LONG,
     )
-    with LeaseholdClient(fleet.server.url, fleet.token) as api:
-        keys = _tasks(api, slug, tasks)
-    return slug, keys, runner
+    api = planner(fleet.server, slug)
+    keys = _tasks(api, slug, tasks)
+    return slug, keys, runner, api
 
 
 def test_kill_9_of_the_runner_takes_its_run_children_and_commands_within_2_s(fleet, tmp_path):
-    slug, _keys, runner = _one_runner(fleet, tmp_path, "rk", slots=2, tasks=2)
+    slug, _keys, runner, _api = _one_runner(fleet, tmp_path, "rk", slots=2, tasks=2)
     runner.start()
     try:
         commands = [record["pid"] for record in _started(runner, 2)]
@@ -85,7 +85,7 @@ def test_kill_9_of_the_runner_takes_its_run_children_and_commands_within_2_s(fle
 
 
 def test_after_a_crash_the_restarted_runner_hands_off_at_once_and_removes_the_state_files(fleet, tmp_path):
-    slug, keys, runner = _one_runner(fleet, tmp_path, "rc", slots=2, tasks=2)
+    slug, keys, runner, api = _one_runner(fleet, tmp_path, "rc", slots=2, tasks=2)
     runner.start()
     try:
         commands = [record["pid"] for record in _started(runner, 2)]
@@ -113,8 +113,7 @@ def test_after_a_crash_the_restarted_runner_hands_off_at_once_and_removes_the_st
         assert sorted(cleaned) == sorted(str(path) for path in held + pointers)
         kinds = [event["event"] for event in runner.events(run=2)]
         assert max(i for i, kind in enumerate(kinds) if kind == "cleanup") < kinds.index("claim")  # before any claim
-        with LeaseholdClient(fleet.server.url, fleet.token) as api:
-            wait_until(lambda: _done(api, keys), timeout=60, what="the tasks done after the restart")
+        wait_until(lambda: _done(api, keys), timeout=60, what="the tasks done after the restart")
     finally:
         runner.stop()
 
@@ -124,7 +123,7 @@ def test_after_a_crash_the_restarted_runner_hands_off_at_once_and_removes_the_st
 
 
 def test_sigterm_drains_a_command_that_ends_within_the_grace_finishes_and_nothing_new_is_claimed(fleet, tmp_path):
-    slug, _keys, runner = _one_runner(fleet, tmp_path, "rd", slots=1, tasks=2, top="drain_grace_seconds = 60")
+    slug, _keys, runner, _api = _one_runner(fleet, tmp_path, "rd", slots=1, tasks=2, top="drain_grace_seconds = 60")
     runner.start(WORK_SECONDS="3")
     _started(runner, 1)
     runner.signal(signal.SIGTERM)
@@ -137,7 +136,7 @@ def test_sigterm_drains_a_command_that_ends_within_the_grace_finishes_and_nothin
 
 
 def test_the_drain_grace_ends_with_sigterm_and_a_hand_off_and_a_second_sigint_is_at_once(fleet, tmp_path):
-    slug, _keys, runner = _one_runner(fleet, tmp_path, "rg", slots=2, tasks=3, top="drain_grace_seconds = 2")
+    slug, _keys, runner, _api = _one_runner(fleet, tmp_path, "rg", slots=2, tasks=3, top="drain_grace_seconds = 2")
     runner.start()
     commands = [record["pid"] for record in _started(runner, 2)]
     runner.signal(signal.SIGTERM)
@@ -161,7 +160,7 @@ def test_the_drain_grace_ends_with_sigterm_and_a_hand_off_and_a_second_sigint_is
 
 
 def test_a_cancel_from_the_console_stops_the_command_and_the_runner_works_on(fleet, tmp_path):
-    slug, _keys, runner = _one_runner(fleet, tmp_path, "rx", slots=1, tasks=2)
+    slug, _keys, runner, _api = _one_runner(fleet, tmp_path, "rx", slots=1, tasks=2, top="drain_grace_seconds = 1")
     runner.start()
     try:
         record = _started(runner, 1)[0]
