@@ -3,8 +3,8 @@
 A runner is made on the server with the `runners` room's service (through `manage.py shell`), its token written
 to a 0600 file, its config to `runner.toml`; `leasehold --json runner` then runs as a real process with real git
 clones. Its events (one JSON object per line on stdout) are read from a file. The command every slot runs is
-`work.py`: it records itself (task, pid, argv, which variables it got) in `$WORK_LOG`, commits a file in its
-worktree, then sleeps `$WORK_SECONDS` (default 0.2) — SIGTERM ends it at once, as Python's default does.
+`work.py`: it commits a file in its worktree, records itself (task, pid, argv, which variables it got) in
+`$WORK_LOG`, then sleeps `$WORK_SECONDS` (default 0.2) — SIGTERM ends it at once, as Python's default does.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ record = {
     "tokens_in_env": [name for name, value in os.environ.items() if value.startswith(("lh_", "lhr_"))],
     "cwd": os.getcwd(),
 }
-with open(os.environ["WORK_LOG"], "a") as log:
-    log.write(json.dumps(record) + "\n")
 Path(f"work-{task}.txt").write_text(f"{task} by attempt {record['attempt']}\n")  # a successor commits too
 subprocess.run(["git", "add", f"work-{task}.txt"], check=True)
 subprocess.run(["git", "commit", "-qm", f"work on {task}"], check=True)
+with open(os.environ["WORK_LOG"], "a") as log:  # after the commit: a test that kills it now leaves no git lock
+    log.write(json.dumps(record) + "\n")
 time.sleep(float(os.environ.get("WORK_SECONDS", "0.2")))
 """
 
