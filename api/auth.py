@@ -1,5 +1,6 @@
 """Who is calling: an agent by its bearer token (`AgentPrincipal`), a command by its attempt token
-(`AttemptPrincipal`, SPEC §23.2), or a staff user by session.
+(`AttemptPrincipal`, SPEC §23.2), a runner by its runner token (`RunnerPrincipal`, SPEC §23.1), or a
+staff user by session.
 
 `caller_of(request)` turns either into a `Caller`, which the views pass to
 selectors (`agent`, None for staff: staff sees everything) and to services
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 
     from leases.models import Attempt
     from ledger.models import Agent
+    from runners.models import Runner
 
 BEARER_REALM = 'Bearer realm="leasehold"'
 
@@ -70,6 +72,33 @@ class AttemptPrincipal(AgentPrincipal):
         return f"{self.agent.handle} (attempt {self.attempt_id})"
 
 
+class RunnerPrincipal:
+    """`request.user` for a runner token (SPEC §23.1): authenticated, never staff, and no agent.
+
+    `IsAgentOrStaff` lets it through only to the views that declare `runner_scope = True` (register
+    and heartbeat); everything else is PERMISSION_DENIED. Slot work uses the slot agents' own tokens.
+    """
+
+    is_authenticated = True
+    is_anonymous = False
+    is_active = True
+    is_staff = False
+    is_superuser = False
+
+    def __init__(self, runner: Runner) -> None:
+        self.runner = runner
+        self.pk = runner.pk
+
+    def __str__(self) -> str:
+        return f"runner {self.runner.name}"
+
+    def has_perm(self, perm: str, obj: object = None) -> bool:
+        return False
+
+
+RUNNER_SCOPE_MESSAGE = "A runner token is good only for the runner endpoints (register, heartbeat)."
+NOT_A_RUNNER_MESSAGE = "Only a runner (its runner token) may call this endpoint."
+
 ATTEMPT_SCOPE_MESSAGE = (
     "An attempt token is good only for its own attempt's calls (notes, git facts, context, renew, finish, "
     "release, the task's text and comments)."
@@ -89,8 +118,16 @@ class AgentTokenAuthentication(BaseAuthentication):
             raise drf.AuthenticationFailed("Use 'Authorization: Bearer <agent token>'.")
         from api.throttles import FailedAuthentications  # not at the top: see the module's docstring
         from leases.tokens import ATTEMPT_TOKEN_PREFIX
+        from runners.tokens import RUNNER_TOKEN_PREFIX
 
-        if token.startswith(ATTEMPT_TOKEN_PREFIX):
+        if token.startswith(RUNNER_TOKEN_PREFIX):
+            from runners.selectors import runner_for_token
+
+            runner = runner_for_token(token)
+            if runner is not None:
+                return RunnerPrincipal(runner), runner
+            refusal = "The runner token is not valid, or its runner is deactivated."
+        elif token.startswith(ATTEMPT_TOKEN_PREFIX):
             from leases.selectors import attempt_for_token
             from ledger import clock
 
@@ -128,6 +165,11 @@ class IsAgentOrStaff(BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         user: Any = request.user
+        runner_view = bool(getattr(view, "runner_scope", False))
+        if isinstance(user, RunnerPrincipal) or runner_view:
+            # A runner endpoint takes a runner token only; a runner token opens nothing else.
+            self.message = NOT_A_RUNNER_MESSAGE if runner_view else RUNNER_SCOPE_MESSAGE
+            return isinstance(user, RunnerPrincipal) and runner_view
         if isinstance(user, AttemptPrincipal):
             if not _within_attempt(user, request, view):
                 self.message = ATTEMPT_SCOPE_MESSAGE
@@ -172,6 +214,9 @@ class Caller:
 
 def caller_of(request: Request) -> Caller:
     user: Any = request.user
+    if isinstance(user, RunnerPrincipal):
+        # Never a staff-like caller with no agent (which selectors read as "sees everything").
+        raise PermissionDenied(RUNNER_SCOPE_MESSAGE)
     if isinstance(user, AgentPrincipal):
         return Caller(agent=user.agent, user=None)
     return Caller(agent=None, user=user)

@@ -45,6 +45,7 @@ version_1: list[URLPattern | URLResolver] = [
     path("", include("ledger.apis.urls")),
     path("", include("leases.apis.urls")),
     path("", include("landing.apis.urls")),
+    path("", include("runners.apis.urls")),
     path("", include("insight.apis.urls")),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),

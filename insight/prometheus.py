@@ -23,6 +23,9 @@ Metrics (all prefixed `leasehold_`):
 - landing (SPEC §21.2): `landing_queue_depth{project}` (delivered tasks),
   `landed_tasks_total{result}` (landed, conflict, check_failed, target_moved,
   expired) and `landing_duration_seconds{quantile}` over the latest 100 ended landings.
+- runners (SPEC §23.1): `runners{status}` (online, offline: lost, silent past the lost threshold,
+  or never registered), `runner_slots{state}` (busy, idle: the slots of online runners, as they
+  last reported) and `runner_heartbeats_missed{runner}` (whole heartbeats missed since its last).
 - jobs: `last_sweep_timestamp_seconds` (the last successful expiry sweep) and
   `scheduler_heartbeat_timestamp_seconds` (the last start of any scheduled
   job), from the job heartbeats that `/readyz` reads too (0: never).
@@ -52,6 +55,9 @@ from ledger import clock
 from ledger.models import EventType, Project, Task, TaskStatus
 from push.models import DeliveryStatus, WebhookDelivery
 from reconciliation.models import Finding, FindingStatus, ReconciliationRun
+from runners.models import BUSY_STATES, Runner, RunnerSlot
+from runners.selectors import runner_online
+from runners.services import HEARTBEAT_SECONDS
 
 EXPIRING_SOON = timedelta(minutes=10)
 FINISHED_STATUSES = (
@@ -276,6 +282,31 @@ def _jobs(now: datetime) -> Iterator[Metric]:
     )
 
 
+def _runners(now: datetime) -> Iterator[Metric]:
+    """Runners online and offline, their slots busy and idle, heartbeats missed: one read of the (few) runners."""
+    runners = list(Runner.objects.filter(is_active=True).order_by("name"))
+    online = [runner for runner in runners if runner_online(runner, now=now)]
+    status = GaugeMetricFamily("leasehold_runners", "Active runners by status.", labels=["status"])
+    status.add_metric(["online"], len(online))
+    status.add_metric(["offline"], len(runners) - len(online))
+    yield status
+    states = dict(RunnerSlot.objects.filter(runner__in=online).values_list("state").annotate(n=Count("id")).order_by())
+    slots = GaugeMetricFamily("leasehold_runner_slots", "Slots of online runners, as last reported.", labels=["state"])
+    slots.add_metric(["busy"], sum(n for state, n in states.items() if state in BUSY_STATES))
+    slots.add_metric(["idle"], sum(n for state, n in states.items() if state not in BUSY_STATES))
+    yield slots
+    missed = GaugeMetricFamily(
+        "leasehold_runner_heartbeats_missed",
+        "Whole heartbeats missed since the runner's last (registered runners).",
+        labels=["runner"],
+    )
+    for runner in runners:
+        if runner.last_heartbeat_at is not None:
+            seconds = max(0.0, (now - runner.last_heartbeat_at).total_seconds())
+            missed.add_metric([runner.name], int(seconds // HEARTBEAT_SECONDS))
+    yield missed
+
+
 class FleetCollector(Collector):
     """Everything of SPEC §18's list, against one reading of the clock."""
 
@@ -293,6 +324,7 @@ class FleetCollector(Collector):
         yield from _last_reconciliation()
         yield from _spend(now, slugs)
         yield from _jobs(now)
+        yield from _runners(now)
 
 
 def fleet_registry() -> CollectorRegistry:

@@ -19,6 +19,8 @@ SCHEDULES: tuple[tuple[str, str, int], ...] = (
     ("insight.check_incidents", "insight.jobs.check_incidents_job", 1),
     # Follows for 50 s of each minute (returns at once with no active endpoint): docs/operations.md, "Webhooks".
     ("ledger.deliver_webhooks", "push.jobs.deliver_webhooks_job", 1),
+    # SPEC §23.1: a runner silent for 3 heartbeats (45 s) is marked lost; every minute, django-q2's finest step.
+    ("runners.mark_lost", "runners.jobs.mark_lost_runners_job", 1),
 )
 
 

@@ -32,7 +32,8 @@ BELOW: dict[str, tuple[str, ...]] = {
     "leases": ("ledger", "environments"),
     "reconciliation": ("ledger", "environments", "leases"),
     "landing": ("ledger", "environments", "leases"),
-    "runners": ("ledger", "environments", "leases"),
+    # A restarted runner hands its slots' landings back through the landing room's services (SPEC §23.1).
+    "runners": ("ledger", "environments", "leases", "landing"),
     # Above the rooms: what each may read.
     "insight": ("ledger", "environments", "leases", "reconciliation", "landing", "runners", "push"),
     "push": ("ledger",),

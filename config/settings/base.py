@@ -74,6 +74,7 @@ INSTALLED_APPS = [
     "leases",
     "reconciliation",
     "landing",
+    "runners",
     "insight",
     "push",
     "operations",

@@ -6,7 +6,7 @@ from landing.services.checks import CheckReport, check_report
 from landing.services.claiming import LandingGrant, landing_claim_next
 from landing.services.finishing import TaskResult, landing_finish
 from landing.services.holding import LandingProof, landing_renew
-from landing.services.lapsing import expire_lapsed_landings
+from landing.services.lapsing import expire_lapsed_landings, landing_hand_back
 from landing.services.reconciled import tasks_landed_outside
 from landing.services.settings import LandingSettings, project_set_landing
 
@@ -20,6 +20,7 @@ __all__ = [
     "expire_lapsed_landings",
     "landing_claim_next",
     "landing_finish",
+    "landing_hand_back",
     "landing_renew",
     "project_set_landing",
     "tasks_landed_outside",

@@ -19,8 +19,9 @@ from landing.models import Landing, LandingOutcome, LandingStatus, LandingTask
 from landing.services.returning import count_failed_landing
 from leases.models import AttemptStatus
 from leases.services import expire_lapsed
+from leases.services.ending import end_attempt
 from ledger import clock
-from ledger.actors import SYSTEM
+from ledger.actors import SYSTEM, Actor
 from ledger.models import EventType, Severity
 from ledger.services import event_append
 
@@ -59,6 +60,51 @@ def expire_landing(landing: Landing, *, now: datetime) -> None:
                 "The target was not changed; the task stays delivered and is retried."
             ),
         )
+
+
+@write_transaction
+def landing_hand_back(*, landing: Landing, actor: Actor, reason_code: str, note: str) -> list[int]:
+    """End the agent's live landing now, on its lander's behalf (SPEC §23.1: its runner restarted).
+
+    As a lapsed landing (`expire_landing`): the target was not changed by it (a lander pushes only
+    under a live lease, and this one no longer is), its tasks stay `delivered` at the head of the
+    queue with a `landing` note, and it counts as a failed landing of each; but it ends now, not
+    when its lease would have lapsed, and its `land` attempts end `interrupted` with `reason_code`.
+    Returns the ids of the attempts it ended (none when the landing had ended already).
+    """
+    now = clock.now()
+    locked = (
+        Landing.objects.select_for_update(of=("self",))
+        .select_related("agent")
+        .filter(pk=landing.pk, status=LandingStatus.ACTIVE)
+        .first()
+    )
+    if locked is None:
+        return []
+    if locked.lease_expires_at <= now:
+        expire_landing(locked, now=now)
+        return []
+    Landing.objects.filter(pk=locked.pk).update(status=LandingStatus.EXPIRED, finished_at=now)
+    entries = list(
+        LandingTask.objects.filter(landing=locked, outcome=LandingOutcome.PENDING).select_related("task", "attempt")
+    )
+    LandingTask.objects.filter(pk__in=[entry.pk for entry in entries]).update(outcome=LandingOutcome.EXPIRED)
+    ended: list[int] = []
+    for entry in entries:
+        if entry.attempt.status == AttemptStatus.ACTIVE:
+            end_attempt(entry.attempt, now=now, status=AttemptStatus.INTERRUPTED, interruption_reason_code=reason_code)
+            ended.append(entry.attempt_id)
+        event_append(
+            type=EventType.LANDING_EXPIRED,
+            severity=Severity.WARN,
+            actor=actor,
+            at=now,
+            task=entry.task,
+            attempt_id=entry.attempt_id,
+            payload={"landing": locked.pk, "agent": locked.agent.handle, "handed_back": reason_code},
+        )
+        count_failed_landing(entry, now=now, note=f"Landing {locked.pk} of {entry.task.key} ended: {note}")
+    return ended
 
 
 @write_transaction

@@ -38,6 +38,10 @@ class InterruptionReason(models.TextChoices):
     USER_REQUEST = "user_request"
     CLIENT_SHUTDOWN = "client_shutdown"
     ENVIRONMENT_CHANGE = "environment_change"
+    # SPEC §23.1: the slot's runner registered again (it restarted): its attempts are handed off at once.
+    RUNNER_RESTART = "runner_restart"
+    # SPEC §23.3: the environment provider failed; the claim is handed off cleanly.
+    ENVIRONMENT_UNAVAILABLE = "environment_unavailable"
     OTHER = "other"
 
 

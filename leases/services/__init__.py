@@ -9,6 +9,7 @@ from leases.services.claims import LeaseGrant, lease_claim
 from leases.services.command_tokens import attempt_mint_token
 from leases.services.expiry import SweepReport, check_queue_wait, expire_lapsed, sweep_expired
 from leases.services.finishing import Finished, Outcome, attempt_finish, attempt_release
+from leases.services.handing_off import HandedOff, attempt_hand_off
 from leases.services.holding import HolderProof, attempt_renew
 from leases.services.membership import agent_set_projects
 from leases.services.notes import NoteWritten, attempt_set_git, note_add
@@ -21,6 +22,7 @@ from leases.services.task_updates import TaskUpdated, task_update
 __all__ = [
     "Cancelled",
     "Finished",
+    "HandedOff",
     "HolderProof",
     "LeaseGrant",
     "NoteWritten",
@@ -33,6 +35,7 @@ __all__ = [
     "agent_set_projects",
     "allocation_release",
     "attempt_finish",
+    "attempt_hand_off",
     "attempt_mint_token",
     "attempt_release",
     "attempt_renew",

@@ -97,6 +97,16 @@ class EventType(models.TextChoices):
     WEBHOOK_BACKLOG_DROPPED = "webhook.backlog_dropped"
     # "Send test": delivered to the one endpoint it names only (the delivery trigger skips this type).
     WEBHOOK_TEST = "webhook.test"
+    # SPEC §23.1: runners (the `runners` room). `runner.lost` (a warning) is the one to subscribe a webhook to.
+    RUNNER_CREATED = "runner.created"
+    RUNNER_REGISTERED = "runner.registered"
+    RUNNER_LOST = "runner.lost"
+    RUNNER_CORDONED = "runner.cordoned"
+    RUNNER_UNCORDONED = "runner.uncordoned"
+    RUNNER_DRAINING = "runner.draining"
+    RUNNER_UNDRAINED = "runner.undrained"
+    RUNNER_ATTEMPT_CANCELLED = "runner.attempt_cancelled"
+    RUNNER_TOKEN_ROTATED = "runner.token_rotated"  # noqa: S105 - an event name
 
 
 class Event(NoDeleteModel):

@@ -123,6 +123,8 @@ NOT_EXPORTED: dict[str, str] = {
     "insight.FleetDayTally": "derived: the attempt and event triggers count the imported rows",
     "insight.FleetDayTallyChange": "derived: the attempt and event triggers count the imported rows",
     "insight.TaskFirstReady": "derived: the event trigger reads the imported task events",
+    "runners.Runner": "this server's machines and their tokens, not a project's data (their slot agents are agents)",
+    "runners.RunnerSlot": "what this server's runners last reported",
 }
 # Agents and users come before every section (after the project): rows name them.
 AGENT = "agent"

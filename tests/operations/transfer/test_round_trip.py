@@ -192,7 +192,7 @@ def test_every_model_of_the_rooms_is_exported_or_left_out_with_a_reason():
     exported = {section.model._meta.label for section in SECTIONS}
     models = {
         model._meta.label
-        for app in ("ledger", "environments", "leases", "reconciliation", "landing", "insight", "push")
+        for app in ("ledger", "environments", "leases", "reconciliation", "landing", "runners", "insight", "push")
         for model in apps.get_app_config(app).get_models()
     }
     assert models - exported == set(NOT_EXPORTED)

@@ -1,0 +1,149 @@
+"""Heartbeats and lost runners (SPEC §23.1).
+
+A runner heartbeats every `HEARTBEAT_SECONDS` with each slot's state; the answer tells it whether it
+is cordoned or draining and which attempts the console cancelled. A runner whose last heartbeat is
+older than `LOST_AFTER_MISSED` heartbeats is marked lost by the job (`runner.lost`, once); its slots'
+attempts are not handed off then (a partitioned runner keeps working while its leases hold, and they
+expire on their own otherwise): they are handed off when it registers again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+from core.db import write_transaction
+from core.errors import ValidationFailed
+from ledger import clock
+from ledger.actors import SYSTEM, Actor
+from ledger.models import EventType, Severity
+from ledger.services import event_append
+from runners.models import Runner, RunnerSlot, SlotState
+
+HEARTBEAT_SECONDS = 15
+LOST_AFTER_MISSED = 3
+TASK_KEY_MAX_CHARS = 20
+ATTEMPT_ID_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class SlotReport:
+    number: int
+    state: str
+    attempt_id: int | None = None
+    task: str | None = None
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    cordoned: bool
+    draining: bool
+    cancel: list[int]
+    heartbeat_seconds: int = HEARTBEAT_SECONDS
+
+
+def lost_after() -> timedelta:
+    return timedelta(seconds=HEARTBEAT_SECONDS * LOST_AFTER_MISSED)
+
+
+def _validate(runner: Runner, reports: list[SlotReport]) -> None:
+    problems: list[str] = []
+    numbers = [report.number for report in reports]
+    if len(set(numbers)) != len(numbers):
+        problems.append("each slot at most once")
+    for report in reports:
+        if not 1 <= report.number <= runner.slots:
+            problems.append(f"slot {report.number}: runner {runner.name} has slots 1 to {runner.slots}")
+        if report.state not in SlotState.values:
+            problems.append(f"slot {report.number}: state is one of {', '.join(SlotState.values)}")
+        if report.attempt_id is not None and not 1 <= report.attempt_id <= ATTEMPT_ID_MAX:
+            problems.append(f"slot {report.number}: attempt_id is a positive id")
+        if report.task is not None and len(report.task) > TASK_KEY_MAX_CHARS:
+            problems.append(f"slot {report.number}: task is a task key")
+    if problems:
+        raise ValidationFailed("; ".join(problems[:10]) + ".", details={"fields": {"slots": problems[:50]}})
+
+
+def _cancel_still_running(slot: RunnerSlot, report: SlotReport | None) -> bool:
+    """Whether the slot may still run the attempt the console cancelled: it reports that attempt, or
+    is busy without having said which yet. Once it reports another attempt or idles, the cancel is done."""
+    if report is None:
+        return True
+    if report.attempt_id is not None:
+        return report.attempt_id == slot.cancel_attempt_id
+    return report.state != SlotState.IDLE
+
+
+@write_transaction
+def runner_heartbeat(*, runner: Runner, slots: list[SlotReport]) -> HeartbeatAnswer:
+    """Store each reported slot's state; clear `lost_at`; answer cordoned / draining and the attempts
+    cancelled from the console that the runner still runs (so it stops their commands now).
+
+    Keeps: a cancel stays asked until the runner reports the slot on another attempt or idle.
+    No event (one every 15 s per runner would bury the audit log).
+    """
+    _validate(runner, slots)
+    now = clock.now()
+    Runner.objects.filter(pk=runner.pk).update(last_heartbeat_at=now, lost_at=None)
+    reported = {report.number: report for report in slots}
+    rows = list(RunnerSlot.objects.select_for_update(of=("self",)).filter(runner=runner).order_by("number"))
+    cancel: list[int] = []
+    for slot in rows:
+        report = reported.get(slot.number)
+        changes: dict[str, object] = {}
+        if report is not None:
+            changes = {
+                "state": report.state,
+                "attempt_id": report.attempt_id,
+                "task_key": report.task or "",
+                "reported_at": now,
+            }
+        if slot.cancel_attempt_id is not None:
+            if _cancel_still_running(slot, report):
+                cancel.append(slot.cancel_attempt_id)
+            else:
+                changes["cancel_attempt_id"] = None
+        if changes:
+            RunnerSlot.objects.filter(pk=slot.pk).update(**changes)
+    flags = Runner.objects.filter(pk=runner.pk).values("cordoned_at", "draining_at").get()
+    return HeartbeatAnswer(
+        cordoned=flags["cordoned_at"] is not None, draining=flags["draining_at"] is not None, cancel=sorted(cancel)
+    )
+
+
+@write_transaction
+def runners_mark_lost(*, actor: Actor = SYSTEM) -> list[str]:
+    """Mark lost every active runner whose last heartbeat is older than `LOST_AFTER_MISSED` heartbeats;
+    one `runner.lost` (warning) per runner, once until it heartbeats or registers again.
+
+    Keeps: exactly one event per loss, whoever runs the job at once (compare-and-set on `lost_at`,
+    re-checking the heartbeat in the same UPDATE, so a heartbeat that commits first wins).
+    A runner that never registered is not lost: it was never there. Returns the names marked.
+    """
+    now = clock.now()
+    threshold = now - lost_after()
+    candidates = list(
+        Runner.objects.filter(is_active=True, lost_at__isnull=True, last_heartbeat_at__lte=threshold)
+        .order_by("last_heartbeat_at")
+        .values_list("pk", "name", "last_heartbeat_at")
+    )
+    marked: list[str] = []
+    for pk, name, last in candidates:
+        changed = Runner.objects.filter(pk=pk, lost_at__isnull=True, last_heartbeat_at__lte=threshold).update(
+            lost_at=now
+        )
+        if not changed or last is None:
+            continue
+        marked.append(name)
+        event_append(
+            type=EventType.RUNNER_LOST,
+            severity=Severity.WARN,
+            actor=actor,
+            at=now,
+            payload={
+                "runner": name,
+                "last_heartbeat_at": last.isoformat(),
+                "missed_heartbeats": int((now - last).total_seconds() // HEARTBEAT_SECONDS),
+            },
+        )
+    return marked
