@@ -41,6 +41,7 @@ from agent.runner.config import ConfigError, ProjectConfig, RunnerConfig
 from agent.runner.log import EventLog
 from agent.runner.sandboxes import NoProviders, Providers
 from agent.runner.slots import Slot
+from agent.workspace.githooks import enable_worktree_config
 
 EXIT_OK = 0
 EXIT_CONFIG = 2
@@ -208,6 +209,11 @@ class Runner:
             remove_state_files(slot.config_dir, self.log, slot=slot.number)
         repositories = {project.repository for project in self.config.projects.values()}
         remove_pointers(sorted(repositories), {slot.agent for slot in self.slots}, self.log)
+        for repository in sorted(repositories):  # once here, not raced for by the slots' first `run`s
+            try:
+                enable_worktree_config(repository)
+            except OSError as error:
+                self.log.event("error", f"{repository}: {error}")
         self.providers.startup(self.slots)
 
     def _landing_roles(self, count: int) -> list[ProjectConfig | None]:

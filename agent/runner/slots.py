@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from agent.client.api import LeaseholdClient
-from agent.client.errors import LeaseholdError
+from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError
 from agent.client.models import Claim, is_past
 from agent.runner.children import Child, child_environment, land_argv, run_argv
 from agent.runner.config import ProjectConfig, RunnerConfig
@@ -290,9 +290,12 @@ class Slot:
 
     def _after_run(self, held: HeldAttempt, code: int, child: Child) -> None:
         for error_code, message in child.refusals():
+            refused = error_code in LEASE_LOSS_CODES  # a late report refused: the work is on the branch
             self._log(
-                "refused",
-                f"{held.task}: the server refused a report: {error_code}: {message}",
+                "refused" if refused else "run_error",
+                f"{held.task}: "
+                + ("the server refused a report" if refused else "run said")
+                + f": {error_code}: {message}",
                 task=held.task,
                 attempt=held.attempt_id,
                 code=error_code,
