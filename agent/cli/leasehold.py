@@ -29,6 +29,7 @@ import agent.cli.hooks as hooks
 import agent.cli.land_commands as land_commands
 import agent.cli.plan_commands as plan_commands
 import agent.cli.review_commands as review_commands
+import agent.cli.runner_command as runner_command
 import agent.cli.task_commands as task_commands
 from agent import __version__
 from agent.cli.commands import (
@@ -273,6 +274,7 @@ def _add_reach_commands(command: Callable[..., argparse.ArgumentParser]) -> None
     check_commands.add_parsers(command)
     connect.add_parser(command)
     hooks.add_parser(command)
+    runner_command.add_parser(command)
 
 
 def _split_run_command(argv: list[str]) -> tuple[list[str], list[str]]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import os
 import shlex
 import subprocess
+import time
 from pathlib import Path
 
 from agent.workspace.labels import git_trailer
@@ -111,6 +112,24 @@ def install_label_hook(worktree: Path, label: str) -> Path:
             if hook.name in TRAILER_HOOKS or hook.suffix == ".sample" or not os.access(hook, os.X_OK):
                 continue
             _write_executable(hooks_dir / hook.name, _CHAINED_HOOK.format(target=shlex.quote(str(hook))))
-    _out(worktree, "config", "extensions.worktreeConfig", "true")
+    enable_worktree_config(worktree)
     _out(worktree, "config", "--worktree", "core.hooksPath", str(hooks_dir))
     return hooks_dir
+
+
+def enable_worktree_config(checkout: Path, *, tries: int = 20) -> None:
+    """`extensions.worktreeConfig = true` in the repository's shared config, written only when it is not set yet.
+
+    Several `run`s opening worktrees of one clone at once (a runner's slots) would otherwise race for
+    `.git/config.lock`; a write that loses that race is tried again after a moment.
+    """
+    for attempt in range(tries):
+        if _git(checkout, "config", "--get", "extensions.worktreeConfig").stdout.strip() == "true":
+            return
+        done = _git(checkout, "config", "extensions.worktreeConfig", "true")
+        if done.returncode == 0:
+            return
+        if "lock" not in done.stderr or attempt == tries - 1:
+            first = (done.stderr.strip().splitlines() or ["failed"])[0]
+            raise OSError(f"git config extensions.worktreeConfig true: {first}")
+        time.sleep(0.05 * (attempt + 1))

@@ -45,6 +45,7 @@ SUBCOMMANDS = {
     "land",
     "landing",
     "check",
+    "runner",
 }
 EXIT_CODES = {
     name: value for name, value in vars(output).items() if name.startswith("EXIT_") and isinstance(value, int)

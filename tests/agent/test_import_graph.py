@@ -2,7 +2,7 @@
 
 Every import counts, including the ones inside functions: a lazy import hides
 a cycle from the interpreter, not from the reader. The sub-packages stack
-`client` → `workspace` → `land` → `runner` → `mcp` → `cli` (STYLE.md, Layout): each imports only
+`client` → `workspace` → `land` → `mcp` → `runner` → `cli` (STYLE.md, Layout): each imports only
 the ones before it, so a new one (the runner daemon, the lander) can take
 what it needs from below without pulling in the CLI.
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 from tests.agent.live import REPO
 
 PACKAGE = "agent"
-LAYERS = ("client", "workspace", "land", "runner", "mcp", "cli")
+LAYERS = ("client", "workspace", "land", "mcp", "runner", "cli")
 
 
 def module_name(source: Path) -> str:
