@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agent.runner.providers import ProviderConfigError, ProviderSpec, provider_specs
+
 PLACEHOLDERS = ("task", "context_file", "branch", "worktree")
 _PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _SLUG = re.compile(r"[-a-zA-Z0-9_]+")
@@ -43,7 +45,6 @@ MAX_WAIT_SECONDS = 60
 
 TOP_KEYS = {"server", "token_file", "state_dir", "drain_grace_seconds", "wait_seconds", "projects", "providers"}
 PROJECT_KEYS = {"repository", "command", "commands", "landing_slots", "lease_seconds"}
-PROVIDER_KEYS = {"provision", "teardown"}
 
 
 class ConfigError(Exception):
@@ -65,19 +66,12 @@ class ProjectConfig:
 
 
 @dataclass(frozen=True)
-class ProviderConfig:
-    kind: str
-    provision: list[str]
-    teardown: list[str]
-
-
-@dataclass(frozen=True)
 class RunnerConfig:
     path: Path
     server: str
     token_file: Path
     projects: dict[str, ProjectConfig]
-    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    providers: dict[str, ProviderSpec] = field(default_factory=dict)
     state_dir: Path | None = None
     drain_grace_seconds: float = DEFAULT_DRAIN_GRACE_SECONDS
     wait_seconds: int = DEFAULT_WAIT_SECONDS
@@ -129,9 +123,7 @@ def parse_config(data: dict[str, Any], *, path: Path) -> RunnerConfig:
     if not projects_table:
         raise check.error("the top level", "projects", "name at least one project: a [projects.SLUG] table")
     projects = {slug: _project(check, slug, table) for slug, table in projects_table.items()}
-    providers = {
-        kind: _provider(check, kind, table) for kind, table in check.table(data, "providers", "the top level").items()
-    }
+    providers = _providers(check, data)
     return RunnerConfig(
         path=path,
         server=server.rstrip("/"),
@@ -178,14 +170,13 @@ def _project(check: _Checker, slug: str, table: Any) -> ProjectConfig:
     )
 
 
-def _provider(check: _Checker, kind: str, table: Any) -> ProviderConfig:
-    where = f"[providers.{kind}]"
-    if not isinstance(table, dict):
-        raise check.error("[providers]", kind, "must be a table with provision and teardown")
-    check.known(table, PROVIDER_KEYS, where)
-    provision = check.command(table.get("provision"), where, "provision", required=True, split=True)
-    teardown = check.command(table.get("teardown"), where, "teardown", required=True, split=True)
-    return ProviderConfig(kind=kind, provision=provision, teardown=teardown)
+def _providers(check: _Checker, data: dict[str, Any]) -> dict[str, ProviderSpec]:
+    """`[providers.KIND]` tables, read by the providers' own parser (`agent.runner.providers.provider_specs`)."""
+    tables = check.table(data, "providers", "the top level")
+    try:
+        return provider_specs(tables)
+    except ProviderConfigError as error:
+        raise ConfigError(f"{check.file}: {error}") from None
 
 
 class _Checker:

@@ -39,7 +39,7 @@ from agent.client.errors import LeaseholdError
 from agent.runner.cleanup import remove_pointers, remove_state_files
 from agent.runner.config import ConfigError, ProjectConfig, RunnerConfig
 from agent.runner.log import EventLog
-from agent.runner.sandboxes import NoProviders, Providers
+from agent.runner.sandboxes import ConfiguredProviders, NoProviders, Providers
 from agent.runner.slots import Slot
 from agent.workspace.githooks import enable_worktree_config
 
@@ -76,7 +76,11 @@ class Runner:
     def __init__(self, config: RunnerConfig, *, log: EventLog, providers: Providers | None = None) -> None:
         self.config = config
         self.log = log
-        self.providers: Providers = providers or NoProviders()
+        self.providers: Providers = providers or (
+            ConfiguredProviders(config.providers, log=lambda message: log.event("provider", message))
+            if config.providers
+            else NoProviders()
+        )
         self.stopping = threading.Event()  # drain: no new claims
         self.abandon = threading.Event()  # a second signal: every child stops now
         self.drain_deadline: float | None = None
@@ -214,7 +218,7 @@ class Runner:
                 enable_worktree_config(repository)
             except OSError as error:
                 self.log.event("error", f"{repository}: {error}")
-        self.providers.startup(self.slots)
+        self.providers.startup(self.state_dir, self.slots)
 
     def _landing_roles(self, count: int) -> list[ProjectConfig | None]:
         """The first `landing_slots` of each project, in the config's order, land it; the rest work."""

@@ -211,7 +211,9 @@ class Slot:
             sandbox = self.runner.providers.prepare(self, project, claim)
         except Exception as error:
             self._log("provider_failed", f"no environment for {lease.task}: {error}", task=lease.task)
-            self._hand_back(held, "environment_unavailable", f"leasehold runner: no environment: {error}")
+            tail = getattr(error, "stderr_tail", "")  # the provider's own words (`ProvisionFailed`)
+            summary = f"leasehold runner: no environment: {error}" + (f"\n{tail}" if tail else "")
+            self._hand_back(held, "environment_unavailable", summary)
             self._set("idle")
             return
         try:

@@ -120,8 +120,8 @@ def test_a_full_config_reads_classes_landing_lease_and_providers(tmp_path, clone
         ("", "commands = { docs = [] }", "[projects.web]: 'commands.docs' must be a non-empty list of strings"),
         ("", "commands = { docs = 'codex exec' }", "'commands.docs' must be a non-empty list of strings"),
         ("", "commands = ['codex']", "[projects.web]: 'commands' must be a table"),
-        ("", "[providers.db]\nprovision = '/p'", "[providers.db]: 'teardown' is required"),
-        ("", "[providers.db]\nprovision = '/p'\nteardown = '/t'\nsize = 1", "'size' is not a key the runner knows"),
+        ("", "[providers.db]\nprovision = '/p'", "[providers.db] teardown must be an executable path"),
+        ("", "[providers.db]\nprovision = '/p'\nteardown = '/t'\nsize = 1", "[providers.db]: unknown key 'size'"),
     ],
 )
 def test_each_mistake_is_refused_naming_the_key_and_its_table(tmp_path, clone, extra, project, expected):
