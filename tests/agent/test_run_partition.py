@@ -119,8 +119,15 @@ class Run:
             text=True,
         )
         self.lines: list[str] = []
+        self.stdout: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        self._stdout_reader = threading.Thread(target=self._read_stdout, daemon=True)
+        self._stdout_reader.start()
+
+    def _read_stdout(self) -> None:
+        assert self.process.stdout is not None
+        self.stdout.extend(self.process.stdout)
 
     def _read(self) -> None:
         assert self.process.stderr is not None
@@ -148,14 +155,16 @@ class Run:
             time.sleep(0.02)
 
     def result(self, *, seconds: float = 120) -> tuple[int, dict]:
-        stdout, _ = self.process.communicate(timeout=seconds)
+        self.process.wait(timeout=seconds)
         self._reader.join(timeout=5)
+        self._stdout_reader.join(timeout=5)
+        stdout = "".join(self.stdout)
         return self.process.returncode, json.loads(stdout.strip().splitlines()[-1])
 
     def kill(self) -> None:
         if self.process.poll() is None:
             self.process.kill()
-            self.process.communicate()
+            self.process.wait()
 
 
 @pytest.fixture
