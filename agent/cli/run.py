@@ -210,7 +210,7 @@ def _supervise(
                 if keeper.budget_exhausted:
                     return budget_spent(child, keeper, held, opened, usage, args, out)
                 if keeper.lost.is_set():
-                    ending = RunEnding(opened, command, received, files)
+                    ending = RunEnding(opened, command, received, files, usage)
                     return lease_lost(child, keeper, held, args, out, ending=ending)
                 report_usage(usage, keeper, out, rest=True)
                 return finish_run(keeper, held, opened, command, child.poll(), received, files, args, out)

@@ -19,7 +19,7 @@ from typing import Any
 
 from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK, Output
 from agent.cli.run_partition import late_report_landed, late_report_refused, say
-from agent.client.errors import ATTEMPT_ENDED_CODES, LeaseholdError
+from agent.client.errors import ATTEMPT_ENDED_CODES, LEASE_LOSS_CODES, LeaseholdError
 from agent.client.keeper import LeaseKeeper
 from agent.client.models import Outcome
 from agent.client.usage import UsageFile
@@ -148,6 +148,7 @@ class RunEnding:
     command: list[str]
     received: list[int]
     files: Path
+    usage: UsageFile
 
 
 def partition_stop(
@@ -161,6 +162,7 @@ def partition_stop(
         child.signal_group(signal.SIGTERM)
     state.mark_lost(config_dir(), held, keeper.lost_reason or "lost in a partition")  # until the report is answered
     status = child.stop(grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.poll()
+    report_usage(ending.usage, keeper, out, rest=True)
     where = f"; the worktree {ending.opened.path} is kept" if ending.opened is not None else ""
     say(f"{keeper.lost_reason}: command stopped (status {status}){where}; the report follows when the server answers")
     if still_running:
@@ -249,7 +251,7 @@ def finish_run(
     try:
         finished = finish_acknowledging(keeper, held, outcome, fields, out)
     except LeaseholdError as error:
-        if keeper.clock.streaks and error.code in ATTEMPT_ENDED_CODES:
+        if keeper.clock.streaks and error.code in LEASE_LOSS_CODES:
             # The finish waited out a partition and came too late: said on one line, noted on the task.
             return late_report_refused(keeper, held, opened, error, fields, command_status=returncode, out=out)
         if keeper.lost.is_set() or error.code in (*ATTEMPT_ENDED_CODES, "LEASE_LOST"):

@@ -14,10 +14,10 @@ server did but could not answer is answered from its idempotency record, so
 a server restart shorter than the lease costs no finished work. A finish that
 is refused gives its usage back to the tally, for the next finish.
 
-Riding out partitions (SPEC §23.4, `agent.client.partition`), `finish` and
-`release` are not given up when the lease runs out on this machine's clock
-while the server cannot be reached: they are sent on, late, under the same
-key until the server answers, and it decides. `late_report` is the finish of
+Riding out partitions (SPEC §23.4, `agent.client.partition`), `finish` is
+not given up when the lease runs out on this machine's clock while the server
+cannot be reached: it is sent on, late, under the same key until the server
+answers, and it decides (a `release` then would change nothing: it stops). `late_report` is the finish of
 a lease lost to a partition: the one write such a keeper still makes.
 """
 
@@ -134,16 +134,16 @@ class HolderCalls:
     def checkpoint(self, content: str, *, next_steps: list[str] | None = None) -> NoteWritten:
         return self.note(content, kind="checkpoint", next_steps=next_steps)
 
-    def _answered(self, send: Callable[[str], T], *, ends: bool = False) -> T:
+    def _answered(self, send: Callable[[str], T], *, ends: bool = False, late: bool = False) -> T:
         """`send(idempotency_key)` as a holder call, sent again under the same key while it gets no answer.
 
-        Riding out partitions, an ending call is sent on, late, after the lease ran out here (`answered`).
+        Riding out partitions, a `late` call (the finish) is sent on, late, after the lease ran out here.
         """
         return answered(
             lambda key: self._holder_call(lambda: send(key), ends=ends),
             lease_ended=self._ran_out,
             task=self.lease.task,
-            late_window=LATE_REPORT_WINDOW_SECONDS if ends and self.ride_out_partitions else 0.0,
+            late_window=LATE_REPORT_WINDOW_SECONDS if late and self.ride_out_partitions else 0.0,
             on_unanswered=self._note_unanswered,
         )
 
@@ -174,7 +174,7 @@ class HolderCalls:
         fields["usage"] = self._unreported_usage()
         try:
             return self._answered(
-                lambda key: self.client.finish(self.lease, outcome, idempotency_key=key, **fields), ends=True
+                lambda key: self.client.finish(self.lease, outcome, idempotency_key=key, **fields), ends=True, late=True
             )
         except LeaseholdError:
             if fields["usage"]:
