@@ -35,6 +35,16 @@
 5. The lease is lost: SIGTERM to COMMAND's group at once, SIGKILL after
    `--grace-seconds`; nothing more is sent with the token, the state file
    marks it lost, exit 5.
+   A partition (SPEC §23.4) is not a loss until it must be: while the server
+   cannot be reached COMMAND goes on until the lease would run out on this
+   machine's clock, less a margin (`run_margin`: max(5 s, 10 % of the lease,
+   grace + 1 s); `agent.client.partition`); a renewal that gets through before
+   then simply goes on. At the margin COMMAND is stopped as above, the
+   worktree is kept, and its git facts and outcome are sent when the server
+   answers: the late report lands (the lease was still held) or is refused,
+   said on one line and noted on the task (`agent.cli.run_partition`); exit 5.
+   A COMMAND that ends during a partition has its finish sent until the
+   server answers, late if need be, with the same verdicts.
    BUDGET_EXHAUSTED (SPEC §19) stops COMMAND the same way, then finishes
    `failed` (reason `other`) with a summary naming the spent budget; exit 7.
 6. `run` gets SIGINT/SIGTERM/SIGHUP: the signal goes on to COMMAND; once it
@@ -59,12 +69,13 @@ from types import FrameType
 from typing import Any
 
 from agent.cli.output import EXIT_NOTHING_CLAIMABLE, Output
-from agent.cli.run_end import budget_spent, finish_run, lease_lost, report_usage
+from agent.cli.run_end import RunEnding, budget_spent, finish_run, lease_lost, report_usage
 from agent.cli.workspace_commands import prepare_worktree
 from agent.client.api import LeaseholdClient
 from agent.client.errors import LeaseholdError
 from agent.client.heartbeat import Heartbeat
 from agent.client.keeper import LeaseKeeper
+from agent.client.partition import partition_margin
 from agent.client.usage import UsageFile
 from agent.workspace import state
 from agent.workspace.briefing import command_environment, context_markdown, expand_placeholders
@@ -154,7 +165,13 @@ def _supervise(
     args: argparse.Namespace,
     out: Output,
 ) -> int:
-    keeper = LeaseKeeper(client.clone(), held.lease, watch_changes=True)
+    keeper = LeaseKeeper(
+        client.clone(),
+        held.lease,
+        watch_changes=True,
+        ride_out_partitions=True,
+        partition_margin_seconds=run_margin(held.renew_every_seconds, args.grace_seconds),
+    )
     heartbeat = Heartbeat(client.clone(), every_seconds=args.heartbeat_seconds)
     received: list[int] = []
     child: Supervised | None = None
@@ -193,7 +210,8 @@ def _supervise(
                 if keeper.budget_exhausted:
                     return budget_spent(child, keeper, held, opened, usage, args, out)
                 if keeper.lost.is_set():
-                    return lease_lost(child, keeper, held, args, out)
+                    ending = RunEnding(opened, command, received, files, usage)
+                    return lease_lost(child, keeper, held, args, out, ending=ending)
                 report_usage(usage, keeper, out, rest=True)
                 return finish_run(keeper, held, opened, command, child.poll(), received, files, args, out)
             finally:
@@ -203,6 +221,12 @@ def _supervise(
         heartbeat.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def run_margin(renew_every_seconds: int, grace_seconds: float) -> float:
+    """How long before the lease would run out in a partition COMMAND is stopped: `partition_margin`, and
+    at least the grace plus a second, so even a COMMAND that needs SIGKILL is gone before the lease ends."""
+    return max(partition_margin(3 * renew_every_seconds), grace_seconds + 1.0)
 
 
 def _open(

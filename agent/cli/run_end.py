@@ -13,11 +13,13 @@ import argparse
 import shlex
 import signal
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent.cli.output import EXIT_COMMAND_FAILED, EXIT_LEASE_LOST, EXIT_OK, Output
-from agent.client.errors import ATTEMPT_ENDED_CODES, LeaseholdError
+from agent.cli.run_partition import late_report_landed, late_report_refused, say
+from agent.client.errors import ATTEMPT_ENDED_CODES, LEASE_LOSS_CODES, LeaseholdError
 from agent.client.keeper import LeaseKeeper
 from agent.client.models import Outcome
 from agent.client.usage import UsageFile
@@ -32,7 +34,7 @@ from agent.workspace.supervise import Supervised
 ACKNOWLEDGE_TRIES = 3
 
 
-def _forget_or_mark(held: HeldAttempt, error: LeaseholdError | None, reason: str | None) -> None:
+def forget_or_mark(held: HeldAttempt, error: LeaseholdError | None, reason: str | None) -> None:
     """The attempt ended on the server (its answer said so): forget it; lost without a verdict: mark it lost.
 
     A loss without the server's word (renewals got no answer) keeps its file,
@@ -81,9 +83,9 @@ def budget_spent(
         except WorkspaceError as problem:
             out.warn(f"the git facts of the end could not be read: {problem}")
     try:
-        finished = _finish_acknowledging(keeper, held, "failed", fields, out)
+        finished = finish_acknowledging(keeper, held, "failed", fields, out)
     except LeaseholdError as error:
-        _forget_or_mark(held, error, keeper.lost_reason)
+        forget_or_mark(held, error, keeper.lost_reason)
         return out.failure(error)
     state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
     attempt, task = finished["attempt"], finished["task"]
@@ -104,12 +106,23 @@ def budget_spent(
     return EXIT_COMMAND_FAILED
 
 
-def lease_lost(child: Supervised, keeper: LeaseKeeper, held: HeldAttempt, args: argparse.Namespace, out: Output) -> int:
+def lease_lost(
+    child: Supervised,
+    keeper: LeaseKeeper,
+    held: HeldAttempt,
+    args: argparse.Namespace,
+    out: Output,
+    *,
+    ending: RunEnding | None = None,
+) -> int:
+    """The lease is lost: stop COMMAND at once; after a partition (`keeper.partitioned`), report late."""
+    if keeper.partitioned and ending is not None:
+        return partition_stop(child, keeper, held, ending, args, out)
     lost_at = time.monotonic()
     still_running = child.poll() is None
     if still_running:
         child.signal_group(signal.SIGTERM)  # first: the command must stop working on the task at once
-    _forget_or_mark(held, keeper.lost_error, keeper.lost_reason)
+    forget_or_mark(held, keeper.lost_error, keeper.lost_reason)
     status = child.stop(grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.poll()
     out.info(f"lease lost ({keeper.lost_reason}); command stopped (status {status})")
     out.result(
@@ -125,6 +138,52 @@ def lease_lost(child: Supervised, keeper: LeaseKeeper, held: HeldAttempt, args: 
         "",
     )
     return EXIT_LEASE_LOST
+
+
+@dataclass(frozen=True)
+class RunEnding:
+    """What a late report needs of the run: the worktree, the command, its files, the signals run got."""
+
+    opened: Opened | None
+    command: list[str]
+    received: list[int]
+    files: Path
+    usage: UsageFile
+
+
+def partition_stop(
+    child: Supervised, keeper: LeaseKeeper, held: HeldAttempt, ending: RunEnding, args: argparse.Namespace, out: Output
+) -> int:
+    """SPEC §23.4: the lease would run out here in a partition. Stop COMMAND, keep the worktree, and send the
+    git facts and the outcome once the server answers: the report lands (the lease was still held) or is
+    refused, visibly (`agent.cli.run_partition`)."""
+    still_running = child.poll() is None
+    if still_running:
+        child.signal_group(signal.SIGTERM)
+    state.mark_lost(config_dir(), held, keeper.lost_reason or "lost in a partition")  # until the report is answered
+    status = child.stop(grace_seconds=args.grace_seconds, term_sent=True) if still_running else child.poll()
+    report_usage(ending.usage, keeper, out, rest=True)
+    where = f"; the worktree {ending.opened.path} is kept" if ending.opened is not None else ""
+    say(f"{keeper.lost_reason}: command stopped (status {status}){where}; the report follows when the server answers")
+    if still_running:
+        outcome: Outcome = "handoff"
+        summary = f"Stopped by leasehold run: {keeper.lost_reason}."
+        fields: dict[str, Any] = {"interruption_reason_code": "other", "result_summary": summary[:SUMMARY_MAX_CHARS]}
+        exit_code = EXIT_LEASE_LOST
+    else:  # the command had ended by itself: its own outcome is the report
+        outcome, fields, exit_code = decide_outcome(ending.command, status, ending.received, ending.files, args, out)
+    if ending.opened is not None:
+        try:
+            fields["git"] = head_facts(ending.opened.path, branch=held.branch, base_commit=held.base_commit)
+        except WorkspaceError as problem:
+            out.warn(f"the git facts of the end could not be read: {problem}")
+    try:
+        finished = finish_acknowledging(keeper, held, outcome, fields, out, late=True)
+    except LeaseholdError as error:
+        return late_report_refused(keeper, held, ending.opened, error, fields, command_status=status, out=out)
+    state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
+    late_report_landed(held, ending.opened, finished, outcome, fields, command_status=status, out=out)
+    return exit_code
 
 
 def _summary(command: list[str], returncode: int | None, summary_file: Path) -> str:
@@ -148,14 +207,16 @@ def _chosen(files: Path, out: Output, *, review: bool = False) -> ChosenOutcome 
         return None
 
 
-def _finish_acknowledging(
-    keeper: LeaseKeeper, held: HeldAttempt, outcome: Outcome, fields: dict[str, Any], out: Output
+def finish_acknowledging(
+    keeper: LeaseKeeper, held: HeldAttempt, outcome: Outcome, fields: dict[str, Any], out: Output, *, late: bool = False
 ) -> Any:
-    """The finish; on ACKNOWLEDGEMENT_REQUIRED (a person changed the task during the run) the task is read
-    again and the finish says which version it read (SPEC §3). The change is said on stderr."""
+    """The finish (`late`: the late report after a partition); on ACKNOWLEDGEMENT_REQUIRED (a person changed
+    the task during the run) the task is read again and the finish says which version it read (SPEC §3).
+    The change is said on stderr."""
+    send = keeper.late_report if late else keeper.finish
     for _ in range(ACKNOWLEDGE_TRIES):
         try:
-            return keeper.finish(outcome, **fields)
+            return send(outcome, **fields)
         except LeaseholdError as error:
             if error.code != "ACKNOWLEDGEMENT_REQUIRED":
                 raise
@@ -166,7 +227,7 @@ def _finish_acknowledging(
                 "and finished acknowledging it."
             )
             fields["acknowledged_version"] = task["version"]
-    return keeper.finish(outcome, **fields)
+    return send(outcome, **fields)
 
 
 def finish_run(
@@ -180,6 +241,47 @@ def finish_run(
     args: argparse.Namespace,
     out: Output,
 ) -> int:
+    outcome, fields, exit_code = decide_outcome(command, returncode, received, files, args, out)
+    if opened is not None:
+        # git runs here, before the finish: the keeper is still renewing and holds nothing git could delay.
+        try:
+            fields["git"] = head_facts(opened.path, branch=held.branch, base_commit=held.base_commit)
+        except WorkspaceError as problem:
+            out.warn(f"the git facts of the end could not be read: {problem}")
+    try:
+        finished = finish_acknowledging(keeper, held, outcome, fields, out)
+    except LeaseholdError as error:
+        if keeper.clock.streaks and error.code in LEASE_LOSS_CODES:
+            # The finish waited out a partition and came too late: said on one line, noted on the task.
+            return late_report_refused(keeper, held, opened, error, fields, command_status=returncode, out=out)
+        if keeper.lost.is_set() or error.code in (*ATTEMPT_ENDED_CODES, "LEASE_LOST"):
+            forget_or_mark(held, error if error.code != "LEASE_LOST" else keeper.lost_error, keeper.lost_reason)
+        return out.failure(error)
+    state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
+    attempt, task = finished["attempt"], finished["task"]
+    out.info(f"{attempt['task']}: attempt {attempt['id']} {attempt['status']} ({outcome}); task {task['status']}")
+    out.result(
+        {
+            "task": attempt["task"],
+            "attempt": attempt["id"],
+            "outcome": outcome,
+            "attempt_status": attempt["status"],
+            "task_status": task["status"],
+            "command_status": returncode,
+            "lease_lost": False,
+            "worktree": str(opened.path) if opened else None,
+            "branch": held.branch,
+            "git": fields.get("git"),
+        },
+        "",
+    )
+    return exit_code
+
+
+def decide_outcome(
+    command: list[str], returncode: int | None, received: list[int], files: Path, args: argparse.Namespace, out: Output
+) -> tuple[Outcome, dict[str, Any], int]:
+    """The finish COMMAND chose (a signal: hand off; else the outcome file, else the exit status), and the exit code."""
     review = bool(getattr(args, "review", False))
     chosen = _chosen(files, out, review=review)
     fields: dict[str, Any] = {"result_summary": _summary(command, returncode, files / "summary.txt")}
@@ -205,34 +307,4 @@ def finish_run(
         outcome = "failed"
         fields["failure_reason_code"] = args.failure_reason
         exit_code = EXIT_COMMAND_FAILED
-    if opened is not None:
-        # git runs here, before the finish: the keeper is still renewing and holds nothing git could delay.
-        try:
-            fields["git"] = head_facts(opened.path, branch=held.branch, base_commit=held.base_commit)
-        except WorkspaceError as problem:
-            out.warn(f"the git facts of the end could not be read: {problem}")
-    try:
-        finished = _finish_acknowledging(keeper, held, outcome, fields, out)
-    except LeaseholdError as error:
-        if keeper.lost.is_set() or error.code in (*ATTEMPT_ENDED_CODES, "LEASE_LOST"):
-            _forget_or_mark(held, error if error.code != "LEASE_LOST" else keeper.lost_error, keeper.lost_reason)
-        return out.failure(error)
-    state.remove(config_dir(), held.agent, held.task, attempt_id=held.attempt_id)
-    attempt, task = finished["attempt"], finished["task"]
-    out.info(f"{attempt['task']}: attempt {attempt['id']} {attempt['status']} ({outcome}); task {task['status']}")
-    out.result(
-        {
-            "task": attempt["task"],
-            "attempt": attempt["id"],
-            "outcome": outcome,
-            "attempt_status": attempt["status"],
-            "task_status": task["status"],
-            "command_status": returncode,
-            "lease_lost": False,
-            "worktree": str(opened.path) if opened else None,
-            "branch": held.branch,
-            "git": fields.get("git"),
-        },
-        "",
-    )
-    return exit_code
+    return outcome, fields, exit_code

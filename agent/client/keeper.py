@@ -15,6 +15,14 @@ token is never sent again (by this keeper or by its client) —
   before the server could hand the task to anyone else;
 - when a renewal fails and the last known `lease_expires_at` is already past
   on this machine's clock;
+- with `ride_out_partitions=True` (`leasehold run`, SPEC §23.4), a renewal
+  that got *no answer* (`agent.client.retries.unanswered`) does not count
+  towards `renew_attempts`: the work goes on while the lease holds by this
+  machine's clock, and the lease is lost only `margin` seconds before it would
+  run out (`agent.client.partition`); a renewal answered before that simply
+  goes on. Such a loss (`partitioned`) had no word from the server, so the
+  token is kept for one write, `late_report`; answered refusals still count as
+  above, and the losses the server states are as immediate as ever;
 - when a renewal answers `task_status: "cancelled"`: an admin cancelled the
   task while this attempt held it. The keeper releases the attempt first
   (reason "the task was cancelled"), so the lease ends at once instead of
@@ -35,19 +43,8 @@ the server's refusal ends the lease then, instead of at the next renewal.
 An event is only a prompt to ask; the loss is decided by the server's answer,
 as always.
 
-The keeper's `note`/`checkpoint`/`set_git`/`renew`/`finish`/`release` are the
-holder calls to use while it runs: they raise `LeaseLost` once the lease is
-lost or the attempt ended, without a request. `finish` and `release` stop the
-renewals first, so no renewal races the end of the attempt.
-
-`finish`, `release` and `set_git` outlast a dropped connection or a restarting
-server: a try that got no answer (CONNECTION_FAILED, or a retryable refusal
-such as a 502/503) is sent again under the same Idempotency-Key, with a
-backoff (agent.client.retries), for as long as the lease holds on
-this machine's clock and at most five minutes. A finish the
-server did but could not answer is answered from its idempotency record, so
-a server restart shorter than the lease costs no finished work. A finish that
-is refused gives its usage back to the tally, for the next finish.
+The holder calls (`note`, `checkpoint`, `set_git`, `renew`, `finish`,
+`late_report`, `release`) are `agent.client.holder_calls.HolderCalls`.
 """
 
 from __future__ import annotations
@@ -57,26 +54,23 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 from agent.client.api import LeaseholdClient
-from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError, LeaseLost
-from agent.client.models import Finished, Lease, NoteKind, NoteWritten, Outcome, Renewed, is_past
-from agent.client.retries import BUDGET_CODE, answered
-from agent.client.usage import Usage, UsageTally, usage_body
+from agent.client.errors import LeaseholdError
+from agent.client.holder_calls import CANCELLED, ENDING_CODES, HolderCalls
+from agent.client.models import Lease, is_past
+from agent.client.partition import LeaseClock
+from agent.client.retries import BUDGET_CODE, unanswered
+from agent.client.usage import Usage, UsageTally
 
-T = TypeVar("T")
-
-CANCELLED = "cancelled"
-# Answers that mean this attempt is not ours to hold any more.
-ENDING_CODES = LEASE_LOSS_CODES | {"NOT_FOUND", "LEASE_LOST"}
 # Usage brings the next renewal forward, but not more often than this.
 USAGE_REPORT_SECONDS = 1.0
 # Events about an attempt after which its holder should ask the server at once.
 ENDING_EVENTS = frozenset({"attempt.revoked", "attempt.expired", "task.reassigned"})
 
 
-class LeaseKeeper:
+class LeaseKeeper(HolderCalls):
     """Renews one lease in the background and refuses holder calls once it is lost."""
 
     def __init__(
@@ -90,6 +84,8 @@ class LeaseKeeper:
         failure_retry_seconds: float | None = None,
         request_timeout: float | None = None,
         watch_changes: bool = False,
+        ride_out_partitions: bool = False,
+        partition_margin_seconds: float | None = None,
     ) -> None:
         self.client = client
         self.watch_changes = watch_changes
@@ -108,6 +104,9 @@ class LeaseKeeper:
         self.failures = 0
         self.lease_expires_at = lease.lease_expires_at
         self.budget_exhausted = False
+        self.ride_out_partitions = ride_out_partitions
+        self.clock = LeaseClock(lease, margin_seconds=partition_margin_seconds)
+        self.partitioned = False  # lost to a partition: no word from the server, one late report to send
         self.usage = UsageTally()
         # A renewal's usage that got no answer: (Idempotency-Key, usage), resent as it was.
         self._usage_in_flight: tuple[str, dict[str, Any]] | None = None
@@ -204,10 +203,14 @@ class LeaseKeeper:
             key, usage = self._usage_in_flight or (None, None)
             if usage is not None:
                 self._last_usage_report = time.monotonic()
+            timeout = self.request_timeout
+            if self.clock.unreachable_since is not None:  # in a partition: no try outlasts the margin
+                holds = self.clock.holds_for(self.lease_expires_at)
+                if holds is not None:
+                    timeout = min(timeout, max(0.5, holds - self.clock.margin))
+            sent_at = time.monotonic()
             try:
-                renewed = self.client.renew(
-                    self.lease, retries=0, timeout=self.request_timeout, usage=usage, idempotency_key=key
-                )
+                renewed = self.client.renew(self.lease, retries=0, timeout=timeout, usage=usage, idempotency_key=key)
             except LeaseholdError as error:
                 if error.code in ENDING_CODES or error.code == BUDGET_CODE:
                     self._usage_in_flight = None  # answered: counted (budget) or never to be sent again
@@ -217,6 +220,7 @@ class LeaseKeeper:
             self._usage_in_flight = None
             self.failures = 0
             self.renewals += 1
+            self.clock.renewed(sent_at)
             self.lease_expires_at = renewed.get("lease_expires_at", self.lease_expires_at)
             if renewed.get("task_status") == CANCELLED:
                 self._release_cancelled()
@@ -243,6 +247,8 @@ class LeaseKeeper:
         if error is not None and error.code in ENDING_CODES:
             self._lose(f"renewal refused: {text}", error)
             return None
+        if self.ride_out_partitions and error is not None and unanswered(error):
+            return self._unreachable(error, text)
         self.failures += 1
         if self.failures >= self.lease.renew_attempts:
             self._lose(f"{self.failures} renewals failed in a row (last: {text})", error)
@@ -252,14 +258,32 @@ class LeaseKeeper:
             return None
         return self.failure_retry_seconds
 
-    def _lose(self, reason: str, error: LeaseholdError | None) -> None:
-        """Record the loss (under the lock); `_notify` tells `on_lost` once the lock is released."""
+    def _unreachable(self, error: LeaseholdError, text: str) -> float | None:
+        """A renewal got no answer in a partition: go on while the lease holds here, less the margin."""
+        left = self.clock.unreachable(self.lease_expires_at, text)
+        if left > 0:
+            return min(self.failure_retry_seconds, left)
+        gone = self.clock.unreachable_for()
+        reason = (
+            f"the server could not be reached for {gone:.0f} s and the lease would run out on this machine's "
+            f"clock within {self.clock.margin:.0f} s (last: {text})"
+        )
+        self._lose(reason, error, partition=True)
+        return None
+
+    def _lose(self, reason: str, error: LeaseholdError | None, *, partition: bool = False) -> None:
+        """Record the loss (under the lock); `_notify` tells `on_lost` once the lock is released.
+
+        A `partition` loss keeps the token for the late report; any other never sends it again.
+        """
         with self._lock:
             if self.lost.is_set():
                 return
             self.lost_reason = reason
             self.lost_error = error
-            self.client.forget_lease(self.lease)
+            self.partitioned = partition
+            if not partition:
+                self.client.forget_lease(self.lease)
             self._stop.set()
             self.lost.set()
 
@@ -285,112 +309,3 @@ class LeaseKeeper:
                 self.on_lost(reason)
             except Exception as exc:  # the callback's trouble must not hide the loss
                 print(f"leasehold: on_lost callback failed: {exc}", file=sys.stderr)
-
-    # --- holder calls ---------------------------------------------------------------
-
-    def ensure_held(self, *, ending: bool = False) -> None:
-        """LeaseLost unless this keeper may still make a holder call (`ending`: finish or release)."""
-        if self.lost.is_set() and not (ending and self.budget_exhausted and not self.ended):
-            raise LeaseLost(
-                f"The lease on {self.lease.task} is lost ({self.lost_reason}); stop working on it.",
-                details={"attempt": self.lease.attempt_id, "task": self.lease.task},
-            )
-        if self.ended:
-            raise LeaseLost(
-                f"Attempt {self.lease.attempt_id} on {self.lease.task} has ended; its token is not used again.",
-                details={"attempt": self.lease.attempt_id, "task": self.lease.task},
-            )
-
-    def _holder_call(self, call: Callable[[], T], *, ends: bool = False) -> T:
-        try:
-            with self._lock:
-                self.ensure_held(ending=ends)
-                try:
-                    result = call()
-                except LeaseholdError as error:
-                    if error.code in ENDING_CODES:
-                        self._lose(f"{error.code} on a holder call: {error.message}", error)
-                    elif error.code == BUDGET_CODE:
-                        self._exhaust(error)
-                    raise
-                if ends:
-                    self.ended = True
-                return result
-        finally:
-            self._notify()
-
-    def renew(self, *, lease_seconds: int | None = None, usage: Usage | None = None) -> Renewed:
-        renewed = self._holder_call(lambda: self.client.renew(self.lease, lease_seconds=lease_seconds, usage=usage))
-        self.lease_expires_at = renewed.get("lease_expires_at", self.lease_expires_at)
-        if renewed.get("task_status") == CANCELLED:
-            self.stop()
-            self._release_cancelled()
-            self._notify()
-        return renewed
-
-    def note(
-        self,
-        content: str,
-        *,
-        kind: NoteKind = "progress",
-        next_steps: list[str] | None = None,
-        important: bool = False,
-        usage: Usage | None = None,
-    ) -> NoteWritten:
-        written = self._holder_call(
-            lambda: self.client.note(
-                self.lease, content, kind=kind, next_steps=next_steps, important=important, usage=usage
-            )
-        )
-        self.lease_expires_at = written.get("lease_expires_at", self.lease_expires_at)
-        return written
-
-    def checkpoint(self, content: str, *, next_steps: list[str] | None = None) -> NoteWritten:
-        return self.note(content, kind="checkpoint", next_steps=next_steps)
-
-    def _answered(self, send: Callable[[str], T], *, ends: bool = False) -> T:
-        """`send(idempotency_key)` as a holder call, sent again under the same key while it gets no answer."""
-        return answered(
-            lambda key: self._holder_call(lambda: send(key), ends=ends),
-            lease_ended=lambda: is_past(self.lease_expires_at),
-            task=self.lease.task,
-        )
-
-    def set_git(self, **facts: Any) -> dict[str, Any]:
-        """Record git facts (`LeaseholdClient.set_git`'s keywords); retried while unanswered (`_answered`)."""
-        return self._answered(lambda key: self.client.set_git(self.lease, idempotency_key=key, **facts))
-
-    def finish(self, outcome: Outcome, **fields: Any) -> Finished:
-        """End the attempt (done, review, failed, handoff); renewals stop first. Carries all unreported usage.
-
-        Retried while unanswered (`_answered`); refused, its usage goes back to the tally.
-        """
-        self.ensure_held(ending=True)
-        self.stop()
-        given = fields.pop("usage", None)
-        if given:
-            self.usage.add(given)
-        fields["usage"] = self._unreported_usage()
-        try:
-            return self._answered(
-                lambda key: self.client.finish(self.lease, outcome, idempotency_key=key, **fields), ends=True
-            )
-        except LeaseholdError:
-            if fields["usage"]:
-                self.usage.add(fields["usage"])
-            raise
-
-    def _unreported_usage(self) -> dict[str, Any] | None:
-        """The tally, plus a renewal's usage that never got an answer (it may, rarely, have been counted)."""
-        in_flight, self._usage_in_flight = self._usage_in_flight, None
-        if in_flight is not None:
-            self.usage.add(in_flight[1])
-        return usage_body(self.usage.take())
-
-    def release(self, *, reason: str = "") -> Finished:
-        """Give the task back untouched; renewals stop first."""
-        self.ensure_held(ending=True)
-        self.stop()
-        return self._answered(
-            lambda key: self.client.release(self.lease, reason=reason, idempotency_key=key), ends=True
-        )
