@@ -285,7 +285,7 @@ def plans() -> dict[str, str]:
         .annotate(n=Count("id"))
     )
     queries["dashboard: claimable count"] = (
-        claimable_tasks(project=None, now=now, by_anyone=True).order_by().values("id")
+        claimable_tasks(project=None, now=now, by_anyone=True, live_as_set=True).order_by().values("id")
     )
     found = {}
     for name, queryset in queries.items():
