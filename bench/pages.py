@@ -48,7 +48,7 @@ DAYS = 60
 EVENT_COLUMNS = ("project_id", "task_id", "attempt_id", "actor_agent_id", "type", "severity", "payload", "created_at")
 
 
-def seed(scale: int, now: datetime) -> dict[str, int]:
+def seed(scale: int, now: datetime) -> dict[str, Any]:
     from bench.data import ATTEMPT_COLUMNS, _copy_rows, bulk_ready_tasks, make_project, vacuum_analyze
     from ledger.models import Agent, EventType, Task
     from reconciliation.models import Condition, Finding, SubjectType

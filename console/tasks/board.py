@@ -83,7 +83,7 @@ def live_statuses(project: Project, now: datetime) -> dict[int, tuple[str, str]]
     """The project's tasks under a live lease: their stored status and the effective status the lease
     gives (the rule of `with_lease_state`: the newest live attempt decides; review is in review,
     landing is landing, any other kind in progress)."""
-    shown = {AttemptKind.REVIEW: IN_REVIEW, AttemptKind.LAND: LANDING}
+    shown: dict[str, str] = {AttemptKind.REVIEW: IN_REVIEW, AttemptKind.LAND: LANDING}
     live = live_attempts(now).filter(task__project=project).order_by("id")
     return {
         task_id: (stored, shown.get(kind, IN_PROGRESS))
