@@ -1,6 +1,6 @@
 """Each console page's time at a larger scale against its time at scale 1 (issue 32: within 2x at 4x).
 
-Pure functions over the payloads `bench.pages` writes (one per database and scale),
+Pure functions (and the one-run table) over the payloads `bench.pages` writes (one per database and scale),
 so the check is tested without seeding a ledger (tests/bench/test_page_ratio.py).
 The ratio is of the medians; the ratio of the fastest requests is shown beside it,
 as the less noisy reading on a shared machine.
@@ -64,6 +64,23 @@ def compare(small: dict[str, Any], large: dict[str, Any], *, limit: float = LIMI
 def over(rows: list[dict[str, Any]]) -> list[str]:
     """The pages whose median ratio is over the limit (or has none)."""
     return [row["page"] for row in rows if not row["within"]]
+
+
+def render(payload: dict[str, Any]) -> str:
+    """One run's table (one database, one scale)."""
+    sizes = payload["sizes"]
+    lines = [
+        f"### {payload['database']}, {sizes['tasks']:,} tasks / {sizes['attempts']:,} attempts / "
+        f"{sizes['events']:,} events (seeded in {payload['seed_seconds']} s)",
+        "",
+        "| page | median ms | worst ms | queries | slowest query ms |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for row in payload["pages"]:
+        lines.append(
+            f"| {row['page']} | {row['median_ms']} | {row['max_ms']} | {row['queries']} | {row['slowest_query_ms']} |"
+        )
+    return "\n".join(lines)
 
 
 def render_comparison(
