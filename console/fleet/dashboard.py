@@ -378,7 +378,8 @@ def build_dashboard(*, now: datetime, shown: frozenset[str] | None = None) -> Da
     if "jobs" in shown:
         dashboard.jobs = jobs_view(now)
     if "ready" in shown:
-        dashboard.claimable = claimable_tasks(project=None, now=now, by_anyone=True).order_by().count()
+        claimable = claimable_tasks(project=None, now=now, by_anyone=True, live_as_set=True)
+        dashboard.claimable = claimable.order_by().count()
     if "spend" in shown:
         dashboard.spend = spend_panel(now)
     return dashboard

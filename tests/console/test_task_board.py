@@ -124,3 +124,45 @@ def test_a_user_without_task_view_permission_gets_403(client, django_user_model,
     user = django_user_model.objects.create_user(username="plain", password="x", is_staff=True)
     client.force_login(user)
     assert client.get(f"{BOARD}web/").status_code == 403
+
+
+def test_the_columns_equal_grouping_by_the_effective_status_annotation(web):
+    """The board counts stored statuses moved by the live leases, and reads cards by stored status
+    (issue 32: a lease subquery per task made the board grow with the project); the same numbers and
+    cards as `with_lease_state`, for work, review and landing leases, a lapsed lease and a held done task."""
+    from datetime import timedelta
+
+    from console.tasks.board import board_columns
+    from leases.models import Attempt
+    from leases.selectors import with_lease_state
+    from ledger import clock
+
+    agent = AgentFactory(projects=[web])
+    held = []
+    for number in range(5):
+        task = TaskFactory(project=web, title=f"Held {number}", priority=number)
+        lease_claim(task=task, agent=agent)
+        held.append(task)
+    Attempt.objects.filter(task=held[0]).update(kind="review")
+    Attempt.objects.filter(task=held[1]).update(kind="land")
+    Task.objects.filter(pk=held[1].pk).update(status="delivered")
+    Attempt.objects.filter(task=held[2]).update(lease_expires_at=clock.now() - timedelta(seconds=1))  # lapsed
+    Task.objects.filter(pk=held[3].pk).update(status="done")  # still held: in progress, not done
+    for number in range(4):
+        TaskFactory(project=web, title=f"Ready {number}", priority=10 - number)
+
+    reference = with_lease_state(Task.objects.filter(project=web), now=clock.now())
+    expected = {}
+    for task in reference:
+        expected.setdefault(task.effective_status, []).append(task)
+    columns = {column.status: column for column in board_columns(web)}
+
+    assert {status: column.count for status, column in columns.items() if column.count} == {
+        status: len(tasks) for status, tasks in expected.items()
+    }
+    for status, tasks in expected.items():
+        ordered = sorted(tasks, key=lambda task: (-task.priority, task.number))
+        assert [card.task.pk for card in columns[status].cards] == [task.pk for task in ordered]
+    assert columns["in_review"].count == columns["landing"].count == 1
+    assert held[3].pk in [card.task.pk for card in columns["in_progress"].cards]
+    assert held[2].pk in [card.task.pk for card in columns["ready"].cards]
