@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import Q, QuerySet
+from django.db.models import Q, QuerySet, Subquery
 
 from leases.models import Attempt, AttemptStatus
 from ledger.models import Event, EventType
@@ -89,9 +89,15 @@ RUNNER_EVENT_TYPES = tuple(value for value in EventType.values if value.startswi
 
 
 def runner_events(runner: Runner, *, limit: int = 30) -> QuerySet[Event]:
-    """The runner's latest events (registered, lost, cordoned, …), newest first, with their actors."""
+    """The runner's latest events (registered, lost, cordoned, …), newest first, with their actors.
+
+    The ids come from a subquery on the type index: as one statement with `ORDER BY id DESC LIMIT`,
+    SQLite's planner walks the whole event log backwards for a runner's few events (350 ms at 400k
+    events, bench.pages); this way it reads the runner events only.
+    """
+    ids = Event.objects.filter(type__in=RUNNER_EVENT_TYPES, payload__runner=runner.name).order_by().values("id")
     return (
-        Event.objects.filter(type__in=RUNNER_EVENT_TYPES, payload__runner=runner.name)
+        Event.objects.filter(id__in=Subquery(ids))
         .select_related("actor_user", "actor_agent", "task")
         .order_by("-id")[:limit]
     )
