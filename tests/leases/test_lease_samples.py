@@ -214,6 +214,29 @@ def test_the_read_is_one_index_range_of_at_most_the_window(clock, project, agent
             assert "TEMP B-TREE" not in plan, plan  # no sort: the index's order is the read's
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_backfills_the_samples_of_existing_history(clock):
+    """0019 forward samples the completed attempts already there (and then keeps them); backward drops all."""
+    from django.core.management import call_command
+
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    for index in range(3):
+        finish_one(clock, task=TaskFactory(project=project, task_class="migration"), agent=agent, seconds=10 + index)
+    finish_one(clock, task=TaskFactory(project=project), agent=agent, seconds=5)
+    try:
+        call_command("migrate", "leases", "0018_allocation_provisioned", verbosity=0)
+        with connection.cursor() as cursor:
+            assert "leases_leasesample" not in connection.introspection.table_names(cursor)
+    finally:
+        call_command("migrate", verbosity=0)
+    assert len(kept_samples()) == 3
+    assert kept_samples() == live_samples()
+    finish_one(clock, task=TaskFactory(project=project, task_class="migration"), agent=agent, seconds=20)
+    assert len(kept_samples()) == 4
+    assert kept_samples() == live_samples()
+
+
 def test_the_sqlite_triggers_exist():
     """A later SQLite table remake of `leases_attempt` or `ledger_task` would drop them silently."""
     if connection.vendor != "sqlite":
