@@ -137,7 +137,7 @@ def _sqlite_value(value: Any) -> Any:
 
 
 def bulk_ready_tasks(
-    project: Any, count: int, *, body_bytes: int = 0, since: datetime | None = None
+    project: Any, count: int, *, body_bytes: int = 0, since: datetime | None = None, task_class: str = ""
 ) -> tuple[int, int]:
     """`count` ready tasks in `project`, numbered after its existing ones; returns (first id, last id)."""
     from ledger.models import Project, Task
@@ -157,7 +157,7 @@ def bulk_ready_tasks(
                 f"Bench task {number}",
                 body,
                 body,
-                "",
+                task_class,
                 0,
                 labels,
                 "ready",

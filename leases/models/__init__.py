@@ -28,6 +28,7 @@ from leases.models.checks import (
     CheckState,
 )
 from leases.models.idempotency import IdempotencyRecord
+from leases.models.lease_samples import LeaseSample
 from leases.models.notes import (
     AGENT_NOTE_KINDS,
     NEXT_STEP_MAX_CHARS,
@@ -80,6 +81,7 @@ __all__ = [
     "FailureReason",
     "IdempotencyRecord",
     "InterruptionReason",
+    "LeaseSample",
     "Note",
     "NoteKind",
     "PathReservation",

@@ -26,6 +26,7 @@ from leases.models import (
     AttemptKind,
     AttemptStatus,
     AttemptUsage,
+    LeaseSample,
     Note,
     NoteKind,
     PathReservation,
@@ -196,22 +197,29 @@ def attempt_notes(attempt: Attempt) -> tuple[list[dict[str, Any]], int]:
     return list(reversed(rows)), total
 
 
+def lease_sizing_window(*, project: Project, task_class: str) -> QuerySet[LeaseSample, tuple[datetime, datetime]]:
+    """(claimed_at, finished_at) of the latest LEASE_SIZING_SAMPLE_LIMIT completed attempts of the class."""
+    return (
+        LeaseSample.objects.filter(project_id=project.pk, task_class=task_class)
+        .order_by("-finished_at")
+        .values_list("claimed_at", "finished_at")[:LEASE_SIZING_SAMPLE_LIMIT]
+    )
+
+
 def suggested_lease_seconds(*, project: Project, task_class: str) -> int | None:
     """3 x the p95 duration of the class's completed attempts, once there are at least 20.
 
     Uses the latest 1,000 completed attempts of the class in the project;
-    p95 by nearest rank.
+    p95 by nearest rank. Read from their `LeaseSample`s over the index
+    `lease_sample_recent`: one range of at most 1,000 entries, whatever the
+    size of the history (`leases.models.lease_samples`).
     """
     if not task_class:
         return None
-    finished = list(
-        Attempt.objects.filter(status=AttemptStatus.COMPLETED, task__project=project, task__task_class=task_class)
-        .order_by("-finished_at")
-        .values_list("claimed_at", "finished_at")[:LEASE_SIZING_SAMPLE_LIMIT]
-    )
+    finished = list(lease_sizing_window(project=project, task_class=task_class))
     if len(finished) < LEASE_SIZING_MIN_SAMPLES:
         return None
-    durations = sorted((end - start).total_seconds() for start, end in finished if end is not None)
+    durations = sorted((end - start).total_seconds() for start, end in finished)
     p95 = durations[math.ceil(0.95 * len(durations)) - 1]
     return math.ceil(3 * p95)
 

@@ -117,6 +117,7 @@ NOT_EXPORTED: dict[str, str] = {
     "leases.ClaimRefusalTally": "this server's refusal counters",
     "leases.AgentDailyUsage": "one agent's spend over all its projects",
     "leases.ReservationLock": "a lock row, not data",
+    "leases.LeaseSample": "derived: the attempt and task triggers sample the imported completed attempts",
     "insight.JobHeartbeat": "this server's scheduler",
     "insight.Incident": "this server's alerts: its incident check opens them afresh from the imported state",
     "reconciliation.ReconciliationRun": "this server's runs; the findings they made are exported",

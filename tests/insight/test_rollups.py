@@ -451,6 +451,8 @@ def test_the_tally_triggers_exist_after_migrate():
             cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'leases%'")
         names = {name for (name,) in cursor.fetchall()}
     expected = {"leases_attempt_tally_insert", "leases_attempt_tally_update"}
+    # The lease suggestion's samples (leases.models.lease_samples; tests/leases/test_lease_samples.py).
+    expected |= {"leases_attempt_lease_sample_insert", "leases_attempt_lease_sample_update"}
     if connection.vendor == "postgresql":
         expected |= {"leases_event_rollups"}
     else:
