@@ -8,7 +8,12 @@ then does what the daemon does while nothing is claimable (`agent/runner/slots.p
 - every slot is a thread of this process with its own `agent.client.LeaseholdClient` (the daemon's client: one
   kept-alive connection, an Idempotency-Key on every POST) parked on `POST /claims/next/ {"wait": 60}` (the
   daemon's default `wait_seconds`), asking again when answered; a claimed task is finished `done` at once;
-- every runner heartbeats every 15 s (`POST /runners/heartbeat/`, its slots' states), spread over the 15 s.
+- every runner heartbeats every 15 s (`POST /runners/heartbeat/`, its slots' states) from a thread of its own.
+
+The slots' first asks are spread over one wait and the runners' first beats over 15 s: runners on a hundred
+machines start independently. (Started all at once, 1,000 deadlines fall in the same second, every minute;
+under a loaded machine the answers then came later than the client's 10 s grace and the slots saw
+CONNECTION_FAILED and asked again, keeping the herd together.)
 
 Measured from `/proc` (the server's process tree; for PostgreSQL its backends too, `bench.proc_cpu.DatabaseCpu`):
 
