@@ -36,6 +36,7 @@ WORKLOADS = (
     "agent",
     "fleet",
     "landing",
+    "runners",
 )
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
@@ -268,6 +269,7 @@ def evaluate_targets(rows: list[Row]) -> list[dict[str, Any]]:
     targets += _mcp_targets(rows)
     _fleet_targets(rows, add)
     _landing_targets(rows, add)
+    _runner_targets(rows, add)
     procs = _find(rows, database="sqlite", workload="W3 full cycle, 4 processes", mode="service", concurrency=16)
     pg16 = service16
     if procs is None:
@@ -355,4 +357,29 @@ def _landing_targets(rows: list[Row], add: Any) -> None:
             if batched is None
             else f"{over}·T in {batched.extra.get('check_runs')} check runs; serial "
             f"{None if serial is None else serial.extra.get('wall_over_T')}·T; ratio {batched.ratio}",
+        )
+
+
+def _runner_targets(rows: list[Row], add: Any) -> None:
+    """SPEC §24: 1,000 idle slots cost the server <= 5 % of one core; a runner's own CPU per task <= 50 ms."""
+    for database, label in (("postgresql", "PostgreSQL"), ("sqlite", "SQLite")):
+        idle = _find(rows, database=database, workload="runners: 1000 idle slots at rest", mode="http")
+        added = None if idle is None else idle.extra.get("slots_add_pct_of_core")
+        add(
+            f"{label}: 1,000 idle runner slots add <= 5 % of one core to the server (web + database, /proc)",
+            None if added is None or idle is None else added <= 5 and not idle.errors,
+            "-"
+            if idle is None
+            else f"+{added} % ({idle.extra.get('server_pct_of_core')} % at rest with them, "
+            f"{idle.extra.get('empty_server_pct_of_core')} % without); x{idle.ratio} the raw SQL floor",
+        )
+        runner = _find(rows, database=database, workload="runners: a runner's CPU per task", mode="runner")
+        own = None if runner is None else runner.extra.get("runner_cpu_ms_per_task")
+        add(
+            f"{label}: a runner's own CPU per task <= 50 ms (the daemon; its run children apart)",
+            None if own is None or runner is None else own <= 50 and not runner.errors,
+            "-"
+            if runner is None
+            else f"{own} ms own + {runner.extra.get('run_children_cpu_ms_per_task')} ms run children; "
+            f"x{runner.ratio} a shell loop of run --next",
         )

@@ -118,6 +118,10 @@ def run_workloads(
         from bench.claim_waiters import claim_waiters
 
         steps.append(("claimwait", lambda target, sizes: claim_waiters(target, sizes, workers=workers)))
+    if "runners" in only:
+        from bench.runners import runners
+
+        steps.append(("runners", lambda target, sizes: runners(target, sizes, workers=workers)))
     if "http" in only:
         from bench import http
 
