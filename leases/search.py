@@ -29,7 +29,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
@@ -38,7 +37,6 @@ from django.db.models.expressions import RawSQL
 
 from core.errors import SearchTooBroad
 from leases.models import Note
-from leases.selectors import notes_visible_to
 from leases.search_text import (
     MARK_START,
     MARK_STOP,
@@ -49,10 +47,11 @@ from leases.search_text import (
     snippet,
     websearch_text,
 )
+from leases.selectors import notes_visible_to
 from ledger.models import Agent, Project, Task
 from ledger.selectors import tasks_visible_to
 
-__all__ = ["SNIPPET_MAX_CHARS", "SEARCHABLE_CHARS", "SearchHit", "search", "websearch_text"]
+__all__ = ["SEARCHABLE_CHARS", "SNIPPET_MAX_CHARS", "SearchHit", "search", "websearch_text"]
 
 SEARCHABLE_CHARS = 100_000  # PostgreSQL caps a tsvector at 1 MB; the triggers index this much of a description
 TITLE_WEIGHT = 2.5  # SQLite's bm25 column weight of a title against a description (PostgreSQL: A 1.0, B 0.4)
@@ -129,14 +128,13 @@ def _bounded() -> Iterator[None]:
 # --- PostgreSQL -----------------------------------------------------------------------------------
 
 
-def _postgres_candidates(
-    query: str, tasks: QuerySet[Task], notes: QuerySet[Note], fetch: int
-) -> list[_Candidate]:
+def _postgres_candidates(query: str, tasks: QuerySet[Task], notes: QuerySet[Note], fetch: int) -> list[_Candidate]:
     text = websearch_text(query)
     found: list[_Candidate] = []
     for kind, table, scope in (("task", "ledger_task", tasks), ("note", "leases_note", notes)):
-        matches = RawSQL(f"{table}.search_vector @@ websearch_to_tsquery('english', %s)", [text], BooleanField())
-        rank = RawSQL(f"ts_rank({table}.search_vector, websearch_to_tsquery('english', %s))", [text], FloatField())
+        # Table names are constants of this module; the query text is always a parameter.
+        matches = RawSQL(f"{table}.search_vector @@ websearch_to_tsquery('english', %s)", [text], BooleanField())  # noqa: S611
+        rank = RawSQL(f"ts_rank({table}.search_vector, websearch_to_tsquery('english', %s))", [text], FloatField())  # noqa: S611
         rows = scope.filter(matches).annotate(rank=rank).order_by("-rank", "-id").values_list("id", "rank")[:fetch]
         found += [_Candidate(kind, pk, float(value)) for pk, value in rows]
     return found
@@ -146,7 +144,7 @@ def _postgres_marked(query: str, kind: str, ids: list[int]) -> dict[int, str]:
     column, table = ("description", "ledger_task") if kind == "task" else ("content", "leases_note")
     options = f'HighlightAll=true, StartSel="{MARK_START}", StopSel="{MARK_STOP}"'
     sql = (
-        f"SELECT id, ts_headline('english', left({column}, %s), websearch_to_tsquery('english', %s), %s) "
+        f"SELECT id, ts_headline('english', left({column}, %s), websearch_to_tsquery('english', %s), %s) "  # noqa: S608
         f"FROM {table} WHERE id = ANY(%s)"
     )
     with connection.cursor() as cursor:
@@ -167,10 +165,11 @@ def _sqlite_candidates(
         ("note", "leases_note_fts", "1.0", notes),
     ):
         # The visible rows among the matches (the match drives, by rowid), then ranked by the match.
-        matching = scope.filter(id__in=RawSQL(f"SELECT rowid FROM {fts} WHERE {fts} MATCH %s", [expression]))
+        match = f"SELECT rowid FROM {fts} WHERE {fts} MATCH %s"  # noqa: S608
+        matching = scope.filter(id__in=RawSQL(match, [expression]))  # noqa: S611
         visible, params = matching.values("id").query.sql_with_params()
         sql = (
-            f"SELECT rowid, -bm25({fts}, {weights}) AS rank FROM {fts} "
+            f"SELECT rowid, -bm25({fts}, {weights}) AS rank FROM {fts} "  # noqa: S608
             f"WHERE {fts} MATCH %s AND rowid IN ({visible}) ORDER BY rank DESC, rowid DESC LIMIT %s"
         )
         with connection.cursor() as cursor:
@@ -183,7 +182,7 @@ def _sqlite_marked(parsed: ParsedQuery, kind: str, ids: list[int]) -> dict[int, 
     fts, column = ("ledger_task_fts", 1) if kind == "task" else ("leases_note_fts", 0)
     marks = ", ".join(["%s"] * len(ids))
     sql = (
-        f"SELECT rowid, highlight({fts}, {column}, %s, %s) FROM {fts} "
+        f"SELECT rowid, highlight({fts}, {column}, %s, %s) FROM {fts} "  # noqa: S608
         f"WHERE {fts} MATCH %s AND rowid IN ({marks})"
     )
     with connection.cursor() as cursor:

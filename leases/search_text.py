@@ -11,7 +11,7 @@ exclusion alone would be a scan of everything.
 
 Snippets: each database marks the matching words of a hit's text
 (`ts_headline … HighlightAll` on PostgreSQL, FTS5 `highlight()` on SQLite)
-with MARK_START/MARK_STOP, and `snippet` cuts the same window around the
+with MARK_START/MARK_STOP (neighbouring marked words become one run), and `snippet` cuts the same window around the
 first mark on both: up to CONTEXT_BEFORE characters before it, at most
 SNIPPET_MAX_CHARS in all, matches in `**bold**`.
 """
@@ -36,7 +36,7 @@ ENGLISH_STOP_WORDS = frozenset(
     was were be been being have has had having do does did doing a an the and but if or because as until while
     of at by for with about against between into through during before after above below to from up down in out
     on off over under again further then once here there when where why how all any both each few more most
-    other some such no nor not only own same so than too very s t can will just don should now""".split()
+    other some such no nor not only own same so than too very s t can will just don should now""".split()  # noqa: SIM905
 )
 
 _DASH_RUNS = re.compile(r"-{2,}")
@@ -118,6 +118,8 @@ def fts5_expression(parsed: ParsedQuery) -> str:
 def snippet(marked: str | None, *, fallback: str) -> str:
     """At most SNIPPET_MAX_CHARS characters around the first marked match, matches in `**bold**`."""
     text = re.sub(r"\s+", " ", marked or "").strip()
+    # Neighbouring marked words are one bold run (FTS5 marks a phrase whole, PostgreSQL word by word).
+    text = text.replace(f"{MARK_STOP} {MARK_START}", " ")
     first = text.find(MARK_START)
     if first < 0:
         text = text.replace(MARK_STOP, "") or re.sub(r"\s+", " ", fallback).strip()
@@ -143,6 +145,6 @@ def snippet(marked: str | None, *, fallback: str) -> str:
             left = shown[: room - len(out)]
             out += left[: left.rfind(" ")] if " " in left else left
         break
-    if cut or (len(out) > room):
+    if cut:
         out = out.rstrip() + ELLIPSIS
     return prefix + out
