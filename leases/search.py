@@ -170,7 +170,7 @@ def _sqlite_candidates(
         visible, params = matching.values("id").query.sql_with_params()
         sql = (
             f"SELECT rowid, -bm25({fts}, {weights}) AS rank FROM {fts} "  # noqa: S608
-            f"WHERE {fts} MATCH %s AND rowid IN ({visible}) ORDER BY rank DESC, rowid DESC LIMIT %s"
+            f"WHERE {fts} MATCH %s AND +rowid IN ({visible}) ORDER BY rank DESC, rowid DESC LIMIT %s"
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, [expression, *params, fetch])
