@@ -23,8 +23,17 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from bench.environment import configure_django, create_target, drop_target, migrate, new_workdir
+from bench.environment import (
+    Target,
+    configure_django,
+    create_target,
+    drop_target,
+    migrate,
+    new_workdir,
+    pg_admin_url,
+)
 
+RAW_TIMEOUT_MS = 10_000  # the raw reference gets the same plan settings, and a cap of its own
 QUERIES = {
     "a number (1 task, 1 note)": "{number}",
     "a ticket (rare word)": "ticket-4242",
@@ -36,12 +45,29 @@ QUERIES = {
 def _raw(vendor: str, query: str, project_id: int, agent_id: int) -> int:
     from django.db import connection
 
+    try:
+        return _raw_statements(vendor, query, project_id)
+    except Exception:
+        if vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.cursor.execute("ROLLBACK")
+        raise
+
+
+def _raw_statements(vendor: str, query: str, project_id: int) -> int:
+    from django.db import connection
+
     from leases.search_text import fts5_expression, parse, websearch_text
 
     with connection.cursor() as cursor:
         raw = cursor.cursor
         if vendor == "postgresql":
             text = websearch_text(query)
+            raw.execute("BEGIN")
+            raw.execute("SET LOCAL statement_timeout = %s", [RAW_TIMEOUT_MS])
+            raw.execute("SET LOCAL enable_hashjoin = off")
+            raw.execute("SET LOCAL enable_mergejoin = off")
+            raw.execute("SET LOCAL jit = off")
             raw.execute(
                 "SELECT t.id, ts_rank(t.search_vector, q) r FROM ledger_task t, websearch_to_tsquery('english', %s) q "
                 "WHERE t.search_vector @@ q AND t.project_id = %s ORDER BY r DESC, t.id DESC LIMIT 21",
@@ -55,7 +81,9 @@ def _raw(vendor: str, query: str, project_id: int, agent_id: int) -> int:
                 "WHERE n.search_vector @@ q AND t.project_id = %s ORDER BY r DESC, n.id DESC LIMIT 21",
                 [text, project_id],
             )
-            return found + len(raw.fetchall())
+            found += len(raw.fetchall())
+            raw.execute("COMMIT")
+            return found
         expression = fts5_expression(parse(query))
         raw.execute(
             "SELECT f.rowid, -bm25(ledger_task_fts, 2.5, 1.0) r FROM ledger_task_fts f "
@@ -116,28 +144,49 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--keep", action="store_true", help="keep the PostgreSQL database")
+    parser.add_argument(
+        "--reuse", metavar="DATABASE", help="measure an existing (kept) PostgreSQL database, no seeding"
+    )
     args = parser.parse_args(argv)
     vendor = "postgresql" if args.database == "postgres" else "sqlite"
-    target = create_target(vendor, workdir=new_workdir())
+    if args.reuse:
+        url = pg_admin_url().rsplit("/", 1)[0] + "/" + args.reuse
+        target = Target(
+            vendor="postgresql", env={"DATABASE_URL": url, "LEASEHOLD_DATA_DIR": str(new_workdir())}, dsn=url
+        )
+        target.env["DJANGO_SETTINGS_MODULE"] = "config.settings.base"
+        target.env.setdefault("LEASEHOLD_SECRET_KEY", "bench-search-reuse-" + "x" * 40)
+    else:
+        target = create_target(vendor, workdir=new_workdir())
     try:
         configure_django(target)
-        migrate()
         from bench import data
-        from leases.models import Attempt
+        from leases.models import Attempt, Note
         from leases.search import search
+        from ledger.models import Agent, Project
 
-        fleet = data.make_project("search", agents=1)
-        agent, project = fleet.agents[0], fleet.project
-        now = datetime.now(UTC)
-        started = time.perf_counter()
-        first, last = data.bulk_ready_tasks(project, args.tasks, since=now)
-        data.bulk_history(project, agent, first_task=first, last_task=last, finished_per_task=1, lapsed=False, now=now)
-        ids = Attempt.objects.filter(task__project=project).order_by("id").values_list("id", flat=True)
-        notes = data.bulk_notes(ids.first(), ids.last(), per_attempt=args.notes, now=now)
-        data.vacuum_analyze()
-        seeded = time.perf_counter() - started
-        print(f"{vendor}: {args.tasks:,} tasks, {notes:,} notes, seeded in {seeded:.0f} s", flush=True)
-        number = str(project.task_sequence + args.tasks // 2)
+        if args.reuse:
+            project = Project.objects.get(slug="search")
+            agent = Agent.objects.get(handle="search-000")
+            args.tasks = project.task_sequence
+            notes = Note.objects.count()
+            print(f"{vendor}: {args.tasks:,} tasks, {notes:,} notes (reused {args.reuse})", flush=True)
+        else:
+            migrate()
+            fleet = data.make_project("search", agents=1)
+            agent, project = fleet.agents[0], fleet.project
+            now = datetime.now(UTC)
+            started = time.perf_counter()
+            first, last = data.bulk_ready_tasks(project, args.tasks, since=now)
+            data.bulk_history(
+                project, agent, first_task=first, last_task=last, finished_per_task=1, lapsed=False, now=now
+            )
+            ids = Attempt.objects.filter(task__project=project).order_by("id").values_list("id", flat=True)
+            notes = data.bulk_notes(ids.first(), ids.last(), per_attempt=args.notes, now=now)
+            data.vacuum_analyze()
+            seeded = time.perf_counter() - started
+            print(f"{vendor}: {args.tasks:,} tasks, {notes:,} notes, seeded in {seeded:.0f} s", flush=True)
+        number = str(args.tasks // 2)
         print("| query | matches | hits | service ms (median per run, range) | raw ms | ratio | answer |")
         print("| --- | ---: | ---: | --- | --- | ---: | --- |")
         for name, template in QUERIES.items():
@@ -159,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
                 flush=True,
             )
     finally:
-        if not args.keep:
+        if not args.keep and not args.reuse:
             drop_target(target)
     return 0
 

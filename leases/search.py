@@ -55,7 +55,16 @@ __all__ = ["SEARCHABLE_CHARS", "SNIPPET_MAX_CHARS", "SearchHit", "search", "webs
 
 SEARCHABLE_CHARS = 100_000  # PostgreSQL caps a tsvector at 1 MB; the triggers index this much of a description
 TITLE_WEIGHT = 2.5  # SQLite's bm25 column weight of a title against a description (PostgreSQL: A 1.0, B 0.4)
-SQLITE_PROGRESS_STEPS = 1000  # virtual-machine steps between two looks at the clock
+SQLITE_PROGRESS_STEPS = 1000
+# PostgreSQL's plan for a search is always the text index first, then primary-key lookups per match.
+# A rare word's row estimate is a default (0.5 % of the table), which made the planner hash-join the
+# visibility joins over every attempt and task and compile JIT code (0.2 ms of index work, 600 ms of
+# plan at 1M tasks: docs/performance.md, "Search, indexed"). These hold for the search's statements only.
+PLAN_SETTINGS = {
+    "enable_hashjoin": "off",
+    "enable_mergejoin": "off",
+    "jit": "off",
+}  # virtual-machine steps between two looks at the clock
 
 
 @dataclass(frozen=True)
@@ -94,13 +103,17 @@ def _bounded() -> Iterator[None]:
     """Statements inside end within the search timeout, or SEARCH_TOO_BROAD."""
     if connection.vendor == "postgresql":
         outer = connection.in_atomic_block
+        settings_now = {**PLAN_SETTINGS, "statement_timeout": str(_timeout_ms())}
         with transaction.atomic():
             with connection.cursor() as cursor:
+                names = list(settings_now)
+                reads = ", ".join("current_setting(%s)" for _ in names)
+                sets = ", ".join("set_config(%s, %s, true)" for _ in names)
                 cursor.execute(
-                    "SELECT current_setting('statement_timeout'), set_config('statement_timeout', %s, true)",
-                    [str(_timeout_ms())],
+                    f"SELECT {reads}, {sets}",
+                    [*names, *(value for name in names for value in (name, settings_now[name]))],
                 )
-                previous = cursor.fetchone()[0]
+                previous = dict(zip(names, cursor.fetchone()[: len(names)], strict=True))
             try:
                 yield
             except OperationalError as exc:
@@ -109,7 +122,8 @@ def _bounded() -> Iterator[None]:
                 raise
             if outer:  # SET LOCAL would outlive the search in the caller's transaction
                 with connection.cursor() as cursor:
-                    cursor.execute("SELECT set_config('statement_timeout', %s, true)", [previous])
+                    for name, value in previous.items():
+                        cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
         return
     connection.ensure_connection()
     raw = connection.connection
