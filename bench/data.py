@@ -295,3 +295,58 @@ def offset_ids() -> None:
             else:
                 cursor.execute("DELETE FROM sqlite_sequence WHERE name = %s", [table])
                 cursor.execute("INSERT INTO sqlite_sequence (name, seq) VALUES (%s, %s)", [table, start - 1])
+
+
+NOTE_COLUMNS = ("attempt_id", "kind", "content", "next_steps", "important", "created_at")
+# Note text for search: ten words of a 400-word vocabulary (each word in ~2.5 % of notes) and one
+# ticket number shared by every 50,000th note (`ticket-<n>`: a rare word, ~count/50,000 notes).
+_STEMS = (
+    "migration flaky runner claim lease branch review merge deploy staging parser schema index cache "
+    "timeout retry webhook sweep renew token budget label commit rebase conflict"
+)
+SEARCH_VOCABULARY = tuple(
+    f"{stem}{suffix}"
+    for stem in _STEMS.split()
+    for suffix in (
+        "",
+        "s",
+        "ed",
+        "ing",
+        "er",
+        "able",
+        "ness",
+        "ment",
+        "ful",
+        "less",
+        "ity",
+        "ise",
+        "al",
+        "ous",
+        "ant",
+        "ish",
+    )
+)[:400]
+TICKETS = 50_000
+
+
+def note_text(number: int) -> str:
+    words, state = [], number
+    for _ in range(10):  # a 64-bit LCG per note: words independent of one another
+        state = (state * 6364136223846793005 + 1442695040888963407) % 2**64
+        words.append(SEARCH_VOCABULARY[(state >> 33) % len(SEARCH_VOCABULARY)])
+    return f"Checkpoint {number}: " + " ".join(words) + f" ticket-{number % TICKETS}."
+
+
+def bulk_notes(first_attempt: int, last_attempt: int, *, per_attempt: int, now: datetime) -> int:
+    """`per_attempt` checkpoint notes on each attempt in the id range (the schema's triggers index them)."""
+    steps = json.dumps([])
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        number = 0
+        for attempt_id in range(first_attempt, last_attempt + 1):
+            for _ in range(per_attempt):
+                number += 1
+                yield (attempt_id, "checkpoint", note_text(number), steps, False, now)
+
+    _copy_rows("leases_note", NOTE_COLUMNS, rows())
+    return per_attempt * (last_attempt - first_attempt + 1)

@@ -196,6 +196,14 @@ class RateLimited(LedgerError):
     default_message = "Too many requests."
 
 
+class SearchTooBroad(LedgerError):
+    """A search that matched too much to rank within its time bound (SPEC §25); narrowing it helps, retrying not."""
+
+    code = "SEARCH_TOO_BROAD"
+    http_status = 400
+    default_message = "The search matched too much to answer in time; add words or a project."
+
+
 class StorageBusy(LedgerError):
     code = "STORAGE_BUSY"
     http_status = 503

@@ -1,40 +1,70 @@
-"""Search over task titles and descriptions and note contents, scoped to the caller's projects.
+"""Search over task titles and descriptions and note contents, scoped to the caller's projects (SPEC §25).
 
-PostgreSQL: full-text search (`websearch_to_tsquery`, English configuration),
-ranked with `ts_rank`, snippets from `ts_headline` with matches in `**bold**`.
-No GIN index is assumed: the vectors are computed per query, which is fine
-at the scale of one installation; an expression index can be added later
-without changing this code. Only the first SEARCHABLE_CHARS characters of a
-text are searched (PostgreSQL caps a tsvector at 1 MB).
+Indexed on both databases (migration `leases.0019_search_index`):
 
-SQLite: a portable fallback — every word of the query must occur
-(case-insensitive for ASCII, as SQLite's LIKE), title matches rank first,
-the snippet is cut around the first occurrence.
+- PostgreSQL: a stored `search_vector` tsvector on `ledger_task` (title
+  weight A, the first SEARCHABLE_CHARS characters of the description weight
+  B) and on `leases_note` (content), kept by BEFORE triggers, each under a GIN
+  index. Matching is `websearch_to_tsquery('english', …)`, ranking
+  `ts_rank` over the stored vector.
+- SQLite: FTS5 external-content tables `ledger_task_fts` (title,
+  description) and `leases_note_fts` (content), porter-stemmed, kept by
+  triggers; ranking `bm25` (title weighted as PostgreSQL's A against B).
 
-Either way a snippet is at most SNIPPET_MAX_CHARS characters, never a body.
+The answers are the same hits on both (the query is read the same way:
+`leases.search_text`); the order among hits may differ where the two
+databases' ranking functions weigh term frequency differently. Snippets are
+cut by the same code on both from each database's marks of the matching words,
+for the page's hits only (`leases.search_text.snippet`).
+
+Each request's time is bounded: LEASEHOLD_SEARCH_TIMEOUT_MS as a
+`statement_timeout` on PostgreSQL and a progress handler on SQLite; past it
+the answer is SEARCH_TOO_BROAD (a query that matches too much to rank in
+time), never a held thread.
 """
 
 from __future__ import annotations
 
-import re
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
 
-from django.db import connection
-from django.db.models import Case, FloatField, Q, QuerySet, Value, When
-from django.db.models.functions import Greatest, Lower, StrIndex, Substr
+from django.conf import settings
+from django.db import OperationalError, connection, transaction
+from django.db.models import BooleanField, FloatField, QuerySet
+from django.db.models.expressions import RawSQL
 
+from core.errors import SearchTooBroad
 from leases.models import Note
+from leases.search_text import (
+    MARK_START,
+    MARK_STOP,
+    SNIPPET_MAX_CHARS,
+    ParsedQuery,
+    fts5_expression,
+    parse,
+    snippet,
+    websearch_text,
+)
 from leases.selectors import notes_visible_to
 from ledger.models import Agent, Project, Task
 from ledger.selectors import tasks_visible_to
 
-SNIPPET_MAX_CHARS = 300
-SEARCHABLE_CHARS = 100_000
-MAX_TERMS = 10
-MAX_WEBSEARCH_WORDS = 32
-CONTEXT_BEFORE = 80
-ELLIPSIS = "…"
+__all__ = ["SEARCHABLE_CHARS", "SNIPPET_MAX_CHARS", "SearchHit", "search", "websearch_text"]
+
+SEARCHABLE_CHARS = 100_000  # PostgreSQL caps a tsvector at 1 MB; the triggers index this much of a description
+TITLE_WEIGHT = 2.5  # SQLite's bm25 column weight of a title against a description (PostgreSQL: A 1.0, B 0.4)
+SQLITE_PROGRESS_STEPS = 1000
+# PostgreSQL's plan for a search is always the text index first, then primary-key lookups per match.
+# A rare word's row estimate is a default (0.5 % of the table), which made the planner hash-join the
+# visibility joins over every attempt and task and compile JIT code (0.2 ms of index work, 600 ms of
+# plan at 1M tasks: docs/performance.md, "Search, indexed"). These hold for the search's statements only.
+PLAN_SETTINGS = {
+    "enable_hashjoin": "off",
+    "enable_mergejoin": "off",
+    "jit": "off",
+}  # virtual-machine steps between two looks at the clock
 
 
 @dataclass(frozen=True)
@@ -49,167 +79,204 @@ class SearchHit:
     order: int  # tie-breaker: newer first
 
 
-def _clean_snippet(text: str | None, *, cut_before: bool, fallback: str) -> str:
-    text = re.sub(r"\s+", " ", text or "").strip() or fallback
-    prefix = ELLIPSIS if cut_before else ""
-    room = SNIPPET_MAX_CHARS - len(prefix)
-    if len(text) > room:
-        text = text[: room - 1].rstrip() + ELLIPSIS
-    return prefix + text
+@dataclass(frozen=True)
+class _Candidate:
+    kind: str
+    id: int
+    rank: float
 
 
-_DASH_RUNS = re.compile(r"-{2,}")
-_LONE_DASHES = re.compile(r"-(?![\w\"])")
+def _timeout_ms() -> int:
+    return int(settings.LEASEHOLD_SEARCH_TIMEOUT_MS)
 
 
-def websearch_text(query: str) -> str:
-    """The query as `websearch_to_tsquery` may safely read it.
-
-    A `-` before a word means NOT; a run of them (a Markdown rule, which agents
-    paste) nests NOTs until PostgreSQL answers "tsquery stack too small". So
-    runs of dashes and dashes before no word become spaces, and at most
-    MAX_WEBSEARCH_WORDS words are kept; `-word` and `-"a phrase"` keep their
-    meaning.
-    """
-    text = _LONE_DASHES.sub(" ", _DASH_RUNS.sub(" ", query))
-    return " ".join(text.split()[:MAX_WEBSEARCH_WORDS])
-
-
-def _postgres_hits(
-    query: str, tasks: QuerySet[Task], notes: QuerySet[Note], fetch: int
-) -> tuple[list[SearchHit], list[SearchHit]]:
-    from django.contrib.postgres.search import SearchHeadline, SearchQuery, SearchRank, SearchVector
-
-    ts_query = SearchQuery(websearch_text(query), search_type="websearch", config="english")
-    headline: dict[str, Any] = {
-        "config": "english",
-        "start_sel": "**",
-        "stop_sel": "**",
-        "max_words": 35,
-        "min_words": 15,
-        "max_fragments": 1,
-    }
-    description = Substr("description", 1, SEARCHABLE_CHARS)
-    task_vector = SearchVector("title", weight="A", config="english") + SearchVector(
-        description, weight="B", config="english"
-    )
-    task_rows = (
-        tasks.annotate(document=task_vector)
-        .filter(document=ts_query)
-        .annotate(rank=SearchRank(task_vector, ts_query), snippet=SearchHeadline(description, ts_query, **headline))
-        .order_by("-rank", "-id")
-        .values("id", "key", "title", "rank", "snippet")[:fetch]
-    )
-    content = Substr("content", 1, SEARCHABLE_CHARS)
-    note_vector = SearchVector(content, config="english")
-    note_rows = (
-        notes.annotate(document=note_vector)
-        .filter(document=ts_query)
-        .annotate(rank=SearchRank(note_vector, ts_query), snippet=SearchHeadline(content, ts_query, **headline))
-        .order_by("-rank", "-id")
-        .values("id", "attempt_id", "attempt__task__key", "attempt__task__title", "rank", "snippet")[:fetch]
-    )
-    return (
-        [
-            SearchHit(
-                "task",
-                row["key"],
-                row["title"],
-                None,
-                None,
-                _clean_snippet(row["snippet"], cut_before=False, fallback=row["title"]),
-                float(row["rank"]),
-                row["id"],
-            )
-            for row in task_rows
-        ],
-        [
-            SearchHit(
-                "note",
-                row["attempt__task__key"],
-                row["attempt__task__title"],
-                row["id"],
-                row["attempt_id"],
-                _clean_snippet(row["snippet"], cut_before=False, fallback=""),
-                float(row["rank"]),
-                row["id"],
-            )
-            for row in note_rows
-        ],
+def _too_broad() -> SearchTooBroad:
+    seconds = _timeout_ms() / 1000
+    return SearchTooBroad(
+        f"The search did not finish within {seconds:g} s; add words or a project to narrow it.",
+        details={"timeout_ms": _timeout_ms()},
     )
 
 
-def _window(field: str, term: str) -> dict[str, Any]:
-    """Annotations: where `term` first occurs in `field`, and the text around it."""
-    position = StrIndex(Lower(field), Lower(Value(term)))
-    start = Greatest(position - CONTEXT_BEFORE, Value(1))
-    return {"position": position, "excerpt": Substr(field, start, SNIPPET_MAX_CHARS)}
+@contextmanager
+def _bounded() -> Iterator[None]:
+    """Statements inside end within the search timeout, or SEARCH_TOO_BROAD."""
+    if connection.vendor == "postgresql":
+        outer = connection.in_atomic_block
+        settings_now = {**PLAN_SETTINGS, "statement_timeout": str(_timeout_ms())}
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                names = list(settings_now)
+                reads = ", ".join("current_setting(%s)" for _ in names)
+                sets = ", ".join("set_config(%s, %s, true)" for _ in names)
+                cursor.execute(
+                    f"SELECT {reads}, {sets}",
+                    [*names, *(value for name in names for value in (name, settings_now[name]))],
+                )
+                previous = dict(zip(names, cursor.fetchone()[: len(names)], strict=True))
+            try:
+                yield
+            except OperationalError as exc:
+                if "statement timeout" in str(exc):
+                    raise _too_broad() from exc
+                raise
+            if outer:  # SET LOCAL would outlive the search in the caller's transaction
+                with connection.cursor() as cursor:
+                    for name, value in previous.items():
+                        cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
+        return
+    connection.ensure_connection()
+    raw = connection.connection
+    deadline = time.monotonic() + _timeout_ms() / 1000
+    raw.set_progress_handler(lambda: 1 if time.monotonic() > deadline else 0, SQLITE_PROGRESS_STEPS)
+    try:
+        yield
+    except OperationalError as exc:
+        if "interrupted" in str(exc):
+            raise _too_broad() from exc
+        raise
+    finally:
+        raw.set_progress_handler(None, 0)
 
 
-def _portable_hits(
-    query: str, tasks: QuerySet[Task], notes: QuerySet[Note], fetch: int
-) -> tuple[list[SearchHit], list[SearchHit]]:
-    terms = query.split()[:MAX_TERMS]
-    for term in terms:
-        tasks = tasks.filter(Q(title__icontains=term) | Q(description__icontains=term))
-        notes = notes.filter(content__icontains=term)
-    first = terms[0]
-    task_rows = (
-        tasks.annotate(
-            rank=Case(When(title__icontains=first, then=Value(1.0)), default=Value(0.5), output_field=FloatField())
+# --- PostgreSQL -----------------------------------------------------------------------------------
+
+
+def _postgres_candidates(query: str, tasks: QuerySet[Task], notes: QuerySet[Note], fetch: int) -> list[_Candidate]:
+    text = websearch_text(query)
+    found: list[_Candidate] = []
+    for kind, table, scope in (("task", "ledger_task", tasks), ("note", "leases_note", notes)):
+        # Table names are constants of this module; the query text is always a parameter.
+        matches = RawSQL(f"{table}.search_vector @@ websearch_to_tsquery('english', %s)", [text], BooleanField())  # noqa: S611
+        rank = RawSQL(f"ts_rank({table}.search_vector, websearch_to_tsquery('english', %s))", [text], FloatField())  # noqa: S611
+        rows = scope.filter(matches).annotate(rank=rank).order_by("-rank", "-id").values_list("id", "rank")[:fetch]
+        found += [_Candidate(kind, pk, float(value)) for pk, value in rows]
+    return found
+
+
+def _postgres_marked(query: str, kind: str, ids: list[int]) -> dict[int, str]:
+    column, table = ("description", "ledger_task") if kind == "task" else ("content", "leases_note")
+    options = f'HighlightAll=true, StartSel="{MARK_START}", StopSel="{MARK_STOP}"'
+    sql = (
+        f"SELECT id, ts_headline('english', left({column}, %s), websearch_to_tsquery('english', %s), %s) "  # noqa: S608
+        f"FROM {table} WHERE id = ANY(%s)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [SEARCHABLE_CHARS, websearch_text(query), options, ids])
+        return dict(cursor.fetchall())
+
+
+# --- SQLite ---------------------------------------------------------------------------------------
+
+
+def _sqlite_candidates(
+    parsed: ParsedQuery, tasks: QuerySet[Task], notes: QuerySet[Note], fetch: int
+) -> list[_Candidate]:
+    expression = fts5_expression(parsed)
+    found: list[_Candidate] = []
+    for kind, fts, weights, scope in (
+        ("task", "ledger_task_fts", f"{TITLE_WEIGHT}, 1.0", tasks),
+        ("note", "leases_note_fts", "1.0", notes),
+    ):
+        # The visible rows among the matches (the match drives, by rowid), then ranked by the match.
+        match = f"SELECT rowid FROM {fts} WHERE {fts} MATCH %s"  # noqa: S608
+        matching = scope.filter(id__in=RawSQL(match, [expression]))  # noqa: S611
+        visible, params = matching.values("id").query.sql_with_params()
+        sql = (
+            f"SELECT rowid, -bm25({fts}, {weights}) AS rank FROM {fts} "  # noqa: S608
+            f"WHERE {fts} MATCH %s AND +rowid IN ({visible}) ORDER BY rank DESC, rowid DESC LIMIT %s"
         )
-        .annotate(**_window("description", first))
-        .order_by("-rank", "-id")
-        .values("id", "key", "title", "rank", "position", "excerpt")[:fetch]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [expression, *params, fetch])
+            found += [_Candidate(kind, row[0], float(row[1])) for row in cursor.fetchall()]
+    return found
+
+
+def _sqlite_marked(parsed: ParsedQuery, kind: str, ids: list[int]) -> dict[int, str]:
+    fts, column = ("ledger_task_fts", 1) if kind == "task" else ("leases_note_fts", 0)
+    marks = ", ".join(["%s"] * len(ids))
+    sql = (
+        f"SELECT rowid, highlight({fts}, {column}, %s, %s) FROM {fts} "  # noqa: S608
+        f"WHERE {fts} MATCH %s AND rowid IN ({marks})"
     )
-    note_rows = (
-        notes.annotate(rank=Value(0.5, output_field=FloatField()))
-        .annotate(**_window("content", first))
-        .order_by("-id")
-        .values("id", "attempt_id", "attempt__task__key", "attempt__task__title", "rank", "position", "excerpt")[:fetch]
-    )
-    return (
-        [
-            SearchHit(
-                "task",
-                row["key"],
-                row["title"],
-                None,
-                None,
-                _clean_snippet(row["excerpt"], cut_before=row["position"] > CONTEXT_BEFORE + 1, fallback=row["title"]),
-                row["rank"],
-                row["id"],
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [MARK_START, MARK_STOP, fts5_expression(parsed), *ids])
+        return dict(cursor.fetchall())
+
+
+# --- both -----------------------------------------------------------------------------------------
+
+
+def _hits(page: list[_Candidate], marked: dict[tuple[str, int], str]) -> list[SearchHit]:
+    task_ids = [c.id for c in page if c.kind == "task"]
+    note_ids = [c.id for c in page if c.kind == "note"]
+    tasks = {row["id"]: row for row in Task.objects.filter(id__in=task_ids).values("id", "key", "title")}
+    notes = {
+        row["id"]: row
+        for row in Note.objects.filter(id__in=note_ids).values(
+            "id", "attempt_id", "attempt__task__key", "attempt__task__title"
+        )
+    }
+    hits = []
+    for candidate in page:
+        text = marked.get((candidate.kind, candidate.id))
+        if candidate.kind == "task":
+            task = tasks[candidate.id]
+            hits.append(
+                SearchHit(
+                    "task",
+                    task["key"],
+                    task["title"],
+                    None,
+                    None,
+                    snippet(text, fallback=task["title"]),
+                    candidate.rank,
+                    candidate.id,
+                )
             )
-            for row in task_rows
-        ],
-        [
-            SearchHit(
-                "note",
-                row["attempt__task__key"],
-                row["attempt__task__title"],
-                row["id"],
-                row["attempt_id"],
-                _clean_snippet(row["excerpt"], cut_before=row["position"] > CONTEXT_BEFORE + 1, fallback=""),
-                row["rank"],
-                row["id"],
+        else:
+            note = notes[candidate.id]
+            hits.append(
+                SearchHit(
+                    "note",
+                    note["attempt__task__key"],
+                    note["attempt__task__title"],
+                    note["id"],
+                    note["attempt_id"],
+                    snippet(text, fallback=""),
+                    candidate.rank,
+                    candidate.id,
+                )
             )
-            for row in note_rows
-        ],
-    )
+    return hits
 
 
 def search(
     *, query: str, agent: Agent | None, project: Project | None = None, offset: int = 0, limit: int = 20
 ) -> tuple[list[SearchHit], bool]:
-    """Hits ranked best first (tasks before notes on a tie), and whether more follow."""
+    """Hits ranked best first (tasks before notes on a tie, then newer first), and whether more follow."""
+    parsed = parse(query)
+    if not parsed.finds_anything:
+        return [], False
     tasks = tasks_visible_to(agent)
     notes = notes_visible_to(agent)
     if project is not None:
         tasks = tasks.filter(project=project)
         notes = notes.filter(attempt__task__project=project)
     fetch = offset + limit + 1
-    finder = _postgres_hits if connection.vendor == "postgresql" else _portable_hits
-    task_hits, note_hits = finder(query, tasks, notes, fetch)
-    merged = sorted([*task_hits, *note_hits], key=lambda hit: (-hit.rank, hit.kind != "task", -hit.order))
-    page = merged[offset : offset + limit]
-    return page, len(merged) > offset + limit
+    postgres = connection.vendor == "postgresql"
+    with _bounded():
+        if postgres:
+            candidates = _postgres_candidates(query, tasks, notes, fetch)
+        else:
+            candidates = _sqlite_candidates(parsed, tasks, notes, fetch)
+        merged = sorted(candidates, key=lambda c: (-c.rank, c.kind != "task", -c.id))
+        page = merged[offset : offset + limit]
+        marked: dict[tuple[str, int], str] = {}
+        for kind in ("task", "note"):
+            ids = [c.id for c in page if c.kind == kind]
+            if ids:
+                found = _postgres_marked(query, kind, ids) if postgres else _sqlite_marked(parsed, kind, ids)
+                marked.update({(kind, key): value for key, value in found.items()})
+        hits = _hits(page, marked)
+    return hits, len(merged) > offset + limit

@@ -52,6 +52,12 @@ SQLITE_TRIGGERS: dict[str, tuple[str, str, str]] = {
     "leases_attempt_tally_update": ("leases", "0011_rollups", "leases_attempt"),
     "leases_event_tally_contested": ("leases", "0011_rollups", "ledger_event"),
     "leases_event_first_ready": ("leases", "0011_rollups", "ledger_event"),
+    "ledger_task_fts_insert": ("leases", "0019_search_index", "ledger_task"),
+    "ledger_task_fts_update": ("leases", "0019_search_index", "ledger_task"),
+    "ledger_task_fts_delete": ("leases", "0019_search_index", "ledger_task"),
+    "leases_note_fts_insert": ("leases", "0019_search_index", "leases_note"),
+    "leases_note_fts_update": ("leases", "0019_search_index", "leases_note"),
+    "leases_note_fts_delete": ("leases", "0019_search_index", "leases_note"),
 }
 # The event table's append-only triggers (SPEC §1.6) are compared word for word with their migrations' SQL.
 APPEND_ONLY_MIGRATIONS = (

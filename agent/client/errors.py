@@ -156,6 +156,10 @@ class RateLimited(LeaseholdError):
     default_retryable = True
 
 
+class SearchTooBroad(LeaseholdError):
+    code = "SEARCH_TOO_BROAD"
+
+
 class StorageBusy(LeaseholdError):
     code = "STORAGE_BUSY"
     default_retryable = True

@@ -233,6 +233,8 @@ if LEASEHOLD_MIN_LEASE_SECONDS > LEASEHOLD_MAX_LEASE_SECONDS:
     )
 # Every storage wait of one request ends by then (core.deadline); below the web server's timeout.
 LEASEHOLD_STORAGE_DEADLINE_SECONDS = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS", 20, minimum=1, maximum=600)
+# SPEC §25: one search request's time bound (statement_timeout; SQLite: a progress handler), then SEARCH_TOO_BROAD.
+LEASEHOLD_SEARCH_TIMEOUT_MS = env_int("LEASEHOLD_SEARCH_TIMEOUT_MS", 2000, minimum=50, maximum=60_000)
 LEASEHOLD_CONTEXT_MAX_BYTES = env_int("LEASEHOLD_CONTEXT_MAX_BYTES", 16384, minimum=2048)
 LEASEHOLD_AGENT_SILENCE_SECONDS = env_int("LEASEHOLD_AGENT_SILENCE_SECONDS", 600, minimum=1)
 LEASEHOLD_STALL_SECONDS = env_int("LEASEHOLD_STALL_SECONDS", 1800, minimum=1)

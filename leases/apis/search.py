@@ -29,10 +29,10 @@ class SearchHitSerializer(serializers.Serializer[Any]):
 
 
 class SearchApi(ApiView):
-    """Full-text search on PostgreSQL, a substring search on SQLite; snippets ≤ 300 characters."""
+    """Indexed full-text search on both databases (SPEC §25); snippets ≤ 300 characters; then SEARCH_TOO_BROAD."""
 
     class FilterSerializer(serializers.Serializer[Any]):
-        q = serializers.CharField(max_length=200, help_text="Words to find (web-search syntax on PostgreSQL).")
+        q = serializers.CharField(max_length=200, help_text="Words to find (web-search syntax).")
         project = serializers.SlugField(required=False, max_length=50)
         cursor = serializers.CharField(required=False, max_length=300)
         limit = serializers.IntegerField(required=False, min_value=1, max_value=50, default=20)
