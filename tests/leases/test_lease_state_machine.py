@@ -85,6 +85,9 @@ CLAIM_LEASE_SECONDS = (None, 0, 1, 29, 30, 31, 600, 86_400, 86_401, 1_000_000)
 RENEW_LEASE_SECONDS = (None, 0, 1, 29, 31, 600, 86_400, 86_401)
 CLOCK_STEPS = (1, 29, 30, 31, 300, 899, 900, 3_600, 86_400, 86_401)
 NOTE_LENGTHS = (1, 300, NOTE_MAX_CHARS, NOTE_MAX_CHARS + 1, 3 * NOTE_MAX_CHARS)
+# Reassign reserves a task that may still be claimed as work; in any other status (done, or review even
+# with its review lease held) it is refused and writes nothing (leases/services/revoke.py says why).
+REASSIGNABLE = (TaskStatus.OPEN, TaskStatus.READY, TaskStatus.BLOCKED)
 
 TERMINAL_EVENT = {
     AttemptStatus.COMPLETED: EventType.ATTEMPT_FINISHED,
@@ -528,7 +531,12 @@ class LeaseMachine(RuleBasedStateMachine):
             )
         )
         event(f"revoke{'/reassign' if reserve_for is not None else ''}: {code or 'ok'}")
-        assert code == (None if reason.strip() else "VALIDATION_ERROR"), f"revoke with reason {reason!r}: {code}"
+        expected = None
+        if not reason.strip():
+            expected = "VALIDATION_ERROR"
+        elif reserve_for is not None and self.model[task].status not in REASSIGNABLE:
+            expected = "INVALID_STATUS_TRANSITION"
+        assert code == expected, f"revoke of a {self.model[task].status} task with reason {reason!r}: {code}"
         if revocation is None:
             assert self.ledger() == before, "a refused revocation wrote something"
             return
