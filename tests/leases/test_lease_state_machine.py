@@ -9,8 +9,8 @@ ever lands. Quarantine (§16.4) is off here (its rules are pinned in
 
 Three agents work four ready tasks of one project under a frozen clock. The
 machine claims, claims-next, renews, writes notes, finishes, releases,
-revokes, reassigns, sweeps, moves the clock (also to the very instant a lease
-lapses) and reopens finished tasks, presenting right and deliberately wrong
+revokes, reassigns (refused for a task in review or done), sweeps, moves the
+clock (also to the very instant a lease lapses) and reopens finished tasks, presenting right and deliberately wrong
 lease proofs. It keeps its own model of every attempt (token, epoch, lease)
 and checks the database against the rules, with plain queries, after each
 step.
@@ -552,6 +552,28 @@ class LeaseMachine(RuleBasedStateMachine):
                 self.model[task].changed()
             self.model[task].reserved_for = reserve_for
         assert (revocation.revoked.pk if revocation.revoked else None) == revoked
+
+    @precondition(lambda self: any(t.status not in REASSIGNABLE for t in self.model))
+    @rule(data=st.data(), agent=st.integers(0, AGENTS - 1))
+    def reassign_unclaimable(self, data: st.DataObject, agent: int) -> None:
+        """An admin reassigns a task in review (its review lease held or not) or done: refused, nothing written.
+
+        `revoke` reaches these seldom (it found review_next, then a reassign, on PostgreSQL); this rule
+        reaches them whenever there is one, the reviewer's live lease included.
+        """
+        unclaimable = [i for i, t in enumerate(self.model) if t.status not in REASSIGNABLE]
+        task = data.draw(st.sampled_from(unclaimable), label="task")
+        held = self.active_attempt(task)
+        before = self.ledger()
+        revocation, code = self.call(
+            lambda: task_force_release(
+                task=self.tasks[task], actor=self.admin, reason="agent is stuck", reserve_for=self.agents[agent]
+            )
+        )
+        event(f"reassign {self.model[task].status}{f' ({held.kind} held)' if held else ''}: {code or 'ok'}")
+        assert code == "INVALID_STATUS_TRANSITION", f"reassigning a {self.model[task].status} task: {code or 'ok'}"
+        assert revocation is None
+        assert self.ledger() == before, "a refused reassign wrote something (the held lease included)"
 
     @rule()
     def sweep(self) -> None:
