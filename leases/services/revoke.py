@@ -4,6 +4,17 @@ Both revoke the active attempt (`revoked`, with who and why) and bump nothing
 else; the revoked holder's next write fails with `LEASE_NOT_HELD`. Reassign
 also reserves the task for the chosen agent. The ledger may revoke a lease;
 it never deletes the holder's branch, worktree or environment.
+
+Reassign is for a task that may still be claimed as work: open, ready or
+blocked. Any other status is refused with `INVALID_STATUS_TRANSITION` before
+anything is written, the live lease included. That covers a task in `review`
+whose review attempt is held: a reservation governs work claims only (review
+claims never read it), so reserving a task under review would promise the
+review to an agent nobody hands it to, and then hand the next work claim to
+that reviewer after `changes_requested`. To take a review from a stuck
+reviewer, force-release it (no agent): the request stays pending and any
+reviewer may claim it (not the author, unless the project allows
+self-review); or decide it on the Reviews page.
 """
 
 from __future__ import annotations
@@ -46,7 +57,10 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
     """Revoke the task's active attempt, if any; with `reserve_for`, this is a reassign.
 
     A lapsed active attempt is expired rather than revoked: its lease had
-    already ended on its own.
+    already ended on its own. A reassign of a task that is not open, ready or
+    blocked (a task in review, even with its review lease held) is refused with
+    `INVALID_STATUS_TRANSITION` and writes nothing; a force-release (no
+    `reserve_for`) revokes whatever the task's status.
     """
     reason = _clean_reason(reason)
     now = clock.now()
@@ -55,11 +69,8 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
         # tasks they clear): neither can slip between this check and the reservation.
         _refuse_unless_can_claim(reserve_for, task)
     locked = lock_task(task.pk)
-    if reserve_for is not None and locked.status not in REASSIGNABLE_STATUSES:
-        raise InvalidStatusTransition(
-            f"{locked.key} is {locked.status}: only an open, ready or blocked task is reassigned.",
-            details={"task": locked.key, "status": locked.status, "allowed": sorted(REASSIGNABLE_STATUSES)},
-        )
+    if reserve_for is not None:
+        _refuse_unless_reassignable(locked)
     active = (
         Attempt.objects.select_for_update(no_key=True, of=("self",))
         .select_related("agent")
@@ -103,6 +114,21 @@ def task_force_release(*, task: Task, actor: Actor, reason: str, reserve_for: Ag
             },
         )
     return Revocation(task=locked, revoked=revoked)
+
+
+def _refuse_unless_reassignable(task: Task) -> None:
+    """Only a task that may still be claimed as work is reserved (the module's docstring says why)."""
+    if task.status in REASSIGNABLE_STATUSES:
+        return
+    message = f"{task.key} is {task.status}: only an open, ready or blocked task is reassigned."
+    if task.status == TaskStatus.REVIEW:
+        message += (
+            " A reservation does not choose a reviewer: force-release the review lease (no agent) to put"
+            " the review back in the queue, or decide it on the Reviews page."
+        )
+    raise InvalidStatusTransition(
+        message, details={"task": task.key, "status": task.status, "allowed": sorted(REASSIGNABLE_STATUSES)}
+    )
 
 
 def _refuse_unless_can_claim(agent: Agent, task: Task) -> None:

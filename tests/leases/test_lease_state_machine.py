@@ -9,8 +9,8 @@ ever lands. Quarantine (§16.4) is off here (its rules are pinned in
 
 Three agents work four ready tasks of one project under a frozen clock. The
 machine claims, claims-next, renews, writes notes, finishes, releases,
-revokes, reassigns, sweeps, moves the clock (also to the very instant a lease
-lapses) and reopens finished tasks, presenting right and deliberately wrong
+revokes, reassigns (refused for a task in review or done), sweeps, moves the
+clock (also to the very instant a lease lapses) and reopens finished tasks, presenting right and deliberately wrong
 lease proofs. It keeps its own model of every attempt (token, epoch, lease)
 and checks the database against the rules, with plain queries, after each
 step.
@@ -85,6 +85,9 @@ CLAIM_LEASE_SECONDS = (None, 0, 1, 29, 30, 31, 600, 86_400, 86_401, 1_000_000)
 RENEW_LEASE_SECONDS = (None, 0, 1, 29, 31, 600, 86_400, 86_401)
 CLOCK_STEPS = (1, 29, 30, 31, 300, 899, 900, 3_600, 86_400, 86_401)
 NOTE_LENGTHS = (1, 300, NOTE_MAX_CHARS, NOTE_MAX_CHARS + 1, 3 * NOTE_MAX_CHARS)
+# Reassign reserves a task that may still be claimed as work; in any other status (done, or review even
+# with its review lease held) it is refused and writes nothing (leases/services/revoke.py says why).
+REASSIGNABLE = (TaskStatus.OPEN, TaskStatus.READY, TaskStatus.BLOCKED)
 
 TERMINAL_EVENT = {
     AttemptStatus.COMPLETED: EventType.ATTEMPT_FINISHED,
@@ -528,7 +531,12 @@ class LeaseMachine(RuleBasedStateMachine):
             )
         )
         event(f"revoke{'/reassign' if reserve_for is not None else ''}: {code or 'ok'}")
-        assert code == (None if reason.strip() else "VALIDATION_ERROR"), f"revoke with reason {reason!r}: {code}"
+        expected = None
+        if not reason.strip():
+            expected = "VALIDATION_ERROR"
+        elif reserve_for is not None and self.model[task].status not in REASSIGNABLE:
+            expected = "INVALID_STATUS_TRANSITION"
+        assert code == expected, f"revoke of a {self.model[task].status} task with reason {reason!r}: {code}"
         if revocation is None:
             assert self.ledger() == before, "a refused revocation wrote something"
             return
@@ -544,6 +552,28 @@ class LeaseMachine(RuleBasedStateMachine):
                 self.model[task].changed()
             self.model[task].reserved_for = reserve_for
         assert (revocation.revoked.pk if revocation.revoked else None) == revoked
+
+    @precondition(lambda self: any(t.status not in REASSIGNABLE for t in self.model))
+    @rule(data=st.data(), agent=st.integers(0, AGENTS - 1))
+    def reassign_unclaimable(self, data: st.DataObject, agent: int) -> None:
+        """An admin reassigns a task in review (its review lease held or not) or done: refused, nothing written.
+
+        `revoke` reaches these seldom (it found review_next, then a reassign, on PostgreSQL); this rule
+        reaches them whenever there is one, the reviewer's live lease included.
+        """
+        unclaimable = [i for i, t in enumerate(self.model) if t.status not in REASSIGNABLE]
+        task = data.draw(st.sampled_from(unclaimable), label="task")
+        held = self.active_attempt(task)
+        before = self.ledger()
+        revocation, code = self.call(
+            lambda: task_force_release(
+                task=self.tasks[task], actor=self.admin, reason="agent is stuck", reserve_for=self.agents[agent]
+            )
+        )
+        event(f"reassign {self.model[task].status}{f' ({held.kind} held)' if held else ''}: {code or 'ok'}")
+        assert code == "INVALID_STATUS_TRANSITION", f"reassigning a {self.model[task].status} task: {code or 'ok'}"
+        assert revocation is None
+        assert self.ledger() == before, "a refused reassign wrote something (the held lease included)"
 
     @rule()
     def sweep(self) -> None:
