@@ -36,6 +36,7 @@ WORKLOADS = (
     "agent",
     "fleet",
     "landing",
+    "held",
 )
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 

@@ -31,7 +31,7 @@ from django.db.models.functions import Coalesce
 from core.json_sets import JsonArrayEmpty, JsonArrayWithin
 from core.prepared import SAMPLE_INT, Prepared
 from leases.models import AttemptKind, TaskUsage
-from leases.selectors.attempts import live_attempts
+from leases.selectors.attempts import lapsed_attempts, live_attempts
 from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
 
 IN_PROGRESS = "in_progress"
@@ -154,6 +154,19 @@ def full_task_read(task: Task, *, now: datetime) -> Task:
     return annotated
 
 
+# How claimability asks that nobody holds the task (SPEC §25). `Task.held` is true exactly while the task has
+# an active attempt (kept by triggers on the attempt table), whose lease may have lapsed unexpired.
+# ANY: no live attempt (the exact rule, asked per task). FREE: not held at all, the ready tasks of the index
+# `task_claim_queue`, read in order without walking past held ones. LAPSED: held by one of the
+# LAPSED_CANDIDATES oldest lapsed leases, read from the active-expiry index (claim-next's other source).
+HOLDS_ANY, HOLDS_FREE, HOLDS_LAPSED = "any", "free", "lapsed"
+
+
+# The lapsed leases claim-next looks among: the oldest, read first from `attempt_active_expiry`; more than
+# this many unexpired at once (the sweep expires them in batches of 500) wait for the sweep.
+LAPSED_CANDIDATES = 500
+
+
 def claimable_tasks(
     *,
     project: Project | None,
@@ -162,6 +175,7 @@ def claimable_tasks(
     task_class: str | None = None,
     include_reserved: bool = False,
     by_anyone: bool = False,
+    holds: str = HOLDS_ANY,
 ) -> QuerySet[Task]:
     """Claimable tasks of a project (every project with `project=None`) in claim-next order (SPEC §2, §4).
 
@@ -179,10 +193,14 @@ def claimable_tasks(
     if task_class:
         tasks = tasks.filter(task_class=task_class)
     return (
-        tasks.filter(claimable_condition(now=now, agent=agent, include_reserved=include_reserved, by_anyone=by_anyone))
-        # Exactly the order of the partial index `task_ready_queue` (a ready
-        # task always has `ready_since`), so PostgreSQL reads it in order
-        # instead of sorting every ready task.
+        tasks.filter(
+            claimable_condition(
+                now=now, agent=agent, include_reserved=include_reserved, by_anyone=by_anyone, holds=holds
+            )
+        )
+        # Exactly the order of the partial indexes `task_ready_queue` and `task_claim_queue` (a
+        # ready task always has `ready_since`), so PostgreSQL reads it in order instead of sorting
+        # every ready task.
         .order_by(F("priority").desc(), F("ready_since").asc(), "id")
     )
 
@@ -202,10 +220,16 @@ def with_claimability(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]
 
 
 def claimable_condition(
-    *, now: datetime, agent: Agent | None, include_reserved: bool = False, by_anyone: bool = False
+    *,
+    now: datetime,
+    agent: Agent | None,
+    include_reserved: bool = False,
+    by_anyone: bool = False,
+    holds: str = HOLDS_ANY,
 ) -> Q:
     """Claimability (SPEC §2) as a condition on tasks: the one rule behind `claimable_tasks`, the
-    `claimable` column of compact items and `is_claimable` (the same on values already read)."""
+    `claimable` column of compact items and `is_claimable` (the same on values already read).
+    `holds` says how "no live attempt" is asked (`HOLDS_ANY`, or one of claim-next's two sources)."""
     condition = Q(status=TaskStatus.READY, project__archived_at__isnull=True)
     if by_anyone:
         condition &= Q(reserved_for__isnull=True) | Q(Exists(reservation_holdable()))
@@ -218,12 +242,19 @@ def claimable_condition(
         condition &= requires_met_by_someone()
     elif agent is not None:
         condition &= requires_met_by(agent)
-    return (
-        condition
-        & ~Q(Exists(unresolved_blockers()))
-        & ~Q(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
-        & ~Q(Exists(task_budget_spent()))
-    )
+    return condition & ~Q(Exists(unresolved_blockers())) & unheld(now, holds) & ~Q(Exists(task_budget_spent()))
+
+
+def unheld(now: datetime, holds: str) -> Q:
+    """No live attempt holds the task at `now`, asked as `holds` says (see HOLDS_ANY)."""
+    if holds == HOLDS_FREE:
+        return Q(held=False)
+    if holds == HOLDS_LAPSED:
+        # The subquery has a LIMIT, so the planner cannot fold it into a walk of the tasks: it reads
+        # the lapsed leases from their index and then looks their tasks up by key.
+        lapsed = lapsed_attempts(now).order_by("lease_expires_at").values("task_id")[:LAPSED_CANDIDATES]
+        return Q(held=True, pk__in=lapsed)
+    return ~Q(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
 
 
 def requires_met_by(agent: Agent) -> Q:
