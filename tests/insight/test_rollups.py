@@ -451,6 +451,7 @@ def test_the_tally_triggers_exist_after_migrate():
             cursor.execute("SELECT name FROM sqlite_master WHERE type = 'trigger' AND name LIKE 'leases%'")
         names = {name for (name,) in cursor.fetchall()}
     expected = {"leases_attempt_tally_insert", "leases_attempt_tally_update"}
+    expected |= {"leases_attempt_held_insert", "leases_attempt_held_update"}  # SPEC §25: Task.held
     if connection.vendor == "postgresql":
         expected |= {"leases_event_rollups"}
     else:
