@@ -15,6 +15,13 @@ AUDIT_QUERIES: dict[str, str] = {
             SELECT task_id, epoch FROM leases_attempt GROUP BY task_id, epoch HAVING count(*) > 1
         ) dup
     """,
+    # SPEC §25: `held` marks exactly the tasks with an active attempt (the attempt table's triggers keep it).
+    "held_disagrees_with_attempts": """
+        SELECT count(*) FROM ledger_task t
+        WHERE (CASE WHEN t.held THEN 1 ELSE 0 END)
+            <> (CASE WHEN EXISTS (SELECT 1 FROM leases_attempt a WHERE a.task_id = t.id AND a.status = 'active')
+                THEN 1 ELSE 0 END)
+    """,
     # A task's epoch is at least that of every attempt it had.
     "task_epoch_behind_attempts": """
         SELECT count(*) FROM ledger_task t

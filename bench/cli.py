@@ -37,6 +37,7 @@ WORKLOADS = (
     "fleet",
     "landing",
     "runners",
+    "held",
 )
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 

@@ -95,6 +95,8 @@ CONSTANT_COLUMNS: dict[str, dict[str, Any]] = {
         "landed_by": "",
         "failed_landings": 0,
         "requires": "[]",
+        # SPEC §25: set by the attempt table's triggers when an active attempt is inserted.
+        "held": False,
     },
     "leases_attempt": {"kind": "work", "command_token_hash": ""},
 }
@@ -236,6 +238,24 @@ def bulk_history(
     # Epochs follow the attempts: one UPDATE for the whole range.
     Task.objects.filter(project=project, pk__gte=first_task, pk__lte=last_task).update(epoch=per_task)
     return per_task * (last_task - first_task + 1)
+
+
+def bulk_holds(agent: Any, *, first_task: int, last_task: int, now: datetime, lease_seconds: int = 3600) -> None:
+    """One live lease (an active attempt, epoch 1, expiring `lease_seconds` after `now`) on each task of the
+    id range; the attempt table's triggers mark the tasks held, as a claim's insert does (SPEC §25)."""
+    from ledger.models import Task
+
+    salt, hashed, steps = secrets.token_hex(16), "0" * 64, json.dumps([])
+    expires = now + timedelta(seconds=lease_seconds)
+
+    def rows() -> Iterator[tuple[Any, ...]]:
+        for task_id in range(first_task, last_task + 1):
+            label = f"owner={agent.handle};branch=-;env=-;task=T-{task_id};epoch=1"
+            lease = (lease_seconds, expires, now, 0, None)
+            yield (task_id, agent.pk, 1, "active", hashed, salt, *lease, "", "", label, 1, "", steps, "", "", "", "")
+
+    _copy_rows("leases_attempt", ATTEMPT_COLUMNS, rows())
+    Task.objects.filter(pk__gte=first_task, pk__lte=last_task).update(epoch=1)
 
 
 def vacuum_analyze() -> None:

@@ -282,7 +282,7 @@ def plans() -> dict[str, str]:
         .order_by()
         .values_list("agent_id", "task__task_class", "finished_at", "task__first_ready__ready_at")
     )
-    from leases.selectors import claimable_tasks
+    from leases.selectors import HOLDS_SET, claimable_tasks
     from ledger.models import Task
 
     queries["dashboard: tasks by project and stored status"] = (
@@ -292,7 +292,7 @@ def plans() -> dict[str, str]:
         .annotate(n=Count("id"))
     )
     queries["dashboard: claimable count"] = (
-        claimable_tasks(project=None, now=now, by_anyone=True, live_as_set=True).order_by().values("id")
+        claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET).order_by().values("id")
     )
     found = {}
     for name, queryset in queries.items():

@@ -102,6 +102,10 @@ def run_workloads(
         from bench.landing import landing
 
         steps.append(("landing", landing))
+    if "held" in only:
+        from bench.held import held
+
+        steps.append(("held", held))
     if "fleet" in only:
         from bench.fleet import fleet
 

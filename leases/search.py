@@ -1,6 +1,6 @@
 """Search over task titles and descriptions and note contents, scoped to the caller's projects (SPEC §25).
 
-Indexed on both databases (migration `leases.0019_search_index`):
+Indexed on both databases (migration `leases.0020_search_index`):
 
 - PostgreSQL: a stored `search_vector` tsvector on `ledger_task` (title
   weight A, the first SEARCHABLE_CHARS characters of the description weight

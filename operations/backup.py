@@ -52,12 +52,17 @@ SQLITE_TRIGGERS: dict[str, tuple[str, str, str]] = {
     "leases_attempt_tally_update": ("leases", "0011_rollups", "leases_attempt"),
     "leases_event_tally_contested": ("leases", "0011_rollups", "ledger_event"),
     "leases_event_first_ready": ("leases", "0011_rollups", "ledger_event"),
-    "ledger_task_fts_insert": ("leases", "0019_search_index", "ledger_task"),
-    "ledger_task_fts_update": ("leases", "0019_search_index", "ledger_task"),
-    "ledger_task_fts_delete": ("leases", "0019_search_index", "ledger_task"),
-    "leases_note_fts_insert": ("leases", "0019_search_index", "leases_note"),
-    "leases_note_fts_update": ("leases", "0019_search_index", "leases_note"),
-    "leases_note_fts_delete": ("leases", "0019_search_index", "leases_note"),
+    "ledger_task_fts_insert": ("leases", "0020_search_index", "ledger_task"),
+    "ledger_task_fts_update": ("leases", "0020_search_index", "ledger_task"),
+    "ledger_task_fts_delete": ("leases", "0020_search_index", "ledger_task"),
+    "leases_note_fts_insert": ("leases", "0020_search_index", "leases_note"),
+    "leases_note_fts_update": ("leases", "0020_search_index", "leases_note"),
+    "leases_note_fts_delete": ("leases", "0020_search_index", "leases_note"),
+    "leases_attempt_lease_sample_insert": ("leases", "0019_lease_samples", "leases_attempt"),
+    "leases_attempt_lease_sample_update": ("leases", "0019_lease_samples", "leases_attempt"),
+    "ledger_task_lease_samples": ("leases", "0019_lease_samples", "ledger_task"),
+    "leases_attempt_held_insert": ("leases", "0021_task_held", "leases_attempt"),
+    "leases_attempt_held_update": ("leases", "0021_task_held", "leases_attempt"),
 }
 # The event table's append-only triggers (SPEC §1.6) are compared word for word with their migrations' SQL.
 APPEND_ONLY_MIGRATIONS = (

@@ -32,7 +32,7 @@ from insight.metrics import fleet_metrics, pooled_orphan_rate
 from insight.models.incidents import Incident, IncidentStatus
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
 from leases.models import Attempt
-from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, claimable_tasks, effective_status_of_kind, live_attempts
+from leases.selectors import HOLDS_SET, IN_PROGRESS, IN_REVIEW, LANDING, claimable_tasks, effective_status_of_kind, live_attempts
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding, FindingStatus
 
@@ -378,7 +378,7 @@ def build_dashboard(*, now: datetime, shown: frozenset[str] | None = None) -> Da
     if "jobs" in shown:
         dashboard.jobs = jobs_view(now)
     if "ready" in shown:
-        claimable = claimable_tasks(project=None, now=now, by_anyone=True, live_as_set=True)
+        claimable = claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET)
         dashboard.claimable = claimable.order_by().count()
     if "spend" in shown:
         dashboard.spend = spend_panel(now)

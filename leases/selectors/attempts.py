@@ -62,6 +62,11 @@ def live_attempts(now: datetime) -> QuerySet[Attempt]:
     return Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__gt=now)
 
 
+def lapsed_attempts(now: datetime) -> QuerySet[Attempt]:
+    """Active attempts whose lease has lapsed at `now`, not yet expired (by a claim, a holder call or the sweep)."""
+    return Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__lte=now)
+
+
 def attempt_spent(attempt: Attempt) -> dict[str, Any]:
     """What `attempt` reported spending (SPEC §19)."""
     row = AttemptUsage.objects.filter(attempt=attempt).values_list("input_tokens", "output_tokens", "cost_usd").first()

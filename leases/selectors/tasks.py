@@ -31,7 +31,7 @@ from django.db.models.functions import Coalesce
 from core.json_sets import JsonArrayEmpty, JsonArrayWithin
 from core.prepared import SAMPLE_INT, Prepared
 from leases.models import AttemptKind, TaskUsage
-from leases.selectors.attempts import live_attempts
+from leases.selectors.attempts import lapsed_attempts, live_attempts
 from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
 
 IN_PROGRESS = "in_progress"
@@ -154,6 +154,24 @@ def full_task_read(task: Task, *, now: datetime) -> Task:
     return annotated
 
 
+# How claimability asks that nobody holds the task (SPEC §25). `Task.held` is true exactly while the task has
+# an active attempt (kept by triggers on the attempt table), whose lease may have lapsed unexpired.
+# ANY: no live attempt (the exact rule, asked per task). FREE: not held at all, the ready tasks of the index
+# `task_claim_queue`, read in order without walking past held ones. LAPSED: held by one of the
+# LAPSED_CANDIDATES oldest lapsed leases, read from the active-expiry index (claim-next's other source).
+# SET: no live attempt, as `id NOT IN (the live attempts' tasks)`, for reads over every ready task (the
+# dashboard's count, the task list's column): PostgreSQL reads the live attempts once into a hashed set.
+# As NOT EXISTS it estimates the live attempts at one row (`status = active` and an unexpired lease are
+# counted as independent) and plans a nested-loop anti join comparing every ready task with every live
+# attempt: 2.4 million comparisons, 90-260 ms, at 12,000 ready tasks and 200 live leases (issue 32).
+HOLDS_ANY, HOLDS_FREE, HOLDS_LAPSED, HOLDS_SET = "any", "free", "lapsed", "set"
+
+
+# The lapsed leases claim-next looks among: the oldest, read first from `attempt_active_expiry`; more than
+# this many unexpired at once (the sweep expires them in batches of 500) wait for the sweep.
+LAPSED_CANDIDATES = 500
+
+
 def claimable_tasks(
     *,
     project: Project | None,
@@ -162,7 +180,7 @@ def claimable_tasks(
     task_class: str | None = None,
     include_reserved: bool = False,
     by_anyone: bool = False,
-    live_as_set: bool = False,
+    holds: str = HOLDS_ANY,
 ) -> QuerySet[Task]:
     """Claimable tasks of a project (every project with `project=None`) in claim-next order (SPEC §2, §4).
 
@@ -174,7 +192,7 @@ def claimable_tasks(
     With `by_anyone` (the admin's view: "can somebody claim this?"), a task
     reserved for an agent counts only while that agent is active and may see
     the task's project: a reservation for anyone else is a task nobody can
-    claim. The rule itself is `claimable_condition` (`live_as_set`: see there).
+    claim. The rule itself is `claimable_condition` (`holds`: see HOLDS_ANY).
     """
     tasks = Task.objects.filter(project=project) if project is not None else Task.objects.all()
     if task_class:
@@ -182,12 +200,12 @@ def claimable_tasks(
     return (
         tasks.filter(
             claimable_condition(
-                now=now, agent=agent, include_reserved=include_reserved, by_anyone=by_anyone, live_as_set=live_as_set
+                now=now, agent=agent, include_reserved=include_reserved, by_anyone=by_anyone, holds=holds
             )
         )
-        # Exactly the order of the partial index `task_ready_queue` (a ready
-        # task always has `ready_since`), so PostgreSQL reads it in order
-        # instead of sorting every ready task.
+        # Exactly the order of the partial indexes `task_ready_queue` and `task_claim_queue` (a
+        # ready task always has `ready_since`), so PostgreSQL reads it in order instead of sorting
+        # every ready task.
         .order_by(F("priority").desc(), F("ready_since").asc(), "id")
     )
 
@@ -203,7 +221,7 @@ def with_claimability(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]
     The one rule, `claimable_tasks(by_anyone=True)`, asked per row by primary key.
     """
     claimable = (
-        claimable_tasks(project=None, now=now, by_anyone=True, live_as_set=True).filter(pk=OuterRef("pk")).order_by()
+        claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET).filter(pk=OuterRef("pk")).order_by()
     )
     return with_compact_state(tasks, now=now).annotate(claimable=Exists(claimable))
 
@@ -214,18 +232,11 @@ def claimable_condition(
     agent: Agent | None,
     include_reserved: bool = False,
     by_anyone: bool = False,
-    live_as_set: bool = False,
+    holds: str = HOLDS_ANY,
 ) -> Q:
     """Claimability (SPEC §2) as a condition on tasks: the one rule behind `claimable_tasks`, the
     `claimable` column of compact items and `is_claimable` (the same on values already read).
-
-    `live_as_set`, for reads over every ready task (the dashboard's count, the task list's column):
-    "no live attempt" as `id NOT IN (the live attempts' tasks)`, which PostgreSQL reads once into a
-    hashed set. As `NOT EXISTS` PostgreSQL estimates the live attempts at one row (`status = active`
-    and an unexpired lease are counted as independent) and plans a nested-loop anti join that
-    compares every ready task with every live attempt: 2.4 million comparisons, 90-260 ms, at
-    12,000 ready tasks and 200 live leases (issue 32). The same rows either way; claim-next keeps
-    `NOT EXISTS`, which it probes for its few candidates by `attempt_one_active_per_task`."""
+    `holds` says how "no live attempt" is asked (`HOLDS_ANY`, or one of claim-next's two sources)."""
     condition = Q(status=TaskStatus.READY, project__archived_at__isnull=True)
     if by_anyone:
         condition &= Q(reserved_for__isnull=True) | Q(Exists(reservation_holdable()))
@@ -238,16 +249,21 @@ def claimable_condition(
         condition &= requires_met_by_someone()
     elif agent is not None:
         condition &= requires_met_by(agent)
-    return (
-        condition
-        & ~Q(Exists(unresolved_blockers()))
-        & (
-            ~Q(pk__in=live_attempts(now).values("task_id"))
-            if live_as_set
-            else ~Q(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
-        )
-        & ~Q(Exists(task_budget_spent()))
-    )
+    return condition & ~Q(Exists(unresolved_blockers())) & unheld(now, holds) & ~Q(Exists(task_budget_spent()))
+
+
+def unheld(now: datetime, holds: str) -> Q:
+    """No live attempt holds the task at `now`, asked as `holds` says (see HOLDS_ANY)."""
+    if holds == HOLDS_FREE:
+        return Q(held=False)
+    if holds == HOLDS_LAPSED:
+        # The subquery has a LIMIT, so the planner cannot fold it into a walk of the tasks: it reads
+        # the lapsed leases from their index and then looks their tasks up by key.
+        lapsed = lapsed_attempts(now).order_by("lease_expires_at").values("task_id")[:LAPSED_CANDIDATES]
+        return Q(held=True, pk__in=lapsed)
+    if holds == HOLDS_SET:
+        return ~Q(pk__in=live_attempts(now).values("task_id"))
+    return ~Q(Exists(live_attempts(now).filter(task=OuterRef("pk"))))
 
 
 def requires_met_by(agent: Agent) -> Q:

@@ -1,7 +1,8 @@
 """Claim-next: the project's next claimable task, for whoever asks first (SPEC §3, §4, §20).
 
 Candidates come in claim-next order (priority, then age), each locked as it is read (SKIP LOCKED:
-agents do not queue on one row) and claimed by `leases.services.claims.claim_locked`, which
+agents do not queue on one row), from two sources each read by its own index, so held tasks are never
+walked past however many there are (SPEC §25, `_heads`) and claimed by `leases.services.claims.claim_locked`, which
 re-verifies it; a candidate refused there (taken meanwhile, not claimable, its paths reserved) is
 walked past, at most CLAIM_NEXT_MAX_CANDIDATES of them. On SQLite a read outside any transaction
 answers "nothing" without taking the one write lock.
@@ -14,12 +15,12 @@ from datetime import datetime
 from typing import Any
 
 from django.db import connection
-from django.db.models import QuerySet
+from django.db.models import F, Q, QuerySet, Subquery
 
 from core.db import write_transaction
 from core.errors import PathsReserved, TaskNotClaimable, TaskTaken
 from core.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared
-from leases.selectors import claimable_tasks
+from leases.selectors import HOLDS_FREE, HOLDS_LAPSED, claimable_tasks
 from leases.services.claim_state import ClaimRequest, claim_state, validate_claim_request
 from leases.services.claims import ClaimCollided, LeaseGrant, claim_locked, refuse_inactive
 from leases.services.tallies import tally_claim_refusal
@@ -31,10 +32,41 @@ from ledger.models import Agent, Project, Task
 CLAIM_NEXT_MAX_CANDIDATES = 64
 
 
-def _candidates(*, project: Project, agent: Agent, now: datetime, task_class: str | None = None) -> QuerySet[Task]:
-    """Claim-next's candidates in order, each locked as it is read (SKIP LOCKED: agents do not queue)."""
+def _heads(
+    *,
+    project: Project,
+    agent: Agent,
+    now: datetime,
+    passed_over: Sequence[int],
+    lock: bool,
+    task_class: str | None = None,
+) -> Q:
+    """The head of each of claim-next's two sources (SPEC §25), each its own subquery, planned alone.
+
+    Free: the first ready task nobody holds, read in order from the index `task_claim_queue` (held tasks
+    are not in it, so none is walked past), locked as it is read (SKIP LOCKED: agents do not queue).
+    Lapsed: the first task held by a lease that lapsed unexpired (at most LAPSED_CANDIDATES, read from the
+    active-expiry index), which a claim expires and takes (SPEC §3).
+    """
+    heads = []
+    for holds in (HOLDS_FREE, HOLDS_LAPSED):
+        tasks = claimable_tasks(project=project, now=now, agent=agent, task_class=task_class, holds=holds)
+        if passed_over:
+            tasks = tasks.exclude(pk__in=passed_over)
+        if lock and holds == HOLDS_FREE:
+            tasks = tasks.select_for_update(skip_locked=True, no_key=True, of=("self",))
+        heads.append(Q(pk=Subquery(tasks.values("pk")[:1])))
+    return heads[0] | heads[1]
+
+
+def _candidates(
+    *, project: Project, agent: Agent, now: datetime, task_class: str | None = None, passed_over: Sequence[int] = ()
+) -> QuerySet[Task]:
+    """Claim-next's candidate: the better of the two heads in claim-next order, locked (SKIP LOCKED)."""
+    heads = _heads(project=project, agent=agent, now=now, task_class=task_class, passed_over=passed_over, lock=True)
     return (
-        claimable_tasks(project=project, now=now, agent=agent, task_class=task_class)
+        Task.objects.filter(heads)
+        .order_by(F("priority").desc(), F("ready_since").asc(), "id")
         .select_related("project")
         .select_for_update(skip_locked=True, no_key=True, of=("self",))
     )
@@ -69,7 +101,8 @@ _FIRST_CANDIDATE = {
 # Whether anything is claimable, read without a lock (SQLite, `_nothing_to_claim`).
 _ANY_CANDIDATE = {
     by_class: _candidate_statement(
-        lambda **values: claimable_tasks(**values).order_by().values_list("pk")[:1], by_class=by_class
+        lambda **values: Task.objects.filter(_heads(**values, passed_over=(), lock=False)).values_list("pk")[:1],
+        by_class=by_class,
     )
     for by_class in (False, True)
 }
@@ -106,7 +139,7 @@ def _claim_next(
     for _ in range(CLAIM_NEXT_MAX_CANDIDATES):
         # The row comes back locked (SKIP LOCKED) and as locked: its own columns are current.
         if passed_over:
-            candidate = _candidates(**values).exclude(pk__in=passed_over).first()
+            candidate = _candidates(**values, passed_over=passed_over).first()
         else:
             candidate = _FIRST_CANDIDATE[bool(task_class)].first(**values)
         if candidate is None:

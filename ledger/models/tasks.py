@@ -99,6 +99,10 @@ class Task(NoDeleteModel):
     landed_by = models.CharField(max_length=200, blank=True, editable=False, help_text="A landing, or reconciliation.")
     # Landings that failed in a row since the last delivery landed (SPEC §21.2: quarantine at the project's limit).
     failed_landings = models.PositiveIntegerField(default=0, editable=False)
+    # SPEC §25: the task has an active attempt (its lease may have lapsed unswept). Kept by triggers on the
+    # attempt table (`leases/migrations/0021_task_held.py`), never written by Python, so that claim-next's
+    # queue index can leave held tasks out by construction.
+    held = models.BooleanField(default=False, editable=False)
 
     class Meta:
         ordering = ["project_id", "number"]
@@ -120,6 +124,16 @@ class Task(NoDeleteModel):
                 "id",
                 name="task_ready_queue",
                 condition=Q(status=TaskStatus.READY),
+            ),
+            # Serves claim-next (SPEC §25): the ready tasks nobody holds, in claim-next order. Held tasks are
+            # not in it, so claim-next never walks past them, however many there are.
+            models.Index(
+                "project",
+                models.F("priority").desc(),
+                "ready_since",
+                "id",
+                name="task_claim_queue",
+                condition=Q(status=TaskStatus.READY, held=False),
             ),
             models.Index(fields=["project", "status"], name="task_project_status"),
             # Serves the landing queue (SPEC §21.1): a project's delivered tasks by priority, then delivery.

@@ -1,4 +1,4 @@
-"""`claimable_condition(live_as_set=True)`: the same rule, "no live attempt" read once as a set (issue 32).
+"""`claimable_condition(holds=HOLDS_SET)`: the same rule, "no live attempt" read once as a set (issue 32).
 
 The dashboard's claimable count and the task list's `claimable` column read every ready task; with
 `NOT EXISTS` PostgreSQL planned a nested-loop anti join comparing each with every live attempt
@@ -12,7 +12,7 @@ from datetime import timedelta
 import pytest
 
 from leases.models import Attempt
-from leases.selectors import claimable_tasks, with_claimability
+from leases.selectors import HOLDS_SET, claimable_tasks, with_claimability
 from leases.services import lease_claim
 from ledger.models import Agent, Task
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
@@ -40,10 +40,10 @@ def test_the_set_form_answers_the_same_tasks_as_not_exists(clock):
 
     for options in ({"by_anyone": True}, {"include_reserved": True}, {"agent": agent}, {}):
         exists = set(claimable_tasks(project=None, now=now, **options).values_list("pk", flat=True))
-        as_set = set(claimable_tasks(project=None, now=now, live_as_set=True, **options).values_list("pk", flat=True))
+        as_set = set(claimable_tasks(project=None, now=now, holds=HOLDS_SET, **options).values_list("pk", flat=True))
         assert as_set == exists, options
     assert set(
-        claimable_tasks(project=None, now=now, by_anyone=True, live_as_set=True).values_list("pk", flat=True)
+        claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET).values_list("pk", flat=True)
     ) == {
         free.pk,
         lapsed.pk,
@@ -51,6 +51,6 @@ def test_the_set_form_answers_the_same_tasks_as_not_exists(clock):
     }
     column = dict(with_claimability(Task.objects.all(), now=now).values_list("pk", "claimable"))
     assert {pk for pk, claimable in column.items() if claimable} == {free.pk, lapsed.pk, mine.pk}
-    query = str(claimable_tasks(project=None, now=now, live_as_set=True).query)
+    query = str(claimable_tasks(project=None, now=now, holds=HOLDS_SET).query)
     assert "NOT (" in query
     assert '"ledger_task"."id" IN (SELECT' in query

@@ -375,6 +375,7 @@ class LeaseMachine(RuleBasedStateMachine):
             row.update(status=AttemptStatus.EXPIRED, finished_at=row["lease_expires_at"])
             if allowed.tasks[row["task_id"]]["status"] == TaskStatus.READY:
                 allowed.tasks[row["task_id"]]["ready_since"] = row["lease_expires_at"]
+            allowed.tasks[row["task_id"]]["held"] = False  # the triggers follow the attempt (SPEC §25)
             allowed.events.append((EventType.ATTEMPT_EXPIRED, case.attempt.pk, None))
         self.fenced_calls.append(
             FencedCall(
@@ -760,6 +761,12 @@ class LeaseMachine(RuleBasedStateMachine):
         attempts = self.ledger().attempts.values()
         active = Counter(row["task_id"] for row in attempts if row["status"] == AttemptStatus.ACTIVE)
         assert all(count == 1 for count in active.values()), active
+
+    @invariant()
+    def held_marks_exactly_the_tasks_with_an_active_attempt(self) -> None:
+        ledger = self.ledger()
+        active = {row["task_id"] for row in ledger.attempts.values() if row["status"] == AttemptStatus.ACTIVE}
+        assert {task_id for task_id, task in ledger.tasks.items() if task["held"]} == active
 
     @invariant()
     def effective_status_follows_the_lease(self) -> None:
