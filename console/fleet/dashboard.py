@@ -32,7 +32,15 @@ from insight.metrics import fleet_metrics, pooled_orphan_rate
 from insight.models.incidents import Incident, IncidentStatus
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
 from leases.models import Attempt
-from leases.selectors import HOLDS_SET, IN_PROGRESS, IN_REVIEW, LANDING, claimable_tasks, effective_status_of_kind, live_attempts
+from leases.selectors import (
+    HOLDS_SET,
+    IN_PROGRESS,
+    IN_REVIEW,
+    LANDING,
+    claimable_tasks,
+    effective_status_of_kind,
+    live_attempts,
+)
 from ledger.models import Event, EventType, Project, Severity, Task, TaskStatus
 from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding, FindingStatus
 
