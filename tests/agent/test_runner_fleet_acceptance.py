@@ -469,10 +469,11 @@ def test_the_fleet_runs_30_tasks_each_done_once_through_a_kill_a_crash_a_drain_a
     assert Counter(row["task"] for row in rows if row["status"] == "completed") == dict.fromkeys(f.keys, 1)
     assert {row["status"] for row in rows} <= {"completed", "interrupted"}  # nothing expired, nothing lost
     interrupted = {row["id"]: row["reason"] for row in rows if row["status"] == "interrupted"}
+    errors = [event["message"] for runner in f.runners for event in runner.events("run_error")]
     assert interrupted == {
         **dict.fromkeys(killed_ids, "client_shutdown"),
         **dict.fromkeys(crashed_ids, "runner_restart"),
-    }
+    }, errors
     assert {row["id"] for row in rows if row["status"] == "completed"} >= set(edge_ids)  # the partition cost nothing
     gpu_agents = {f"{f.gpu.name}.{n}" for n in range(1, SLOTS + 1)}
     assert {row["agent"] for row in rows if row["task"] in f.gpu_keys} <= gpu_agents
