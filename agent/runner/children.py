@@ -28,8 +28,9 @@ import agent
 
 PR_SET_PDEATHSIG = 1
 LOGS_KEPT = 200
-# `leasehold: error: CODE: message`, as `agent.cli.output.Output.error` prints a refusal.
-_ERROR_LINE = re.compile(r"^leasehold: error: ([A-Z_]+): (.*)$")
+# `leasehold: error: CODE: message`, as `agent.cli.output.Output.error` prints a refusal, and
+# `leasehold: late report refused (CODE): message`, as `run` says a late report after a partition was refused.
+_ERROR_LINE = re.compile(r"^leasehold: (?:error: ([A-Z_]+)|late report refused \(([A-Z_]+)\)): (.*)$")
 # Where the toolkit's package lives: the child runs this same code (`python -m agent`).
 PACKAGE_ROOT = str(Path(agent.__file__).resolve().parents[1])
 
@@ -129,7 +130,7 @@ class Child:
             text = self.log_path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return []
-        return [(match[1], match[2]) for line in text.splitlines() if (match := _ERROR_LINE.match(line))]
+        return [(match[1] or match[2], match[3]) for line in text.splitlines() if (match := _ERROR_LINE.match(line))]
 
 
 def prune_logs(directory: Path, keep: int = LOGS_KEPT) -> None:

@@ -13,6 +13,7 @@ command = ["claude", "-p", "Work on {task}; read {context_file}"]   # required: 
 commands = { docs = ["codex", "exec", "…"] }  # optional: argv per task class
 landing_slots = 0                             # default 0: slots of this runner that land this project (§21.2)
 lease_seconds = 600                           # optional: the lease asked for at each claim
+environment_kind = "database"                 # optional: each claim allocates an environment of this kind (§23.3)
 
 [providers.preview-db]                        # optional: an environment kind's provider (§23.3)
 provision = "/srv/leasehold/make-db"          # a command: a string (split like a shell would) or argv
@@ -44,7 +45,7 @@ DEFAULT_WAIT_SECONDS = 60
 MAX_WAIT_SECONDS = 60
 
 TOP_KEYS = {"server", "token_file", "state_dir", "drain_grace_seconds", "wait_seconds", "projects", "providers"}
-PROJECT_KEYS = {"repository", "command", "commands", "landing_slots", "lease_seconds"}
+PROJECT_KEYS = {"repository", "command", "commands", "landing_slots", "lease_seconds", "environment_kind"}
 
 
 class ConfigError(Exception):
@@ -59,6 +60,7 @@ class ProjectConfig:
     commands: dict[str, list[str]] = field(default_factory=dict)
     landing_slots: int = 0
     lease_seconds: int | None = None
+    environment_kind: str | None = None
 
     def command_for(self, task_class: str | None) -> list[str]:
         """The command template of a task class (`commands`), else `command`."""
@@ -160,6 +162,7 @@ def _project(check: _Checker, slug: str, table: Any) -> ProjectConfig:
     lease = table.get("lease_seconds")
     if lease is not None:
         lease = int(check.number(table, "lease_seconds", where, 0, low=1, integer=True))
+    environment_kind = check.string(table, "environment_kind", where) or None
     return ProjectConfig(
         slug=slug,
         repository=repository.resolve(),
@@ -167,6 +170,7 @@ def _project(check: _Checker, slug: str, table: Any) -> ProjectConfig:
         commands=commands,
         landing_slots=landing,
         lease_seconds=lease,
+        environment_kind=environment_kind,
     )
 
 

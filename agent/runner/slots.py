@@ -158,6 +158,7 @@ class Slot:
                     project.slug,
                     wait=self.runner.config.wait_seconds if parked else None,
                     lease_seconds=project.lease_seconds,
+                    environment_kind=project.environment_kind,
                 )
             except LeaseholdError as error:
                 self._claim_refused(project, error)

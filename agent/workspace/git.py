@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ from typing import Any
 from agent.workspace import state
 
 GIT_TIMEOUT_SECONDS = 60
+WORKTREE_LIST_TRIES = 5
+WORKTREE_LIST_PAUSE_SECONDS = 0.2
 REMOTE = "origin"
 
 
@@ -104,8 +107,18 @@ class Worktree:
 
 
 def worktrees(repo: Repository) -> list[Worktree]:
-    """`git worktree list --porcelain`, the main checkout first."""
-    listing = git(repo.root, "worktree", "list", "--porcelain").stdout
+    """`git worktree list --porcelain`, the main checkout first.
+
+    `git worktree add` in another process (a runner's slots share a clone) writes `.git/worktrees/NAME/` file by
+    file, and a listing that meets it half-written fails ("failed to read …/commondir"): it is asked again."""
+    for _ in range(WORKTREE_LIST_TRIES - 1):
+        done = git(repo.root, "worktree", "list", "--porcelain", check=False)
+        if done.returncode == 0:
+            break
+        time.sleep(WORKTREE_LIST_PAUSE_SECONDS)
+    else:
+        done = git(repo.root, "worktree", "list", "--porcelain")
+    listing = done.stdout
     found: list[Worktree] = []
     for block in listing.strip().split("\n\n"):
         fields: dict[str, str] = {}

@@ -9,12 +9,15 @@ clones. Its events (one JSON object per line on stdout) are read from a file. Th
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -23,7 +26,7 @@ from typing import Any
 
 from agent.client import LeaseholdClient
 from tests.agent.gitrepos import IDENTITY, make_repos
-from tests.agent.live import AGENT_VARIABLES, REPO, LiveServer
+from tests.agent.live import AGENT_VARIABLES, REPO, LiveServer, free_port
 
 WORK = r"""
 import json, os, subprocess, sys, time
@@ -185,16 +188,22 @@ def runner_setup(
     top: str = "",
     project_options: str = "",
     work_seconds: float = 0.2,
+    server_url: str | None = None,
+    work_script: str = WORK,
+    token: str | None = None,
 ) -> RunnerProcess:
-    """A runner on the server and its config on disk (not started); `projects` maps slug → clone."""
+    """A runner on the server and its config on disk (not started); `projects` maps slug → clone.
+
+    `server_url`: what the config names as the server (a proxy in front of it, say); `work_script`: the command;
+    `token`: the token of a runner made already (else it is made here)."""
     home = root / name
     home.mkdir(parents=True)
-    token = make_runner(server, name, projects=list(projects), slots=slots, labels=labels)
+    token = token or make_runner(server, name, projects=list(projects), slots=slots, labels=labels)
     token_file = home / "runner.token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
     work = home / "work.py"
-    work.write_text(WORK)
+    work.write_text(work_script)
     tables = "\n".join(
         textwrap.dedent(
             f"""
@@ -209,7 +218,7 @@ def runner_setup(
     )
     config = home / "runner.toml"
     config.write_text(
-        f'server = "{server.url}"\ntoken_file = "{token_file}"\nstate_dir = "{home / "state"}"\n'
+        f'server = "{server_url or server.url}"\ntoken_file = "{token_file}"\nstate_dir = "{home / "state"}"\n'
         f"wait_seconds = 5\n{top}\n{tables}"
     )
     env = {name: value for name, value in os.environ.items() if name not in AGENT_VARIABLES and "DATABASE" not in name}
@@ -227,3 +236,95 @@ def clone_for(root: Path, name: str) -> Path:
 
 def state_files(runner: RunnerProcess) -> list[Path]:
     return sorted((runner.home / "state").glob("slot-*/leasehold/attempts/*/*.json"))
+
+
+class TcpProxy:
+    """127.0.0.1:port → the server, one thread per direction per connection; it can cut and restore the link."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.accepted = 0
+        self._lock = threading.Lock()
+        self._open: set[socket.socket] = set()
+        self._listener: socket.socket | None = None
+        self.restore()
+
+    def restore(self) -> None:
+        listener = socket.socket()
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", self.port))
+        listener.listen(64)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+
+    def partition(self) -> None:
+        """Refuse new connections (nothing listens) and drop every open one."""
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with self._lock:
+            dropped, self._open = self._open, set()
+        for sock in dropped:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+
+    def close(self) -> None:
+        self.partition()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # the listener was closed: a partition
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:  # cut while connecting
+                    client.close()
+                    upstream.close()
+                    continue
+                self.accepted += 1
+                self._open.update((client, upstream))
+            for source, sink in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+            with self._lock:
+                self._open.discard(source)
+                self._open.discard(sink)
+
+
+def _shell_answer(server: LiveServer, *lines: str) -> str:
+    """The last line `manage.py shell -c` printed (it may print a banner first)."""
+    return server.manage("shell", "-c", "\n".join(lines)).strip().splitlines()[-1]
+
+
+def expire_on_the_server(server: LiveServer, attempt_id: int) -> None:
+    """The expiry service, with its process's clock at the lease's end: the lease ran out, and no one slept."""
+    out = _shell_answer(
+        server,
+        "from core.db import write_transaction",
+        "from ledger import clock",
+        "from leases.models import Attempt",
+        "from leases.services.expiry import expire_lapsed",
+        f"ends = Attempt.objects.get(pk={attempt_id}).lease_expires_at",
+        "clock.freeze(ends)",
+        f"print(write_transaction(lambda: expire_lapsed([{attempt_id}], now=ends))())",
+    )
+    assert out == "1", out

@@ -9,9 +9,7 @@ that process's clock moved to the lease's end (never by sleeping).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import socket
 import subprocess
 import sys
 import textwrap
@@ -26,84 +24,7 @@ from agent.cli.output import EXIT_LEASE_LOST, EXIT_OK
 from agent.client import LeaseholdClient
 from tests.agent.gitrepos import git, make_repos
 from tests.agent.live import REPO, LiveServer, agent_env, read_trace, state_files
-
-
-class TcpProxy:
-    """127.0.0.1:port → the server, one thread per direction per connection; it can cut and restore the link."""
-
-    def __init__(self, target_port: int) -> None:
-        self.target_port = target_port
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.accepted = 0
-        self._lock = threading.Lock()
-        self._open: set[socket.socket] = set()
-        self._listener: socket.socket | None = None
-        self.restore()
-
-    def restore(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
-
-    def partition(self) -> None:
-        """Refuse new connections (nothing listens) and drop every open one."""
-        listener, self._listener = self._listener, None
-        if listener is not None:
-            listener.close()
-        with self._lock:
-            dropped, self._open = self._open, set()
-        for sock in dropped:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
-
-    def close(self) -> None:
-        self.partition()
-
-    def _accept(self, listener: socket.socket) -> None:
-        while True:
-            try:
-                client, _ = listener.accept()
-            except OSError:
-                return  # the listener was closed: a partition
-            try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                if self._listener is not listener:  # cut while connecting
-                    client.close()
-                    upstream.close()
-                    continue
-                self.accepted += 1
-                self._open.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
-        try:
-            while data := source.recv(65536):
-                sink.sendall(data)
-        except OSError:
-            pass
-        finally:
-            for sock in (source, sink):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-            with self._lock:
-                self._open.discard(source)
-                self._open.discard(sink)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from tests.agent.runners_live import TcpProxy, expire_on_the_server
 
 
 class Run:
@@ -205,21 +126,6 @@ def shell_answer(server: LiveServer, *lines: str) -> str:
 def attempts_of(server: LiveServer, key: str) -> int:
     query = f"print(Attempt.objects.filter(task__key={key!r}).count())"
     return int(shell_answer(server, "from leases.models import Attempt", query))
-
-
-def expire_on_the_server(server: LiveServer, attempt_id: int) -> None:
-    """The expiry service, with its process's clock at the lease's end: the lease ran out, and no one slept."""
-    out = shell_answer(
-        server,
-        "from core.db import write_transaction",
-        "from ledger import clock",
-        "from leases.models import Attempt",
-        "from leases.services.expiry import expire_lapsed",
-        f"ends = Attempt.objects.get(pk={attempt_id}).lease_expires_at",
-        "clock.freeze(ends)",
-        f"print(write_transaction(lambda: expire_lapsed([{attempt_id}], now=ends))())",
-    )
-    assert out == "1", out
 
 
 def sleeper(started: Path, stopped: Path, *, commit_in: bool = False) -> str:

@@ -62,6 +62,7 @@ def test_a_minimal_config_gets_the_documented_defaults(tmp_path, clone):
     assert web.repository == clone.resolve()
     assert web.landing_slots == 0
     assert web.lease_seconds is None
+    assert web.environment_kind is None
     assert web.commands == {}
     assert config.providers == {}
 
@@ -85,6 +86,7 @@ def test_a_full_config_reads_classes_landing_lease_and_providers(tmp_path, clone
                     commands = { docs = ["codex", "exec", "Document {task}"], script = ["./do-it.sh", "{worktree}"] }
                     landing_slots = 1
                     lease_seconds = 900
+                    environment_kind = "database"
                     [providers.preview-db]
                     provision = "/srv/make-db --size small"
                     teardown = ["/srv/drop-db"]
@@ -98,7 +100,7 @@ def test_a_full_config_reads_classes_landing_lease_and_providers(tmp_path, clone
     assert web.command_for("docs") == ["codex", "exec", "Document {task}"]
     assert web.command_for("script") == ["./do-it.sh", "{worktree}"]
     assert web.command_for("") == web.command_for("unknown") == web.command
-    assert (web.landing_slots, web.lease_seconds) == (1, 900)
+    assert (web.landing_slots, web.lease_seconds, web.environment_kind) == (1, 900, "database")
     assert config.landing_slots == 1
     assert (config.state_dir, config.drain_grace_seconds, config.wait_seconds) == (Path("/var/lib/lr"), 30.0, 20)
     provider = config.providers["preview-db"]
@@ -117,6 +119,7 @@ def test_a_full_config_reads_classes_landing_lease_and_providers(tmp_path, clone
         ("drain_grace_seconds = '10m'", "", "'drain_grace_seconds' must be a number"),
         ("", "landing_slots = 1.5", "[projects.web]: 'landing_slots' must be an integer"),
         ("", "lease_seconds = 0", "[projects.web]: 'lease_seconds' must be at least 1"),
+        ("", "environment_kind = ''", "[projects.web]: 'environment_kind' must be a non-empty string"),
         ("", "commands = { docs = [] }", "[projects.web]: 'commands.docs' must be a non-empty list of strings"),
         ("", "commands = { docs = 'codex exec' }", "'commands.docs' must be a non-empty list of strings"),
         ("", "commands = ['codex']", "[projects.web]: 'commands' must be a table"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import threading
 from pathlib import Path
 
 import pytest
@@ -219,3 +220,34 @@ def test_facts_say_head_commits_ahead_dirty_and_pushed(tmp_path):
     assert facts == {"dirty": True, "head_commit": head, "commits_ahead": 2, "pushed": False}
     git(result.path, "push", "-q", "origin", BRANCH)
     assert head_facts(result.path, branch=BRANCH, base_commit=base)["pushed"] is True
+
+
+def test_a_worktree_half_written_by_another_process_is_listed_once_it_is_complete(tmp_path):
+    # `git worktree add` elsewhere writes .git/worktrees/NAME/ file by file; meanwhile `git worktree list` fails.
+    repos = make_repos(tmp_path, with_remote=False)
+    half = repos.clone / ".git" / "worktrees" / "half"
+    half.mkdir(parents=True)
+    (half / "gitdir").write_text(f"{tmp_path / 'half'}/.git\n")
+    (half / "commondir").write_text("")
+    repository = find_repository(repos.clone)
+    with pytest.raises(subprocess.CalledProcessError):
+        subprocess.run(["git", "worktree", "list"], cwd=repos.clone, check=True, capture_output=True)
+    finished = threading.Timer(0.3, lambda: (half / "commondir").write_text("../..\n"))
+    finished.start()
+    try:
+        listed = worktrees(repository)
+    finally:
+        finished.join()
+
+    assert [worktree.main for worktree in listed] == [True, False]
+
+
+def test_a_listing_that_keeps_failing_is_still_an_error(tmp_path):
+    repos = make_repos(tmp_path, with_remote=False)
+    half = repos.clone / ".git" / "worktrees" / "half"
+    half.mkdir(parents=True)
+    (half / "gitdir").write_text(f"{tmp_path / 'half'}/.git\n")
+    (half / "commondir").write_text("")
+
+    with pytest.raises(WorkspaceError, match="commondir"):
+        worktrees(find_repository(repos.clone))
