@@ -18,7 +18,8 @@ import uuid
 import pytest
 
 from agent.client import LeaseholdClient
-from agent.client.errors import LeaseholdError
+from agent.client.errors import CallAbandoned, LeaseholdError
+from agent.client.wire import Abandon
 from agent.runner.parked import ClaimAbandoned, ParkedClaim
 from tests.agent.runners_live import attempts, clone_for, make_project, planner, runner_setup, wait_until
 from tests.agent.test_runner_live import _slug
@@ -67,6 +68,16 @@ def test_an_abandoned_claim_wait_returns_at_once_and_takes_nothing_after(fleet, 
 
     key = api.create_task(slug, "after the abandon", status="ready")["key"]
     time.sleep(1.0)  # what a claim still parked on the server would take by now
+    assert key in _claimable(api, slug)
+
+
+def test_a_call_abandoned_before_it_is_sent_is_not_sent(fleet, tmp_path):
+    slug, api, worker = _worker(fleet, tmp_path, "pn")
+    key = api.create_task(slug, "not to be claimed", status="ready")["key"]
+    abandon = Abandon()
+    abandon.abandon()
+    with pytest.raises(CallAbandoned):
+        worker.claim_next(slug, wait=5, abandon=abandon, idempotency_key=f"lh-test-{uuid.uuid4().hex}")
     assert key in _claimable(api, slug)
 
 
