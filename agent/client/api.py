@@ -32,6 +32,7 @@ from agent.client.models import (
 )
 from agent.client.reviews import ReviewCalls
 from agent.client.usage import Usage, usage_body
+from agent.client.wire import Abandon
 
 
 class LeaseholdClient(ReviewCalls, FeedCalls):
@@ -194,12 +195,15 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
         paths_mode: str | None = None,
         wait: int | None = None,
         until_empty: bool = False,
+        abandon: Abandon | None = None,
     ) -> Claim | None:
         """Claim the project's next claimable task; None when nothing is claimable (204).
 
         With `wait` (seconds, at most 60) the server holds the call until a task
         becomes claimable for this agent or the time is up (SPEC §25); with
         `until_empty` too it answers None at once when the project's work is finished.
+        `abandon` cuts the wait short from another thread (`CallAbandoned`); the
+        same call with the same `idempotency_key` then tells what the server did.
         """
         body = drop_none(
             {
@@ -217,7 +221,9 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
             }
         )
         timeout = (self._timeout or 0) + wait if wait else None
-        answer = self.request("POST", "/claims/next/", body=body, idempotency_key=idempotency_key, timeout=timeout)
+        answer = self.request(
+            "POST", "/claims/next/", body=body, idempotency_key=idempotency_key, timeout=timeout, abandon=abandon
+        )
         return None if answer is None else Claim.from_response(answer)
 
     # --- holder calls ---------------------------------------------------------------

@@ -35,11 +35,19 @@ if TYPE_CHECKING:
     import httpx  # the wire imports it only when it is the wire
 
 from agent import __version__
-from agent.client.errors import LEASE_LOSS_CODES, ConnectionFailed, LeaseholdError, LeaseLost, error_from_envelope
+from agent.client.errors import (
+    LEASE_LOSS_CODES,
+    CallAbandoned,
+    ConnectionFailed,
+    LeaseholdError,
+    LeaseLost,
+    error_from_envelope,
+)
 from agent.client.models import Lease, lease_fingerprint
 from agent.client.wire import (
     API_PREFIX,
     MUTATING_METHODS,
+    Abandon,
     HttpxWire,
     KeepAliveWire,
     Wire,
@@ -166,8 +174,12 @@ class ApiConnection:
         idempotency_key: str | None = None,
         retries: int | None = None,
         timeout: float | None = None,
+        abandon: Abandon | None = None,
     ) -> Any:
-        """Send one API call (retrying as the module docstring says); the parsed JSON, or None for 204."""
+        """Send one API call (retrying as the module docstring says); the parsed JSON, or None for 204.
+
+        `abandon` lets another thread cut the call short (`Abandon.abandon`): it raises `CallAbandoned`,
+        and is neither sent again nor retried once abandoned; an answer that came first is returned."""
         method = method.upper()
         sent_headers = dict(headers or {})
         if lease is not None:
@@ -187,6 +199,8 @@ class ApiConnection:
         retry = 0
         sent_body = body if method in MUTATING_METHODS else None
         while True:
+            if abandon is not None and abandon.abandoned:
+                raise CallAbandoned(f"{method} {path}: abandoned before its answer came")
             if self._trace_path:
                 self._trace(method, path, sent_headers)
             try:
@@ -197,8 +211,11 @@ class ApiConnection:
                     headers=sent_headers,
                     body=sent_body,
                     timeout=self._timeout if timeout is None else timeout,
+                    abandon=abandon,
                 )
             except WireFailed as failed:
+                if abandon is not None and abandon.abandoned:
+                    raise CallAbandoned(f"{method} {path}: abandoned before its answer came") from failed
                 error: LeaseholdError = ConnectionFailed(f"{method} {path}: {failed}")
                 cause: BaseException | None = failed.cause
             else:
@@ -210,7 +227,10 @@ class ApiConnection:
                     self.forget_lease(lease)
             if not error.retryable or retry >= budget:
                 raise error from cause
-            self._sleep(self.backoff_delay(retry, error))
+            if abandon is None:
+                self._sleep(self.backoff_delay(retry, error))
+            else:
+                abandon.wait(self.backoff_delay(retry, error))
             retry += 1
 
 

@@ -5,9 +5,11 @@ The server answers every error as `{"error": {"code", "message", "retryable",
 the code (an unknown code still becomes a `LeaseholdError` carrying it), so
 callers switch on the type or on `.code`, never on the message.
 
-Two codes exist only on this side of the wire: `CONNECTION_FAILED` (no answer
-at all) and `LEASE_LOST` (the toolkit refuses to write with a lease it knows is
-gone, without asking the server).
+Three codes exist only on this side of the wire: `CONNECTION_FAILED` (no answer
+at all), `LEASE_LOST` (the toolkit refuses to write with a lease it knows is
+gone, without asking the server) and `CALL_ABANDONED` (the caller cut its own
+call short, `agent.client.wire.Abandon`: whether the server did the work is
+not known).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Any, ClassVar
 
 
 class LeaseholdError(Exception):
-    """An error answered by the server (or, for the two client-side codes, by the toolkit)."""
+    """An error answered by the server (or, for the client-side codes, by the toolkit)."""
 
     code: ClassVar[str] = "INTERNAL_ERROR"
     default_retryable: ClassVar[bool] = False
@@ -174,6 +176,15 @@ class ConnectionFailed(LeaseholdError):
 
     code = "CONNECTION_FAILED"
     default_retryable = True
+
+
+class CallAbandoned(LeaseholdError):
+    """Raised by the toolkit itself: the call was abandoned (`Abandon.abandon`) before its answer came.
+
+    The request may have been done on the server all the same: resend it with the same Idempotency-Key
+    to learn its answer (`agent.runner.slots` does, on a drain)."""
+
+    code = "CALL_ABANDONED"
 
 
 class LeaseLost(LeaseholdError):

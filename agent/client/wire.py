@@ -12,11 +12,17 @@ times its CPU per call (`leasehold mcp` makes three calls per task cycle); it
 is still the wire when a transport is injected (tests), requests are observed
 (`on_request`) or a proxy is configured for the server.
 
+A call may be abandoned from another thread (`Abandon`): the keep-alive wire
+shuts its socket down, so the call fails at once and the server sees the
+client hang up (a parked claim wait is dropped, `core.parking`). Through httpx
+the call runs on to its answer; the caller learns of the abandon afterwards.
+
 This module talks HTTP only; it imports nothing of the server.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import http.client
 import json
@@ -72,9 +78,58 @@ class WireFailed(Exception):
         self.cause = cause
 
 
+class Abandon:
+    """A call's cancel hook: `abandon()`, from any thread, cuts the call short (`CallAbandoned` for its caller).
+
+    One per call (or per series of calls that end together). The keep-alive wire registers the socket it
+    sends on and `abandon()` shuts it down, so a call parked in a server-side wait returns at once; a call
+    not yet sent is not sent, and nothing abandoned is retried.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._abandoned = threading.Event()
+        self._socket: socket.socket | None = None
+
+    @property
+    def abandoned(self) -> bool:
+        return self._abandoned.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep up to `seconds`, less if abandoned meanwhile; whether it is abandoned."""
+        return self._abandoned.wait(seconds)
+
+    def abandon(self) -> None:
+        with self._lock:
+            self._abandoned.set()
+            sock, self._socket = self._socket, None
+        if sock is not None:
+            with contextlib.suppress(OSError):  # already closed: nothing is waiting on it
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def attach(self, sock: socket.socket) -> None:
+        """The call is about to be sent on `sock`; `WireFailed` if it was abandoned already."""
+        with self._lock:
+            if self._abandoned.is_set():
+                raise WireFailed(ConnectionAbortedError("the call was abandoned"))
+            self._socket = sock
+
+    def detach(self) -> None:
+        with self._lock:
+            self._socket = None
+
+
 class Wire(Protocol):
     def send(
-        self, method: str, path: str, *, query: dict[str, Any], headers: dict[str, str], body: Any, timeout: float
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any],
+        headers: dict[str, str],
+        body: Any,
+        timeout: float,
+        abandon: Abandon | None = None,
     ) -> tuple[int, bytes]:
         """The status and body of the answer to one request; `WireFailed` when there is none."""
         ...
@@ -148,7 +203,15 @@ class KeepAliveWire:
         connection.close()
 
     def send(
-        self, method: str, path: str, *, query: dict[str, Any], headers: dict[str, str], body: Any, timeout: float
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any],
+        headers: dict[str, str],
+        body: Any,
+        timeout: float,
+        abandon: Abandon | None = None,
     ) -> tuple[int, bytes]:
         target = urllib.parse.quote(self._prefix + path, safe="/%:@!$&'()*+,;=-._~")
         if query:
@@ -164,17 +227,20 @@ class KeepAliveWire:
         connection = reused or self._new_connection(timeout)
         try:
             try:
-                return self._exchange(connection, method, target, sent, content, timeout)
+                return self._exchange(connection, method, target, sent, content, timeout, abandon)
             except DROPPED:
-                if reused is None:
+                if reused is None or (abandon is not None and abandon.abandoned):
                     raise
                 # The kept connection was closed under us before an answer: once more on a fresh one.
                 connection.close()
                 connection = self._new_connection(timeout)
-                return self._exchange(connection, method, target, sent, content, timeout)
+                return self._exchange(connection, method, target, sent, content, timeout, abandon)
         except (OSError, http.client.HTTPException) as exc:
             connection.close()
             raise WireFailed(exc) from exc
+        except WireFailed:
+            connection.close()
+            raise
 
     def _exchange(
         self,
@@ -184,16 +250,25 @@ class KeepAliveWire:
         headers: dict[str, str],
         content: bytes | None,
         timeout: float,
+        abandon: Abandon | None = None,
     ) -> tuple[int, bytes]:
         connection.timeout = timeout
         if connection.sock is None:
             _open(connection)
         else:
             connection.sock.settimeout(timeout)
-        connection.request(method, target, body=content, headers=headers)
-        response = connection.getresponse()
-        data = response.read()
-        if response.will_close:
+        if abandon is not None:
+            abandon.attach(connection.sock)
+        try:
+            connection.request(method, target, body=content, headers=headers)
+            response = connection.getresponse()
+            data = response.read()
+        finally:
+            if abandon is not None:
+                abandon.detach()
+        if abandon is not None and abandon.abandoned:
+            connection.close()  # shut down, perhaps after the answer came: never kept for another call
+        elif response.will_close:
             connection.close()
         self._give_back(connection)
         return response.status, data
@@ -230,8 +305,17 @@ class HttpxWire:
         )
 
     def send(
-        self, method: str, path: str, *, query: dict[str, Any], headers: dict[str, str], body: Any, timeout: float
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any],
+        headers: dict[str, str],
+        body: Any,
+        timeout: float,
+        abandon: Abandon | None = None,
     ) -> tuple[int, bytes]:
+        """`abandon` cannot cut an httpx call short: the caller learns of it once the call has its answer."""
         import httpx
 
         try:

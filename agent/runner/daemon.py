@@ -13,8 +13,10 @@
    cancelled (their `run` child gets SIGTERM).
 5. Start one thread per slot (`agent.runner.slots`): the first `landing_slots` of each project (in the config's
    order) land it, the others work on every project in turn.
-6. SIGTERM or SIGINT: drain. No new claims; running children get `drain_grace_seconds`, then SIGTERM (`run` hands
-   off with the git facts); the runner exits 0 once every slot has stopped. A second signal: SIGTERM to every
+6. SIGTERM or SIGINT: drain. No new claims, and the slots' parked claim waits are abandoned at once
+   (`agent.runner.parked`: a task one took all the same is given back); running children get
+   `drain_grace_seconds`, then SIGTERM (`run` hands off with the git facts); the runner exits 0 once every
+   slot has stopped. A second signal: SIGTERM to every
    child at once. `kill -9`: every child gets SIGTERM from the kernel (the parent-death signal).
 
 Exit codes: 0 stopped by a signal, 2 bad config, 6 the token was refused (at registration, or every slot fenced).
@@ -131,9 +133,14 @@ class Runner:
             beat.start()
             for slot in self.slots:
                 slot.thread.start()
+            abandoned = False
             while any(slot.thread.is_alive() for slot in self.slots):
                 if all(slot.fenced for slot in self.slots):
                     self.stopping.set()
+                if self.stopping.is_set() and not abandoned:
+                    abandoned = True  # the parked claim waits, at once: an idle runner exits in about a second
+                    for slot in self.slots:
+                        slot.parked.abandon()
                 time.sleep(0.2)
             self.stopping.set()
             beat.join(timeout=15)

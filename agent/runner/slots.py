@@ -3,9 +3,9 @@
 A work slot, in turn:
 1. Waits while the runner is cordoned or draining (the heartbeat says so; the server refuses its claims then).
 2. Claims with the slot agent's token over the runner's projects in turn: instantly on all but one, and on that
-   one with the server-side wait (SPEC §25, `wait_seconds`), rotating which one by slot and by round, so that
-   every project has a slot parked on it while the runner is idle and an idle slot costs the server nothing.
-   An empty queue is never a reason to stop.
+   one with the server-side wait (SPEC §25, `wait_seconds`), rotating which one by slot and by round: an idle
+   slot costs one request per wait, and nothing per event that is not its own. An empty queue never stops it.
+   A drain abandons the parked claim at once (`agent.runner.parked`: what it took is given back).
 3. Writes the claim's state file in the slot's own config directory (the way `leasehold claim` does), asks the
    environment providers for a sandbox (`Providers.prepare`, §23.3), and starts the `run` child
    (`agent.runner.children`): it reuses that attempt (`LEASEHOLD_RUN`/`LEASEHOLD_TASK` name it), opens the
@@ -36,6 +36,7 @@ from agent.client.models import Claim, is_past
 from agent.runner.children import Child, child_environment, land_argv, run_argv
 from agent.runner.config import ProjectConfig, RunnerConfig
 from agent.runner.log import EventLog
+from agent.runner.parked import ClaimAbandoned, ParkedClaim
 from agent.runner.sandboxes import Providers
 from agent.workspace import state
 from agent.workspace.state import HeldAttempt
@@ -77,6 +78,7 @@ class Slot:
         self.config_home = self.directory  # the children's XDG_CONFIG_HOME
         self.config_dir = self.directory / "leasehold"  # where their state files live
         self.client = LeaseholdClient(runner.config.server, token)
+        self.parked = ParkedClaim(self.client, runner.stopping)  # the runner's drain calls `parked.abandon()`
         self.state = "idle"
         self.attempt_id: int | None = None
         self.task: str | None = None
@@ -154,12 +156,22 @@ class Slot:
             parked = index == len(order) - 1
             asked = time.monotonic()
             try:
-                claim = self.client.claim_next(
-                    project.slug,
-                    wait=self.runner.config.wait_seconds if parked else None,
-                    lease_seconds=project.lease_seconds,
-                    environment_kind=project.environment_kind,
-                )
+                if parked:
+                    claim = self.parked.claim(
+                        project.slug,
+                        wait=self.runner.config.wait_seconds,
+                        lease_seconds=project.lease_seconds,
+                        environment_kind=project.environment_kind,
+                    )
+                else:
+                    claim = self.client.claim_next(
+                        project.slug, lease_seconds=project.lease_seconds, environment_kind=project.environment_kind
+                    )
+            except ClaimAbandoned as abandoned:
+                self._log("abandon", abandoned.message, project=project.slug, sure=abandoned.sure)
+                if abandoned.claim is not None:
+                    self._give_back(abandoned.claim, "the runner is draining: its abandoned claim wait took this task")
+                return None
             except LeaseholdError as error:
                 self._claim_refused(project, error)
                 return None

@@ -191,6 +191,7 @@ def runner_setup(
     server_url: str | None = None,
     work_script: str = WORK,
     token: str | None = None,
+    wait_seconds: int = 5,
 ) -> RunnerProcess:
     """A runner on the server and its config on disk (not started); `projects` maps slug → clone.
 
@@ -219,7 +220,7 @@ def runner_setup(
     config = home / "runner.toml"
     config.write_text(
         f'server = "{server_url or server.url}"\ntoken_file = "{token_file}"\nstate_dir = "{home / "state"}"\n'
-        f"wait_seconds = 5\n{top}\n{tables}"
+        f"wait_seconds = {wait_seconds}\n{top}\n{tables}"
     )
     env = {name: value for name, value in os.environ.items() if name not in AGENT_VARIABLES and "DATABASE" not in name}
     env = {name: value for name, value in env.items() if not name.startswith("GIT_")}
