@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,13 +22,16 @@ def _no_git_config_of_this_machine(monkeypatch):
 
 
 @pytest.fixture
-def landing(tmp_path) -> Landing:
+def landing(tmp_path, monkeypatch) -> Landing:
+    # A temporary directory of this test's own: another lane's lander (CI runs the two databases at
+    # once on one machine) makes its scratch directories in the shared one.
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
     return make_landing(tmp_path)
 
 
 def scratch_dirs() -> set[str]:
-    import tempfile
-
     return {name for name in os.listdir(tempfile.gettempdir()) if name.startswith("leasehold-land-")}
 
 

@@ -9,6 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from ledger.actors import SYSTEM
+from ledger.models import EventType
 from runners.models import SlotState
 from runners.services import SlotReport, runner_cordon, runner_drain, runner_heartbeat
 from tests.console.runner_fleet import RunnerFleet, build_fleet, make_runner, register
@@ -119,9 +120,10 @@ def test_a_runners_page_shows_its_slots_attempt_task_and_events(ops_client, runn
     assert "Idle" in slot2[: slot2.index("</tr>")]
     assert 'id="lh-cancel-slot-2"' not in html
     events = html[html.index('id="lh-runner-events"') :]
-    assert "runner.registered" in events
-    assert "runner.created" in events
-    assert events.index("runner.registered") < events.index("runner.created")  # newest first
+    registered, created = EventType.RUNNER_REGISTERED.value, EventType.RUNNER_CREATED.value
+    assert registered in events
+    assert created in events
+    assert events.index(registered) < events.index(created)  # newest first
     for button in ("lh-runner-cordon", "lh-runner-drain", "lh-runner-rotate-token"):
         assert f'id="{button}"' in html
 
@@ -129,7 +131,7 @@ def test_a_runners_page_shows_its_slots_attempt_task_and_events(ops_client, runn
 def test_a_lost_runners_page_shows_the_lost_event(ops_client, runners):
     html = ops_client.get(detail(runners.lost)).content.decode()
     assert "lh-runner-lost" in html
-    assert "runner.lost" in html
+    assert EventType.RUNNER_LOST.value in html
     assert "missed_heartbeats: 8" in html
 
 
