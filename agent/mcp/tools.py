@@ -163,7 +163,7 @@ def build_server(holdings: Holdings) -> MCPServer:
     def context(key: OptKey = None) -> str:
         return answer(lambda: compact(client.context(key or holdings.keeper(None).lease.task)))
 
-    @tool("Part of a task's long text (what context cut).")
+    @tool("Part of a task's long text.")
     def task(key: OptKey = None, field: TextField = "description", offset: Offset = 0, limit: TextLimit = 8000) -> str:
         def run() -> Any:
             return client.task_text(key or holdings.keeper(None).lease.task, field=field, offset=offset, limit=limit)
@@ -302,6 +302,7 @@ def build_server(holdings: Holdings) -> MCPServer:
         status: Annotated[Literal["open", "ready"], Field(description="ready: claimable at once")] = "open",
         priority: Annotated[int | None, Field(description="higher is claimed first")] = None,
         blocks_current: Annotated[bool, Field(description="the held task waits for it")] = False,
+        requires: Annotated[list[str] | None, Field(description="labels its claimer needs")] = None,
         project: Project = None,
     ) -> str:
         def run() -> Any:
@@ -313,6 +314,7 @@ def build_server(holdings: Holdings) -> MCPServer:
                 acceptance_criteria=acceptance_criteria,
                 status=status,
                 priority=priority,
+                requires=requires,
             )
             made = {"key": created["key"], "status": created["status"]}
             if blocked:
@@ -322,7 +324,7 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return answer(run)
 
-    @tool("Make a task wait for another (remove: stop waiting).")
+    @tool("Make a task wait for another.")
     def block(
         blocked_by: Annotated[str, Field(description="the task to wait for")],
         key: OptKey = None,
@@ -344,7 +346,7 @@ def build_server(holdings: Holdings) -> MCPServer:
 
         return answer(run)
 
-    @tool("Record a project decision (key: about that task).")
+    @tool("Record a project decision.")
     def decide(
         title: Annotated[str, Field(description="the decision")],
         body: Annotated[str, Field(description="why")] = "",
@@ -355,7 +357,7 @@ def build_server(holdings: Holdings) -> MCPServer:
             lambda: {"decision": client.decide(holdings.project_or(project), title, body=body, task=key)["id"]}
         )
 
-    @tool("File a plan: tasks by ref with blockers, decisions; all or nothing.")
+    @tool("File a plan (tasks, blockers, decisions), all or nothing.")
     def plan(
         tasks: Annotated[list[dict[str, Any]], Field(description="[{ref,title,blocked_by:[ref|KEY],...}]")],
         decisions: Annotated[list[dict[str, Any]] | None, Field(description="[{title,body,task:ref|KEY}]")] = None,

@@ -116,7 +116,7 @@ def test_print_config_for_each_client(tmp_path):
 
 
 # The whole tools/list answer as the SDK client receives it, measured; a change to a tool changes it on purpose.
-TOOLS_LIST_BYTES = 8171
+TOOLS_LIST_BYTES = 8191
 CHOICES = {
     ("note", "kind"): {"progress", "finding", "warning"},
     ("finish", "outcome"): {"done", "review", "failed", "handoff", "approved", "changes_requested", "blocked"},
@@ -163,7 +163,8 @@ def test_mcp_tools_read_text_ranges_record_git_facts_and_file_a_blocking_follow_
         seen["range"] = await session.json("task", {"offset": 20000, "limit": 30})
         seen["git"] = await session.json("git", {"detect": True, "worktree_path": str(repo), "pushed": False})
         seen["follow_up"] = await session.json(
-            "create_task", {"title": "Follow-up of Wide", "status": "ready", "blocks_current": True}
+            "create_task",
+            {"title": "Follow-up of Wide", "status": "ready", "blocks_current": True, "requires": ["gpu"]},
         )
         seen["unblock"] = await session.json("block", {"blocked_by": seen["follow_up"]["key"], "remove": True})
         seen["bad_choice"] = await session.call("finish", {"outcome": "abandoned"})
@@ -180,6 +181,7 @@ def test_mcp_tools_read_text_ranges_record_git_facts_and_file_a_blocking_follow_
     assert attempt["worktree_path"] == str(repo.resolve())
     assert attempt["host"]
     assert seen["follow_up"]["blocks"] == key
+    assert api.task(seen["follow_up"]["key"])["requires"] == ["gpu"]
     assert api.task(key)["blocked_by"] == []  # blocked by the follow-up, then unblocked
     failed, text = seen["bad_choice"]
     assert failed
