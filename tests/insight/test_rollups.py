@@ -456,8 +456,11 @@ def test_the_tally_triggers_exist_after_migrate():
     # The lease suggestion's samples (leases.models.lease_samples; tests/leases/test_lease_samples.py).
     expected |= {"leases_attempt_lease_sample_insert", "leases_attempt_lease_sample_update"}
     expected |= {"leases_attempt_held_insert", "leases_attempt_held_update"}  # SPEC §25: Task.held
-    if connection.vendor == "sqlite":  # the notes' FTS5 index (leases/search.py, migration leases 0020)
+    # The notes' search index (leases/search.py, migration leases 0020): a tsvector or an FTS5 table.
+    if connection.vendor == "sqlite":
         expected |= {"leases_note_fts_insert", "leases_note_fts_update", "leases_note_fts_delete"}
+    else:
+        expected |= {"leases_note_search_insert", "leases_note_search_update"}
     if connection.vendor == "postgresql":
         expected |= {"leases_event_rollups"}
     else:
