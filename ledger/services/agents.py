@@ -17,7 +17,7 @@ from ledger.models import Agent, EventType, Project
 from ledger.services.events import event_append
 from ledger.services.task_reservations import reservations_clear_for
 from ledger.services.validation import validate_model
-from ledger.tokens import hash_token, new_agent_token
+from ledger.tokens import hash_token, new_agent_token, swap_active_token_hash
 
 LAST_SEEN_THROTTLE = timedelta(seconds=30)
 
@@ -86,9 +86,7 @@ def agent_rotate_token(*, agent: Agent, actor: Actor) -> tuple[Agent, str]:
     """
     now = clock.now()
     token = new_agent_token()
-    changed = Agent.objects.filter(pk=agent.pk, is_active=True).update(token_hash=hash_token(token))
-    agent.refresh_from_db()
-    if not changed:
+    if not swap_active_token_hash(agent, token):
         raise ValidationFailed(
             f"Agent {agent.handle} is deactivated: its tokens are refused. Reactivate it first, then rotate.",
             details={"agent": agent.handle, "reason": "agent_deactivated"},

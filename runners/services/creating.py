@@ -12,7 +12,7 @@ from ledger.label_sets import validate_label_set
 from ledger.models import AgentKind, EventType, Project
 from ledger.services import agent_create, event_append
 from ledger.services.validation import validate_model
-from ledger.tokens import hash_token
+from ledger.tokens import hash_token, swap_active_token_hash
 from runners.models import MAX_SLOTS, Runner, RunnerSlot
 from runners.tokens import new_runner_token
 
@@ -83,9 +83,7 @@ def runner_rotate_token(*, runner: Runner, actor: Actor) -> tuple[Runner, str]:
     """
     now = clock.now()
     token = new_runner_token()
-    changed = Runner.objects.filter(pk=runner.pk, is_active=True).update(token_hash=hash_token(token))
-    runner.refresh_from_db()
-    if not changed:
+    if not swap_active_token_hash(runner, token):
         raise ValidationFailed(
             f"Runner {runner.name} is deactivated: its token is refused anyway.",
             details={"runner": runner.name, "reason": "runner_deactivated"},
