@@ -77,6 +77,23 @@ def _ports(value: Any) -> list[int]:
     return list(value)
 
 
+# The provider's text fields: the pattern a value must match, its length limit and the
+# requirement a refusal names. `ports` is a list and has a check of its own.
+_TEXT_FIELDS: dict[str, tuple[re.Pattern[str], int, str]] = {
+    "database_url": (
+        _DATABASE_URL,
+        DATABASE_URL_MAX_CHARS,
+        "a URL with a scheme, without a password or control characters",
+    ),
+    "container": (
+        _CONTAINER,
+        CONTAINER_MAX_CHARS,
+        "a name without control characters, not starting with a space",
+    ),
+    "host_path": (_HOST_PATH, HOST_PATH_MAX_CHARS, "an absolute POSIX path without control characters"),
+}
+
+
 def provisioned_values(raw: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a provider's report; unknown names and bad values are VALIDATION_ERROR naming the field.
 
@@ -93,32 +110,11 @@ def provisioned_values(raw: Mapping[str, Any]) -> dict[str, Any]:
         )
     values: dict[str, Any] = {}
     given = {name: value for name, value in raw.items() if value is not None}
-    if "database_url" in given:
-        values["database_url"] = _text(
-            given["database_url"],
-            field="database_url",
-            pattern=_DATABASE_URL,
-            max_chars=DATABASE_URL_MAX_CHARS,
-            requirement="a URL with a scheme, without a password or control characters",
-        )
+    for name, (pattern, max_chars, requirement) in _TEXT_FIELDS.items():
+        if name in given:
+            values[name] = _text(given[name], field=name, pattern=pattern, max_chars=max_chars, requirement=requirement)
     if "ports" in given:
         values["ports"] = _ports(given["ports"])
-    if "container" in given:
-        values["container"] = _text(
-            given["container"],
-            field="container",
-            pattern=_CONTAINER,
-            max_chars=CONTAINER_MAX_CHARS,
-            requirement="a name without control characters, not starting with a space",
-        )
-    if "host_path" in given:
-        values["host_path"] = _text(
-            given["host_path"],
-            field="host_path",
-            pattern=_HOST_PATH,
-            max_chars=HOST_PATH_MAX_CHARS,
-            requirement="an absolute POSIX path without control characters",
-        )
     return values
 
 
