@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime
+from typing import cast
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, transaction
 
-from ledger.models import Event, EventType
+from ledger.models import Agent, Event, EventType, Task
 from operations.event_partitions import attached_partitions, ensure_partitions
 from tests.factories import AgentFactory, TaskFactory
 
@@ -40,8 +41,8 @@ def _january(clock, admin_user) -> list[tuple]:
     """January 2026's events (the clock starts on 2026-01-05), in their own partition."""
     made = ensure_partitions(now=clock.now())
     assert "ledger_event_p202601" in made.made
-    agent = AgentFactory(handle="archiver-07")
-    task = TaskFactory()
+    agent = cast(Agent, AgentFactory(handle="archiver-07"))
+    task = cast(Task, TaskFactory())
     Event.objects.create(
         type=EventType.TASK_UPDATED,
         project=task.project,
