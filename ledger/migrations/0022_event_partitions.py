@@ -239,7 +239,17 @@ def restore_indexes(apps: Any, schema_editor: Any) -> None:
 
 
 class Migration(migrations.Migration):
-    dependencies = [migrations.swappable_dependency(settings.AUTH_USER_MODEL), ("ledger", "0021_task_held")]
+    # After every migration that puts a trigger on the event table, so that migrating one of those apps back
+    # un-partitions first: PostgreSQL 15 cannot CREATE OR REPLACE a row trigger that partitions hold clones of
+    # ("cannot drop trigger ... on table ledger_event_default because trigger ... on table ledger_event
+    # requires it"). A later migration replaces such a trigger with DROP TRIGGER then CREATE TRIGGER.
+    dependencies = [
+        migrations.swappable_dependency(settings.AUTH_USER_MODEL),
+        ("ledger", "0021_task_held"),
+        ("leases", "0021_task_held"),
+        ("insight", "0002_incidents"),
+        ("push", "0004_endpoint_last_delivered"),
+    ]
 
     operations = [
         migrations.SeparateDatabaseAndState(
