@@ -1,4 +1,4 @@
-"""django-q2 entry point of operations: the daily backup."""
+"""django-q2 entry points of operations: the daily backup, the event table's month partitions."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from django.conf import settings
 
 from ledger import clock
 from operations.backup import backup_scheduled
+from operations.event_partitions import ensure_partitions
 
 
 def backup_job() -> dict[str, Any]:
@@ -17,3 +18,9 @@ def backup_job() -> dict[str, Any]:
         directory=Path(settings.LEASEHOLD_BACKUP_DIR), keep=settings.LEASEHOLD_BACKUP_KEEP, now=clock.now()
     )
     return {"backup": str(made), "removed": [str(path) for path in removed]}
+
+
+def event_partitions_job() -> dict[str, Any]:
+    """Daily: the event table's partitions of this month and the next three exist (PostgreSQL; SQLite: none)."""
+    result = ensure_partitions(now=clock.now())
+    return {"made": result.made, "refused": result.refused}

@@ -21,6 +21,8 @@ SCHEDULES: tuple[tuple[str, str, int], ...] = (
     ("ledger.deliver_webhooks", "push.jobs.deliver_webhooks_job", 1),
     # SPEC §23.1: a runner silent for 3 heartbeats (45 s) is marked lost; every minute, django-q2's finest step.
     ("runners.mark_lost", "runners.jobs.mark_lost_runners_job", 1),
+    # SPEC §25: the event table's month partitions, made three months ahead (PostgreSQL; docs/operations.md).
+    ("operations.event_partitions", "operations.jobs.event_partitions_job", 1440),
 )
 
 

@@ -86,6 +86,8 @@ class WebhookDelivery(NoDeleteModel):
     """One event for one endpoint; its tries are counted here. Rows are written by the trigger, then by the jobs."""
 
     endpoint = models.ForeignKey(WebhookEndpoint, on_delete=models.PROTECT, related_name="deliveries")
+    # No database constraint on PostgreSQL since ledger 0022 (the event table is partitioned: no key on `id`
+    # alone to point at); SQLite keeps it. A migration must not re-create it there (docs/operations.md).
     event = models.ForeignKey(Event, on_delete=models.PROTECT, related_name="+")
     status = models.CharField(max_length=12, choices=DeliveryStatus.choices, default=DeliveryStatus.PENDING)
     attempts = models.PositiveIntegerField(default=0)

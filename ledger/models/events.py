@@ -109,6 +109,8 @@ class EventType(models.TextChoices):
     RUNNER_UNDRAINED = "runner.undrained"
     RUNNER_ATTEMPT_CANCELLED = "runner.attempt_cancelled"
     RUNNER_TOKEN_ROTATED = "runner.token_rotated"  # noqa: S105 - an event name
+    # SPEC §25: a closed month of events exported, checked and its partition detached (operations.event_archive).
+    EVENTS_ARCHIVED = "events.archived"
 
 
 class Event(NoDeleteModel):
@@ -116,15 +118,26 @@ class Event(NoDeleteModel):
 
     `attempt_id` is a plain integer, not a foreign key: attempts live in
     `leases`, which `ledger` does not import.
+
+    On PostgreSQL the table is partitioned by month on `created_at`
+    (migration 0022): its primary key there is (id, created_at), `id` stays
+    unique by its one sequence, and no foreign key can point at `id` alone
+    (the webhook deliveries' relation has no database constraint there).
+    `project` and `task` have no index of their own: `event_project_feed`
+    and `event_task_timeline` lead with them.
     """
 
     id = models.BigAutoField(primary_key=True)
-    project = models.ForeignKey(Project, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
-    task = models.ForeignKey(Task, on_delete=models.PROTECT, null=True, blank=True, related_name="events")
+    project = models.ForeignKey(
+        Project, on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
+    )
+    task = models.ForeignKey(
+        Task, on_delete=models.PROTECT, null=True, blank=True, related_name="events", db_index=False
+    )
     attempt_id = models.BigIntegerField(null=True, blank=True, db_index=True)
     actor_agent = models.ForeignKey(Agent, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     actor_user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+", db_index=False
     )
     type = models.CharField(max_length=64)
     severity = models.CharField(max_length=8, choices=Severity.choices, default=Severity.INFO)
@@ -148,6 +161,8 @@ class Event(NoDeleteModel):
             # grouping reads (not partial: SQLite does not match a partial index against bound
             # parameters). docs/performance.md, console pages.
             models.Index(fields=["severity", "created_at", "type", "task"], name="event_severity_time"),
+            # The admin's actor filter and a user's PROTECT check; people act on few events, so only theirs.
+            models.Index(fields=["actor_user"], name="event_actor_user", condition=Q(actor_user__isnull=False)),
         ]
 
     def __str__(self) -> str:

@@ -6,12 +6,16 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from core.errors import LedgerError
+from operations.transfer.archive import events_restore, is_archive_header
 from operations.transfer.importing import project_import
 from operations.transfer.untrusted import read_lines
 
 
 class Command(BaseCommand):
-    help = "Import a project export (JSON Lines) as a new project, all or nothing (SPEC §17)."
+    help = (
+        "Import a project export (JSON Lines) as a new project, all or nothing (SPEC §17); or restore an event "
+        "archive written by archive_events (its events with their own ids, SPEC §25)."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file")
@@ -31,6 +35,12 @@ class Command(BaseCommand):
         path = Path(options["file"])
         try:
             with path.open("rb") as stream:
+                if is_archive_header(stream.readline(4096).decode("utf-8", "replace")):
+                    stream.seek(0)
+                    restored = events_restore(lines=read_lines(stream))
+                    self.stdout.write(f"Restored {restored} archived events with their own ids.")
+                    return
+                stream.seek(0)
                 result = project_import(
                     lines=read_lines(stream),
                     slug=options["slug"],
