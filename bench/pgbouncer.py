@@ -40,11 +40,12 @@ class Bouncer:
     port: int
     directory: Path
 
-    def url(self, direct_url: str) -> str:
-        """`direct_url` (a postgres:// URL) with PgBouncer's host and port instead."""
+    def url(self, direct_url: str, database: str | None = None) -> str:
+        """`direct_url` (a postgres:// URL) with PgBouncer's host and port instead (and another database name)."""
         parts = urlsplit(direct_url)
         user = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
-        return urlunsplit((parts.scheme, f"{user}127.0.0.1:{self.port}", parts.path, parts.query, ""))
+        path = f"/{database}" if database else parts.path
+        return urlunsplit((parts.scheme, f"{user}127.0.0.1:{self.port}", path, parts.query, ""))
 
     def log(self) -> str:
         path = self.directory / "pgbouncer.log"
@@ -52,8 +53,14 @@ class Bouncer:
 
 
 @contextmanager
-def running_pgbouncer(direct_url: str, *, pool_size: int, max_client_conn: int = 1000) -> Iterator[Bouncer]:
-    """PgBouncer on a free loopback port, transaction pooling, `pool_size` server connections per database and user."""
+def running_pgbouncer(
+    direct_url: str, *, pool_size: int, max_client_conn: int = 1000, aliases: dict[str, tuple[str, int]] | None = None
+) -> Iterator[Bouncer]:
+    """PgBouncer on a free loopback port, transaction pooling, `pool_size` server connections per database and user.
+
+    `aliases`: PgBouncer database name -> (the PostgreSQL database, its own pool size), e.g. the
+    cluster's way in with a pool the web servers cannot take.
+    """
     binary = pgbouncer_binary()
     if binary is None:
         raise RuntimeError("pgbouncer is not installed (scripts/install-debian-package pgbouncer pgbouncer).")
@@ -66,6 +73,11 @@ def running_pgbouncer(direct_url: str, *, pool_size: int, max_client_conn: int =
         "\n".join(
             [
                 "[databases]",
+                *(
+                    f"{alias} = host={server.hostname or '127.0.0.1'} port={server.port or 5432}"
+                    f" dbname={database} pool_size={size}"
+                    for alias, (database, size) in (aliases or {}).items()
+                ),
                 f"* = host={server.hostname or '127.0.0.1'} port={server.port or 5432}",
                 "[pgbouncer]",
                 "listen_addr = 127.0.0.1",

@@ -150,6 +150,10 @@ def _database() -> dict[str, Any]:
     PostgreSQL uses psycopg 3 with psycopg_pool through Django's pool option.
     """
     url = env_str("DATABASE_URL")
+    if url and _running_cluster():
+        # The cluster's own way in, e.g. a PgBouncer database of its own with a pool of its own,
+        # so that a saturated web pool never delays a sweep (docs/operations.md, "PgBouncer").
+        url = env_str("LEASEHOLD_CLUSTER_DATABASE_URL") or url
     if not url:
         return {
             "ENGINE": "django.db.backends.sqlite3",
