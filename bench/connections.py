@@ -175,15 +175,14 @@ def measure(servers: int, seconds: float, direct: bool) -> dict[str, Any]:
         refused = sum(log.read_text(errors="replace").count("too many") for log in logs.glob("*.log"))
         refused_logs = sorted(log.name for log in logs.glob("*.log") if "too many" in log.read_text(errors="replace"))
         with psycopg.connect(direct_url, autocommit=True) as conn:
-            sweeps = conn.execute(
-                "SELECT count(*) FROM django_q_task WHERE func = 'leases.jobs.sweep_expired_job' AND success"
-            ).fetchone()[0]
-            scheduled = conn.execute("SELECT count(*) FROM django_q_task WHERE success").fetchone()[0]
-            failed = conn.execute("SELECT count(*) FROM django_q_task WHERE NOT success").fetchone()[0]
-            longest = conn.execute(
-                "SELECT coalesce(max(extract(epoch FROM stopped - started)), 0) FROM django_q_task"
-                " WHERE func = 'leases.jobs.sweep_expired_job'"
-            ).fetchone()[0]
+            row = conn.execute(
+                "SELECT count(*) FILTER (WHERE func = 'leases.jobs.sweep_expired_job' AND success),"
+                " count(*) FILTER (WHERE success), count(*) FILTER (WHERE NOT success),"
+                " coalesce(max(extract(epoch FROM stopped - started))"
+                " FILTER (WHERE func = 'leases.jobs.sweep_expired_job'), 0)"
+                " FROM django_q_task"
+            ).fetchone()
+        sweeps, scheduled, failed, longest = row if row else (0, 0, 0, 0)
     if not os.environ.get("BENCH_KEEP"):
         shutil.rmtree(workdir, ignore_errors=True)
     return {
