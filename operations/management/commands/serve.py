@@ -181,7 +181,10 @@ def connection_budget_line(workers: int, threads: int, no_cluster: bool) -> tupl
     """The start-up line stating this server's connection budget against what PostgreSQL allows."""
     budget = server_budget(workers, threads, cluster=not no_cluster)
     limits = server_limits(connection) if connection.vendor == "postgresql" else None
-    connection.close()  # serve itself holds none while it runs
+    connection.close()
+    close_pool = getattr(connection, "close_pool", None)  # PostgreSQL's
+    if close_pool is not None:
+        close_pool()  # serve itself holds none while it runs (its pool would keep one open)
     return describe(budget, limits, transaction_pooling=settings.LEASEHOLD_DB_TRANSACTION_POOLING)
 
 
