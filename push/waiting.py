@@ -33,9 +33,10 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from django.db import connection, connections
+from django.db import connection
+
+from core.connections import listen_connection_params
 
 logger = logging.getLogger(__name__)
 
@@ -195,9 +196,8 @@ class EventWatcher:
     def _listen(self) -> None:
         import psycopg
 
-        params: dict[str, Any] = dict(connections["default"].get_connection_params())
-        params.pop("cursor_factory", None)
-        params.pop("prepare_threshold", None)
+        # Its own session, straight to PostgreSQL (LEASEHOLD_LISTEN_DATABASE_URL behind a pooler).
+        params = listen_connection_params()
         while not self._stopping:
             try:
                 with psycopg.connect(**params, autocommit=True) as listener:

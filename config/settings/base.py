@@ -16,6 +16,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from config.logs import logging_config
+from core.connections import DEFAULT_WEB_THREADS, DEFAULT_WEB_WORKERS, ConnectionBudget
 from core.db import PrivateFileConnection
 from core.env import env_bool, env_int, env_list, env_str
 
@@ -122,6 +123,25 @@ TEMPLATES = [
 ]
 
 
+# The web server's processes and threads: serve passes its --workers and --threads (core.connections).
+LEASEHOLD_WEB_WORKERS = env_int("LEASEHOLD_WEB_WORKERS", DEFAULT_WEB_WORKERS, minimum=1)
+LEASEHOLD_WEB_THREADS = env_int("LEASEHOLD_WEB_THREADS", DEFAULT_WEB_THREADS, minimum=1)
+# PgBouncer (or another pooler) in transaction mode between the server and PostgreSQL: the one switch
+# that turns server-side cursors and server-side prepared statements off (docs/operations.md).
+LEASEHOLD_DB_TRANSACTION_POOLING = env_bool("LEASEHOLD_DB_TRANSACTION_POOLING", False)
+# A direct connection to PostgreSQL for LISTEN (push.waiting); required with LEASEHOLD_DB_TRANSACTION_POOLING,
+# since a pooler in transaction mode does not deliver notifications. Empty: DATABASE_URL.
+LEASEHOLD_LISTEN_DATABASE_URL = env_str("LEASEHOLD_LISTEN_DATABASE_URL")
+
+_storage_deadline = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS", 20, minimum=1, maximum=600)
+# Every PostgreSQL session of the application: a lock wait ends within a request's storage deadline
+# (core.deadline; write_transaction retries SQLSTATE 55P03 while the deadline lasts), and JIT
+# compilation is off (issue 34: the application's statements are short, and JIT only ever added its
+# compile time to them; docs/performance.md, "Connections budgeted"). Sent as startup options, or,
+# behind a transaction pooler, set on the role (docs/operations.md, "PgBouncer"; serve checks them).
+DB_SESSION_SETTINGS = {"lock_timeout": f"{_storage_deadline}s", "jit": "off"}
+
+
 def _database() -> dict[str, Any]:
     """SQLite under LEASEHOLD_DATA_DIR by default; DATABASE_URL switches to PostgreSQL.
 
@@ -130,6 +150,10 @@ def _database() -> dict[str, Any]:
     PostgreSQL uses psycopg 3 with psycopg_pool through Django's pool option.
     """
     url = env_str("DATABASE_URL")
+    if url and _running_cluster():
+        # The cluster's own way in, e.g. a PgBouncer database of its own with a pool of its own,
+        # so that a saturated web pool never delays a sweep (docs/operations.md, "PgBouncer").
+        url = env_str("LEASEHOLD_CLUSTER_DATABASE_URL") or url
     if not url:
         return {
             "ENGINE": "django.db.backends.sqlite3",
@@ -157,20 +181,41 @@ def _database() -> dict[str, Any]:
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
     config["ENGINE"] = "django.db.backends.postgresql"
-    config["CONN_MAX_AGE"] = 0
-    # A lock wait ends within a request's storage deadline (core.deadline);
-    # write_transaction retries SQLSTATE 55P03 while the deadline lasts.
-    deadline = env_int("LEASEHOLD_STORAGE_DEADLINE_SECONDS", 20, minimum=1, maximum=600)
-    config["OPTIONS"] = {"options": f"-c lock_timeout={deadline}s"}
+    if LEASEHOLD_DB_TRANSACTION_POOLING:
+        # Behind PgBouncer in transaction mode (docs/operations.md, "PgBouncer"): no startup
+        # `options` (PgBouncer refuses them; the role carries these settings instead:
+        # ALTER ROLE ... SET), no server-side cursors and no server-side prepared statements,
+        # which live in one server connection while the next transaction may get another.
+        config["OPTIONS"] = {"prepare_threshold": None}
+        config["DISABLE_SERVER_SIDE_CURSORS"] = True
+        if not LEASEHOLD_LISTEN_DATABASE_URL:
+            raise ImproperlyConfigured(
+                "LEASEHOLD_DB_TRANSACTION_POOLING needs LEASEHOLD_LISTEN_DATABASE_URL: a direct connection to "
+                "PostgreSQL for LISTEN, which a pooler in transaction mode does not deliver."
+            )
+    else:
+        config["OPTIONS"] = {"options": " ".join(f"-c {name}={value}" for name, value in DB_SESSION_SETTINGS.items())}
     if _running_cluster():
         # django-q2 forks its workers after closing connections; a pooled
         # connection is only returned to the pool, and every child would
-        # inherit the same open socket. The cluster connects without a pool.
+        # inherit the same open socket. The cluster connects without a pool,
+        # and each of its processes keeps its one connection: they are the
+        # cluster's own (core.connections), so a busy web server cannot take them.
+        config["CONN_MAX_AGE"] = None
+        config["CONN_HEALTH_CHECKS"] = True
         return config
+    config["CONN_MAX_AGE"] = 0
     config["OPTIONS"]["pool"] = {
         "min_size": env_int("LEASEHOLD_DB_POOL_MIN", 1, minimum=0),
-        "max_size": env_int("LEASEHOLD_DB_POOL_MAX", 40, minimum=1),
+        # Every thread of the worker process that can run a request, no more (core.connections).
+        "max_size": env_int(
+            "LEASEHOLD_DB_POOL_MAX",
+            ConnectionBudget(LEASEHOLD_WEB_WORKERS, LEASEHOLD_WEB_THREADS, cluster_workers=0).pool_size,
+            minimum=1,
+        ),
         "timeout": 10,
+        # An unused connection is closed after this long; psycopg_pool closes one per interval.
+        "max_idle": env_int("LEASEHOLD_DB_POOL_MAX_IDLE_SECONDS", 10, minimum=1),
     }
     # The pool checks a connection before handing it out (psycopg_pool's
     # check_connection, one empty round trip), so a connection the server

@@ -16,6 +16,9 @@ from typing import Any
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connection
+
+from core.connections import describe, server_budget, server_limits
 
 # prctl(2): ask the kernel to send a signal to this process when its parent dies.
 PR_SET_PDEATHSIG = 1
@@ -68,7 +71,13 @@ class Command(BaseCommand):
         finally:
             os.umask(umask)
         settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "config.settings.base")
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings_module}
+        # Each web process sizes its connection pool from these (core.connections).
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": settings_module,
+            "LEASEHOLD_WEB_WORKERS": str(options["workers"]),
+            "LEASEHOLD_WEB_THREADS": str(options["threads"]),
+        }
         # HeadFirstWorker reads its timeouts from these (config/gunicorn.py).
         web_env = {
             **env,
@@ -76,6 +85,7 @@ class Command(BaseCommand):
             "LEASEHOLD_BODY_TIMEOUT_SECONDS": str(options["body_timeout"]),
             "LEASEHOLD_SOCKET_TIMEOUT_SECONDS": str(options["socket_timeout"]),
         }
+        budget_line, budget_fits = connection_budget_line(options["workers"], options["threads"], options["no_cluster"])
         cwd = str(settings.BASE_DIR)
         bind = f"{options['host']}:{options['port']}"
         children = {
@@ -129,8 +139,10 @@ class Command(BaseCommand):
         banner = f"Leasehold is serving on http://{bind}/ (admin at /admin/, API at /api/v1/)."
         if settings.LEASEHOLD_LOG_FORMAT == "json":
             logging.getLogger("leasehold.serve").warning(banner)  # a JSON line like every other
+            logging.getLogger("leasehold.serve").warning(budget_line)
         else:
             self.stdout.write(banner)
+            (self.stdout if budget_fits else self.stderr).write(budget_line)
         self.stdout.flush()
 
         stopping = False
@@ -163,6 +175,17 @@ class Command(BaseCommand):
             _signal_group(child, signal.SIGKILL)  # stragglers whose leader is gone
         if exited is not None and not stopping:
             raise CommandError(f"The {exited} process stopped (exit code {children[exited].returncode}); stopped all.")
+
+
+def connection_budget_line(workers: int, threads: int, no_cluster: bool) -> tuple[str, bool]:
+    """The start-up line stating this server's connection budget against what PostgreSQL allows."""
+    budget = server_budget(workers, threads, cluster=not no_cluster)
+    limits = server_limits(connection) if connection.vendor == "postgresql" else None
+    connection.close()
+    close_pool = getattr(connection, "close_pool", None)  # PostgreSQL's
+    if close_pool is not None:
+        close_pool()  # serve itself holds none while it runs (its pool would keep one open)
+    return describe(budget, limits, transaction_pooling=settings.LEASEHOLD_DB_TRANSACTION_POOLING)
 
 
 def _signal_group(child: subprocess.Popen[bytes], signum: int) -> None:
