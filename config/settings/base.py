@@ -17,6 +17,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.logs import logging_config
 from core.db import PrivateFileConnection
+from core.pool_check import check_pooled_connection_after, note_returned
 from core.env import env_bool, env_int, env_list, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
@@ -171,12 +172,16 @@ def _database() -> dict[str, Any]:
         "min_size": env_int("LEASEHOLD_DB_POOL_MIN", 1, minimum=0),
         "max_size": env_int("LEASEHOLD_DB_POOL_MAX", 40, minimum=1),
         "timeout": 10,
+        # The pool checks a connection before handing it out, so one the server dropped (restart,
+        # failover, a terminated backend) is replaced instead of failing the request that got it;
+        # the empty round trip is sent only when the connection is not known good (core.pool_check;
+        # issue 34: it was one of every request's round trips).
+        "check": check_pooled_connection_after(
+            env_int("LEASEHOLD_DB_POOL_CHECK_IDLE_SECONDS", 5, minimum=0, maximum=3600)
+        ),
+        "reset": note_returned,
     }
-    # The pool checks a connection before handing it out (psycopg_pool's
-    # check_connection, one empty round trip), so a connection the server
-    # dropped (restart, failover, a terminated backend) is replaced instead of
-    # failing the request that got it.
-    config["CONN_HEALTH_CHECKS"] = True
+    config["CONN_HEALTH_CHECKS"] = False  # Django's own check would pass psycopg_pool's probe as `check`
     return config
 
 
