@@ -1,20 +1,21 @@
-"""How the PostgreSQL pool checks a connection before handing it out (issue 34, SPEC §24).
+"""How a pooled PostgreSQL connection is checked before a request uses it (issue 34, SPEC §24).
 
-psycopg_pool's own `check_connection` sends an empty statement every time a
-connection leaves the pool: one database round trip per request (4 of part
-two's 37 per agent cycle). `check_pooled_connection` sends it only when the
-connection is not known good:
+psycopg_pool's own `check_connection` (what CONN_HEALTH_CHECKS gives it)
+sends an empty statement every time a connection leaves the pool: one
+database round trip per request (4 of part two's 37 per agent cycle).
+`connection_fails_probe` sends it only when the connection is not known good:
 
 - the socket has something to read while the connection sits idle: the
   server wrote to it unasked, which on a pooled connection (it LISTENs to
   nothing) is a termination notice or the end of the stream (a restart, a
   failover, `pg_terminate_backend`);
 - libpq does not see it open and idle;
-- it sat in the pool longer than `LEASEHOLD_DB_POOL_CHECK_IDLE_SECONDS` (a
-  NAT or firewall may drop an idle connection without a word).
+- it came back to the pool longer ago than `LEASEHOLD_DB_POOL_CHECK_IDLE_SECONDS`
+  (settings: the database's `POOL_CHECK_IDLE_SECONDS`), or never came back
+  yet (a NAT or firewall may drop an idle connection without a word).
 
 A connection in steady use is handed out without a round trip; a dead one
-still fails the probe and the pool replaces it, as before.
+still fails the probe and is replaced, as before (`core.postgresql`).
 """
 
 from __future__ import annotations
@@ -30,22 +31,23 @@ from psycopg_pool import ConnectionPool
 _RETURNED_AT = "_leasehold_returned_at"
 
 
-def check_pooled_connection_after(idle_seconds: float) -> Any:
-    """The pool's `check` callback: probe only what is not known good (see the module docstring)."""
-
-    def check(conn: Any) -> None:
-        if not _known_good(conn, idle_seconds=idle_seconds):
-            ConnectionPool.check_connection(conn)
-
-    return check
-
-
 def note_returned(conn: Any) -> None:
-    """The pool's `reset` callback: when the connection came back (its state is checked by the pool)."""
+    """The pool's `reset` callback: when the connection came back (the pool checks its state itself)."""
     setattr(conn, _RETURNED_AT, time.monotonic())
 
 
-def _known_good(conn: Any, *, idle_seconds: float) -> bool:
+def connection_fails_probe(conn: Any, *, idle_seconds: float) -> bool:
+    """False for a connection known good or one that answers the probe; True for a dead one."""
+    if known_good(conn, idle_seconds=idle_seconds):
+        return False
+    try:
+        ConnectionPool.check_connection(conn)
+    except Exception:  # whatever the probe raised, the connection is not usable
+        return True
+    return False
+
+
+def known_good(conn: Any, *, idle_seconds: float) -> bool:
     returned_at = getattr(conn, _RETURNED_AT, None)
     if returned_at is None or time.monotonic() - returned_at > idle_seconds:
         return False

@@ -17,8 +17,8 @@ from django.core.exceptions import ImproperlyConfigured
 
 from config.logs import logging_config
 from core.db import PrivateFileConnection
-from core.pool_check import check_pooled_connection_after, note_returned
 from core.env import env_bool, env_int, env_list, env_str
+from core.pool_check import note_returned
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DATA_DIR = Path(env_str("LEASEHOLD_DATA_DIR", str(BASE_DIR / "var"))).resolve()
@@ -172,16 +172,15 @@ def _database() -> dict[str, Any]:
         "min_size": env_int("LEASEHOLD_DB_POOL_MIN", 1, minimum=0),
         "max_size": env_int("LEASEHOLD_DB_POOL_MAX", 40, minimum=1),
         "timeout": 10,
-        # The pool checks a connection before handing it out, so one the server dropped (restart,
-        # failover, a terminated backend) is replaced instead of failing the request that got it;
-        # the empty round trip is sent only when the connection is not known good (core.pool_check;
-        # issue 34: it was one of every request's round trips).
-        "check": check_pooled_connection_after(
-            env_int("LEASEHOLD_DB_POOL_CHECK_IDLE_SECONDS", 5, minimum=0, maximum=3600)
-        ),
         "reset": note_returned,
     }
-    config["CONN_HEALTH_CHECKS"] = False  # Django's own check would pass psycopg_pool's probe as `check`
+    # The pool's connections are checked before a request uses them, so one the server dropped
+    # (restart, failover, a terminated backend) is replaced instead of failing the request that got
+    # it; the empty round trip is sent only when the connection is not known good (core.pool_check,
+    # by the backend core.postgresql; issue 34: it was one of every request's round trips).
+    config["ENGINE"] = "core.postgresql"
+    config["CONN_HEALTH_CHECKS"] = False
+    config["POOL_CHECK_IDLE_SECONDS"] = env_int("LEASEHOLD_DB_POOL_CHECK_IDLE_SECONDS", 5, minimum=0, maximum=3600)
     return config
 
 
