@@ -201,11 +201,13 @@ def _last_failed_attempt(last_failed: Attempt | None) -> dict[str, Any] | None:
     }
 
 
-def _add_discussion(context: dict[str, Any], *, task: Task, current: Attempt | None, first_ever: bool) -> None:
+def _add_discussion(
+    context: dict[str, Any], *, task: Task, current: Attempt | None, first_ever: bool, known_empty: frozenset[str]
+) -> None:
     """SPEC §16: review findings (or the review a reviewer holds), decisions, comments; each part
     bounded on its own, its cuts named in `truncated`."""
     reviewing = review_parts(task, current) if not first_ever else {"review_findings": None, "review": None, "cut": []}
-    discussion = discussion_parts(task)
+    discussion = discussion_parts(task, known_empty=known_empty)
     context.update({name: reviewing[name] for name in ("review_findings", "review")})
     context.update({name: discussion[name] for name in ("decisions", "comments")})
     context["truncated"].extend([*reviewing["cut"], *discussion["cut"]])
@@ -220,6 +222,7 @@ def work_context(
     just_claimed: bool = False,
     predecessor_id: int | None = None,
     reservation: PathsClaim | None = _UNKNOWN,
+    known_empty: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """The work context of `task`.
 
@@ -229,10 +232,12 @@ def work_context(
     the task had no attempt before it, so there is no checkpoint and no
     previous attempt to look for; and `predecessor_id`, the attempt whose
     branch it inherited (None: it inherited none), and the paths it reserved
-    (SPEC §19: the agent's own reservation is named in `reservation`).
+    (SPEC §19: the agent's own reservation is named in `reservation`), and
+    `known_empty`, the parts its transaction found nothing of ("blockers",
+    "decisions", "comments"), which are then not read again.
     """
     current = attempt or live_attempts(now).filter(task=task).select_related("agent").first()
-    blockers = _BLOCKERS.rows(task=task)
+    blockers = [] if "blockers" in known_empty else _BLOCKERS.rows(task=task)
     first_ever = just_claimed and attempt is not None and attempt.epoch == 1
     history = _history(task, first_ever=first_ever)
     if allocation is _UNKNOWN:
@@ -261,7 +266,7 @@ def work_context(
         "checks": checks_part(task.project_id, _head(task, current=current, recent=history.recent)),
         "truncated": [],
     }
-    _add_discussion(context, task=task, current=current, first_ever=first_ever)
+    _add_discussion(context, task=task, current=current, first_ever=first_ever, known_empty=known_empty)
     return bound_context(context, max_bytes=settings.LEASEHOLD_CONTEXT_MAX_BYTES)
 
 

@@ -78,17 +78,20 @@ def review_parts(task: Task, current: Attempt | None) -> dict[str, Any]:
     return {"review_findings": findings, "review": review, "cut": cut}
 
 
-def discussion_parts(task: Task) -> dict[str, Any]:
-    """`decisions` and `comments`, and which of their texts were cut."""
+def discussion_parts(task: Task, *, known_empty: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """`decisions` and `comments`, and which of their texts were cut; a part in `known_empty` (a
+    claim's transaction found none) is not read."""
     cut: list[str] = []
     decisions = []
-    for decision in active_decisions_for(task, limit=DECISIONS_SHOWN):
+    shown_decisions = [] if "decisions" in known_empty else active_decisions_for(task, limit=DECISIONS_SHOWN)
+    shown_comments = [] if "comments" in known_empty else recent_comments(task, limit=COMMENTS_SHOWN)
+    for decision in shown_decisions:
         body, was_cut = _excerpt(decision.body, DECISION_EXCERPT_CHARS)
         if was_cut and "decisions.body" not in cut:
             cut.append("decisions.body")
         decisions.append({"id": decision.pk, "title": decision.title, "body": body, "task": bool(decision.task_id)})
     comments = []
-    for comment in recent_comments(task, limit=COMMENTS_SHOWN):
+    for comment in shown_comments:
         body, was_cut = _excerpt(comment.body, COMMENT_SHOWN_CHARS)
         if was_cut and "comments.body" not in cut:
             cut.append("comments.body")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, Q, QuerySet
+from django.db.models import Count, Max, OuterRef, Q, QuerySet
 from django.db.models.functions import Length, Substr
 
 from core.errors import NotFound, ValidationFailed
@@ -293,6 +293,13 @@ def _active_decisions(project_id: int, task_id: int, limit: int) -> QuerySet[Dec
         .filter(Q(task__isnull=True) | Q(task_id=task_id))
         .select_related("author_agent", "author_user")
         .order_by("-id")[:limit]
+    )
+
+
+def active_decisions_of_outer_task() -> QuerySet[Decision]:
+    """`_active_decisions`' rows for the outer query's task (an `Exists` in a claim's state read)."""
+    return Decision.objects.filter(project_id=OuterRef("project_id"), status=DecisionStatus.ACTIVE).filter(
+        Q(task__isnull=True) | Q(task_id=OuterRef("pk"))
     )
 
 

@@ -257,6 +257,8 @@ class LeaseholdClient(ReviewCalls, FeedCalls):
                 retries=retries,
                 timeout=timeout,
                 idempotency_key=idempotency_key,
+                # A retried renewal only extends the lease again; reported usage would count twice.
+                keyed=bool(reported),
             ),
         )
 

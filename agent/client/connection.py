@@ -6,7 +6,10 @@
   failures, with exponential backoff and jitter, a bounded number of times.
   Every POST/PATCH carries an `Idempotency-Key` (generated when the caller
   gives none) and every retry re-sends the same key, so a retried call is
-  answered, never done twice; GETs are safe to repeat as they are.
+  answered, never done twice; GETs are safe to repeat as they are, and so is
+  a call its caller sends `keyed=False` (a renewal that reports no usage: a
+  retry only extends the lease again), which saves the server the key's
+  record (issue 34: a key costs the server a read and two writes).
 - Holder calls send `X-Lease-Token`/`X-Lease-Epoch`, unless the bearer token
   is the lease's own credential (an attempt token, SPEC §23.2, which the
   server takes as the proof). Once a holder call is
@@ -175,6 +178,7 @@ class ApiConnection:
         retries: int | None = None,
         timeout: float | None = None,
         abandon: Abandon | None = None,
+        keyed: bool = True,
     ) -> Any:
         """Send one API call (retrying as the module docstring says); the parsed JSON, or None for 204.
 
@@ -191,7 +195,7 @@ class ApiConnection:
             if lease.token != self._token:
                 sent_headers["X-Lease-Token"] = lease.token
                 sent_headers["X-Lease-Epoch"] = str(lease.epoch)
-        if method in MUTATING_METHODS:
+        if method in MUTATING_METHODS and (keyed or idempotency_key is not None):
             # Fixed before the first try: every retry of this call sends the same key.
             sent_headers["Idempotency-Key"] = idempotency_key or f"lh-{uuid.uuid4().hex}"
         query = drop_none(params or {})

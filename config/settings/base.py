@@ -19,6 +19,7 @@ from config.logs import logging_config
 from core.connections import DEFAULT_WEB_THREADS, DEFAULT_WEB_WORKERS, ConnectionBudget
 from core.db import PrivateFileConnection
 from core.env import env_bool, env_int, env_list, env_str
+from core.pool_check import note_returned
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DATA_DIR = Path(env_str("LEASEHOLD_DATA_DIR", str(BASE_DIR / "var"))).resolve()
@@ -216,12 +217,15 @@ def _database() -> dict[str, Any]:
         "timeout": 10,
         # An unused connection is closed after this long; psycopg_pool closes one per interval.
         "max_idle": env_int("LEASEHOLD_DB_POOL_MAX_IDLE_SECONDS", 10, minimum=1),
+        "reset": note_returned,
     }
-    # The pool checks a connection before handing it out (psycopg_pool's
-    # check_connection, one empty round trip), so a connection the server
-    # dropped (restart, failover, a terminated backend) is replaced instead of
-    # failing the request that got it.
-    config["CONN_HEALTH_CHECKS"] = True
+    # The pool's connections are checked before a request uses them, so one the server dropped
+    # (restart, failover, a terminated backend) is replaced instead of failing the request that got
+    # it; the empty round trip is sent only when the connection is not known good (core.pool_check,
+    # by the backend core.postgresql; issue 34: it was one of every request's round trips).
+    config["ENGINE"] = "core.postgresql"
+    config["CONN_HEALTH_CHECKS"] = False
+    config["POOL_CHECK_IDLE_SECONDS"] = env_int("LEASEHOLD_DB_POOL_CHECK_IDLE_SECONDS", 5, minimum=0, maximum=3600)
     return config
 
 

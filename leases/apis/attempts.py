@@ -229,7 +229,7 @@ def finished_result(finished: Finished) -> MutationResult:
         status=200,
         data={
             "attempt": attempt_summary(finished.attempt),
-            "task": compact_task(ended_task_row(finished.task, finished.attempt.agent)),
+            "task": compact_task(ended_task_row(finished.task, finished.attempt.agent, blocked_by=finished.blocked_by)),
         },
     )
 

@@ -103,6 +103,7 @@ def claim_result(grant: LeaseGrant) -> MutationResult:
                 just_claimed=True,
                 predecessor_id=grant.predecessor_id,
                 reservation=grant.reservation,
+                known_empty=grant.known_empty,
             ),
         },
     )

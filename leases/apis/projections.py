@@ -81,14 +81,16 @@ def held_compact_task(task: Task, attempt: Attempt) -> dict[str, Any]:
     )
 
 
-def ended_task_row(task: Task, agent: Agent | None = None) -> dict[str, Any]:
+def ended_task_row(task: Task, agent: Agent | None = None, *, blocked_by: int | None = None) -> dict[str, Any]:
     """The compact row of `task` as its attempt just ended: the state of that commit.
 
     No live lease exists then (one active attempt per task, and it just
     ended), so the lease columns need no subqueries; only the blocker count
-    is read. `claimable` is for `agent` (the holder that ended it).
+    is read, unless the caller's service read it already (`blocked_by`: a
+    finish's lock statement). `claimable` is for `agent` (the holder that ended it).
     """
-    blocked_by = unresolved_blocker_count(task)
+    if blocked_by is None:
+        blocked_by = unresolved_blocker_count(task)
     return {
         "id": task.pk,
         "key": task.key,

@@ -73,7 +73,22 @@ def unresolved_blockers_of(task: Task) -> QuerySet[TaskDependency]:
     ).order_by("blocked_by__number")
 
 
-# Every finish answers it, and a work context with many blockers (SPEC §20: compiled once).
+def blockers_of_attempts_task() -> Coalesce:
+    """The number of unresolved blockers of the outer attempt's task, as a column (a finish's answer
+    reads it in its lock statement: issue 34)."""
+    count = (
+        TaskDependency.objects.filter(
+            task=OuterRef("task"), removed_at__isnull=True, blocked_by__status__in=UNRESOLVED_TASK_STATUSES
+        )
+        .order_by()
+        .values("task")
+        .annotate(n=Count("pk"))
+        .values("n")
+    )
+    return Coalesce(Subquery(count, output_field=IntegerField()), 0)
+
+
+# A work context with many blockers, and a release's answer (SPEC §20: compiled once).
 _UNRESOLVED_COUNT: Prepared[TaskDependency] = Prepared(
     lambda task: unresolved_blockers_of(task).order_by().values("task").annotate(n=Count("pk")).values_list("n"),
     samples=({"task": Task(pk=SAMPLE_INT[0])}, {"task": Task(pk=SAMPLE_INT[1])}),

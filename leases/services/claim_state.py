@@ -22,8 +22,9 @@ from leases.branches import validate_branch_name
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from leases.selectors import left_work, left_work_on_branch, unresolved_blockers
 from leases.services.git_facts import validate_base_commit
-from ledger.models import Event, Task
+from ledger.models import Event, Task, TaskComment
 from ledger.paths import normalise_paths, validate_paths_mode
+from ledger.selectors import active_decisions_of_outer_task
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,10 @@ class ClaimState:
     task: Task
     has_unresolved_blockers: bool
     last_event_id: int | None
+    # Whether the claim's work context has decisions and comments to read (issue 34: read in this
+    # statement, the context skips the reads that would find nothing).
+    has_active_decisions: bool = True
+    has_comments: bool = True
     active: AttemptRow | None = None
     with_work: AttemptRow | None = None
     stale_allocation_id: int | None = None
@@ -125,7 +130,8 @@ class ClaimState:
 
 @functools.cache
 def _state_columns() -> dict[str, Exists | Subquery]:
-    """Blockers, latest attempt, last event of the outer task: built once, they hold no per-call value.
+    """Blockers, latest attempt, last event, whether there are decisions and comments for the work
+    context, of the outer task: built once, they hold no per-call value.
 
     Using them in a query resolves copies, so the originals are shared safely.
     Named, so the statement's columns say what they are (the bench's replay
@@ -135,6 +141,8 @@ def _state_columns() -> dict[str, Exists | Subquery]:
         "has_unresolved_blockers": Exists(unresolved_blockers()),
         "latest_attempt_id": Subquery(Attempt.objects.filter(task=OuterRef("pk")).order_by("-id").values("id")[:1]),
         "last_event_id": Subquery(Event.objects.order_by("-id").values("id")[:1]),
+        "has_active_decisions": Exists(active_decisions_of_outer_task()),
+        "has_comments": Exists(TaskComment.objects.filter(task=OuterRef("pk"))),
     }
 
 
@@ -189,15 +197,24 @@ def claim_state(task: Task) -> ClaimState:
     come from the locking statement, which returns the row as locked.
 
     The first statement is small: blockers, the task's latest attempt, the
-    last event. Only a task with an attempt (a re-claim, or one taken
-    meanwhile) needs a second: that attempt, the latest ended one that left
+    last event, whether the work context has decisions and comments to
+    read. Only a task with an attempt (a re-claim, or one taken meanwhile)
+    needs a second: that attempt, the latest ended one that left
     work (often the same row), and a stale allocation. The latest attempt is
     the active one when there is one: a claim inserts an attempt only while
     the task has none active, and a terminal attempt never becomes active
     again.
     """
-    ((has_unresolved_blockers, latest_attempt_id, last_event_id),) = _STATE.rows(task_id=task.pk)
-    state = ClaimState(task=task, has_unresolved_blockers=has_unresolved_blockers, last_event_id=last_event_id)
+    ((has_unresolved_blockers, latest_attempt_id, last_event_id, has_decisions, has_comments),) = _STATE.rows(
+        task_id=task.pk
+    )
+    state = ClaimState(
+        task=task,
+        has_unresolved_blockers=has_unresolved_blockers,
+        last_event_id=last_event_id,
+        has_active_decisions=has_decisions,
+        has_comments=has_comments,
+    )
     if latest_attempt_id is None:
         return state
     rows = _ATTEMPT_ROWS.rows(task_id=task.pk, latest_attempt_id=latest_attempt_id)

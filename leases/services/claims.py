@@ -72,6 +72,9 @@ class LeaseGrant:
     predecessor_id: int | None = None
     # The paths this attempt reserved (SPEC §19), or None.
     reservation: PathsClaim | None = None
+    # The work context's parts the claim's own state read found empty ("blockers", "decisions",
+    # "comments"): the context answers them without a read (issue 34).
+    known_empty: frozenset[str] = frozenset()
 
     @property
     def renew_every_seconds(self) -> int:
@@ -341,7 +344,18 @@ def claim_locked(
         allocation=allocation,
         predecessor_id=inherited.attempt_id if inherited else None,
         reservation=paths,
+        known_empty=_empty_context_parts(state),
     )
+
+
+def _empty_context_parts(state: ClaimState) -> frozenset[str]:
+    """What the state read, inside this transaction, found nothing of for the work context."""
+    found = {
+        "blockers": state.has_unresolved_blockers,
+        "decisions": state.has_active_decisions,
+        "comments": state.has_comments,
+    }
+    return frozenset(part for part, present in found.items() if not present)
 
 
 @write_transaction

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -98,6 +98,8 @@ def _claimed_an_environment(attempt: Attempt) -> bool:
 class Finished:
     attempt: Attempt
     task: Task
+    # The task's unresolved blockers, when the lock statement read them (a finish; issue 34).
+    blocked_by: int | None = None
 
 
 @dataclass(frozen=True)
@@ -307,16 +309,22 @@ def attempt_finish(
         usage=usage,
     )
     now = clock.now()
-    held = held_attempt(proof, now=now, lock_task=True)
+    held = held_attempt(proof, now=now, lock_task=True, count_blockers=True)
     if isinstance(held, LedgerError):
         return held
     task = held.task
     _refuse_finishing_cancelled(task, outcome=outcome)
     _refuse_outcome_of_other_kind(held, outcome=outcome)
     if request.decision:
-        return _finish_review_decision(held, task, request, now=now)
-    _refuse_unacknowledged(held, task, acknowledged_version=acknowledged_version)
-    return _finish_work(held, task, request, now=now)
+        finished = _finish_review_decision(held, task, request, now=now)
+    else:
+        _refuse_unacknowledged(held, task, acknowledged_version=acknowledged_version)
+        finished = _finish_work(held, task, request, now=now)
+    return (
+        finished
+        if isinstance(finished, LedgerError)
+        else replace(finished, blocked_by=getattr(held, "task_blocked_by", None))
+    )
 
 
 @refusals_after_commit

@@ -32,7 +32,7 @@ from core.errors import (
 )
 from core.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared, PreparedUpdate
 from leases.models import Attempt, AttemptStatus
-from leases.selectors import clamp_lease_seconds, comments_since_claim
+from leases.selectors import blockers_of_attempts_task, clamp_lease_seconds, comments_since_claim
 from leases.services.expiry import expire_lapsed
 from leases.services.usage import budget_refusal, validate_usage
 from leases.tokens import lease_token_matches
@@ -98,7 +98,9 @@ _LEASE_FIELDS = (
 )
 
 
-def _held_attempt_query(*, lock_task: bool, lean: bool, count_comments: bool) -> Prepared[Attempt]:
+def _held_attempt_query(
+    *, lock_task: bool, lean: bool, count_comments: bool, count_blockers: bool
+) -> Prepared[Attempt]:
     def build(attempt_id: int, agent_id: int) -> QuerySet[Attempt]:
         lock_of = ("self", "task") if lock_task else ("self",)
         attempts: QuerySet[Attempt] = (
@@ -108,6 +110,8 @@ def _held_attempt_query(*, lock_task: bool, lean: bool, count_comments: bool) ->
         )
         if count_comments:
             attempts = attempts.annotate(new_comments=comments_since_claim())
+        if count_blockers:
+            attempts = attempts.annotate(task_blocked_by=blockers_of_attempts_task())
         return (attempts.only(*_LEASE_FIELDS) if lean else attempts).order_by("pk")[:1]
 
     return Prepared(
@@ -119,19 +123,27 @@ def _held_attempt_query(*, lock_task: bool, lean: bool, count_comments: bool) ->
     )
 
 
-# The shapes holder calls use: (lock_task, lean, count_comments), each compiled once (SPEC §20).
+# The shapes holder calls use: (lock_task, lean, count_comments, count_blockers), each compiled once,
+# at its first use (SPEC §20).
 _HELD_QUERIES = {
-    (lock_task, lean, count_comments): _held_attempt_query(
-        lock_task=lock_task, lean=lean, count_comments=count_comments
+    (lock_task, lean, count_comments, count_blockers): _held_attempt_query(
+        lock_task=lock_task, lean=lean, count_comments=count_comments, count_blockers=count_blockers
     )
     for lock_task in (False, True)
     for lean in (False, True)
     for count_comments in (False, True)
+    for count_blockers in (False, True)
 }
 
 
 def held_attempt(
-    proof: HolderProof, *, now: datetime, lock_task: bool, lean: bool = False, count_comments: bool = False
+    proof: HolderProof,
+    *,
+    now: datetime,
+    lock_task: bool,
+    lean: bool = False,
+    count_comments: bool = False,
+    count_blockers: bool = False,
 ) -> Attempt | LeaseExpired:
     """The proof's attempt, locked, if it holds a live lease; else a refusal.
 
@@ -140,9 +152,11 @@ def held_attempt(
     field loads on first access. Otherwise the attempt, its task and project
     come whole, for the calls that end the attempt or write the task.
     `count_comments` (renew) reads `new_comments`, the task's comments since
-    the claim (SPEC §16.2), in the same statement.
+    the claim (SPEC §16.2), in the same statement; `count_blockers` (finish)
+    reads `task_blocked_by`, its task's unresolved blockers, for the answer
+    (finishing a task changes the blockers of the tasks it blocks, never its own).
     """
-    query = _HELD_QUERIES[(lock_task, lean, count_comments)]
+    query = _HELD_QUERIES[(lock_task, lean, count_comments, count_blockers)]
     attempt = query.first(attempt_id=proof.attempt_id, agent_id=proof.agent.pk)
     if attempt is None:
         raise NotFound(f"No attempt {proof.attempt_id} of yours.", details={"attempt": proof.attempt_id})

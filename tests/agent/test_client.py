@@ -88,6 +88,21 @@ def test_each_new_call_gets_a_new_idempotency_key():
     assert script.requests[0].headers["Idempotency-Key"] != script.requests[1].headers["Idempotency-Key"]
 
 
+def test_a_renewal_without_usage_sends_no_key_and_one_with_usage_keeps_it_on_every_try():
+    """Issue 34: a key is sent where a retry could double a write; a retried plain renewal only extends."""
+    renewed = {"attempt": 7, "lease_expires_at": "2026-01-05T09:15:00Z", "task_status": "ready", "new_comments": 0}
+    script = Script(envelope("STORAGE_BUSY", status=503, retryable=True), httpx.Response(200, json=renewed))
+    client, _ = client_for(script)
+    client.renew(LEASE)
+    assert [request.headers.get("Idempotency-Key") for request in script.requests] == [None, None]
+    client.renew(LEASE, usage={"input_tokens": 10})
+    keys = [request.headers.get("Idempotency-Key") for request in script.requests[2:]]
+    assert len(keys) == 1  # answered at once this time (the script's last answer repeats)
+    assert keys[0]
+    client.renew(LEASE, idempotency_key="mine")
+    assert script.requests[-1].headers["Idempotency-Key"] == "mine"
+
+
 def test_a_non_retryable_error_is_raised_at_once_as_its_own_type():
     script = Script(envelope("TASK_TAKEN", status=409, details={"holder": "agent-3"}))
     client, sleeps = client_for(script)
