@@ -18,6 +18,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.logs import logging_config
 from core.db import PrivateFileConnection
 from core.env import env_bool, env_int, env_list, env_str
+from core.sqlite_wal import SQLITE_INIT_PRAGMAS
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DATA_DIR = Path(env_str("LEASEHOLD_DATA_DIR", str(BASE_DIR / "var"))).resolve()
@@ -143,9 +144,8 @@ def _database() -> dict[str, Any]:
                 "factory": PrivateFileConnection,
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 5,
-                "init_command": (
-                    "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=5000;"
-                ),
+                # WAL, and its file cut back after each checkpoint that starts the log again (core.sqlite_wal).
+                "init_command": SQLITE_INIT_PRAGMAS,
             },
         }
     if not url.startswith(("postgres://", "postgresql://")):

@@ -456,6 +456,7 @@ def test_the_tally_triggers_exist_after_migrate():
     # The lease suggestion's samples (leases.models.lease_samples; tests/leases/test_lease_samples.py).
     expected |= {"leases_attempt_lease_sample_insert", "leases_attempt_lease_sample_update"}
     expected |= {"leases_attempt_held_insert", "leases_attempt_held_update"}  # SPEC §25: Task.held
+    expected |= {"leases_attempt_clock_insert", "leases_attempt_clock_update"}  # SPEC §25: the lease clock
     # The notes' search index (leases/search.py, migration leases 0020): a tsvector or an FTS5 table.
     if connection.vendor == "sqlite":
         expected |= {"leases_note_fts_insert", "leases_note_fts_update", "leases_note_fts_delete"}
