@@ -118,3 +118,22 @@ def test_a_renewal_is_a_heap_only_update_of_the_attempt_on_postgresql(clock, pro
     # to another page now and then (measured 85-100 % here; bench `renewals`). An indexed column would make it 0.
     assert hot - before_hot >= 0.8 * 120, "a renewal changed an indexed column of the attempt table"
     assert clocks() == active_leases()
+
+
+def _task_row_writes() -> int:
+    """This transaction's updates of the task table so far (PostgreSQL)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE relname = 'ledger_task'")
+        (updates,) = cursor.fetchone()
+    return updates
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="counts row writes from PostgreSQL's statistics")
+def test_a_claim_writes_its_task_row_once_the_epoch_and_the_held_mark_together(clock, project, agent):
+    task = TaskFactory(project=project)
+    before = _task_row_writes()
+    lease_claim(task=task, agent=agent, lease_seconds=60)
+    assert _task_row_writes() - before == 1
+    task.refresh_from_db()
+    assert task.held
+    assert task.epoch == 1
