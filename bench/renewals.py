@@ -128,8 +128,23 @@ def renewals_postgres(target: Target, sizes: Sizes) -> Row:
         "service",
         run,
         kind="renew",
+        oldest_transaction_seconds=_oldest_transaction_seconds(),
         **_growth(before, after, renewals),
     )
+
+
+def _oldest_transaction_seconds() -> float | None:
+    """The cluster's oldest open transaction now: its snapshot keeps dead rows from being pruned in every
+    database of the cluster (a shared machine's other loads too), so heap-only updates find no room."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT extract(epoch FROM max(now() - xact_start)) FROM pg_stat_activity "
+            "WHERE backend_xmin IS NOT NULL OR backend_xid IS NOT NULL"
+        )
+        (seconds,) = cursor.fetchone()
+    return None if seconds is None else round(float(seconds), 1)
 
 
 def _wal_bytes(database: Path) -> int:
