@@ -22,6 +22,7 @@ SQLITE_PRAGMAS = (
     "PRAGMA synchronous=NORMAL",
     "PRAGMA foreign_keys=ON",
     "PRAGMA busy_timeout=5000",
+    "PRAGMA journal_size_limit=8388608",  # core.sqlite_wal.SQLITE_WAL_LIMIT_BYTES, as the server's connections
 )
 _QMARK = re.compile(r"(?<!%)%s")
 

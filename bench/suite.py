@@ -106,6 +106,10 @@ def run_workloads(
         from bench.held import held
 
         steps.append(("held", held))
+    if "renewals" in only:
+        from bench.renewals import renewals
+
+        steps.append(("renewals", renewals))
     if "fleet" in only:
         from bench.fleet import fleet
 

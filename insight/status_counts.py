@@ -46,7 +46,8 @@ def task_counts_by_effective_status(now: datetime) -> dict[tuple[int, str], int]
     (a status changed between them under a live lease would otherwise be moved from the wrong count)."""
     with read_snapshot():
         counts = task_counts_by_status()
-        # Partial index attempt_active_expiry: the live leases by project, stored status and kind.
+        # The live leases by project, stored status and kind: the active attempts through the partial index
+        # attempt_one_active_per_task, their lease read from the row (the expiry index is the lease clock's).
         live = list(
             live_attempts(now).order_by().values("task__project_id", "task__status", "kind").annotate(n=Count("id"))
         )

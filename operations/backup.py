@@ -2,7 +2,11 @@
 
 - SQLite: the online backup API (`sqlite3.Connection.backup`) in one step,
   which reads one consistent snapshot; under WAL the server's writers go on
-  meanwhile. The copy must pass `PRAGMA integrity_check`.
+  meanwhile. The copy must pass `PRAGMA integrity_check`. (In steps, each
+  step would release the snapshot, but a write by the server between two
+  steps starts the copy over: a busy server's backup might never end.) The
+  snapshot keeps what the writers append meanwhile in the WAL; the backup
+  checkpoints and truncates it as soon as its snapshot ends (`core.sqlite_wal`).
 - PostgreSQL: `pg_dump --format=custom`, then `pg_restore --list` must read
   the archive. `pg_dump` refuses a server of a newer major version; that is
   checked first and said plainly.
@@ -29,6 +33,8 @@ from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from core.sqlite_wal import wal_checkpoint
 
 SQLITE_SUFFIX = ".sqlite3"
 POSTGRES_SUFFIX = ".pgdump"
@@ -58,6 +64,8 @@ SQLITE_TRIGGERS: dict[str, tuple[str, str, str]] = {
     "leases_note_fts_insert": ("leases", "0020_search_index", "leases_note"),
     "leases_note_fts_update": ("leases", "0020_search_index", "leases_note"),
     "leases_note_fts_delete": ("leases", "0020_search_index", "leases_note"),
+    "leases_attempt_clock_insert": ("leases", "0022_lease_clock", "leases_attempt"),
+    "leases_attempt_clock_update": ("leases", "0022_lease_clock", "leases_attempt"),
     "leases_attempt_lease_sample_insert": ("leases", "0019_lease_samples", "leases_attempt"),
     "leases_attempt_lease_sample_update": ("leases", "0019_lease_samples", "leases_attempt"),
     "ledger_task_lease_samples": ("leases", "0019_lease_samples", "ledger_task"),
@@ -176,6 +184,8 @@ def backup_sqlite(*, source: Path, dest: Path) -> Path:
         with closing(sqlite3.connect(source, timeout=30)) as reader, closing(sqlite3.connect(partial)) as writer:
             reader.backup(writer)  # pages=-1: one step, one snapshot
             writer.execute("PRAGMA journal_mode=DELETE")  # one self-contained file, no -wal beside it
+            # The snapshot held back every frame written meanwhile: checkpoint them now, and cut the log back.
+            wal_checkpoint(reader.cursor(), source, busy_timeout_ms=30_000)
         problems = integrity_problems(partial)
         if problems:
             raise BackupRefused(f"the copy failed PRAGMA integrity_check: {'; '.join(problems[:5])}")

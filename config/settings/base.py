@@ -20,6 +20,7 @@ from core.connections import DEFAULT_WEB_THREADS, DEFAULT_WEB_WORKERS, Connectio
 from core.db import PrivateFileConnection
 from core.env import env_bool, env_int, env_list, env_str
 from core.pool_check import note_returned
+from core.sqlite_wal import SQLITE_INIT_PRAGMAS
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 DATA_DIR = Path(env_str("LEASEHOLD_DATA_DIR", str(BASE_DIR / "var"))).resolve()
@@ -168,9 +169,8 @@ def _database() -> dict[str, Any]:
                 "factory": PrivateFileConnection,
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 5,
-                "init_command": (
-                    "PRAGMA journal_mode=WAL;PRAGMA synchronous=NORMAL;PRAGMA foreign_keys=ON;PRAGMA busy_timeout=5000;"
-                ),
+                # WAL, and its file cut back after each checkpoint that starts the log again (core.sqlite_wal).
+                "init_command": SQLITE_INIT_PRAGMAS,
             },
         }
     if not url.startswith(("postgres://", "postgresql://")):

@@ -2,8 +2,8 @@
 
 The database holds the lease invariants (SPEC §2): one active attempt per
 task (partial unique index), the "exactly when" rules of the outcome fields
-(CHECK constraints), and a partial index on the expiry of active leases for
-the sweep.
+(CHECK constraints), and the expiry of active leases for the sweep on a
+narrow table kept by triggers (`LeaseClock`).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from leases.models.checks import (
     CheckState,
 )
 from leases.models.idempotency import IdempotencyRecord
+from leases.models.lease_clock import LeaseClock
 from leases.models.lease_samples import LeaseSample
 from leases.models.notes import (
     AGENT_NOTE_KINDS,
@@ -81,6 +82,7 @@ __all__ = [
     "FailureReason",
     "IdempotencyRecord",
     "InterruptionReason",
+    "LeaseClock",
     "LeaseSample",
     "Note",
     "NoteKind",

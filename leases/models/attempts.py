@@ -144,13 +144,10 @@ class Attempt(NoDeleteModel):
                 name="attempt_revoke_fields_iff_revoked",
             ),
         ]
+        # No index names `lease_expires_at`, `last_renewed_at`, `renew_count` or `last_worked_at`: a renewal (and
+        # any holder write) then updates the row in place on PostgreSQL, a heap-only update (SPEC §25). The
+        # sweep finds live leases by expiry through `LeaseClock` (leases/models/lease_clock.py).
         indexes = [
-            # Serves the sweep: active leases by expiry (SPEC §3).
-            models.Index(
-                fields=["lease_expires_at"],
-                condition=Q(status=AttemptStatus.ACTIVE),
-                name="attempt_active_expiry",
-            ),
             # Serves "previous attempt" and a task's attempt history.
             models.Index(fields=["task", "-id"], name="attempt_task_recent"),
             models.Index(fields=["agent", "status"], name="attempt_agent_status"),

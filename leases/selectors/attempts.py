@@ -26,6 +26,7 @@ from leases.models import (
     AttemptKind,
     AttemptStatus,
     AttemptUsage,
+    LeaseClock,
     LeaseSample,
     Note,
     NoteKind,
@@ -65,6 +66,12 @@ def live_attempts(now: datetime) -> QuerySet[Attempt]:
 def lapsed_attempts(now: datetime) -> QuerySet[Attempt]:
     """Active attempts whose lease has lapsed at `now`, not yet expired (by a claim, a holder call or the sweep)."""
     return Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__lte=now)
+
+
+def lapsed_leases(now: datetime) -> QuerySet[LeaseClock]:
+    """The lease clocks of the active attempts lapsed at `now`, oldest first, read from `lease_clock_expiry`
+    (the attempt table has no expiry index: SPEC §25, leases/models/lease_clock.py)."""
+    return LeaseClock.objects.filter(expires_at__lte=now).order_by("expires_at")
 
 
 def attempt_spent(attempt: Attempt) -> dict[str, Any]:

@@ -31,7 +31,7 @@ from django.db.models.functions import Coalesce
 from core.json_sets import JsonArrayEmpty, JsonArrayWithin
 from core.prepared import SAMPLE_INT, Prepared
 from leases.models import AttemptKind, TaskUsage
-from leases.selectors.attempts import lapsed_attempts, live_attempts
+from leases.selectors.attempts import lapsed_leases, live_attempts
 from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
 
 IN_PROGRESS = "in_progress"
@@ -173,7 +173,7 @@ def full_task_read(task: Task, *, now: datetime) -> Task:
 # an active attempt (kept by triggers on the attempt table), whose lease may have lapsed unexpired.
 # ANY: no live attempt (the exact rule, asked per task). FREE: not held at all, the ready tasks of the index
 # `task_claim_queue`, read in order without walking past held ones. LAPSED: held by one of the
-# LAPSED_CANDIDATES oldest lapsed leases, read from the active-expiry index (claim-next's other source).
+# LAPSED_CANDIDATES oldest lapsed leases, read from the lease clock's expiry index (claim-next's other source).
 # SET: no live attempt, as `id NOT IN (the live attempts' tasks)`, for reads over every ready task (the
 # dashboard's count, the task list's column): PostgreSQL reads the live attempts once into a hashed set.
 # As NOT EXISTS it estimates the live attempts at one row (`status = active` and an unexpired lease are
@@ -182,7 +182,7 @@ def full_task_read(task: Task, *, now: datetime) -> Task:
 HOLDS_ANY, HOLDS_FREE, HOLDS_LAPSED, HOLDS_SET = "any", "free", "lapsed", "set"
 
 
-# The lapsed leases claim-next looks among: the oldest, read first from `attempt_active_expiry`; more than
+# The lapsed leases claim-next looks among: the oldest, read first from `lease_clock_expiry`; more than
 # this many unexpired at once (the sweep expires them in batches of 500) wait for the sweep.
 LAPSED_CANDIDATES = 500
 
@@ -274,7 +274,7 @@ def unheld(now: datetime, holds: str) -> Q:
     if holds == HOLDS_LAPSED:
         # The subquery has a LIMIT, so the planner cannot fold it into a walk of the tasks: it reads
         # the lapsed leases from their index and then looks their tasks up by key.
-        lapsed = lapsed_attempts(now).order_by("lease_expires_at").values("task_id")[:LAPSED_CANDIDATES]
+        lapsed = lapsed_leases(now).values("task_id")[:LAPSED_CANDIDATES]
         return Q(held=True, pk__in=lapsed)
     if holds == HOLDS_SET:
         return ~Q(pk__in=live_attempts(now).values("task_id"))

@@ -85,8 +85,11 @@ class LeaseGrant:
         return RENEW_ATTEMPTS
 
 
+# The claim's one write of the task row: the new epoch, and `held` (SPEC §25), which the attempt's insert
+# trigger would otherwise set in a second write of the row (it finds the mark set and writes nothing). A claim
+# that fails after it leaves its transaction spoiled and rolled back, the mark with it.
 _EPOCH_BUMP = PreparedUpdate(
-    lambda task_id, epoch: (Task.objects.filter(pk=task_id), {"epoch": epoch}),
+    lambda task_id, epoch: (Task.objects.filter(pk=task_id), {"epoch": epoch, "held": True}),
     samples=({"task_id": SAMPLE_INT[0], "epoch": SAMPLE_INT[1]}, {"task_id": SAMPLE_INT[1], "epoch": SAMPLE_INT[0]}),
 )
 
@@ -211,10 +214,11 @@ def _inherit(
 
 
 def _open_epoch(task: Task) -> int:
-    """Bump the task's epoch (every claim a new epoch, SPEC §3); claims never bump the version."""
+    """Bump the task's epoch (every claim a new epoch, SPEC §3) and mark it held; never the version."""
     epoch = task.epoch + 1
     _EPOCH_BUMP.run(task_id=task.pk, epoch=epoch)
     task.epoch = epoch
+    task.held = True
     return epoch
 
 

@@ -22,7 +22,7 @@ from django.db import connection
 from django.db.models import F, Q
 
 from core.db import write_transaction
-from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
+from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, LeaseClock
 from leases.selectors import claimable_tasks
 from leases.services.allocations import mark_allocations_stale
 from leases.services.quarantine import quarantine_failing
@@ -113,10 +113,12 @@ WITH batch AS (
     -- attempt; waiting for that task later, in `ready`, would deadlock). A row
     -- locked and then skipped stays locked until the batch commits, so such a
     -- claim may wait for one batch; the batch never waits for it.
-    SELECT a.id FROM {attempt} AS a
+    -- The lapsed leases come from the lease clock's expiry index (SPEC §25: the attempt table has none).
+    SELECT a.id FROM {clock} AS c
+    JOIN {attempt} AS a ON a.id = c.attempt_id
     JOIN {task} AS t ON t.id = a.task_id
-    WHERE a.status = '{attempt_active}' AND a.lease_expires_at <= %(now)s
-    ORDER BY a.lease_expires_at
+    WHERE c.expires_at <= %(now)s AND a.status = '{attempt_active}' AND a.lease_expires_at <= %(now)s
+    ORDER BY c.expires_at
     LIMIT %(batch_size)s
     FOR NO KEY UPDATE OF a, t SKIP LOCKED
 ),
@@ -178,9 +180,8 @@ SQLITE_SWEEP_SQL = (
     """
     UPDATE {attempt} SET status = '{attempt_expired}', finished_at = lease_expires_at
     WHERE id IN (
-        SELECT id FROM {attempt} WHERE status = '{attempt_active}' AND lease_expires_at <= %(now)s
-        ORDER BY lease_expires_at LIMIT %(batch_size)s
-    )
+        SELECT attempt_id FROM {clock} WHERE expires_at <= %(now)s ORDER BY expires_at LIMIT %(batch_size)s
+    ) AND status = '{attempt_active}' AND lease_expires_at <= %(now)s
     RETURNING id, task_id
     """,
     """
@@ -214,6 +215,7 @@ SQLITE_SWEEP_SQL = (
 def _sweep_sql_constants() -> dict[str, str]:
     return {
         "attempt": Attempt._meta.db_table,
+        "clock": LeaseClock._meta.db_table,
         "allocation": Allocation._meta.db_table,
         "event": Event._meta.db_table,
         "task": Task._meta.db_table,
@@ -275,10 +277,10 @@ def _sweep_batch(*, now: datetime, batch_size: int) -> int:
         return len(task_ids)
     # Attempt and task locked together, never waiting, as in SWEEP_BATCH_SQL.
     batch = (
-        Attempt.objects.filter(status=AttemptStatus.ACTIVE, lease_expires_at__lte=now)
+        Attempt.objects.filter(status=AttemptStatus.ACTIVE, clock__expires_at__lte=now, lease_expires_at__lte=now)
         .select_related("task")
         .only("id", "task__id")
-        .order_by("lease_expires_at")
+        .order_by("clock__expires_at")
         .select_for_update(skip_locked=True, no_key=True, of=("self", "task"))[:batch_size]
     )
     ids = [attempt.pk for attempt in batch]
@@ -292,7 +294,7 @@ def default_sweep_batch_size() -> int:
 def sweep_expired(*, batch_size: int | None = None) -> SweepReport:
     """Expire every active attempt whose lease lapsed before now, in short batches.
 
-    Uses the partial index on active leases. Each batch is its own
+    Reads the lapsed leases from the lease clock's expiry index. Each batch is its own
     transaction and takes its rows with SKIP LOCKED on PostgreSQL, so two
     sweeps at once split the work and each attempt gets one event (on SQLite
     the write lock serialises them). A batch is set-based: one statement on

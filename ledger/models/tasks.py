@@ -100,8 +100,9 @@ class Task(NoDeleteModel):
     # Landings that failed in a row since the last delivery landed (SPEC §21.2: quarantine at the project's limit).
     failed_landings = models.PositiveIntegerField(default=0, editable=False)
     # SPEC §25: the task has an active attempt (its lease may have lapsed unswept). Kept by triggers on the
-    # attempt table (`leases/migrations/0021_task_held.py`), never written by Python, so that claim-next's
-    # queue index can leave held tasks out by construction.
+    # attempt table (`leases/migrations/0021_task_held.py`), so that claim-next's queue index can leave held
+    # tasks out by construction. The one Python write: a claim's epoch UPDATE sets it with the epoch, right
+    # before it inserts the attempt (one write of the row, not two; the trigger then finds it set).
     held = models.BooleanField(default=False, editable=False)
 
     class Meta:

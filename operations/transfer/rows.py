@@ -118,6 +118,7 @@ NOT_EXPORTED: dict[str, str] = {
     "leases.AgentDailyUsage": "one agent's spend over all its projects",
     "leases.ReservationLock": "a lock row, not data",
     "leases.LeaseSample": "derived: the attempt and task triggers sample the imported completed attempts",
+    "leases.LeaseClock": "derived: the attempt triggers keep one row per imported active attempt",
     "insight.JobHeartbeat": "this server's scheduler",
     "insight.Incident": "this server's alerts: its incident check opens them afresh from the imported state",
     "reconciliation.ReconciliationRun": "this server's runs; the findings they made are exported",

@@ -328,6 +328,10 @@ def test_takeover_claims_crosswise_do_not_deadlock_on_the_tally(clock, monkeypat
 
 
 ATTEMPT_UPDATE = re.compile(r'\s*UPDATE\s+"?leases_attempt"?\s', re.IGNORECASE)
+# An UPDATE that sets a column the lease clock's trigger is on (its SET list, up to the WHERE).
+LEASE_CLOCK_COLUMNS = re.compile(
+    r'\bSET\b(?:(?!\bWHERE\b).)*"?\b(lease_expires_at|status|task_id)"?\s*=', re.IGNORECASE
+)
 
 
 @contextmanager
@@ -366,7 +370,10 @@ def attempt_trigger_runs() -> Iterator[Counter[str]]:
     finally:
         connection.connection.set_trace_callback(None)
         for line, repeats in itertools.groupby(traced):
-            if ATTEMPT_UPDATE.match(line) and len(list(repeats)) > 1:
+            # Each trigger program entered repeats the text twice; the lease clock's (SPEC §25, leases 0022)
+            # is entered by every UPDATE that sets its columns, renewals included, and is not a tally.
+            programs = (len(list(repeats)) - 1) // 2 - (1 if LEASE_CLOCK_COLUMNS.search(line) else 0)
+            if ATTEMPT_UPDATE.match(line) and programs > 0:
                 runs["trigger program"] += 1
 
 
@@ -385,8 +392,10 @@ def test_a_renewal_or_a_note_appends_no_change_and_runs_no_tally_trigger(clock):
         renewed = F("lease_expires_at") + timedelta(seconds=1)
         Attempt.objects.filter(pk=grant.attempt.pk).update(lease_expires_at=renewed)
 
-    # The note's search index is kept on write (leases/search.py); it is not a tally.
+    # The note's search index is kept on write (leases/search.py); the lease clock follows every renewal
+    # (leases/models/lease_clock.py). Neither is a tally.
     runs.pop("leases_note_search_vector", None)
+    runs.pop("leases_attempt_clock_kept", None)
     assert runs == Counter()
     assert FleetDayTallyChange.objects.count() == changes
     # The control: the finish runs the UPDATE trigger once and appends one row (+1 finished; the claim nets out).
@@ -456,6 +465,7 @@ def test_the_tally_triggers_exist_after_migrate():
     # The lease suggestion's samples (leases.models.lease_samples; tests/leases/test_lease_samples.py).
     expected |= {"leases_attempt_lease_sample_insert", "leases_attempt_lease_sample_update"}
     expected |= {"leases_attempt_held_insert", "leases_attempt_held_update"}  # SPEC §25: Task.held
+    expected |= {"leases_attempt_clock_insert", "leases_attempt_clock_update"}  # SPEC §25: the lease clock
     # The notes' search index (leases/search.py, migration leases 0020): a tsvector or an FTS5 table.
     if connection.vendor == "sqlite":
         expected |= {"leases_note_fts_insert", "leases_note_fts_update", "leases_note_fts_delete"}

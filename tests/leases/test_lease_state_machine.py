@@ -46,6 +46,7 @@ from leases.models import (
     AttemptStatus,
     FailureReason,
     InterruptionReason,
+    LeaseClock,
     Note,
     ReviewRequest,
     ReviewStatus,
@@ -767,6 +768,19 @@ class LeaseMachine(RuleBasedStateMachine):
         ledger = self.ledger()
         active = {row["task_id"] for row in ledger.attempts.values() if row["status"] == AttemptStatus.ACTIVE}
         assert {task_id for task_id, task in ledger.tasks.items() if task["held"]} == active
+
+    @invariant()
+    def the_lease_clock_is_exactly_the_active_attempts_expiries(self) -> None:
+        """SPEC §25: the sweep's narrow table (leases/models/lease_clock.py) mirrors the live leases."""
+        attempts = self.ledger().attempts.values()
+        active = {
+            row["id"]: (row["task_id"], row["lease_expires_at"])
+            for row in attempts
+            if row["status"] == AttemptStatus.ACTIVE
+        }
+        rows = LeaseClock.objects.values_list("attempt_id", "task_id", "expires_at")
+        clocks = {row[0]: (row[1], row[2]) for row in rows}
+        assert clocks == active
 
     @invariant()
     def effective_status_follows_the_lease(self) -> None:
