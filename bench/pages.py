@@ -170,6 +170,7 @@ def seed(scale: int, now: datetime) -> dict[str, Any]:
 
     task_counts.task_counts_fold()
     rollups.fleet_tally_fold()
+    rollups.report_tally_fold()
     vacuum_analyze()  # as autovacuum leaves a table: visibility map set, so index-only scans work
     sizes = {"tasks": len(task_rows), "attempts": per_task * len(task_rows), "events": events_n}
     return {**sizes, "links": links}

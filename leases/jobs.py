@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from insight.models.job_heartbeat import JobName
 from insight.services.job_heartbeat import job_recorded
-from insight.services.rollups import fleet_tally_fold
+from insight.services.rollups import fleet_tally_fold, report_tally_fold
 from insight.services.task_counts import task_counts_fold
 from leases.idempotency import idempotency_purge
 from leases.services import check_queue_wait, sweep_expired
@@ -25,12 +25,13 @@ T = TypeVar("T")
 def sweep_expired_job() -> dict[str, Any]:
     """Expire lapsed leases; then fold the task-count changes (`insight.services.task_counts`), so the
     change table stays short between /metrics scrapes, or without any scraper, and the fleet tally's
-    changes (`insight.services.rollups`: the sweep's own expiries are among them)."""
+    changes and the report's (`insight.services.rollups`: the sweep's own expiries are among them)."""
 
     def work() -> dict[str, Any]:
         report = asdict(sweep_expired())
         report["task_count_changes_folded"] = task_counts_fold()
         report["fleet_tally_changes_folded"] = fleet_tally_fold()
+        report["report_tally_changes_folded"] = report_tally_fold()
         return report
 
     return job_recorded(JobName.SWEEP, work, lambda report: (report, ""))
