@@ -245,7 +245,7 @@ def measure(repeat: int, links: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def plans() -> dict[str, str]:
-    """The plans of the queries that read history: the ones an index must serve."""
+    """The plans of the queries that read history or every task: the ones an index or a rollup must serve."""
     from django.db import connection
 
     from console.fleet.dashboard import QUEUE_WAIT_WINDOW
@@ -266,36 +266,24 @@ def plans() -> dict[str, str]:
         .order_by()
         .values("agent_id"),
     }
-    from django.db.models import Count
 
     from insight.metrics import fleet_tally_per_day
 
     month = now - timedelta(days=30)
-    ended = Attempt.objects.filter(finished_at__gte=month, finished_at__lt=now).exclude(status="active")
     queries["fleet tally, claims per day (30 d)"] = fleet_tally_per_day("claims", first=month.date(), last=now.date())
-    queries["report counts (30 d)"] = (
-        ended.order_by()
-        .values_list("agent_id", "task__task_class", "status", "failure_reason_code")
-        .annotate(n=Count("id"))
-    )
-    queries["report lead times (30 d)"] = (
-        ended.filter(status="completed")
-        .order_by()
-        .values_list("agent_id", "task__task_class", "finished_at", "task__first_ready__ready_at")
-    )
     from leases.selectors import HOLDS_SET, claimable_tasks
-    from ledger.models import Task
 
-    queries["dashboard: tasks by project and stored status"] = (
-        Task.objects.filter(project__archived_at__isnull=True)
-        .order_by()
-        .values("project_id", "status")
-        .annotate(n=Count("id"))
-    )
     queries["dashboard: claimable count"] = (
         claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET).order_by().values("id")
     )
     found = {}
+    # Raw statements: the report's rollup read and the dashboard's trigger-kept task counts.
+    from insight.reports import TALLY_COLUMNS, TALLY_READ
+    from insight.status_counts import TASK_COUNTS
+
+    report_sql = TALLY_READ.format(columns=TALLY_COLUMNS, project="")
+    found["report (30 d): the rollup"] = explain(report_sql, [month.date(), now.date()] * 2)
+    found["dashboard: tasks by project and stored status (trigger-kept)"] = explain(TASK_COUNTS, [])
     for name, queryset in queries.items():
         sql, params = queryset.query.sql_with_params()
         found[name] = explain(sql, params)
