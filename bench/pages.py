@@ -118,7 +118,6 @@ def seed(scale: int, now: datetime) -> dict[str, Any]:
                     "bench revoke" if status == "revoked" else "",
                 )
 
-    _copy_rows("leases_attempt", ATTEMPT_COLUMNS, attempts())
     project_of = dict(task_rows)
     payloads = {
         EventType.TASK_QUEUE_WAIT_EXCEEDED: json.dumps({"ready_since": now.isoformat(), "waited_seconds": 7200}),
@@ -152,6 +151,9 @@ def seed(scale: int, now: datetime) -> dict[str, Any]:
             )
 
     _copy_rows("ledger_event", EVENT_COLUMNS, events())
+    # After the events: each task's first ready time is then known when its attempts are counted into the
+    # report's rollup (before them, the first-ready trigger moves every completed attempt's count once more).
+    _copy_rows("leases_attempt", ATTEMPT_COLUMNS, attempts())
     for index in range(60):
         project = fleets[index % PROJECTS].project
         condition = (Condition.ORPHAN_BRANCH, Condition.STALLED_ATTEMPT, Condition.LEAKED_ENVIRONMENT)[index % 3]

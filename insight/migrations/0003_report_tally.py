@@ -200,6 +200,17 @@ def _task_moved(vendor: str) -> str:
     return f"INSERT INTO {CHANGES} {_netted([part('OLD', -1), part('NEW', 1)])}"
 
 
+def _ended_counted(vendor: str, attempts: str, into: str) -> str:
+    """The ended attempts of `attempts` (a table, aliased `a`), counted by key, into `into`."""
+    row = _named(vendor, "a", "k", "r.ready_at", 1)
+    return (
+        f"INSERT INTO {into} ({KEY}, n, lead_seconds) SELECT {KEY}, sum(n), sum(lead_seconds) FROM ("
+        f"SELECT {row} FROM {attempts} a JOIN ledger_task k ON k.id = a.task_id "
+        f"{FIRST_READY.format(task_id='a.task_id')} WHERE a.finished_at IS NOT NULL"
+        f") AS counted GROUP BY {KEY}"
+    )
+
+
 ATTEMPT_CHANGED = (
     "OLD.finished_at IS DISTINCT FROM NEW.finished_at OR OLD.status IS DISTINCT FROM NEW.status"
     " OR OLD.failure_reason_code IS DISTINCT FROM NEW.failure_reason_code"
@@ -221,14 +232,21 @@ def _pg_function(name: str, body: str) -> str:
 
 
 POSTGRES_CREATE = [
-    _pg_function("insight_attempt_report_inserted", _attempt_insert("postgresql")),
+    # A statement trigger on PostgreSQL: a bulk load (COPY, an import) appends one grouped statement, not a
+    # function call per row (a row trigger doubled the bench's seeding); a claim inserts an unfinished
+    # attempt, and its one call appends nothing.
+    _pg_function(
+        "insight_attempt_report_inserted",
+        _ended_counted("postgresql", "new_rows", "insight_reportdaytallychange"),
+    ),
     _pg_function("insight_attempt_report_updated", _attempt_update("postgresql")),
     _pg_function("insight_first_ready_report_inserted", _ready_moved("postgresql", "NULL::timestamptz")),
     _pg_function("insight_first_ready_report_updated", _ready_moved("postgresql", "OLD.ready_at")),
     _pg_function("insight_task_report_moved", _task_moved("postgresql")),
     """
     CREATE TRIGGER insight_attempt_report_insert AFTER INSERT ON leases_attempt
-    FOR EACH ROW WHEN (NEW.finished_at IS NOT NULL) EXECUTE FUNCTION insight_attempt_report_inserted();
+    REFERENCING NEW TABLE AS new_rows
+    FOR EACH STATEMENT EXECUTE FUNCTION insight_attempt_report_inserted();
     """,
     f"""
     CREATE TRIGGER insight_attempt_report_update AFTER UPDATE OF {ATTEMPT_COLUMNS} ON leases_attempt
@@ -311,13 +329,7 @@ SQLITE_DROP = [
 
 def backfill(vendor: str) -> str:
     """Every ended attempt, counted by the triggers' rule, into the tally (the migration's starting state)."""
-    row = _named(vendor, "a", "k", "r.ready_at", 1)
-    return (
-        f"INSERT INTO insight_reportdaytally ({KEY}, n, lead_seconds) SELECT {KEY}, sum(n), sum(lead_seconds) FROM ("
-        f"SELECT {row} FROM leases_attempt a JOIN ledger_task k ON k.id = a.task_id "
-        f"{FIRST_READY.format(task_id='a.task_id')} WHERE a.finished_at IS NOT NULL"
-        f") AS counted GROUP BY {KEY}"
-    )
+    return _ended_counted(vendor, "leases_attempt", "insight_reportdaytally")
 
 
 # Frozen here (insight.models.report_tally computes the same): bucket 0 is [0 s, 1 s), bucket k starts at 1.02^(k-1) s.
