@@ -35,6 +35,13 @@ PAGES: tuple[tuple[str, str], ...] = (
     ("landing queue", "/admin/landing/queue/{project}/"),
     ("runners list", "/admin/runners/runner/"),
     ("runner page", "/admin/runners/runner/{runner}/change/"),
+    # Issue 33's rows: the task list's filters that an operator opens from the dashboard's tiles (the live
+    # leases, the claimable tasks, in review, delivered) and a project's claim queue.
+    ("live leases", "/admin/ledger/task/?effective_status=in_progress"),
+    ("claimable tasks", "/admin/ledger/task/?claimable=yes"),
+    ("in review", "/admin/ledger/task/?effective_status=in_review"),
+    ("delivered", "/admin/ledger/task/?effective_status=delivered"),
+    ("queue page", "/admin/ledger/task/queue/{project}/"),
 )
 
 RUNNERS = 3

@@ -44,8 +44,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from core.db import write_transaction
 from insight.job_health import job_health
 from insight.models.job_heartbeat import JobName
-from insight.services.event_tally import event_tally_advance
-from insight.services.rollups import fleet_tally_fold
+from insight.services.event_tally import SCRAPE_LIMIT, event_tally_advance
+from insight.services.rollups import fleet_tally_fold, report_tally_fold
 from insight.services.task_counts import task_counts_fold
 from insight.status_counts import task_counts_by_effective_status, task_counts_by_status
 from landing.models import Landing
@@ -104,7 +104,8 @@ def advance_tallies() -> dict[tuple[str, str], int]:
             cursor.execute("SET LOCAL synchronous_commit = off")
     task_counts_fold()
     fleet_tally_fold()
-    return event_tally_advance()
+    report_tally_fold()
+    return event_tally_advance(limit=SCRAPE_LIMIT)
 
 
 def _counters(tally: dict[tuple[str, str], int]) -> Iterator[Metric]:

@@ -10,27 +10,29 @@
 - **orphan rate**, pooled: orphan branches first seen in the range ÷ attempts
   finished in the range.
 
-Bounded by the range, never by all-time history: every query filters on
-`finished_at` (the status/finished index) or `first_seen_at`. The counts are
-grouped in the database; the lead times read the completed attempts of the
-range joined to their task's first ready time (`TaskFirstReady`, kept by a
-trigger in the transaction that appends the ready event: `insight.models.rollups`).
+Read from the report's rollup (`insight.models.report_tally`: attempts ended per
+UTC day, project, agent, class, status, reason and lead-time bucket, kept by
+triggers), never from the attempts: the page sums at most one row per key and
+day of the range, whatever the number of attempts in it (issue 32). The lead
+times are bucketed 2 % wide with their sum kept per bucket, so the median and
+90th percentile are their bucket's mean: within 2 % of the exact nearest-rank
+values, and exact when the bucket holds one lead time. The orphans are counted from the findings
+(the first-seen index).
 """
 
 from __future__ import annotations
 
 import math
-from collections import defaultdict
-from collections.abc import Iterator
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 
 from django.db import connection
-from django.db.models import BigIntegerField, CharField, Count, Func, QuerySet
-from django.db.models.functions import Cast
+from django.db.models import Count
 
 from core.errors import ValidationFailed
-from leases.models import Attempt, AttemptStatus
+from insight.models.report_tally import NO_LEAD
+from leases.models import AttemptStatus
 from ledger.models import Agent, Project
 from reconciliation.models import Condition, Finding
 
@@ -47,16 +49,19 @@ class Breakdown:
     failed: int = 0
     expired: int = 0
     revoked: int = 0
-    lead_times: list[float] = field(default_factory=list)
+    # Completed attempts per lead-time bucket (`insight.models.report_tally.LeadBucket`), and their lead
+    # times added up per bucket.
+    lead_buckets: Counter[int] = field(default_factory=Counter)
+    lead_sums: dict[int, float] = field(default_factory=lambda: defaultdict(float))
     reasons: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
     @property
     def lead_median(self) -> float | None:
-        return percentile(self.lead_times, 50)
+        return bucket_percentile(self.lead_buckets, self.lead_sums, 50)
 
     @property
     def lead_p90(self) -> float | None:
-        return percentile(self.lead_times, 90)
+        return bucket_percentile(self.lead_buckets, self.lead_sums, 90)
 
     @property
     def reason_list(self) -> list[tuple[str, int]]:
@@ -82,11 +87,19 @@ class Report:
         return (self.last - self.first).days + 1
 
 
-def percentile(values: list[float], rank: int) -> float | None:
-    if not values:
+def bucket_percentile(buckets: Counter[int], sums: dict[int, float], rank: int) -> float | None:
+    """The nearest-rank percentile of lead times counted per bucket, as the mean of its bucket (seconds):
+    within the bucket's 2 % of the exact value, and exact when the bucket holds one lead time."""
+    total = sum(buckets.values())
+    if not total:
         return None
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(rank / 100 * len(ordered)) - 1)]
+    wanted = max(1, math.ceil(rank / 100 * total))
+    seen = 0
+    for bucket in sorted(buckets):
+        seen += buckets[bucket]
+        if seen >= wanted:
+            return sums[bucket] / buckets[bucket]
+    return None  # not reached: the counts sum to `total`
 
 
 def report_range(first: date | None, last: date | None, *, today: date) -> tuple[date, date]:
@@ -107,54 +120,29 @@ def _bounds(first: date, last: date) -> tuple[datetime, datetime]:
     )
 
 
-def _lead_seconds(finished_at: datetime | None, ready_at: datetime | None) -> float | None:
-    if ready_at is None or finished_at is None or finished_at < ready_at:
-        return None
-    return (finished_at - ready_at).total_seconds()
+TALLY_COLUMNS = "agent_id, task_class, status, failure_reason_code, lead_bucket, n, lead_seconds"
+TALLY_READ = """
+SELECT agent_id, task_class, status, failure_reason_code, lead_bucket, sum(n), sum(lead_seconds) FROM (
+    SELECT {columns} FROM insight_reportdaytally WHERE day >= %s AND day <= %s {project}
+    UNION ALL
+    SELECT {columns} FROM insight_reportdaytallychange WHERE day >= %s AND day <= %s {project}
+) AS counted GROUP BY agent_id, task_class, status, failure_reason_code, lead_bucket HAVING sum(n) <> 0
+"""
 
 
-def _naive_utc(text: str | None) -> datetime | None:
-    """A stored SQLite datetime as naive UTC (differences are all the lead time needs)."""
-    if text is None:
-        return None
-    moment = datetime.fromisoformat(text)
-    return moment if moment.tzinfo is None else moment.astimezone(UTC).replace(tzinfo=None)
-
-
-class _EpochMicroseconds(Func):
-    """PostgreSQL: `a - b` as whole microseconds (EXTRACT returns an exact numeric there)."""
-
-    arg_joiner = " - "
-    template = "(EXTRACT(EPOCH FROM (%(expressions)s)) * 1000000)::bigint"
-    output_field = BigIntegerField()
-
-
-def _lead_rows(completed: QuerySet[Attempt]) -> Iterator[tuple[int, str, float | None]]:
-    """(agent id, task class, lead seconds or None) of each completed attempt.
-
-    Converting two datetimes a row in Python was most of the report's time at 50,000 completed
-    attempts, on both databases; the values are the same `timedelta.total_seconds()` would give.
-    """
-    if connection.vendor == "postgresql":
-        micros = completed.annotate(lead_us=_EpochMicroseconds("finished_at", "task__first_ready__ready_at"))
-        for agent_id, task_class, lead_us in micros.values_list("agent_id", "task__task_class", "lead_us").iterator(
-            chunk_size=5000
-        ):
-            yield agent_id, task_class, (lead_us / 1_000_000 if lead_us is not None and lead_us >= 0 else None)
-        return
-    # SQLite stores UTC text, which the C parser reads ten times faster than Django's converter.
-    as_text = completed.annotate(
-        finished_text=Cast("finished_at", CharField()), ready_text=Cast("task__first_ready__ready_at", CharField())
-    ).values_list("agent_id", "task__task_class", "finished_text", "ready_text")
-    for agent_id, task_class, finished_text, ready_text in as_text.iterator(chunk_size=5000):
-        yield agent_id, task_class, _lead_seconds(_naive_utc(finished_text), _naive_utc(ready_text))
+def _tallied(first: date, last: date, project: Project | None) -> list[tuple[int, str, str, str, int, int, float]]:
+    """(agent id, class, status, reason, lead bucket, attempts) ended in the range: folded rows plus the
+    changes not folded yet, in one statement (one snapshot)."""
+    bounds: list[date | int] = [first, last, *([project.pk] if project is not None else [])]
+    sql = TALLY_READ.format(columns=TALLY_COLUMNS, project="AND project_id = %s" if project is not None else "")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, bounds * 2)
+        rows = cursor.fetchall()
+    return [(int(a), str(c), str(s), str(r or ""), int(b), int(n), float(t)) for a, c, s, r, b, n, t in rows]
 
 
 def fleet_report(*, first: date, last: date, project: Project | None = None) -> Report:
     start, end = _bounds(first, last)
-    ended = Attempt.objects.filter(finished_at__gte=start, finished_at__lt=end).exclude(status=AttemptStatus.ACTIVE)
-    if project is not None:
-        ended = ended.filter(task__project=project)
     by_agent: dict[str, Breakdown] = {}
     by_class: dict[str, Breakdown] = {}
     total = Breakdown(name="All")
@@ -166,27 +154,17 @@ def fleet_report(*, first: date, last: date, project: Project | None = None) -> 
             total,
         )
 
-    # Counts in the database: one row per agent, class, status and reason, not one per attempt;
-    # by agent id (the handles are read once after), which spares a join per attempt.
-    counts = list(
-        ended.order_by()
-        .values_list("agent_id", "task__task_class", "status", "failure_reason_code")
-        .annotate(n=Count("id"))
-    )
+    counts = _tallied(first, last, project)
     handles = dict(Agent.objects.filter(pk__in={row[0] for row in counts}).values_list("pk", "handle"))
-
-    def handle(agent_id: int) -> str:
-        # An attempt may have finished between the two reads: its agent is read then.
-        if agent_id not in handles:
-            handles[agent_id] = Agent.objects.values_list("handle", flat=True).get(pk=agent_id)
-        return handles[agent_id]
-
     finished = 0
-    for agent_id, task_class, status, reason, n in counts:
+    for agent_id, task_class, status, reason, bucket, n, lead_seconds in counts:
         finished += n
-        for target in targets(handle(agent_id), task_class):
+        for target in targets(handles.get(agent_id, f"agent {agent_id}"), task_class):
             if status == AttemptStatus.COMPLETED:
                 target.completed += n
+                if bucket != NO_LEAD:
+                    target.lead_buckets[bucket] += n
+                    target.lead_sums[bucket] += lead_seconds
             elif status == AttemptStatus.FAILED:
                 target.failed += n
                 target.reasons[reason or "other"] += n
@@ -194,15 +172,6 @@ def fleet_report(*, first: date, last: date, project: Project | None = None) -> 
                 target.expired += n
             elif status == AttemptStatus.REVOKED:
                 target.revoked += n
-    # Lead times need each completed attempt; its task's first ready time is one join away
-    # (`TaskFirstReady`, kept by a trigger on the event table).
-    leads: dict[tuple[int, str], list[float]] = defaultdict(list)
-    for agent_id, task_class, lead in _lead_rows(ended.filter(status=AttemptStatus.COMPLETED).order_by()):
-        if lead is not None:
-            leads[(agent_id, task_class)].append(lead)
-    for (agent_id, task_class), values in leads.items():
-        for target in targets(handle(agent_id), task_class):
-            target.lead_times.extend(values)
     findings = Finding.objects.filter(
         condition=Condition.ORPHAN_BRANCH, first_seen_at__gte=start, first_seen_at__lt=end
     )

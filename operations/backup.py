@@ -71,6 +71,12 @@ SQLITE_TRIGGERS: dict[str, tuple[str, str, str]] = {
     "ledger_task_lease_samples": ("leases", "0019_lease_samples", "ledger_task"),
     "leases_attempt_held_insert": ("leases", "0021_task_held", "leases_attempt"),
     "leases_attempt_held_update": ("leases", "0021_task_held", "leases_attempt"),
+    # The report's rollup (insight/models/report_tally.py).
+    "insight_attempt_report_insert": ("insight", "0003_report_tally", "leases_attempt"),
+    "insight_attempt_report_update": ("insight", "0003_report_tally", "leases_attempt"),
+    "insight_first_ready_report_insert": ("insight", "0003_report_tally", "leases_taskfirstready"),
+    "insight_first_ready_report_update": ("insight", "0003_report_tally", "leases_taskfirstready"),
+    "insight_task_report_update": ("insight", "0003_report_tally", "ledger_task"),
 }
 # The event table's append-only triggers (SPEC §1.6) are compared word for word with their migrations' SQL.
 APPEND_ONLY_MIGRATIONS = (

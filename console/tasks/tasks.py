@@ -30,6 +30,7 @@ from console.audit.comments import CommentInline
 from console.audit.timeline import timeline_of
 from console.base import (
     EMPTY,
+    EstimatedCountMixin,
     ServiceFormAdmin,
     actor_of,
     badge,
@@ -67,7 +68,9 @@ from ledger.models import ALLOWED_TRANSITIONS, PathsMode, Task, TaskComment, Tas
 from ledger.services import task_create, task_reservation_clear
 
 
-class TaskAdmin(TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceFormAdmin):
+# Never counted in full (`EstimatedCountMixin`): a COUNT over every task it selects grew with history
+# (1.5-3.4 s of CPU at 1,000,000 tasks with the task-class DISTINCT); the pager says "more than N tasks".
+class TaskAdmin(EstimatedCountMixin, TaskCancelMixin, TaskRevokeMixin, TaskPlanningMixin, ServiceFormAdmin):
     list_display = [
         "key",
         "title",

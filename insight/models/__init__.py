@@ -10,12 +10,14 @@ from __future__ import annotations
 from insight.models.event_tally import EventTally
 from insight.models.incidents import Incident, IncidentRule, IncidentStatus
 from insight.models.job_heartbeat import ERROR_MAX_CHARS, JobHeartbeat, JobName, JobOutcome
+from insight.models.report_tally import NO_LEAD, LeadBucket, ReportDayTally, ReportDayTallyChange
 from insight.models.rollups import NO_AGENT, NO_PROJECT, DayCounts, FleetDayTally, FleetDayTallyChange, TaskFirstReady
 from insight.models.task_counts import TaskCount, TaskCountChange
 
 __all__ = [
     "ERROR_MAX_CHARS",
     "NO_AGENT",
+    "NO_LEAD",
     "NO_PROJECT",
     "DayCounts",
     "EventTally",
@@ -27,6 +29,9 @@ __all__ = [
     "JobHeartbeat",
     "JobName",
     "JobOutcome",
+    "LeadBucket",
+    "ReportDayTally",
+    "ReportDayTallyChange",
     "TaskCount",
     "TaskCountChange",
     "TaskFirstReady",

@@ -5,7 +5,9 @@ The triggers of migration `leases.0012_tally_changes` append a
 -1 / +1 rows when an UPDATE moves an attempt), so the figures are exact
 without this fold (`insight.metrics` adds the pending changes); folding only
 keeps the change table short, so that a chart sums a few rows per day. The
-sweep job (`leases.jobs.sweep_expired_job`) folds every minute.
+sweep job (`leases.jobs.sweep_expired_job`) folds every minute. The report's
+rollup (`insight.models.report_tally`, migration `insight.0003_report_tally`)
+is folded the same way, by `report_tally_fold`, beside it.
 """
 
 from __future__ import annotations
@@ -42,6 +44,39 @@ ON CONFLICT (day, project_id, agent_id) DO UPDATE SET claims = leases_fleetdayta
 """
 
 
+# The report's rollup (insight.models.report_tally): keyed by day, project, agent, class, status, reason
+# and lead bucket; the same fold, with the lead times added up beside the counts.
+POSTGRES_REPORT_ONE_FOLD = "LOCK TABLE insight_reportdaytally IN SHARE ROW EXCLUSIVE MODE"
+POSTGRES_REPORT_FOLD = """
+WITH moved AS (
+    DELETE FROM insight_reportdaytallychange
+    RETURNING day, project_id, agent_id, task_class, status, failure_reason_code, lead_bucket, n, lead_seconds
+),
+folded AS (
+    INSERT INTO insight_reportdaytally
+        (day, project_id, agent_id, task_class, status, failure_reason_code, lead_bucket, n, lead_seconds)
+    SELECT day, project_id, agent_id, task_class, status, failure_reason_code, lead_bucket, sum(n), sum(lead_seconds)
+    FROM moved GROUP BY day, project_id, agent_id, task_class, status, failure_reason_code, lead_bucket
+    HAVING sum(n) <> 0 OR sum(lead_seconds) <> 0
+    ON CONFLICT (day, project_id, agent_id, task_class, status, failure_reason_code, lead_bucket)
+    DO UPDATE SET n = insight_reportdaytally.n + EXCLUDED.n,
+        lead_seconds = insight_reportdaytally.lead_seconds + EXCLUDED.lead_seconds
+)
+SELECT count(*) FROM moved
+"""
+SQLITE_REPORT_FOLD = """
+INSERT INTO insight_reportdaytally
+    (day, project_id, agent_id, task_class, status, failure_reason_code, lead_bucket, n, lead_seconds)
+SELECT day, project_id, agent_id, task_class, status, failure_reason_code, lead_bucket, sum(n), sum(lead_seconds)
+FROM insight_reportdaytallychange WHERE id <= %s
+GROUP BY day, project_id, agent_id, task_class, status, failure_reason_code, lead_bucket
+HAVING sum(n) <> 0 OR sum(lead_seconds) <> 0
+ON CONFLICT (day, project_id, agent_id, task_class, status, failure_reason_code, lead_bucket)
+DO UPDATE SET n = insight_reportdaytally.n + excluded.n,
+    lead_seconds = insight_reportdaytally.lead_seconds + excluded.lead_seconds
+"""
+
+
 @write_transaction
 def fleet_tally_fold() -> int:
     """Move every committed tally change into `FleetDayTally`; returns how many change rows were folded.
@@ -67,4 +102,23 @@ def fleet_tally_fold() -> int:
             return 0
         cursor.execute(SQLITE_FOLD, [highest])
         cursor.execute("DELETE FROM leases_fleetdaytallychange WHERE id <= %s", [highest])
+        return int(moved)
+
+
+@write_transaction
+def report_tally_fold() -> int:
+    """Move every committed change of the report's rollup (`insight.models.report_tally`) into
+    `ReportDayTally`, by `fleet_tally_fold`'s rules; returns how many change rows were folded."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(POSTGRES_REPORT_ONE_FOLD)
+            cursor.execute(POSTGRES_REPORT_FOLD)
+            (moved,) = cursor.fetchone()
+            return int(moved)
+        cursor.execute("SELECT max(id), count(*) FROM insight_reportdaytallychange")
+        highest, moved = cursor.fetchone()
+        if highest is None:
+            return 0
+        cursor.execute(SQLITE_REPORT_FOLD, [highest])
+        cursor.execute("DELETE FROM insight_reportdaytallychange WHERE id <= %s", [highest])
         return int(moved)

@@ -125,6 +125,9 @@ NOT_EXPORTED: dict[str, str] = {
     "insight.FleetDayTally": "derived: the attempt and event triggers count the imported rows",
     "insight.FleetDayTallyChange": "derived: the attempt and event triggers count the imported rows",
     "insight.TaskFirstReady": "derived: the event trigger reads the imported task events",
+    "insight.ReportDayTally": "derived: the attempt, task and first-ready triggers count the imported rows",
+    "insight.ReportDayTallyChange": "derived: the attempt, task and first-ready triggers count the imported rows",
+    "insight.LeadBucket": "fixed bucket bounds written by migration insight 0003",
     "runners.Runner": "this server's machines and their tokens, not a project's data (their slot agents are agents)",
     "runners.RunnerSlot": "what this server's runners last reported",
 }

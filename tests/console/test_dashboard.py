@@ -17,8 +17,9 @@ pytestmark = pytest.mark.django_db
 
 # Whatever the history: each part is one or two GROUP BYs or index probes (issue 15 added job health,
 # the grouped panels' counts and the claimable count; SPEC §19 the spend panel: per day, top agents, top tasks;
-# issue 32 the open-incidents tile: one aggregate).
-DASHBOARD_QUERY_BUDGET = 31
+# issue 32 the open-incidents tile: one aggregate; issue 33 the status table from the trigger-kept counts,
+# so the quarantined tile is its own count of blocked tasks).
+DASHBOARD_QUERY_BUDGET = 32
 
 
 @pytest.fixture
@@ -148,3 +149,19 @@ def test_a_task_held_by_a_reviewer_counts_as_in_review_not_in_progress(clock):
     assert totals["in_progress"] == 1
     assert totals["review"] == 0
     assert dashboard.live_leases == 2
+
+
+def test_the_ready_tile_counts_to_a_bound_and_says_so(ops_client, monkeypatch):
+    """Issue 33: the claimable count stops at CLAIMABLE_COUNTED instead of reading every ready task."""
+    from console.fleet import dashboard as dashboard_module
+
+    monkeypatch.setattr(dashboard_module, "CLAIMABLE_COUNTED", 2)
+    project = ProjectFactory(slug="bound")
+    for number in range(3):
+        TaskFactory(project=project, title=f"Ready {number}", status="ready")
+    body = ops_client.get("/admin/").content.decode()
+    assert "2+" in body
+    assert "(counted to 2)" in body
+    monkeypatch.setattr(dashboard_module, "CLAIMABLE_COUNTED", 5)
+    body = ops_client.get("/admin/").content.decode()
+    assert "(counted to" not in body
