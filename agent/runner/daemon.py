@@ -12,7 +12,8 @@
    answer cordons or drains the runner (no new claims while either holds) and names the attempts the console
    cancelled (their `run` child gets SIGTERM).
 5. Start one thread per slot (`agent.runner.slots`): the first `landing_slots` of each project (in the config's
-   order) land it, the others work on every project in turn.
+   order) land it, the others work on every project in turn; of the idle work slots, one per project parks the
+   server-side claim wait and the others wait in the runner (`agent.runner.turns`).
 6. SIGTERM or SIGINT: drain. No new claims, and the slots' parked claim waits are abandoned at once
    (`agent.runner.parked`: a task one took all the same is given back); running children get
    `drain_grace_seconds`, then SIGTERM (`run` hands off with the git facts); the runner exits 0 once every
@@ -43,6 +44,7 @@ from agent.runner.config import ConfigError, ProjectConfig, RunnerConfig
 from agent.runner.log import EventLog
 from agent.runner.sandboxes import ConfiguredProviders, NoProviders, Providers
 from agent.runner.slots import Slot
+from agent.runner.turns import ParkingTurns
 from agent.workspace.githooks import enable_worktree_config
 
 EXIT_OK = 0
@@ -84,6 +86,7 @@ class Runner:
             else NoProviders()
         )
         self.stopping = threading.Event()  # drain: no new claims
+        self.turns = ParkingTurns()  # one parked claim wait per project, not per slot
         self.abandon = threading.Event()  # a second signal: every child stops now
         self.drain_deadline: float | None = None
         self.cordoned = False
@@ -139,6 +142,7 @@ class Runner:
                     self.stopping.set()
                 if self.stopping.is_set() and not abandoned:
                     abandoned = True  # the parked claim waits, at once: an idle runner exits in about a second
+                    self.turns.wake_all()  # the slots waiting for a parking turn, too
                     for slot in self.slots:
                         slot.parked.abandon()
                 time.sleep(0.2)
@@ -267,7 +271,8 @@ class Runner:
                 "console",
                 f"the console says {said}: " + ("no new claims" if cordoned or draining else "claiming again"),
             )
-        self.cordoned, self.draining = cordoned, draining
+            self.cordoned, self.draining = cordoned, draining
+            self.turns.wake_all()  # slots waiting for a parking turn see the pause (or claim again)
         self.heartbeat_seconds = float(answer.get("heartbeat_seconds") or self.heartbeat_seconds)
         for attempt_id in answer.get("cancel") or []:
             for slot in self.slots:
