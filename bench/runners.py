@@ -10,7 +10,8 @@ then does what the daemon does while nothing is claimable (`agent/runner/slots.p
   runner's parking turn (`agent.runner.turns.ParkingTurns`, the daemon's own class) and is parked on
   `POST /claims/next/ {"wait": 60}` (the daemon's default `wait_seconds`) with its own token, asking again when
   answered, while the runner's other slots wait for the turn; a claimed task is finished `done` at once;
-- every runner heartbeats every 15 s (`POST /runners/heartbeat/`, its slots' states) from a thread of its own.
+- every runner heartbeats every 15 s (`POST /runners/heartbeat/`) from a thread of its own, as the daemon does:
+  its slots' states on the first beat, then only the slots whose state changed (none: they stay idle).
 
 The runners' first asks are spread over one wait and their first beats over 15 s: runners on a hundred
 machines start independently. (Started all at once, 1,000 deadlines fall in the same second, every minute;
@@ -193,17 +194,23 @@ class IdleFleet:
         client.close()
 
     def _heartbeats(self, registered: tuple[Any, list[dict[str, Any]]], delay: float) -> None:
-        """One runner's heartbeat thread, as the daemon's: every `HEARTBEAT_SECONDS`, each slot idle."""
+        """One runner's heartbeat thread, as the daemon's: every `HEARTBEAT_SECONDS`, the slots whose report
+        changed since the last answered beat — every slot (idle) on the first beat and after a failed one,
+        none after that (the slots stay idle: a task is claimed and finished between two beats)."""
         from agent.client.errors import LeaseholdError
 
         api, slots = registered
-        body = {"slots": [{"number": s["number"], "state": "idle", "attempt_id": None, "task": None} for s in slots]}
+        every = [{"number": s["number"], "state": "idle", "attempt_id": None, "task": None} for s in slots]
+        acknowledged = False
         due = time.monotonic() + delay
         while not self.stop.wait(max(0.0, due - time.monotonic())):
             try:
+                body = {"slots": [] if acknowledged else every}
                 api.request("POST", "/runners/heartbeat/", body=body, retries=0, timeout=10.0)
+                acknowledged = True
                 self.tally.add("heartbeat")
             except LeaseholdError as error:
+                acknowledged = False
                 self.tally.add(f"heartbeat error {error.code}")
             due += HEARTBEAT_SECONDS
 
