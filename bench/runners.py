@@ -6,11 +6,14 @@ Each runner registers over HTTP (`POST /runners/register/`, its runner token: th
 then does what the daemon does while nothing is claimable (`agent/runner/slots.py`, `daemon.py`):
 
 - every slot is a thread of this process with its own `agent.client.LeaseholdClient` (the daemon's client: one
-  kept-alive connection, an Idempotency-Key on every POST) parked on `POST /claims/next/ {"wait": 60}` (the
-  daemon's default `wait_seconds`), asking again when answered; a claimed task is finished `done` at once;
-- every runner heartbeats every 15 s (`POST /runners/heartbeat/`, its slots' states) from a thread of its own.
+  kept-alive connection, an Idempotency-Key on every POST); as in the daemon, one idle slot per runner holds the
+  runner's parking turn (`agent.runner.turns.ParkingTurns`, the daemon's own class) and is parked on
+  `POST /claims/next/ {"wait": 60}` (the daemon's default `wait_seconds`) with its own token, asking again when
+  answered, while the runner's other slots wait for the turn; a claimed task is finished `done` at once;
+- every runner heartbeats every 15 s (`POST /runners/heartbeat/`) from a thread of its own, as the daemon does:
+  its slots' states on the first beat, then only the slots whose state changed (none: they stay idle).
 
-The slots' first asks are spread over one wait and the runners' first beats over 15 s: runners on a hundred
+The runners' first asks are spread over one wait and their first beats over 15 s: runners on a hundred
 machines start independently. (Started all at once, 1,000 deadlines fall in the same second, every minute;
 under a loaded machine the answers then came later than the client's 10 s grace and the slots saw
 CONNECTION_FAILED and asked again, keeping the herd together.)
@@ -27,7 +30,7 @@ Measured from `/proc` (the server's process tree; for PostgreSQL its backends to
 
 The reference: the raw replay (`bench.replay`) of the statements the idle fleet cannot avoid, at the rate the
 fleet ran them in the rest window: one heartbeat (`runner_heartbeat` with 10 slots) per runner per 15 s and
-one empty claim-next (`lease_claim_next` finding nothing) per slot per wait. The ratio is the rest window's
+one empty claim-next (`lease_claim_next` finding nothing) per runner per wait. The ratio is the rest window's
 server CPU over that SQL floor. (The empty server is reported beside it; as a denominator it is a handful of
 ticks, so the ratio to it says nothing about how well idling is done.)
 
@@ -109,7 +112,7 @@ class Tally:
 
 
 class IdleFleet:
-    """The runners' side, in threads: registration, the heartbeats, and one parked claim per slot."""
+    """The runners' side, in threads: registration, the heartbeats, and one parked claim per runner."""
 
     def __init__(self, server: http.Server, runners: list[str], *, project: str, wait: int) -> None:
         self.url = f"http://{server.host}:{server.port}"
@@ -119,6 +122,7 @@ class IdleFleet:
         self.stop = threading.Event()
         self.tally = Tally()
         self.registered: list[tuple[Any, list[dict[str, Any]]]] = []
+        self.turns: list[Any] = []  # one `agent.runner.turns.ParkingTurns` per runner
 
     def register(self) -> None:
         from agent.client.connection import ApiConnection
@@ -135,10 +139,15 @@ class IdleFleet:
     def start(self) -> None:
         """Each slot's first ask is spread over one wait, each runner's first beat over one heartbeat period:
         runners on a hundred machines start independently, so their deadlines do not fall together."""
-        tokens = [slot["token"] for _, slots in self.registered for slot in slots]
-        for index, token in enumerate(tokens):
-            delay = self.wait * index / len(tokens)
-            threading.Thread(target=self._slot, args=(token, delay), daemon=True).start()
+        from agent.runner.turns import ParkingTurns
+
+        for index, (_, slots) in enumerate(self.registered):
+            delay = self.wait * index / len(self.registered)
+            turns = ParkingTurns()
+            self.turns.append(turns)
+            for slot in slots:
+                args = (slot["token"], delay, turns, int(slot["number"]))
+                threading.Thread(target=self._slot, args=args, daemon=True).start()
         for index, registered in enumerate(self.registered):
             delay = HEARTBEAT_SECONDS * index / len(self.registered)
             threading.Thread(target=self._heartbeats, args=(registered, delay), daemon=True).start()
@@ -147,13 +156,17 @@ class IdleFleet:
         with self.tally.lock:
             return self.tally.asked >= expected
 
-    def _slot(self, token: str, delay: float) -> None:
+    def _slot(self, token: str, delay: float, turns: Any, number: int) -> None:
+        """One slot, as the daemon's: it takes its runner's parking turn (`agent.runner.turns`), claims with
+        its own token and the wait, gives the turn back; the runner's other idle slots wait for the turn."""
         from agent.client.api import LeaseholdClient
         from agent.client.errors import LeaseholdError
 
         client = LeaseholdClient(self.url, token, max_retries=0)  # a refusal is counted, not retried unseen
         self.stop.wait(delay)
         while not self.stop.is_set():
+            if turns.take([self.project], number, give_up=self.stop.is_set) is None:
+                break
             asked = time.monotonic()
             with self.tally.lock:
                 self.tally.asked += 1
@@ -163,11 +176,14 @@ class IdleFleet:
                 if not self.stop.is_set():
                     self.tally.add(f"error {error.code}")
                 self.stop.wait(MIN_CLAIM_INTERVAL_SECONDS)
+                turns.give_back(self.project, number)
                 continue
             if claim is None:
                 self.tally.add("reask")
                 self.stop.wait(max(0.0, MIN_CLAIM_INTERVAL_SECONDS - (time.monotonic() - asked)))
+                turns.give_back(self.project, number)
                 continue
+            turns.give_back(self.project, number)
             with self.tally.lock:
                 self.tally.claimed[claim.lease.task] = time.time()
             try:
@@ -178,17 +194,23 @@ class IdleFleet:
         client.close()
 
     def _heartbeats(self, registered: tuple[Any, list[dict[str, Any]]], delay: float) -> None:
-        """One runner's heartbeat thread, as the daemon's: every `HEARTBEAT_SECONDS`, each slot idle."""
+        """One runner's heartbeat thread, as the daemon's: every `HEARTBEAT_SECONDS`, the slots whose report
+        changed since the last answered beat — every slot (idle) on the first beat and after a failed one,
+        none after that (the slots stay idle: a task is claimed and finished between two beats)."""
         from agent.client.errors import LeaseholdError
 
         api, slots = registered
-        body = {"slots": [{"number": s["number"], "state": "idle", "attempt_id": None, "task": None} for s in slots]}
+        every = [{"number": s["number"], "state": "idle", "attempt_id": None, "task": None} for s in slots]
+        acknowledged = False
         due = time.monotonic() + delay
         while not self.stop.wait(max(0.0, due - time.monotonic())):
             try:
+                body = {"slots": [] if acknowledged else every}
                 api.request("POST", "/runners/heartbeat/", body=body, retries=0, timeout=10.0)
+                acknowledged = True
                 self.tally.add("heartbeat")
             except LeaseholdError as error:
+                acknowledged = False
                 self.tally.add(f"heartbeat error {error.code}")
             due += HEARTBEAT_SECONDS
 
@@ -229,7 +251,7 @@ def idle_slots(target: Target, sizes: Any, *, workers: int) -> list[Row]:
             fleet.register()
             fleet.start()
             deadline = time.monotonic() + shape.wait + 60
-            while not fleet.parked(slots) and time.monotonic() < deadline:
+            while not fleet.parked(shape.runners) and time.monotonic() < deadline:
                 time.sleep(0.2)
             time.sleep(3.0 if shape.wait < 30 else 8.0)  # the last ones have parked
             before = Counter(fleet.tally.counts)
@@ -250,6 +272,8 @@ def idle_slots(target: Target, sizes: Any, *, workers: int) -> list[Row]:
                     time.sleep(0.05)
         finally:
             fleet.stop.set()
+            for turns in fleet.turns:
+                turns.wake_all()
     seen = [max(0.0, fleet.tally.claimed[key] - at) for key, at in commits.items() if key in fleet.tally.claimed]
     errors = sorted(name for name in fleet.tally.counts if "error" in name)
     floor_per_s = floor_rate(

@@ -7,6 +7,7 @@ from datetime import datetime
 
 from django.db.models import Q, QuerySet, Subquery
 
+from core.prepared import Prepared
 from leases.models import Attempt, AttemptStatus
 from ledger.models import Event, EventType
 from ledger.tokens import hash_token
@@ -17,11 +18,18 @@ from runners.tokens import RUNNER_TOKEN_PREFIX
 TOKEN_MAX_CHARS = 200
 
 
+# Every runner request (a heartbeat per runner every 15 s) runs it: compiled once (`core.prepared`).
+_ACTIVE_RUNNER_BY_TOKEN_HASH: Prepared[Runner] = Prepared(
+    lambda digest: Runner.objects.filter(token_hash=digest, is_active=True).order_by("pk")[:1],
+    samples=({"digest": "sample:token-hash-0"}, {"digest": "sample:token-hash-1"}),
+)
+
+
 def runner_for_token(token: str) -> Runner | None:
     """The active runner whose token this is, or None."""
     if not token.startswith(RUNNER_TOKEN_PREFIX) or len(token) > TOKEN_MAX_CHARS:
         return None
-    return Runner.objects.filter(token_hash=hash_token(token), is_active=True).first()
+    return _ACTIVE_RUNNER_BY_TOKEN_HASH.first(digest=hash_token(token))
 
 
 def runners_with_slots() -> QuerySet[Runner]:

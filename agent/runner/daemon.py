@@ -8,11 +8,12 @@
    hands off what the slot agents held (`runner_restart`); those are logged. A server that cannot be reached is
    asked again (with a pause) until it answers or the runner is stopped.
 3. Clean up (`agent.runner.cleanup`): the slots' state files and this runner's worktree pointers, logged.
-4. Start the heartbeat thread (`POST /runners/heartbeat/` every `heartbeat_seconds`, each slot's state): its
-   answer cordons or drains the runner (no new claims while either holds) and names the attempts the console
-   cancelled (their `run` child gets SIGTERM).
+4. Start the heartbeat thread (`POST /runners/heartbeat/` every `heartbeat_seconds`, the slots whose state
+   changed since the last answered beat): its answer cordons or drains the runner (no new claims while either
+   holds) and names the attempts the console cancelled (their `run` child gets SIGTERM).
 5. Start one thread per slot (`agent.runner.slots`): the first `landing_slots` of each project (in the config's
-   order) land it, the others work on every project in turn.
+   order) land it, the others work on every project in turn; of the idle work slots, one per project parks the
+   server-side claim wait and the others wait in the runner (`agent.runner.turns`).
 6. SIGTERM or SIGINT: drain. No new claims, and the slots' parked claim waits are abandoned at once
    (`agent.runner.parked`: a task one took all the same is given back); running children get
    `drain_grace_seconds`, then SIGTERM (`run` hands off with the git facts); the runner exits 0 once every
@@ -43,6 +44,7 @@ from agent.runner.config import ConfigError, ProjectConfig, RunnerConfig
 from agent.runner.log import EventLog
 from agent.runner.sandboxes import ConfiguredProviders, NoProviders, Providers
 from agent.runner.slots import Slot
+from agent.runner.turns import ParkingTurns
 from agent.workspace.githooks import enable_worktree_config
 
 EXIT_OK = 0
@@ -84,6 +86,7 @@ class Runner:
             else NoProviders()
         )
         self.stopping = threading.Event()  # drain: no new claims
+        self.turns = ParkingTurns()  # one parked claim wait per project, not per slot
         self.abandon = threading.Event()  # a second signal: every child stops now
         self.drain_deadline: float | None = None
         self.cordoned = False
@@ -93,6 +96,7 @@ class Runner:
         self.state_dir = Path()
         self.name = ""
         self._signals = 0
+        self._acknowledged: dict[int, dict[str, Any]] = {}  # each slot's report as the server last took it
 
     @property
     def paused(self) -> bool:
@@ -139,6 +143,7 @@ class Runner:
                     self.stopping.set()
                 if self.stopping.is_set() and not abandoned:
                     abandoned = True  # the parked claim waits, at once: an idle runner exits in about a second
+                    self.turns.wake_all()  # the slots waiting for a parking turn, too
                     for slot in self.slots:
                         slot.parked.abandon()
                 time.sleep(0.2)
@@ -251,12 +256,18 @@ class Runner:
         return self.stopping.is_set() and not any(slot.thread.is_alive() for slot in self.slots)
 
     def _beat(self, api: ApiConnection) -> None:
-        body = {"slots": [slot.report() for slot in self.slots]}
+        """One heartbeat carrying the slots whose report changed since the last answered beat (every slot after
+        registration or a failed beat): the server keeps the others' as they were, so an idle runner's beat is
+        small and writes nothing but its own row."""
+        reports = [slot.report() for slot in self.slots]
+        body = {"slots": [report for report in reports if self._acknowledged.get(report["number"]) != report]}
         try:
             answer = api.request("POST", "/runners/heartbeat/", body=body, retries=0, timeout=10.0)
         except LeaseholdError as error:
+            self._acknowledged = {}
             self.log.event("heartbeat", f"heartbeat failed ({error.code}: {error}); the slots work on")
             return
+        self._acknowledged = {report["number"]: report for report in reports}
         self._apply(answer or {})
 
     def _apply(self, answer: dict[str, Any]) -> None:
@@ -267,7 +278,8 @@ class Runner:
                 "console",
                 f"the console says {said}: " + ("no new claims" if cordoned or draining else "claiming again"),
             )
-        self.cordoned, self.draining = cordoned, draining
+            self.cordoned, self.draining = cordoned, draining
+            self.turns.wake_all()  # slots waiting for a parking turn see the pause (or claim again)
         self.heartbeat_seconds = float(answer.get("heartbeat_seconds") or self.heartbeat_seconds)
         for attempt_id in answer.get("cancel") or []:
             for slot in self.slots:

@@ -3,8 +3,10 @@
 A work slot, in turn:
 1. Waits while the runner is cordoned or draining (the heartbeat says so; the server refuses its claims then).
 2. Claims with the slot agent's token over the runner's projects in turn: instantly on all but one, and on that
-   one with the server-side wait (SPEC §25, `wait_seconds`), rotating which one by slot and by round: an idle
-   slot costs one request per wait, and nothing per event that is not its own. An empty queue never stops it.
+   one with the server-side wait (SPEC §25, `wait_seconds`), rotating which one by slot and by round. Only one
+   idle slot of the runner parks on a project at a time (`agent.runner.turns`; the others wait in the runner):
+   an idle runner costs one request per project per wait, and nothing per event that is not its own. An empty
+   queue never stops it.
    A drain abandons the parked claim at once (`agent.runner.parked`: what it took is given back).
 3. Writes the claim's state file in the slot's own config directory (the way `leasehold claim` does), asks the
    environment providers for a sandbox (`Providers.prepare`, §23.3), and starts the `run` child
@@ -26,7 +28,6 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,9 +36,11 @@ from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError
 from agent.client.models import Claim, is_past
 from agent.runner.children import Child, child_environment, land_argv, run_argv
 from agent.runner.config import ProjectConfig, RunnerConfig
+from agent.runner.handback import give_back, hand_back
 from agent.runner.log import EventLog
 from agent.runner.parked import ClaimAbandoned, ParkedClaim
 from agent.runner.sandboxes import Providers
+from agent.runner.turns import ParkingTurns
 from agent.workspace import state
 from agent.workspace.state import HeldAttempt
 
@@ -50,6 +53,7 @@ class Runner(Protocol):
     providers: Providers
     state_dir: Path
     stopping: threading.Event  # drain: no new claims
+    turns: ParkingTurns  # which idle slot parks the claim wait on each project
     abandon: threading.Event  # a second signal: children stop now
     drain_deadline: float | None
 
@@ -147,9 +151,24 @@ class Slot:
             self._attempt(project, claim)
 
     def _claim(self, rounds: int) -> tuple[ProjectConfig, Claim] | None:
-        projects = list(self.runner.config.projects.values())
+        """One round: the parking turn of a project (`agent.runner.turns`), then claims at once on the other
+        projects and with the wait on the turn's; which project comes first rotates by slot and by round."""
+        runner, projects = self.runner, list(self.runner.config.projects.values())
         turn = (self.number + rounds) % len(projects)
         order = projects[turn:] + projects[:turn]
+        slug = runner.turns.take(
+            [project.slug for project in reversed(order)],
+            self.number,
+            give_up=lambda: runner.stopping.is_set() or runner.paused or self.fenced,
+        )
+        if slug is None:
+            return None
+        try:
+            return self._claim_in_turn([p for p in order if p.slug != slug] + [runner.config.projects[slug]])
+        finally:
+            runner.turns.give_back(slug, self.number)
+
+    def _claim_in_turn(self, order: list[ProjectConfig]) -> tuple[ProjectConfig, Claim] | None:
         for index, project in enumerate(order):
             if self.runner.stopping.is_set() or self.runner.paused:
                 return None
@@ -342,38 +361,10 @@ class Slot:
             return None
 
     def _hand_back(self, held: HeldAttempt, reason: str, summary: str) -> None:
-        """Hand the attempt off (reason `reason`), else release it; its state file goes either way once ended."""
-        attempts: list[Callable[[], object]] = [
-            lambda: self.client.finish(held.lease, "handoff", interruption_reason_code=reason, result_summary=summary),
-            lambda: self.client.release(held.lease, reason=summary),
-        ]
-        for call in attempts:
-            try:
-                call()
-            except LeaseholdError as error:
-                if error.code == "VALIDATION_ERROR":
-                    continue  # a server without this reason code: release instead
-                self._log(
-                    "handoff_failed",
-                    f"{held.task}: could not hand off ({error.code}: {error})",
-                    task=held.task,
-                    code=error.code,
-                )
-                return
-            self._log(
-                "handoff",
-                f"{held.task} (attempt {held.attempt_id}) handed off: {summary}",
-                task=held.task,
-                attempt=held.attempt_id,
-                reason=reason,
-            )
-            state.remove(self.config_dir, held.agent, held.task, attempt_id=held.attempt_id)
-            return
+        hand_back(self.client, held, reason=reason, summary=summary, log=self._log, config_dir=self.config_dir)
 
     def _give_back(self, claim: Claim, why: str) -> None:
-        with contextlib.suppress(LeaseholdError):
-            self.client.release(claim.lease, reason=f"leasehold runner: {why}")
-        self._log("release", f"released {claim.lease.task} unstarted: {why}", task=claim.lease.task)
+        give_back(self.client, claim, why=why, log=self._log)
 
     # --- a landing slot ---------------------------------------------------------------
 

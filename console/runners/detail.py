@@ -48,14 +48,20 @@ class EventRow:
     summary: str
 
 
+def _last_reported(slot: RunnerSlot, runner: Runner) -> datetime | None:
+    """When the runner last reported the slot: a heartbeat reports every slot but writes only the changed ones
+    (`runners.services.runner_heartbeat`), so an unchanged slot was last reported at the runner's last beat."""
+    if slot.reported_at is None:
+        return None
+    beat = runner.last_heartbeat_at
+    return max(slot.reported_at, beat) if beat is not None else slot.reported_at
+
+
 def _slot_row(slot: RunnerSlot, live: Attempt | None, *, now: datetime, runner: Runner) -> SlotRow:
     if live is not None:
         since, title = f"for {human_duration((now - live.claimed_at).total_seconds())}", moment_utc(live.claimed_at)
-    elif slot.reported_at is not None:
-        since, title = (
-            f"reported {human_duration((now - slot.reported_at).total_seconds())} ago",
-            moment_utc(slot.reported_at),
-        )
+    elif (reported := _last_reported(slot, runner)) is not None:
+        since, title = f"reported {human_duration((now - reported).total_seconds())} ago", moment_utc(reported)
     else:
         since, title = "never reported", ""
     return SlotRow(

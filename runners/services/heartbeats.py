@@ -14,6 +14,7 @@ from datetime import timedelta
 
 from core.db import write_transaction
 from core.errors import ValidationFailed
+from core.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared, PreparedUpdate
 from ledger import clock
 from ledger.actors import SYSTEM, Actor
 from ledger.models import EventType, Severity
@@ -64,14 +65,38 @@ def _validate(runner: Runner, reports: list[SlotReport]) -> None:
         raise ValidationFailed("; ".join(problems[:10]) + ".", details={"fields": {"slots": problems[:50]}})
 
 
-def _cancel_still_running(slot: RunnerSlot, report: SlotReport | None) -> bool:
+def _cancel_still_running(cancel_attempt_id: int, report: SlotReport | None) -> bool:
     """Whether the slot may still run the attempt the console cancelled: it reports that attempt, or
     is busy without having said which yet. Once it reports another attempt or idles, the cancel is done."""
     if report is None:
         return True
     if report.attempt_id is not None:
-        return report.attempt_id == slot.cancel_attempt_id
+        return report.attempt_id == cancel_attempt_id
     return report.state != SlotState.IDLE
+
+
+# An idle runner's beat is these two statements (a heartbeat per runner every 15 s): compiled once (`core.prepared`).
+_BEAT = PreparedUpdate(
+    lambda runner_id, now: (Runner.objects.filter(pk=runner_id), {"last_heartbeat_at": now, "lost_at": None}),
+    samples=({"runner_id": SAMPLE_INT[0], "now": SAMPLE_TIME[0]}, {"runner_id": SAMPLE_INT[1], "now": SAMPLE_TIME[1]}),
+)
+_SLOTS: Prepared[RunnerSlot] = Prepared(
+    lambda runner_id: (
+        RunnerSlot.objects.filter(runner_id=runner_id)
+        .order_by("number")
+        .values_list(
+            "pk",
+            "number",
+            "state",
+            "attempt_id",
+            "task_key",
+            "cancel_attempt_id",
+            "runner__cordoned_at",
+            "runner__draining_at",
+        )
+    ),
+    samples=({"runner_id": SAMPLE_INT[0]}, {"runner_id": SAMPLE_INT[1]}),
+)
 
 
 @write_transaction
@@ -80,35 +105,44 @@ def runner_heartbeat(*, runner: Runner, slots: list[SlotReport]) -> HeartbeatAns
     cancelled from the console that the runner still runs (so it stops their commands now).
 
     Keeps: a cancel stays asked until the runner reports the slot on another attempt or idle.
-    No event (one every 15 s per runner would bury the audit log).
+    Writes only what changed: a slot reported as it is stored is not written (an idle runner's beat is one
+    UPDATE of its own row), so `reported_at` is when the slot's report last changed; the runner's
+    `last_heartbeat_at` says when it last reported at all. The runner's row is updated first: its row lock
+    orders the beat after a console cancel in flight (`slot_cancel_attempt` locks that row), so the slots
+    read next see it. No event (one every 15 s per runner would bury the audit log).
     """
     _validate(runner, slots)
     now = clock.now()
-    Runner.objects.filter(pk=runner.pk).update(last_heartbeat_at=now, lost_at=None)
+    _BEAT.run(runner_id=runner.pk, now=now)
     reported = {report.number: report for report in slots}
-    rows = list(RunnerSlot.objects.select_for_update(of=("self",)).filter(runner=runner).order_by("number"))
+    rows = _SLOTS.rows(runner_id=runner.pk)
     cancel: list[int] = []
-    for slot in rows:
-        report = reported.get(slot.number)
+    for pk, number, slot_state, attempt_id, task_key, cancel_attempt_id, _, _ in rows:
+        report = reported.get(number)
         changes: dict[str, object] = {}
-        if report is not None:
+        if report is not None and (slot_state, attempt_id, task_key) != (
+            report.state,
+            report.attempt_id,
+            report.task or "",
+        ):
             changes = {
                 "state": report.state,
                 "attempt_id": report.attempt_id,
                 "task_key": report.task or "",
                 "reported_at": now,
             }
-        if slot.cancel_attempt_id is not None:
-            if _cancel_still_running(slot, report):
-                cancel.append(slot.cancel_attempt_id)
+        if cancel_attempt_id is not None:
+            if _cancel_still_running(cancel_attempt_id, report):
+                cancel.append(cancel_attempt_id)
             else:
                 changes["cancel_attempt_id"] = None
         if changes:
-            RunnerSlot.objects.filter(pk=slot.pk).update(**changes)
-    flags = Runner.objects.filter(pk=runner.pk).values("cordoned_at", "draining_at").get()
-    return HeartbeatAnswer(
-        cordoned=flags["cordoned_at"] is not None, draining=flags["draining_at"] is not None, cancel=sorted(cancel)
-    )
+            RunnerSlot.objects.filter(pk=pk).update(**changes)
+    if rows:
+        cordoned_at, draining_at = rows[0][6], rows[0][7]
+    else:
+        cordoned_at, draining_at = Runner.objects.filter(pk=runner.pk).values_list("cordoned_at", "draining_at").get()
+    return HeartbeatAnswer(cordoned=cordoned_at is not None, draining=draining_at is not None, cancel=sorted(cancel))
 
 
 @write_transaction

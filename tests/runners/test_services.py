@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from core.errors import AgentPaused, ValidationFailed
 from leases.models import Attempt, AttemptStatus, InterruptionReason, Note
@@ -100,6 +102,47 @@ def test_heartbeat_stores_slot_states_and_clears_lost(runner, clock):
     assert runner.lost_at is None
     slot = RunnerSlot.objects.get(runner=runner, number=1)
     assert (slot.state, slot.attempt_id, slot.task_key) == (SlotState.WORKING, 7, "WEB-1")
+
+
+def _slot_writes(queries) -> list[str]:
+    return [q["sql"] for q in queries if "runners_runnerslot" in q["sql"] and not q["sql"].startswith("SELECT")]
+
+
+def test_an_unchanged_heartbeat_writes_no_slot_row_and_a_changed_slot_only_its_own(runner, clock):
+    _register(runner)
+    idle = [SlotReport(number=1, state=SlotState.IDLE), SlotReport(number=2, state=SlotState.IDLE)]
+    registered_at = RunnerSlot.objects.get(runner=runner, number=1).reported_at
+    clock.advance(15)
+    with CaptureQueriesContext(connection) as unchanged:
+        answer = runner_heartbeat(runner=runner, slots=idle)
+    assert answer.cancel == []
+    assert _slot_writes(unchanged.captured_queries) == []
+    statements = [q["sql"] for q in unchanged.captured_queries if not q["sql"].startswith(("BEGIN", "SAVEPOINT"))]
+    statements = [sql for sql in statements if not sql.startswith(("COMMIT", "RELEASE", "ROLLBACK"))]
+    assert len(statements) == 2  # the runner's own row (its heartbeat), then its slots and flags in one read
+    runner.refresh_from_db()
+    assert runner.last_heartbeat_at == clock.now()
+    assert RunnerSlot.objects.get(runner=runner, number=1).reported_at == registered_at
+    clock.advance(15)
+    busy = [SlotReport(number=1, state=SlotState.WORKING, attempt_id=7, task="WEB-1"), idle[1]]
+    with CaptureQueriesContext(connection) as changed:
+        runner_heartbeat(runner=runner, slots=busy)
+    assert len(_slot_writes(changed.captured_queries)) == 1
+    slot = RunnerSlot.objects.get(runner=runner, number=1)
+    assert (slot.state, slot.attempt_id, slot.task_key, slot.reported_at) == ("working", 7, "WEB-1", clock.now())
+    assert RunnerSlot.objects.get(runner=runner, number=2).reported_at == registered_at
+
+
+def test_the_heartbeat_answers_cordoned_and_draining_from_the_runners_row(runner):
+    _register(runner)
+    runner_cordon(runner=runner, actor=SYSTEM)
+    idle = [SlotReport(number=1, state=SlotState.IDLE)]
+    assert runner_heartbeat(runner=runner, slots=idle).cordoned
+    assert runner_heartbeat(runner=runner, slots=[]).cordoned
+    runner_uncordon(runner=runner, actor=SYSTEM)
+    runner_drain(runner=runner, actor=SYSTEM)
+    answer = runner_heartbeat(runner=runner, slots=idle)
+    assert (answer.cordoned, answer.draining) == (False, True)
 
 
 @pytest.mark.parametrize(
