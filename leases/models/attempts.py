@@ -163,6 +163,9 @@ class Attempt(NoDeleteModel):
                 fields=["finished_at", "status", "agent", "task", "failure_reason_code"], name="attempt_finished_cover"
             ),
             models.Index(fields=["claimed_at"], name="attempt_claimed_at"),
+            # Serves reconciliation's reads by branch: the history of the branches git reports and the
+            # ended attempts of a branch whose tip moved (docs/performance.md, reconcile incremental).
+            models.Index(fields=["branch"], condition=~Q(branch=""), name="attempt_branch"),
         ]
 
     def __str__(self) -> str:
