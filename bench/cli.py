@@ -38,6 +38,7 @@ WORKLOADS = (
     "landing",
     "runners",
     "held",
+    "reconcile",
 )
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 

@@ -106,6 +106,10 @@ def run_workloads(
         from bench.held import held
 
         steps.append(("held", held))
+    if "reconcile" in only:
+        from bench.reconcile import reconcile_bench
+
+        steps.append(("reconcile", reconcile_bench))
     if "fleet" in only:
         from bench.fleet import fleet
 

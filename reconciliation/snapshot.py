@@ -15,7 +15,7 @@ from typing import Any
 from django.db.models import Count, Max, Q
 
 from core.errors import ValidationFailed
-from leases.labels import parse_label
+from leases.labels import NONE_VALUE, parse_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
 from ledger.models import Project, Task, TaskStatus
 from reconciliation.models import AttemptDiscard
@@ -28,6 +28,8 @@ def attempt_branch(branch: str, label: str) -> str | None:
     """The branch an attempt names: its `branch` field, else its label's branch."""
     if branch:
         return branch
+    if f";branch={NONE_VALUE};" in label:
+        return None  # a label names its branch once (or is refused): none, without parsing the rest
     try:
         return parse_label(label).branch
     except ValidationFailed:
