@@ -56,10 +56,13 @@ class EndedChunk:
     scan_after_id: int | None = None
 
 
+def _ended(now: datetime) -> QuerySet[Attempt]:
+    """The lookback window, on the attempt table alone (no join: the planner keeps to its indexes)."""
+    return Attempt.objects.filter(status__in=ENDED_STATUSES, finished_at__gte=now - ENDED_LOOKBACK)
+
+
 def _window(project_id: int, now: datetime) -> QuerySet[Attempt]:
-    return Attempt.objects.filter(
-        status__in=ENDED_STATUSES, finished_at__gte=now - ENDED_LOOKBACK, task__project_id=project_id
-    )
+    return _ended(now).filter(task__project_id=project_id)
 
 
 def _read(queryset: QuerySet[Attempt]) -> list[EndedAttempt]:
@@ -85,17 +88,17 @@ def _read(queryset: QuerySet[Attempt]) -> list[EndedAttempt]:
     ]
 
 
-def _keyset(queryset: QuerySet[Attempt]) -> Iterator[EndedChunk]:
-    """The attempts of `queryset`, `ENDED_CHUNK` at a time by id; each chunk settles its own subjects."""
-    last = 0
-    while True:
-        attempts = _read(queryset.filter(id__gt=last).order_by("id")[:ENDED_CHUNK])
-        if not attempts:
-            return
-        yield EndedChunk(attempts, Q(attempt_id__in=[attempt.id for attempt in attempts]))
-        if len(attempts) < ENDED_CHUNK:
-            return
-        last = attempts[-1].id
+def _by_index(project_id: int, now: datetime, queryset: QuerySet[Attempt]) -> Iterator[EndedChunk]:
+    """The project's attempts among `queryset` (bounded by what changed), `ENDED_CHUNK` at a time.
+
+    Their ids are read first, unordered and without the join to the task, so the planner starts
+    from the selective index (`finished_at`, `branch`): ordered by id with a limit, or joined to
+    the project's tasks, SQLite walks every attempt ever made instead. Then each chunk is read by
+    primary key, the project's only.
+    """
+    ids = sorted(set(queryset.order_by().values_list("id", flat=True)))
+    for chunk in chunks(ids, ENDED_CHUNK):
+        yield EndedChunk(_read(_window(project_id, now).filter(id__in=chunk)), Q(attempt_id__in=list(chunk)))
 
 
 def scan(project_id: int, *, now: datetime, after_id: int) -> Iterator[EndedChunk]:
@@ -115,13 +118,13 @@ def scan(project_id: int, *, now: datetime, after_id: int) -> Iterator[EndedChun
 
 def ended_since(project_id: int, *, now: datetime, since: datetime) -> Iterator[EndedChunk]:
     """The attempts that ended at or after `since` (bounded by the work done since the last run)."""
-    return _keyset(_window(project_id, now).filter(finished_at__gte=since))
+    return _by_index(project_id, now, _ended(now).filter(finished_at__gte=since))
 
 
 def on_branches(project_id: int, *, now: datetime, branches: Collection[str]) -> Iterator[EndedChunk]:
     """The attempts of the lookback window that named one of `branches`."""
     for names in chunks(sorted(branches), BRANCH_CHUNK):
-        yield from _keyset(_window(project_id, now).filter(branch__in=names))
+        yield from _by_index(project_id, now, _ended(now).filter(branch__in=names))
 
 
 def by_ids(project_id: int, *, now: datetime, ids: Collection[int]) -> Iterator[EndedChunk]:

@@ -103,11 +103,13 @@ def reconcile_ended(view: RepositoryView, *, run_id: int, now: datetime, full: b
     for chunks in passes:
         for chunk in chunks:
             _judge(view, chunk, reservations, run_id=run_id, now=now, tally=tally)
+    # A large repository's tips are rewritten only when they moved.
+    heads = {} if cursor is not None and cursor.heads == marks else {"heads": marks}
     write_chunk(
         run_id=run_id,
         observations=[],
         now=now,
-        also=lambda: _save_cursor(project_id, now=now, watermark_at=now, heads=marks, scan_after_id=None),
+        also=lambda: _save_cursor(project_id, now=now, watermark_at=now, scan_after_id=None, **heads),
     )
 
 

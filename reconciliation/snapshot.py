@@ -162,8 +162,10 @@ def read_ledger(*, now: datetime) -> LedgerSnapshot:
             branch=attempt_branch(row["branch"], row["label"]),
             last_worked_at=row["last_worked_at"],
         )
+        # Unordered, so the planner starts from an index on status (ordered by id, SQLite walks every
+        # attempt ever made); sorted below, these are live work.
         for row in Attempt.objects.filter(status=AttemptStatus.ACTIVE)
-        .order_by("id")
+        .order_by()
         .values(
             "id",
             "task_id",
@@ -214,6 +216,7 @@ def read_ledger(*, now: datetime) -> LedgerSnapshot:
             "attempt__task__project__required_isolation",
         )
     ]
+    attempts.sort(key=lambda attempt: attempt.id)
     return LedgerSnapshot(projects=projects, active_attempts=attempts, allocations=allocations)
 
 

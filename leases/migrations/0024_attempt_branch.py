@@ -12,8 +12,6 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name="attempt",
-            index=models.Index(
-                condition=models.Q(("branch", ""), _negated=True), fields=["branch"], name="attempt_branch"
-            ),
+            index=models.Index(fields=["branch"], name="attempt_branch"),
         ),
     ]
