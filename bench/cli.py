@@ -39,6 +39,7 @@ WORKLOADS = (
     "runners",
     "held",
     "renewals",
+    "reconcile",
 )
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 

@@ -110,6 +110,10 @@ def run_workloads(
         from bench.renewals import renewals
 
         steps.append(("renewals", renewals))
+    if "reconcile" in only:
+        from bench.reconcile import reconcile_bench
+
+        steps.append(("reconcile", reconcile_bench))
     if "fleet" in only:
         from bench.fleet import fleet
 

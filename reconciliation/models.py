@@ -47,6 +47,9 @@ GIT_CONDITIONS: frozenset[str] = frozenset(
 # evidence when it has a repository: when that repository cannot be read they
 # are not evaluated for the project either (a failed read proves nothing).
 GIT_INFORMED_CONDITIONS: frozenset[str] = frozenset({Condition.LIVE_LEASE_DEAD_AGENT, Condition.STALLED_ATTEMPT})
+# Git conditions of ended attempts: history, read in chunks and only where something changed
+# (`reconciliation.incremental`); their findings are settled per chunk of subjects.
+ENDED_ATTEMPT_CONDITIONS: frozenset[str] = frozenset({Condition.COMPLETED_BRANCH_MISSING, Condition.UNRESERVED_CHANGE})
 
 
 class SubjectType(models.TextChoices):
@@ -126,6 +129,13 @@ class Finding(NoDeleteModel):
             ),
             # Serves the orphan-rate metric: orphan branches first seen per day.
             models.Index(fields=["condition", "first_seen_at"], name="finding_condition_first_seen"),
+            # Serves an incremental run's re-check of findings resolved since its watermark (one resolved
+            # by hand while its condition holds is opened again).
+            models.Index(
+                fields=["condition", "resolved_at"],
+                condition=Q(status=FindingStatus.RESOLVED),
+                name="finding_resolved_recently",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -160,6 +170,8 @@ class ReconciliationRun(NoDeleteModel):
     # [{"project": slug, "repository": ..., "message": ...}]: what could not be read.
     errors = models.JSONField(default=list, blank=True)
     prune_worktrees = models.BooleanField(default=False)
+    # Asked to re-read every ended attempt of the lookback window, not only what changed (`reconcile --full`).
+    full = models.BooleanField(default=False)
     # Worktree paths removed by this run (only with prune_worktrees).
     pruned = models.JSONField(default=list, blank=True)
 
@@ -194,3 +206,32 @@ class AttemptDiscard(NoDeleteModel):
 
     def __str__(self) -> str:
         return f"attempt {self.attempt_id} discarded by {self.discarded_by}"
+
+
+class ReconcileCursor(models.Model):
+    """How far reconciliation has read one project's ended attempts (SPEC §25): its watermark.
+
+    An incremental run re-reads only the ended attempts that changed since
+    `watermark_at` — ended since then, on a branch whose tip moved or went
+    away since `heads` was taken, or the subject of a finding — and the full
+    scan of the lookback window walks attempt ids, committing `scan_after_id`
+    with each chunk's findings, so an interrupted scan resumes where it
+    stopped. Rewritten by every run; not part of the ledger's history.
+    """
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    # The clock reading of the run that last finished this project's pass (or began its full scan):
+    # every attempt that ended before it has been read against the heads below.
+    watermark_at = models.DateTimeField()
+    # {branch: "local tip|remote tip"} as that run saw them: the next run re-reads the ended attempts
+    # of every branch whose entry differs.
+    heads = models.JSONField(default=dict, blank=True)
+    # The full scan's progress: the last attempt id whose chunk was committed; null when no scan is pending.
+    scan_after_id = models.BigIntegerField(null=True, blank=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "reconciliation_cursor"
+
+    def __str__(self) -> str:
+        return f"reconciliation cursor of project {self.project_id} at {self.watermark_at:%Y-%m-%d %H:%M:%S}"

@@ -8,29 +8,28 @@ functions of what was read.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
-from dataclasses import dataclass, field
-from datetime import datetime, timedelta
-from typing import Any, cast
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from django.db.models import Count, Max, Q
 
 from core.errors import ValidationFailed
-from leases.labels import parse_label
+from leases.labels import NONE_VALUE, parse_label
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus
-from leases.selectors import INHERITING_STATUSES
 from ledger.models import Project, Task, TaskStatus
 from reconciliation.models import AttemptDiscard
 
 # Bounds the IN lists of branch lookups.
 BRANCH_CHUNK = 500
-# How long after an attempt ended reconciliation still checks its branch.
-ENDED_LOOKBACK = timedelta(days=30)
 
 
 def attempt_branch(branch: str, label: str) -> str | None:
     """The branch an attempt names: its `branch` field, else its label's branch."""
     if branch:
         return branch
+    if f";branch={NONE_VALUE};" in label:
+        return None  # a label names its branch once (or is refused): none, without parsing the rest
     try:
         return parse_label(label).branch
     except ValidationFailed:
@@ -124,14 +123,16 @@ class LedgerSnapshot:
     projects: list[ProjectRow]
     active_attempts: list[ActiveAttempt]
     allocations: list[HeldAllocation]
-    ended_attempts: list[EndedAttempt] = field(default_factory=list)
 
     def live_attempts(self, now: datetime) -> list[ActiveAttempt]:
         return [attempt for attempt in self.active_attempts if attempt.is_live(now)]
 
 
 def read_ledger(*, now: datetime) -> LedgerSnapshot:
-    """Read projects, active attempts, held allocations and recently ended attempts: four short queries."""
+    """Read projects, active attempts and held allocations: three short queries, bounded by live work.
+
+    Ended attempts are history: `reconciliation.ended` reads them in chunks, only what changed.
+    """
     projects = [
         ProjectRow(
             id=row["id"],
@@ -161,8 +162,10 @@ def read_ledger(*, now: datetime) -> LedgerSnapshot:
             branch=attempt_branch(row["branch"], row["label"]),
             last_worked_at=row["last_worked_at"],
         )
+        # Unordered, so the planner starts from an index on status (ordered by id, SQLite walks every
+        # attempt ever made); sorted below, these are live work.
         for row in Attempt.objects.filter(status=AttemptStatus.ACTIVE)
-        .order_by("id")
+        .order_by()
         .values(
             "id",
             "task_id",
@@ -213,54 +216,8 @@ def read_ledger(*, now: datetime) -> LedgerSnapshot:
             "attempt__task__project__required_isolation",
         )
     ]
-    return LedgerSnapshot(
-        projects=projects, active_attempts=attempts, allocations=allocations, ended_attempts=_ended_attempts(now)
-    )
-
-
-def _ended_attempts(now: datetime) -> list[EndedAttempt]:
-    """Completed attempts (is their branch still there?) and ended ones a claim may inherit from
-    (what work did they leave?), finished within ENDED_LOOKBACK: older ones are history."""
-    return [
-        EndedAttempt(
-            id=row["id"],
-            task_id=row["task_id"],
-            task_key=row["task__key"],
-            task_status=row["task__status"],
-            project_id=row["task__project_id"],
-            agent_handle=row["agent__handle"],
-            status=row["status"],
-            branch=attempt_branch(row["branch"], row["label"]),
-            base_commit=row["base_commit"],
-            head_commit=row["head_commit"],
-            commits_ahead=row["commits_ahead"],
-            seen_commits_ahead=row["seen_commits_ahead"],
-            # Never null: a terminal attempt always has it (a CHECK constraint).
-            finished_at=cast(datetime, row["finished_at"]),
-            task_landed=row["task__status"] == TaskStatus.DONE and bool(row["task__landed_commit"]),
-        )
-        for row in Attempt.objects.filter(
-            status__in=(AttemptStatus.COMPLETED, *INHERITING_STATUSES), finished_at__gte=now - ENDED_LOOKBACK
-        )
-        .order_by("id")
-        .values(
-            "id",
-            "task_id",
-            "task__key",
-            "task__status",
-            "task__project_id",
-            "agent__handle",
-            "status",
-            "branch",
-            "label",
-            "base_commit",
-            "head_commit",
-            "commits_ahead",
-            "seen_commits_ahead",
-            "finished_at",
-            "task__landed_commit",
-        )
-    ]
+    attempts.sort(key=lambda attempt: attempt.id)
+    return LedgerSnapshot(projects=projects, active_attempts=attempts, allocations=allocations)
 
 
 @dataclass(frozen=True)
@@ -279,7 +236,7 @@ class BranchHistory:
         return self.attempts > 0 and self.active == 0 and self.completed == 0
 
 
-def _chunks(items: Sequence[str], size: int) -> Iterator[Sequence[str]]:
+def chunks(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
 
@@ -292,7 +249,7 @@ def branch_histories(*, project_id: int, branches: Collection[str]) -> dict[str,
     """
     rows: list[dict[str, Any]] = []
     discarded: set[int] = set()
-    for chunk in _chunks(sorted(branches), BRANCH_CHUNK):
+    for chunk in chunks(sorted(branches), BRANCH_CHUNK):
         chunk_rows = list(
             Attempt.objects.filter(task__project_id=project_id, branch__in=chunk)
             .values("branch")
@@ -338,7 +295,7 @@ def branch_deliveries(*, project_id: int, branches: Collection[str]) -> dict[str
     `branch_histories`; a landed task is `done` with a `landed_commit`."""
     delivered: set[str] = set()
     landed: dict[str, set[str]] = {}
-    for chunk in _chunks(sorted(branches), BRANCH_CHUNK):
+    for chunk in chunks(sorted(branches), BRANCH_CHUNK):
         rows = (
             Task.objects.filter(
                 Q(status=TaskStatus.DELIVERED) | (Q(status=TaskStatus.DONE) & ~Q(landed_commit="")),

@@ -160,6 +160,10 @@ class Attempt(NoDeleteModel):
                 fields=["finished_at", "status", "agent", "task", "failure_reason_code"], name="attempt_finished_cover"
             ),
             models.Index(fields=["claimed_at"], name="attempt_claimed_at"),
+            # Serves reconciliation's reads by branch: the history of the branches git reports and the
+            # ended attempts of a branch whose tip moved (docs/performance.md, reconcile incremental).
+            # Not partial: a query's `branch IN (...)` of hundreds of names proves no `branch <> ''`.
+            models.Index(fields=["branch"], name="attempt_branch"),
         ]
 
     def __str__(self) -> str:

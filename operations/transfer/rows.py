@@ -122,6 +122,7 @@ NOT_EXPORTED: dict[str, str] = {
     "insight.JobHeartbeat": "this server's scheduler",
     "insight.Incident": "this server's alerts: its incident check opens them afresh from the imported state",
     "reconciliation.ReconciliationRun": "this server's runs; the findings they made are exported",
+    "reconciliation.ReconcileCursor": "this server's watermark: an imported project is read in full by its first run",
     "insight.FleetDayTally": "derived: the attempt and event triggers count the imported rows",
     "insight.FleetDayTallyChange": "derived: the attempt and event triggers count the imported rows",
     "insight.TaskFirstReady": "derived: the event trigger reads the imported task events",
