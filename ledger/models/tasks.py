@@ -146,6 +146,13 @@ class Task(NoDeleteModel):
                 name="task_landing_queue",
                 condition=Q(status=TaskStatus.DELIVERED),
             ),
+            # Serves reconciliation's branch lookup (SPEC §25): the delivered and landed tasks of the branches
+            # git reported, by index whatever the project's history (tasks never delivered are not in it).
+            models.Index(
+                fields=["project", "delivered_branch"],
+                name="task_delivered_branch",
+                condition=~Q(delivered_branch=""),
+            ),
             # Serves /metrics' oldest queue wait: a project's ready tasks, longest waiting first.
             models.Index(
                 fields=["project", "ready_since"], name="task_ready_since", condition=Q(status=TaskStatus.READY)
