@@ -149,9 +149,12 @@ def raw_cycles(meter: Meter, setup: dict[str, Any], target: Any, repeat: int) ->
     The capture is of a task without history (`bench.cycles.capture_ops`), so the replay runs on fresh
     tasks of a project of its own, in the same database (as W3's does): a seeded task's history changes
     the statements (its last attempt's state is read, its epoch is not 0)."""
+    from django.db import reset_queries
+
     from bench.cycles import capture_ops, fresh_fleet
     from bench.replay import RawConnection
 
+    reset_queries()  # a full query log (an earlier run's pages) would hide statements from the capture
     captured = capture_ops("growth", [ops.CLAIM_NEXT, ops.RENEW, ops.NOTE, ops.FINISH_DONE])
     fleet = fresh_fleet("growth-raw", agents=1, tasks=repeat + 5)
     raw = RawConnection(target.vendor, target.dsn)
