@@ -40,7 +40,11 @@ WORKLOADS = (
     "held",
     "renewals",
     "reconcile",
+    # `python -m bench growth` (bench/growth.py): a fresh database per scale, so not in a default run;
+    # `run --only growth` runs it before the other workloads, at the smallest scales (--smoke: 200,400 tasks).
+    "growth",
 )
+DEFAULT_WORKLOADS = tuple(name for name in WORKLOADS if name != "growth")
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
 
@@ -51,7 +55,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--smoke", action="store_true", help="small sizes; finishes in under a minute per database")
     run.add_argument("--database", choices=("postgres", "sqlite", "both"), default="both")
     run.add_argument("--workers", type=int, default=4, help="gunicorn workers for the HTTP workloads")
-    run.add_argument("--only", default=",".join(WORKLOADS), help=f"comma-separated subset of {','.join(WORKLOADS)}")
+    run.add_argument(
+        "--only", default=",".join(DEFAULT_WORKLOADS), help=f"comma-separated subset of {','.join(WORKLOADS)}"
+    )
     run.add_argument(
         "--sweep-batch", type=int, default=None, help="batch size for W5's sweep_expired (default: the service's)"
     )
@@ -76,6 +82,9 @@ def main(argv: list[str] | None = None) -> int:
     waiters.add_argument("--port", type=int, required=True)
     waiters.add_argument("--count", type=int, required=True)
     waiters.add_argument("--seconds", type=float, required=True)
+    from bench.growth import add_arguments
+
+    add_arguments(commands.add_parser("growth", help="the growth workload: each row as a ratio to its 10k time"))
     sweep = commands.add_parser("sweep", help=argparse.SUPPRESS)
     sweep.add_argument("--batch-size", type=int, default=None)
     args = parser.parse_args(argv)
@@ -88,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             verdict = {True: "met", False: "NOT met", None: "not run"}[target["met"]]
             print(f"- {target['name']}: **{verdict}** ({target['measured']})")
         return 0
+    if args.command == "growth":
+        from bench.growth import main as growth_main
+
+        return growth_main(args)
     if args.command == "sweep":
         from bench.processes import sweep_main
 
@@ -124,9 +137,15 @@ def run_all(args: argparse.Namespace) -> int:
         print(f"unknown workloads: {', '.join(unknown)}", file=sys.stderr)
         return 2
     databases = ["postgresql", "sqlite"] if args.database == "both" else [DATABASES[args.database]]
+    growth_status = 0
+    if "growth" in only:
+        only.remove("growth")
+        growth_status = _run_growth(args)
+        if not only:
+            return growth_status
     started = time.time()
     payloads: list[dict[str, Any]] = []
-    status = 0
+    status = growth_status
     for vendor in databases:
         with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as handle:
             out = Path(handle.name)
@@ -188,6 +207,16 @@ def run_all(args: argparse.Namespace) -> int:
         status = 1
     print(f"results: {output}  ({result['seconds']} s)")
     return status
+
+
+def _run_growth(args: argparse.Namespace) -> int:
+    from bench.growth import add_arguments
+    from bench.growth import main as growth_main
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    scales = ["--scales", "200,400", "--repeat", "3", "--runs", "1", "--cycles", "50"] if args.smoke else []
+    return growth_main(parser.parse_args(["--database", args.database, *scales]))
 
 
 def _find(rows: list[Row], *, database: str, workload: str, mode: str, concurrency: int | None = None) -> Row | None:

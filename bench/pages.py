@@ -49,7 +49,9 @@ DAYS = 60
 EVENT_COLUMNS = ("project_id", "task_id", "attempt_id", "actor_agent_id", "type", "severity", "payload", "created_at")
 
 
-def seed(scale: int, now: datetime) -> dict[str, Any]:
+def seed(scale: int, now: datetime, *, base: dict[str, int] = BASE, vacuum: bool = True) -> dict[str, Any]:
+    """`scale` times `base` (the growth workload passes a smaller base for its tiny smoke scale, and
+    `vacuum=False` when it adds rows of its own before vacuuming once: bench/growth_seed.py)."""
     from bench.data import ATTEMPT_COLUMNS, _copy_rows, bulk_ready_tasks, make_project, vacuum_analyze
     from ledger.models import Agent, EventType, Task
     from reconciliation.models import Condition, Finding, SubjectType
@@ -66,7 +68,7 @@ def seed(scale: int, now: datetime) -> dict[str, Any]:
         (EventType.TASK_CONTESTED, "warn"),
     )
 
-    tasks_n, attempts_n, events_n = (BASE[key] * scale for key in ("tasks", "attempts", "events"))
+    tasks_n, attempts_n, events_n = (base[key] * scale for key in ("tasks", "attempts", "events"))
     fleets = [
         make_project(f"p{index}", agents=AGENTS // PROJECTS, agent_prefix=f"a{index}") for index in range(PROJECTS)
     ]
@@ -150,6 +152,11 @@ def seed(scale: int, now: datetime) -> dict[str, Any]:
                 at,
             )
 
+    # On PostgreSQL the event log is partitioned by month (ledger 0022): the seeded months get their partitions
+    # first, as the daily job would have made them, instead of all landing in the default partition.
+    from operations.event_partitions import ensure_partitions
+
+    ensure_partitions(now=created, months_ahead=DAYS // 28 + 3)
     _copy_rows("ledger_event", EVENT_COLUMNS, events())
     # After the events: each task's first ready time is then known when its attempts are counted into the
     # report's rollup (before them, the first-ready trigger moves every completed attempt's count once more).
@@ -173,7 +180,8 @@ def seed(scale: int, now: datetime) -> dict[str, Any]:
     task_counts.task_counts_fold()
     rollups.fleet_tally_fold()
     rollups.report_tally_fold()
-    vacuum_analyze()  # as autovacuum leaves a table: visibility map set, so index-only scans work
+    if vacuum:
+        vacuum_analyze()  # as autovacuum leaves a table: visibility map set, so index-only scans work
     sizes = {"tasks": len(task_rows), "attempts": per_task * len(task_rows), "events": events_n}
     return {**sizes, "links": links}
 
