@@ -339,21 +339,32 @@ def _alert_queue_wait(*, task_id: int, ready_since: datetime, waited_seconds: in
     return bool(marked)
 
 
+# The most queue-wait alerts one run of the check writes (each is an event and a task write).
+QUEUE_WAIT_ALERTS_PER_RUN = 1_000
+
+
 def check_queue_wait() -> int:
     """One `task.queue_wait_exceeded` warn event per waiting period of a claimable task.
 
     A waiting period is identified by `ready_since`; a compare-and-set on
     `queue_wait_alerted_for` makes two concurrent checks alert once.
+
+    At most `QUEUE_WAIT_ALERTS_PER_RUN` alerts a run, longest waiting first per project: a backlog that
+    crosses the threshold all at once (a bulk import, a stopped fleet) is alerted over the next runs
+    instead of holding one run past its job timeout (SPEC §25: 170 s for 100k alerts in one run).
     """
     now = clock.now()
     alerted = 0
     for project in Project.objects.filter(archived_at__isnull=True):
+        if alerted >= QUEUE_WAIT_ALERTS_PER_RUN:
+            break
         threshold = now - timedelta(seconds=project.queue_wait_max_seconds)
         waiting = (
             claimable_tasks(project=project, now=now, include_reserved=True)
             .filter(ready_since__lte=threshold)
             .filter(Q(queue_wait_alerted_for__isnull=True) | ~Q(queue_wait_alerted_for=F("ready_since")))
-            .values_list("pk", "ready_since")
+            .order_by("ready_since", "pk")
+            .values_list("pk", "ready_since")[: QUEUE_WAIT_ALERTS_PER_RUN - alerted]
         )
         for task_id, ready_since in waiting:
             assert ready_since is not None  # filtered on ready_since__lte

@@ -83,6 +83,23 @@ def test_queue_wait_alerts_once_per_waiting_period(clock, project, agent):
 
 
 @pytest.mark.django_db
+def test_a_backlog_past_the_threshold_is_alerted_over_several_runs_longest_waiting_first(clock, project, monkeypatch):
+    monkeypatch.setattr(expiry, "QUEUE_WAIT_ALERTS_PER_RUN", 2)
+    oldest = TaskFactory(project=project)
+    clock.advance(10)
+    second = TaskFactory(project=project)
+    clock.advance(10)
+    newest = TaskFactory(project=project)
+    clock.advance(600)
+    assert check_queue_wait() == 2
+    first_run = set(Event.objects.filter(type=EventType.TASK_QUEUE_WAIT_EXCEEDED).values_list("task_id", flat=True))
+    assert first_run == {oldest.pk, second.pk}
+    assert check_queue_wait() == 1
+    assert Event.objects.filter(type=EventType.TASK_QUEUE_WAIT_EXCEEDED, task=newest).count() == 1
+    assert check_queue_wait() == 0
+
+
+@pytest.mark.django_db
 def test_a_held_task_is_not_waiting(clock, project, agent):
     task = TaskFactory(project=project)
     lease_claim(task=task, agent=agent, lease_seconds=3600)
