@@ -27,7 +27,12 @@ TABLES = {
 
 def _table_bytes(cursor: Any, vendor: str, table: str) -> int | None:
     if vendor == "postgresql":
-        cursor.execute("SELECT pg_total_relation_size(%s)", [table])
+        # A partitioned table (the event log, ledger 0022) has no storage of its own: sum its partitions.
+        cursor.execute(
+            "SELECT coalesce((SELECT sum(pg_total_relation_size(relid)) FROM pg_partition_tree(%s::regclass)),"
+            " pg_total_relation_size(%s))",
+            [table, table],
+        )
         return int(cursor.fetchone()[0])
     try:
         cursor.execute(
