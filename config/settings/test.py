@@ -32,3 +32,9 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # noqa: F405
 
 # The tests' webhook receivers listen on loopback (SPEC §18: "tests set it").
 LEASEHOLD_WEBHOOK_ALLOW_PRIVATE = True
+
+# The tests play many clients inside one process (20 parked claim waiters, 40 writers in threads): the pool
+# is sized for them, not for one production worker's threads (core.connections), or the threads past the
+# budget queue for a connection and a test's deadline ends first.
+if "pool" in _default.get("OPTIONS", {}):
+    _default["OPTIONS"]["pool"]["max_size"] = max(_default["OPTIONS"]["pool"]["max_size"], 48)
