@@ -37,7 +37,7 @@ from reconciliation.models import (
     RunStatus,
 )
 from reconciliation.snapshot import chunks
-from reconciliation.triage import RECONCILIATION_ACTOR, resolve_finding_locked
+from reconciliation.triage import RECONCILIATION_ACTOR, finding_payload, resolve_finding_locked
 
 # Observations (or stale findings) per write transaction.
 WRITE_CHUNK = 200
@@ -196,12 +196,7 @@ def _open(observation: Observation, *, now: datetime) -> tuple[Finding, bool]:
         project=finding.project,
         task=finding.task,
         attempt_id=finding.attempt_id,
-        payload={
-            "finding": finding.pk,
-            "condition": finding.condition,
-            "subject_type": finding.subject_type,
-            "subject": finding.subject_key[:200],
-        },
+        payload=finding_payload(finding),
     )
     return finding, True
 

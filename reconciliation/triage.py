@@ -33,7 +33,8 @@ def _clean_text(text: str, *, name: str, required: bool) -> str:
     return text
 
 
-def _finding_payload(finding: Finding, **extra: object) -> dict[str, object]:
+def finding_payload(finding: Finding, **extra: object) -> dict[str, object]:
+    """A finding event's payload (`finding.opened`, `.resolved`, `.triaged`): one shape for all of them."""
     return {
         "finding": finding.pk,
         "condition": finding.condition,
@@ -61,7 +62,7 @@ def resolve_finding_locked(finding: Finding, *, actor: Actor, by: str, now: date
             project=finding.project,
             task=finding.task,
             attempt_id=finding.attempt_id,
-            payload=_finding_payload(finding, by=by, note=note[:200]),
+            payload=finding_payload(finding, by=by, note=note[:200]),
         )
     return changed
 
@@ -98,7 +99,7 @@ def finding_acknowledge(*, finding: Finding, actor: Actor, note: str = "", owner
             project=finding.project,
             task=finding.task,
             attempt_id=finding.attempt_id,
-            payload=_finding_payload(finding, note=note[:200], owner=owner),
+            payload=finding_payload(finding, note=note[:200], owner=owner),
         )
     elif finding.status == FindingStatus.RESOLVED:
         raise ValidationFailed("This finding is already resolved.", details={"finding": finding.pk})

@@ -1,4 +1,4 @@
-"""Reconciliation runs: a read-only record of each run, its counts and its errors."""
+"""Reconciliation runs: a read-only record of each run (incremental or `--full`), its counts and its errors."""
 
 from __future__ import annotations
 
@@ -13,13 +13,14 @@ from reconciliation.models import ReconciliationRun
 
 
 class ReconciliationRunAdmin(EstimatedCountMixin, ReadOnlyAdmin):
-    list_display = ["id", "started_at", "finished_at", "status_badge", "opened", "resolved", "error_count"]
-    list_filter = ["status"]
+    list_display = ["id", "started_at", "finished_at", "status_badge", "full", "opened", "resolved", "error_count"]
+    list_filter = ["status", "full"]
     ordering = ["-id"]
     readonly_fields = (
         "started_at",
         "finished_at",
         "status_badge",
+        "full",
         "opened",
         "resolved",
         "counts_json",
