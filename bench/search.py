@@ -39,32 +39,29 @@ QUERIES = {
     "a ticket (rare word)": "ticket-4242",
     "two words": "flakyless deployous",
     "one common word": "migration",
-    # Planted by `_plant`: PostgreSQL's worst cases (`leases.search.WALK_BUDGET`).
-    "10,001 notes, spread evenly": "quokka",
-    "10,001 notes, the oldest": "wombat",
-    "just short of the walk (window per budget), spread evenly": "narwhal",
+    # Planted by `_plant`: GIN_PROBE_LIMIT + 1 notes each, the PostgreSQL walk's worst cases.
+    "a word just past the probe limit, spread evenly": "quokka",
+    "a word just past the probe limit, in the oldest notes": "wombat",
 }
-PLANTED = {"quokka": "spread", "wombat": "oldest", "narwhal": "threshold"}
-PLANTED_NOTES = 10_001
+PLANTED = {"quokka": "spread", "wombat": "oldest"}
 
 
 def _plant(vendor: str) -> bool:
-    """Append the planted words to their notes (through the triggers), once: `spread` and `oldest` in
-    PLANTED_NOTES notes, `threshold` in RANK_WINDOW notes per WALK_BUDGET, evenly (GIN's worst case)."""
+    """Append the planted words to GIN_PROBE_LIMIT + 1 notes each (through the triggers), once."""
     from django.db import connection
 
-    from leases.search import RANK_WINDOW, WALK_BUDGET
+    from leases.search import GIN_PROBE_LIMIT
 
+    count = GIN_PROBE_LIMIT + 1
     planted = False
     with connection.cursor() as cursor:
         cursor.execute("SELECT min(id), count(*) FROM leases_note")
         low, total = cursor.fetchone()
+        step = max(1, total // count)
         for word, where in PLANTED.items():
             if _matches(vendor, word):
                 continue
-            count = PLANTED_NOTES if where != "threshold" else max(1, RANK_WINDOW * total // WALK_BUDGET)
-            step = max(1, total // count)
-            chosen = "1 = 1" if where == "oldest" else f"(id - {low}) % {step} = 0"
+            chosen = f"(id - {low}) % {step} = 0" if where == "spread" else "1 = 1"
             cursor.execute(
                 f"UPDATE leases_note SET content = content || ' {word}' WHERE id IN "
                 f"(SELECT id FROM leases_note WHERE {chosen} ORDER BY id LIMIT {count})"
@@ -92,7 +89,7 @@ def _raw_statements(vendor: str, query: str, project_id: int) -> int:
     RANK_WINDOW + 1 matches with their rank, under the same planner settings; ranked by the caller."""
     from django.db import connection
 
-    from leases.search import GIN_PLAN, RANK_WINDOW, WALK_BUDGET, WALK_PLAN
+    from leases.search import GIN_PLAN, GIN_PROBE_LIMIT, RANK_WINDOW, WALK_PLAN
     from leases.search_text import fts5_expression, parse, websearch_text
 
     with connection.cursor() as cursor:
@@ -114,16 +111,14 @@ def _raw_statements(vendor: str, query: str, project_id: int) -> int:
                 ),
             ):
                 alias = "t" if table == "ledger_task" else "n"
-                for name in WALK_PLAN:
-                    raw.execute(f"SET LOCAL {name} = off")
+                raw.execute("SET LOCAL enable_indexscan = off")
                 raw.execute(
-                    f"SELECT count(*) FROM (SELECT 1 FROM (SELECT search_vector FROM {table} ORDER BY id DESC "
-                    "LIMIT %s) s WHERE search_vector @@ websearch_to_tsquery('english', %s) LIMIT %s) p",
-                    [WALK_BUDGET, text, RANK_WINDOW + 1],
+                    f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE search_vector @@ "
+                    "websearch_to_tsquery('english', %s) LIMIT %s) p",
+                    [text, GIN_PROBE_LIMIT + 1],
                 )
-                walk = raw.fetchone()[0] > RANK_WINDOW
-                for name in WALK_PLAN:
-                    raw.execute(f"SET LOCAL {name} = on")
+                walk = raw.fetchone()[0] > GIN_PROBE_LIMIT
+                raw.execute("SET LOCAL enable_indexscan = on")
                 for name in WALK_PLAN if walk else GIN_PLAN:
                     raw.execute(f"SET LOCAL {name} = off")
                 order = f"{alias}.id" if walk else f"{alias}.id + 0"

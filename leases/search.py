@@ -19,12 +19,12 @@ rather than every match (`SearchAnswer.windowed`). Finding the window:
 
 - SQLite: the FTS5 match walked newest first (`ORDER BY rowid DESC`), each
   rowid checked for visibility, stopping at RANK_WINDOW + 1.
-- PostgreSQL: a bounded probe walks the WALK_BUDGET newest rows (the primary
-  key backwards, the `@@` filter) until it has seen RANK_WINDOW + 1 matches.
-  If it has, the window walks the same way and stops within those rows
-  (cost RANK_WINDOW / the word's density); if not, the word is read through
-  GIN and its newest RANK_WINDOW kept (a top-N sort; cost its matches, fewer
-  than RANK_WINDOW per WALK_BUDGET rows for a word spread evenly). Both read
+- PostgreSQL: a bounded probe counts the table's matches through the GIN
+  index up to GIN_PROBE_LIMIT. A word with no more than that is read through
+  GIN and its newest RANK_WINDOW kept (a top-N sort); a commoner word walks
+  the primary key backwards with the `@@` filter and stops at RANK_WINDOW + 1
+  visible matches (cost RANK_WINDOW / the word's density, at most
+  RANK_WINDOW * rows / GIN_PROBE_LIMIT for a word spread evenly). Both read
   the same statement (but for how its order is spelled) under different planner
   settings: the same window.
 
@@ -69,10 +69,10 @@ from ledger.models import Agent, Project, Task
 from ledger.selectors import tasks_visible_to
 
 __all__ = [
+    "GIN_PROBE_LIMIT",
     "RANK_WINDOW",
     "SEARCHABLE_CHARS",
     "SNIPPET_MAX_CHARS",
-    "WALK_BUDGET",
     "SearchAnswer",
     "SearchHit",
     "search",
@@ -85,11 +85,10 @@ TITLE_WEIGHT = 2.5  # SQLite's bm25 column weight of a title against a descripti
 SQLITE_PROGRESS_STEPS = 1000  # virtual-machine steps between two looks at the clock
 # Each kind ranks its RANK_WINDOW newest visible matches, on both databases (docs/api.md, "search").
 RANK_WINDOW = 1000
-# PostgreSQL: a word with more than RANK_WINDOW matches among the WALK_BUDGET newest rows is windowed by
-# walking the primary key backwards (it stops within them); any other through GIN (docs/performance.md,
-# "Search, indexed"). Their worst cases: a probe of WALK_BUDGET rows, then GIN reading fewer than
-# RANK_WINDOW matches per WALK_BUDGET rows of the table (a word spread evenly).
-WALK_BUDGET = 200_000
+# PostgreSQL: a word the GIN index finds in more rows than this is windowed by walking the primary key
+# backwards instead (docs/performance.md, "Search, indexed"). Its worst case, a word just above it spread
+# evenly, walks RANK_WINDOW * rows / GIN_PROBE_LIMIT rows.
+GIN_PROBE_LIMIT = 10_000
 # PostgreSQL's plan for a search is always the text index first, then primary-key lookups per match.
 # A rare word's row estimate is a default (0.5 % of the table), which made the planner hash-join the
 # visibility joins over every attempt and task and compile JIT code (0.2 ms of index work, 600 ms of
@@ -195,18 +194,15 @@ def _bounded() -> Iterator[None]:
 # --- PostgreSQL -----------------------------------------------------------------------------------
 
 
-def _postgres_walks(table: str, text: str) -> bool:
-    """Whether the WALK_BUDGET newest rows hold more than RANK_WINDOW matches (reads at most those rows):
-    then the window's walk ends within them; else GIN reads the matches (fewer than RANK_WINDOW per
-    WALK_BUDGET rows, for a word spread evenly)."""
-    with _postgres_settings(WALK_PLAN), connection.cursor() as cursor:
+def _postgres_many(table: str, text: str) -> bool:
+    """Whether the GIN index finds the query in more than GIN_PROBE_LIMIT rows (reads at most that many)."""
+    with _postgres_settings({"enable_indexscan": "off"}), connection.cursor() as cursor:  # a bitmap: GIN's
         cursor.execute(
-            "SELECT count(*) FROM (SELECT 1 FROM "  # noqa: S608
-            f"(SELECT search_vector FROM {table} ORDER BY id DESC LIMIT %s) AS newest "
+            f"SELECT count(*) FROM (SELECT 1 FROM {table} "  # noqa: S608
             "WHERE search_vector @@ websearch_to_tsquery('english', %s) LIMIT %s) AS probe",
-            [WALK_BUDGET, text, RANK_WINDOW + 1],
+            [text, GIN_PROBE_LIMIT + 1],
         )
-        return int(cursor.fetchone()[0]) > RANK_WINDOW
+        return int(cursor.fetchone()[0]) > GIN_PROBE_LIMIT
 
 
 def _postgres_candidates(query: str, tasks: QuerySet[Task], notes: QuerySet[Note]) -> tuple[list[_Candidate], bool]:
@@ -217,7 +213,7 @@ def _postgres_candidates(query: str, tasks: QuerySet[Task], notes: QuerySet[Note
         # Table names are constants of this module; the query text is always a parameter.
         matches = RawSQL(f"{table}.search_vector @@ websearch_to_tsquery('english', %s)", [text], BooleanField())  # noqa: S611
         rank = RawSQL(f"ts_rank({table}.search_vector, websearch_to_tsquery('english', %s))", [text], FloatField())  # noqa: S611
-        walk = _postgres_walks(table, text)
+        walk = _postgres_many(table, text)
         newest = F("id").desc() if walk else (F("id") + 0).desc()
         window = scope.filter(matches).annotate(rank=rank).order_by(newest).values_list("id", "rank")
         with _postgres_settings(WALK_PLAN if walk else GIN_PLAN):

@@ -14,9 +14,9 @@ from tests.factories import AgentFactory, AttemptFactory, NoteFactory, ProjectFa
 pytestmark = pytest.mark.django_db
 
 WINDOW = 3
-# PostgreSQL's two ways to the window: a walk budget of 0 rows sends every word through GIN, a large one
-# walks for any word with more than RANK_WINDOW matches. SQLite has one way (FTS5 newest first): both run it.
-PATHS = {"walk": 10**9, "gin": 0}
+# PostgreSQL's two ways to the window: a probe limit of 0 makes every word "common" (the walk), a large
+# one every word "rare" (GIN). SQLite has one way (FTS5 newest first): both values run it.
+PATHS = {"walk": 0, "gin": 10**6}
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def window(monkeypatch):
 
 @pytest.fixture(params=sorted(PATHS))
 def path(request, monkeypatch):
-    monkeypatch.setattr(module, "WALK_BUDGET", PATHS[request.param])
+    monkeypatch.setattr(module, "GIN_PROBE_LIMIT", PATHS[request.param])
     return request.param
 
 
@@ -59,7 +59,7 @@ def test_the_window_is_ranked_and_the_same_on_both_ways(window, corpus, monkeypa
     project, _, _, _ = corpus
     answers = {}
     for name, limit in PATHS.items():
-        monkeypatch.setattr(module, "WALK_BUDGET", limit)
+        monkeypatch.setattr(module, "GIN_PROBE_LIMIT", limit)
         answer = search_answer(query="zebra", agent=None, project=project, limit=50)
         answers[name] = [(hit.kind, hit.order, round(hit.rank, 6), hit.snippet) for hit in answer.hits]
     assert answers["walk"] == answers["gin"]
