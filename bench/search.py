@@ -39,28 +39,33 @@ QUERIES = {
     "a ticket (rare word)": "ticket-4242",
     "two words": "flakyless deployous",
     "one common word": "migration",
-    # Planted by `_plant`: GIN_PROBE_LIMIT + 1 notes each, the PostgreSQL walk's worst cases.
-    "a word just past the probe limit, spread evenly": "quokka",
-    "a word just past the probe limit, in the oldest notes": "wombat",
+    # Planted by `_plant` (PostgreSQL's worst cases around `leases.search.GIN_PROBE_LIMIT`, 10,000).
+    "10,000 notes, spread evenly (GIN's worst)": "okapi",
+    "10,001 notes, spread evenly (the walk's worst)": "quokka",
+    "15,000 notes, spread evenly (walk)": "narwhal",
+    "10,001 notes, the oldest (the walk's pathological case)": "wombat",
 }
-PLANTED = {"quokka": "spread", "wombat": "oldest"}
+# word: (how many notes, where: spread evenly over the table or the oldest)
+PLANTED = {
+    "okapi": (10_000, "spread"),
+    "quokka": (10_001, "spread"),
+    "narwhal": (15_000, "spread"),
+    "wombat": (10_001, "oldest"),
+}
 
 
 def _plant(vendor: str) -> bool:
-    """Append the planted words to GIN_PROBE_LIMIT + 1 notes each (through the triggers), once."""
+    """Append each planted word to its notes (through the triggers), once."""
     from django.db import connection
 
-    from leases.search import GIN_PROBE_LIMIT
-
-    count = GIN_PROBE_LIMIT + 1
     planted = False
     with connection.cursor() as cursor:
         cursor.execute("SELECT min(id), count(*) FROM leases_note")
         low, total = cursor.fetchone()
-        step = max(1, total // count)
-        for word, where in PLANTED.items():
+        for word, (count, where) in PLANTED.items():
             if _matches(vendor, word):
                 continue
+            step = max(1, total // count)
             chosen = f"(id - {low}) % {step} = 0" if where == "spread" else "1 = 1"
             cursor.execute(
                 f"UPDATE leases_note SET content = content || ' {word}' WHERE id IN "
