@@ -39,7 +39,42 @@ QUERIES = {
     "a ticket (rare word)": "ticket-4242",
     "two words": "flakyless deployous",
     "one common word": "migration",
+    # Planted by `_plant` (PostgreSQL's worst cases around `leases.search.GIN_PROBE_LIMIT`, 10,000).
+    "10,000 notes, spread evenly (GIN's worst)": "okapi",
+    "10,001 notes, spread evenly (the walk's worst)": "quokka",
+    "15,000 notes, spread evenly (walk)": "narwhal",
+    "10,001 notes, the oldest (the walk's pathological case)": "wombat",
 }
+# word: (how many notes, where: spread evenly over the table or the oldest)
+PLANTED = {
+    "okapi": (10_000, "spread"),
+    "quokka": (10_001, "spread"),
+    "narwhal": (15_000, "spread"),
+    "wombat": (10_001, "oldest"),
+}
+
+
+def _plant(vendor: str) -> bool:
+    """Append each planted word to its notes (through the triggers), once."""
+    from django.db import connection
+
+    planted = False
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT min(id), count(*) FROM leases_note")
+        low, total = cursor.fetchone()
+        for word, (count, where) in PLANTED.items():
+            if _matches(vendor, word):
+                continue
+            step = max(1, total // count)
+            chosen = f"(id - {low}) % {step} = 0" if where == "spread" else "1 = 1"
+            cursor.execute(
+                f"UPDATE leases_note SET content = content || ' {word}' WHERE id IN "
+                f"(SELECT id FROM leases_note WHERE {chosen} ORDER BY id LIMIT {count})"
+            )
+            planted = True
+        if planted and vendor == "postgresql":
+            cursor.execute("VACUUM ANALYZE leases_note")
+    return planted
 
 
 def _raw(vendor: str, query: str, project_id: int, agent_id: int) -> int:
@@ -55,12 +90,16 @@ def _raw(vendor: str, query: str, project_id: int, agent_id: int) -> int:
 
 
 def _raw_statements(vendor: str, query: str, project_id: int) -> int:
+    """The service's statements bare: per kind, (PostgreSQL: the probe, then) the window of the newest
+    RANK_WINDOW + 1 matches with their rank, under the same planner settings; ranked by the caller."""
     from django.db import connection
 
+    from leases.search import GIN_PLAN, GIN_PROBE_LIMIT, RANK_WINDOW, WALK_PLAN
     from leases.search_text import fts5_expression, parse, websearch_text
 
     with connection.cursor() as cursor:
         raw = cursor.cursor
+        found = 0
         if vendor == "postgresql":
             text = websearch_text(query)
             raw.execute("BEGIN")
@@ -68,37 +107,54 @@ def _raw_statements(vendor: str, query: str, project_id: int) -> int:
             raw.execute("SET LOCAL enable_hashjoin = off")
             raw.execute("SET LOCAL enable_mergejoin = off")
             raw.execute("SET LOCAL jit = off")
-            raw.execute(
-                "SELECT t.id, ts_rank(t.search_vector, q) r FROM ledger_task t, websearch_to_tsquery('english', %s) q "
-                "WHERE t.search_vector @@ q AND t.project_id = %s ORDER BY r DESC, t.id DESC LIMIT 21",
-                [text, project_id],
-            )
-            found = len(raw.fetchall())
-            raw.execute(
-                "SELECT n.id, ts_rank(n.search_vector, q) r FROM leases_note n "
-                "JOIN leases_attempt a ON a.id = n.attempt_id JOIN ledger_task t ON t.id = a.task_id, "
-                "websearch_to_tsquery('english', %s) q "
-                "WHERE n.search_vector @@ q AND t.project_id = %s ORDER BY r DESC, n.id DESC LIMIT 21",
-                [text, project_id],
-            )
-            found += len(raw.fetchall())
+            for table, scope in (
+                ("ledger_task", "t.project_id = %s"),
+                (
+                    "leases_note",
+                    "EXISTS (SELECT 1 FROM leases_attempt a JOIN ledger_task t ON t.id = a.task_id "
+                    "WHERE a.id = n.attempt_id AND t.project_id = %s)",
+                ),
+            ):
+                alias = "t" if table == "ledger_task" else "n"
+                raw.execute("SET LOCAL enable_indexscan = off")
+                raw.execute(
+                    f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE search_vector @@ "
+                    "websearch_to_tsquery('english', %s) LIMIT %s) p",
+                    [text, GIN_PROBE_LIMIT + 1],
+                )
+                walk = raw.fetchone()[0] > GIN_PROBE_LIMIT
+                raw.execute("SET LOCAL enable_indexscan = on")
+                for name in WALK_PLAN if walk else GIN_PLAN:
+                    raw.execute(f"SET LOCAL {name} = off")
+                order = f"{alias}.id" if walk else f"{alias}.id + 0"
+                raw.execute(
+                    f"SELECT {alias}.id, ts_rank({alias}.search_vector, q) FROM {table} {alias}, "
+                    f"websearch_to_tsquery('english', %s) q WHERE {alias}.search_vector @@ q AND {scope} "
+                    f"ORDER BY {order} DESC LIMIT %s",
+                    [text, project_id, RANK_WINDOW + 1],
+                )
+                found += len(raw.fetchall())
+                for name in WALK_PLAN if walk else GIN_PLAN:
+                    raw.execute(f"SET LOCAL {name} = on")
             raw.execute("COMMIT")
             return found
         expression = fts5_expression(parse(query))
-        raw.execute(
-            "SELECT f.rowid, -bm25(ledger_task_fts, 2.5, 1.0) r FROM ledger_task_fts f "
-            "JOIN ledger_task t ON t.id = f.rowid WHERE ledger_task_fts MATCH ? AND t.project_id = ? "
-            "ORDER BY r DESC, f.rowid DESC LIMIT 21",
-            [expression, project_id],
-        )
-        found = len(raw.fetchall())
-        raw.execute(
-            "SELECT f.rowid, -bm25(leases_note_fts) r FROM leases_note_fts f JOIN leases_note n ON n.id = f.rowid "
-            "JOIN leases_attempt a ON a.id = n.attempt_id JOIN ledger_task t ON t.id = a.task_id "
-            "WHERE leases_note_fts MATCH ? AND t.project_id = ? ORDER BY r DESC, f.rowid DESC LIMIT 21",
-            [expression, project_id],
-        )
-        return found + len(raw.fetchall())
+        for fts, weights, scope in (
+            ("ledger_task_fts", "2.5, 1.0", "SELECT 1 FROM ledger_task t WHERE t.id = f.rowid AND t.project_id = ?"),
+            (
+                "leases_note_fts",
+                "1.0",
+                "SELECT 1 FROM leases_note n JOIN leases_attempt a ON a.id = n.attempt_id "
+                "JOIN ledger_task t ON t.id = a.task_id WHERE n.id = f.rowid AND t.project_id = ?",
+            ),
+        ):
+            raw.execute(
+                f"SELECT f.rowid, -bm25({fts}, {weights}) FROM {fts} f WHERE {fts} MATCH ? AND EXISTS ({scope}) "
+                "ORDER BY f.rowid DESC LIMIT ?",
+                [expression, project_id, RANK_WINDOW + 1],
+            )
+            found += len(raw.fetchall())
+        return found
 
 
 def _matches(vendor: str, query: str) -> int:
@@ -145,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--requests", type=int, default=20)
     parser.add_argument("--keep", action="store_true", help="keep the PostgreSQL database")
     parser.add_argument(
+        "--database-name", metavar="NAME", help="the PostgreSQL database to create (default: one per process)"
+    )
+    parser.add_argument(
         "--reuse", metavar="DATABASE", help="measure an existing (kept) PostgreSQL database, no seeding"
     )
     args = parser.parse_args(argv)
@@ -157,12 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         target.env["DJANGO_SETTINGS_MODULE"] = "config.settings.base"
         target.env.setdefault("LEASEHOLD_SECRET_KEY", "bench-search-reuse-" + "x" * 40)
     else:
-        target = create_target(vendor, workdir=new_workdir())
+        target = create_target(vendor, workdir=new_workdir(), database_name=args.database_name)
     try:
         configure_django(target)
         from bench import data
         from leases.models import Attempt, Note
-        from leases.search import search
+        from leases.search import search, search_answer
         from ledger.models import Agent, Project
 
         if args.reuse:
@@ -186,13 +245,18 @@ def main(argv: list[str] | None = None) -> int:
             data.vacuum_analyze()
             seeded = time.perf_counter() - started
             print(f"{vendor}: {args.tasks:,} tasks, {notes:,} notes, seeded in {seeded:.0f} s", flush=True)
+        planted = time.perf_counter()
+        if _plant(vendor):
+            print(f"planted the probe-limit words in {time.perf_counter() - planted:.0f} s", flush=True)
         number = str(args.tasks // 2)
-        print("| query | matches | hits | service ms (median per run, range) | raw ms | ratio | answer |")
-        print("| --- | ---: | ---: | --- | --- | ---: | --- |")
+        print("| query | matches | hits | windowed | service ms (median per run, range) | raw ms | ratio | answer |")
+        print("| --- | ---: | ---: | --- | --- | --- | ---: | --- |")
         for name, template in QUERIES.items():
             query = template.format(number=number)
+            windowed = "-"
             try:
-                hits = str(len(search(query=query, agent=agent, limit=20)[0]))
+                answer = search_answer(query=query, agent=agent, limit=20)
+                hits, windowed = str(len(answer.hits)), "yes" if answer.windowed else "no"
             except Exception as exc:  # SEARCH_TOO_BROAD
                 hits = getattr(exc, "code", type(exc).__name__)
             service, raw, outcome = [], [], "ok"
@@ -203,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
                 raw.append(raw_ms)
             ratio = statistics.median(service) / statistics.median(raw)
             print(
-                f"| {name}: `{query}` | {_matches(vendor, query):,} | {hits} "
+                f"| {name}: `{query}` | {_matches(vendor, query):,} | {hits} | {windowed} "
                 f"| {min(service):.1f}-{max(service):.1f} | {min(raw):.1f}-{max(raw):.1f} | {ratio:.2f} | {outcome} |",
                 flush=True,
             )

@@ -11,6 +11,23 @@ Indexed on both databases (migration `leases.0020_search_index`):
   description) and `leases_note_fts` (content), porter-stemmed, kept by
   triggers; ranking `bm25` (title weighted as PostgreSQL's A against B).
 
+Ranking is bounded by construction (SPEC §25's 200 ms at 1M tasks / 3M
+notes): each kind (tasks, notes) ranks only its RANK_WINDOW newest visible
+matches (by id), the same window on both databases, so a word in every sixth
+note costs what a rare one does. The answer says when a window was ranked
+rather than every match (`SearchAnswer.windowed`). Finding the window:
+
+- SQLite: the FTS5 match walked newest first (`ORDER BY rowid DESC`), each
+  rowid checked for visibility, stopping at RANK_WINDOW + 1.
+- PostgreSQL: a bounded probe counts the table's matches through the GIN
+  index up to GIN_PROBE_LIMIT. A word with no more than that is read through
+  GIN and its newest RANK_WINDOW kept (a top-N sort); a commoner word walks
+  the primary key backwards with the `@@` filter and stops at RANK_WINDOW + 1
+  visible matches (cost RANK_WINDOW / the word's density, at most
+  RANK_WINDOW * rows / GIN_PROBE_LIMIT for a word spread evenly). Both read
+  the same statement (but for how its order is spelled) under different planner
+  settings: the same window.
+
 The answers are the same hits on both (the query is read the same way:
 `leases.search_text`); the order among hits may differ where the two
 databases' ranking functions weigh term frequency differently. Snippets are
@@ -32,7 +49,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
-from django.db.models import BooleanField, FloatField, QuerySet
+from django.db.models import BooleanField, F, FloatField, QuerySet
 from django.db.models.expressions import RawSQL
 
 from core.errors import SearchTooBroad
@@ -51,11 +68,27 @@ from leases.selectors import notes_visible_to
 from ledger.models import Agent, Project, Task
 from ledger.selectors import tasks_visible_to
 
-__all__ = ["SEARCHABLE_CHARS", "SNIPPET_MAX_CHARS", "SearchHit", "search", "websearch_text"]
+__all__ = [
+    "GIN_PROBE_LIMIT",
+    "RANK_WINDOW",
+    "SEARCHABLE_CHARS",
+    "SNIPPET_MAX_CHARS",
+    "SearchAnswer",
+    "SearchHit",
+    "search",
+    "search_answer",
+    "websearch_text",
+]
 
 SEARCHABLE_CHARS = 100_000  # PostgreSQL caps a tsvector at 1 MB; the triggers index this much of a description
 TITLE_WEIGHT = 2.5  # SQLite's bm25 column weight of a title against a description (PostgreSQL: A 1.0, B 0.4)
-SQLITE_PROGRESS_STEPS = 1000
+SQLITE_PROGRESS_STEPS = 1000  # virtual-machine steps between two looks at the clock
+# Each kind ranks its RANK_WINDOW newest visible matches, on both databases (docs/api.md, "search").
+RANK_WINDOW = 1000
+# PostgreSQL: a word the GIN index finds in more rows than this is windowed by walking the primary key
+# backwards instead (docs/performance.md, "Search, indexed"). Its worst case, a word just above it spread
+# evenly, walks RANK_WINDOW * rows / GIN_PROBE_LIMIT rows.
+GIN_PROBE_LIMIT = 10_000
 # PostgreSQL's plan for a search is always the text index first, then primary-key lookups per match.
 # A rare word's row estimate is a default (0.5 % of the table), which made the planner hash-join the
 # visibility joins over every attempt and task and compile JIT code (0.2 ms of index work, 600 ms of
@@ -64,7 +97,13 @@ PLAN_SETTINGS = {
     "enable_hashjoin": "off",
     "enable_mergejoin": "off",
     "jit": "off",
-}  # virtual-machine steps between two looks at the clock
+}
+# The two ways to the same window (one statement but for its order's spelling). Through GIN: the planner
+# may not walk the primary key (the window's order is written `id + 0`, which no index serves). By the
+# primary key: no bitmap, no sequential scan, no sort, so the newest rows are read first and the walk
+# stops at the window's end.
+GIN_PLAN = {"enable_seqscan": "off"}
+WALK_PLAN = {"enable_bitmapscan": "off", "enable_seqscan": "off", "enable_sort": "off"}
 
 
 @dataclass(frozen=True)
@@ -77,6 +116,13 @@ class SearchHit:
     snippet: str
     rank: float
     order: int  # tie-breaker: newer first
+
+
+@dataclass(frozen=True)
+class SearchAnswer:
+    hits: list[SearchHit]
+    more: bool  # more hits follow this page
+    windowed: bool  # some kind matched more than RANK_WINDOW visible rows: its newest RANK_WINDOW were ranked
 
 
 @dataclass(frozen=True)
@@ -99,31 +145,37 @@ def _too_broad() -> SearchTooBroad:
 
 
 @contextmanager
+def _postgres_settings(values: dict[str, str]) -> Iterator[None]:
+    """`SET LOCAL` these for the statements inside, then the values before (not after an error: the
+    transaction is rolled back, and its settings with it)."""
+    names = list(values)
+    with connection.cursor() as cursor:
+        reads = ", ".join("current_setting(%s)" for _ in names)
+        sets = ", ".join("set_config(%s, %s, true)" for _ in names)
+        cursor.execute(
+            f"SELECT {reads}, {sets}", [*names, *(value for name in names for value in (name, values[name]))]
+        )
+        previous = cursor.fetchone()[: len(names)]
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names),
+            [value for pair in zip(names, previous, strict=True) for value in pair],
+        )
+
+
+@contextmanager
 def _bounded() -> Iterator[None]:
     """Statements inside end within the search timeout, or SEARCH_TOO_BROAD."""
     if connection.vendor == "postgresql":
-        outer = connection.in_atomic_block
-        settings_now = {**PLAN_SETTINGS, "statement_timeout": str(_timeout_ms())}
-        with transaction.atomic():
-            with connection.cursor() as cursor:
-                names = list(settings_now)
-                reads = ", ".join("current_setting(%s)" for _ in names)
-                sets = ", ".join("set_config(%s, %s, true)" for _ in names)
-                cursor.execute(
-                    f"SELECT {reads}, {sets}",
-                    [*names, *(value for name in names for value in (name, settings_now[name]))],
-                )
-                previous = dict(zip(names, cursor.fetchone()[: len(names)], strict=True))
+        # In the caller's transaction, SET LOCAL would outlive the search: the settings are restored.
+        with transaction.atomic(), _postgres_settings({**PLAN_SETTINGS, "statement_timeout": str(_timeout_ms())}):
             try:
                 yield
             except OperationalError as exc:
                 if "statement timeout" in str(exc):
                     raise _too_broad() from exc
                 raise
-            if outer:  # SET LOCAL would outlive the search in the caller's transaction
-                with connection.cursor() as cursor:
-                    for name, value in previous.items():
-                        cursor.execute("SELECT set_config(%s, %s, true)", [name, value])
         return
     connection.ensure_connection()
     raw = connection.connection
@@ -142,16 +194,33 @@ def _bounded() -> Iterator[None]:
 # --- PostgreSQL -----------------------------------------------------------------------------------
 
 
-def _postgres_candidates(query: str, tasks: QuerySet[Task], notes: QuerySet[Note], fetch: int) -> list[_Candidate]:
+def _postgres_many(table: str, text: str) -> bool:
+    """Whether the GIN index finds the query in more than GIN_PROBE_LIMIT rows (reads at most that many)."""
+    with _postgres_settings({"enable_indexscan": "off"}), connection.cursor() as cursor:  # a bitmap: GIN's
+        cursor.execute(
+            f"SELECT count(*) FROM (SELECT 1 FROM {table} "  # noqa: S608
+            "WHERE search_vector @@ websearch_to_tsquery('english', %s) LIMIT %s) AS probe",
+            [text, GIN_PROBE_LIMIT + 1],
+        )
+        return int(cursor.fetchone()[0]) > GIN_PROBE_LIMIT
+
+
+def _postgres_candidates(query: str, tasks: QuerySet[Task], notes: QuerySet[Note]) -> tuple[list[_Candidate], bool]:
     text = websearch_text(query)
     found: list[_Candidate] = []
+    windowed = False
     for kind, table, scope in (("task", "ledger_task", tasks), ("note", "leases_note", notes)):
         # Table names are constants of this module; the query text is always a parameter.
         matches = RawSQL(f"{table}.search_vector @@ websearch_to_tsquery('english', %s)", [text], BooleanField())  # noqa: S611
         rank = RawSQL(f"ts_rank({table}.search_vector, websearch_to_tsquery('english', %s))", [text], FloatField())  # noqa: S611
-        rows = scope.filter(matches).annotate(rank=rank).order_by("-rank", "-id").values_list("id", "rank")[:fetch]
-        found += [_Candidate(kind, pk, float(value)) for pk, value in rows]
-    return found
+        walk = _postgres_many(table, text)
+        newest = F("id").desc() if walk else (F("id") + 0).desc()
+        window = scope.filter(matches).annotate(rank=rank).order_by(newest).values_list("id", "rank")
+        with _postgres_settings(WALK_PLAN if walk else GIN_PLAN):
+            rows = list(window[: RANK_WINDOW + 1])
+        windowed = windowed or len(rows) > RANK_WINDOW
+        found += [_Candidate(kind, pk, float(value)) for pk, value in rows[:RANK_WINDOW]]
+    return found, windowed
 
 
 def _postgres_marked(query: str, kind: str, ids: list[int]) -> dict[int, str]:
@@ -170,26 +239,27 @@ def _postgres_marked(query: str, kind: str, ids: list[int]) -> dict[int, str]:
 
 
 def _sqlite_candidates(
-    parsed: ParsedQuery, tasks: QuerySet[Task], notes: QuerySet[Note], fetch: int
-) -> list[_Candidate]:
+    parsed: ParsedQuery, tasks: QuerySet[Task], notes: QuerySet[Note]
+) -> tuple[list[_Candidate], bool]:
     expression = fts5_expression(parsed)
     found: list[_Candidate] = []
+    windowed = False
     for kind, fts, weights, scope in (
         ("task", "ledger_task_fts", f"{TITLE_WEIGHT}, 1.0", tasks),
         ("note", "leases_note_fts", "1.0", notes),
     ):
-        # The visible rows among the matches (the match drives, by rowid), then ranked by the match.
-        match = f"SELECT rowid FROM {fts} WHERE {fts} MATCH %s"  # noqa: S608
-        matching = scope.filter(id__in=RawSQL(match, [expression]))  # noqa: S611
-        visible, params = matching.values("id").query.sql_with_params()
+        # The match walked newest first, each row checked for visibility, up to the window's end.
+        visible, params = scope.filter(pk=RawSQL(f"{fts}.rowid", [])).values("id").query.sql_with_params()  # noqa: S611
         sql = (
-            f"SELECT rowid, -bm25({fts}, {weights}) AS rank FROM {fts} "  # noqa: S608
-            f"WHERE {fts} MATCH %s AND +rowid IN ({visible}) ORDER BY rank DESC, rowid DESC LIMIT %s"
+            f"SELECT rowid, -bm25({fts}, {weights}) FROM {fts} "  # noqa: S608
+            f"WHERE {fts} MATCH %s AND EXISTS ({visible}) ORDER BY rowid DESC LIMIT %s"
         )
         with connection.cursor() as cursor:
-            cursor.execute(sql, [expression, *params, fetch])
-            found += [_Candidate(kind, row[0], float(row[1])) for row in cursor.fetchall()]
-    return found
+            cursor.execute(sql, [expression, *params, RANK_WINDOW + 1])
+            rows = cursor.fetchall()
+        windowed = windowed or len(rows) > RANK_WINDOW
+        found += [_Candidate(kind, row[0], float(row[1])) for row in rows[:RANK_WINDOW]]
+    return found, windowed
 
 
 def _sqlite_marked(parsed: ParsedQuery, kind: str, ids: list[int]) -> dict[int, str]:
@@ -255,21 +325,29 @@ def search(
     *, query: str, agent: Agent | None, project: Project | None = None, offset: int = 0, limit: int = 20
 ) -> tuple[list[SearchHit], bool]:
     """Hits ranked best first (tasks before notes on a tie, then newer first), and whether more follow."""
+    answer = search_answer(query=query, agent=agent, project=project, offset=offset, limit=limit)
+    return answer.hits, answer.more
+
+
+def search_answer(
+    *, query: str, agent: Agent | None, project: Project | None = None, offset: int = 0, limit: int = 20
+) -> SearchAnswer:
+    """A page of hits ranked best first (tasks before notes on a tie, then newer first), each kind's
+    RANK_WINDOW newest visible matches ranked; whether more follow and whether a window was ranked."""
     parsed = parse(query)
     if not parsed.finds_anything:
-        return [], False
+        return SearchAnswer([], more=False, windowed=False)
     tasks = tasks_visible_to(agent)
     notes = notes_visible_to(agent)
     if project is not None:
         tasks = tasks.filter(project=project)
         notes = notes.filter(attempt__task__project=project)
-    fetch = offset + limit + 1
     postgres = connection.vendor == "postgresql"
     with _bounded():
         if postgres:
-            candidates = _postgres_candidates(query, tasks, notes, fetch)
+            candidates, windowed = _postgres_candidates(query, tasks, notes)
         else:
-            candidates = _sqlite_candidates(parsed, tasks, notes, fetch)
+            candidates, windowed = _sqlite_candidates(parsed, tasks, notes)
         merged = sorted(candidates, key=lambda c: (-c.rank, c.kind != "task", -c.id))
         page = merged[offset : offset + limit]
         marked: dict[tuple[str, int], str] = {}
@@ -279,4 +357,4 @@ def search(
                 found = _postgres_marked(query, kind, ids) if postgres else _sqlite_marked(parsed, kind, ids)
                 marked.update({(kind, key): value for key, value in found.items()})
         hits = _hits(page, marked)
-    return hits, len(merged) > offset + limit
+    return SearchAnswer(hits, more=len(merged) > offset + limit, windowed=windowed)

@@ -220,6 +220,8 @@ def cmd_search(args: argparse.Namespace, out: Output) -> int:
     with make_client(settings) as client:
         page = client.search(args.query, project=args.project or settings.project, limit=args.limit)
     lines = [f"{hit['task']:<12} {hit['kind']:<5} {hit['snippet']}" for hit in page["results"]]
+    if page.get("windowed"):  # the server ranked each kind's newest matches only
+        lines.append("(ranked among the newest matches only: add words or --project to rank them all)")
     out.result(page, "\n".join(lines) if lines else "No match.")
     return EXIT_OK
 

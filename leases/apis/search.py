@@ -13,7 +13,7 @@ from api.auth import caller_of
 from api.base import ApiView
 from api.inputs import decode_cursor, encode_cursor, query_input
 from api.schema import READ_ERRORS, error_responses
-from leases.search import search
+from leases.search import RANK_WINDOW, search_answer
 from ledger.selectors import project_by_slug
 
 MAX_OFFSET = 1000
@@ -40,6 +40,12 @@ class SearchApi(ApiView):
     class OutputSerializer(serializers.Serializer[Any]):
         results = SearchHitSerializer(many=True)
         next_cursor = serializers.CharField(allow_null=True)
+        windowed = serializers.BooleanField(
+            help_text=(
+                f"True when the words matched more than {RANK_WINDOW:,} visible tasks or notes: the newest "
+                f"{RANK_WINDOW:,} of each were ranked, not all (add words or a project to rank them all)."
+            )
+        )
 
     @extend_schema(
         operation_id="search",
@@ -52,7 +58,8 @@ class SearchApi(ApiView):
         project = project_by_slug(params["project"], agent=agent) if "project" in params else None
         offset = decode_cursor(params["cursor"], expected={"offset": int})["offset"] if "cursor" in params else 0
         offset = max(0, min(offset, MAX_OFFSET))
-        hits, more = search(query=params["q"], agent=agent, project=project, offset=offset, limit=params["limit"])
-        next_offset = offset + len(hits)
-        next_cursor = encode_cursor({"offset": next_offset}) if more and next_offset <= MAX_OFFSET else None
-        return Response(self.OutputSerializer({"results": hits, "next_cursor": next_cursor}).data)
+        answer = search_answer(query=params["q"], agent=agent, project=project, offset=offset, limit=params["limit"])
+        next_offset = offset + len(answer.hits)
+        next_cursor = encode_cursor({"offset": next_offset}) if answer.more and next_offset <= MAX_OFFSET else None
+        output = {"results": answer.hits, "next_cursor": next_cursor, "windowed": answer.windowed}
+        return Response(self.OutputSerializer(output).data)

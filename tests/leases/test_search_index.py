@@ -171,6 +171,6 @@ def test_the_api_answers_search_too_broad_as_a_400(fixture_set, monkeypatch):
     def too_broad(**kwargs):
         raise SearchTooBroad(details={"timeout_ms": 2000})
 
-    monkeypatch.setattr("leases.apis.search.search", too_broad)
+    monkeypatch.setattr("leases.apis.search.search_answer", too_broad)
     error = assert_error(client.get("/api/v1/search/?q=flaky"), 400, "SEARCH_TOO_BROAD")
     assert error["retryable"] is False
