@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from agent.land.check import CheckRun, run_check
-from agent.land.git import Git, LandTask, Refs, Scratch, fetch, git_environment, push
+from agent.land.git import Git, LandTask, Merged, Merger, Refs, Scratch, fetch, git_environment, push
 
 MAX_RESTARTS = 3
 METHODS = ("merge", "squash", "rebase")
@@ -92,6 +92,7 @@ class LandingResult:
     check_runs: int
     tasks: list[TaskOutcome]
     tries: int = 1
+    merges: int = 0  # merges built (each task onto a commit), over every try: the git work besides the checks
 
     def finish_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -102,6 +103,44 @@ class LandingResult:
         if self.landed_commit:
             body["landed_commit"] = self.landed_commit
         return body
+
+
+class Chains:
+    """The candidates built in one try: queue-ordered task keys → commit (None: it cannot be built).
+
+    Every candidate is the tip with tasks merged on in queue order, one commit
+    per task, so a candidate whose tasks begin with those of one built before
+    starts from that one's commit: the whole batch's chain is built once, and a
+    bisection probe merges only the tasks after its longest prefix already
+    built (a probe that is a prefix of the batch merges nothing).
+    """
+
+    def __init__(self, merger: Merger, tip: str, method: str, stop_point: Callable[[], None]) -> None:
+        self.merger = merger
+        self.method = method
+        self.stop_point = stop_point
+        self.built: dict[tuple[str, ...], str | None] = {(): tip}
+        self.merges = 0
+
+    def extend(self, keys: tuple[str, ...], task: LandTask) -> Merged:
+        """Merge `task` onto the candidate `keys` (built), remembering the result."""
+        self.stop_point()
+        before = self.built[keys]
+        if before is None:
+            raise ValueError(f"the candidate {keys} could not be built")
+        done = self.merger.merge(before, task, self.method)
+        self.merges += 1
+        self.built[(*keys, task.key)] = done.commit if done.ok else None
+        return done
+
+    def build(self, tasks: list[LandTask]) -> str | None:
+        """The commit of tip + `tasks` (in queue order), merging only what no earlier candidate did."""
+        keys = tuple(task.key for task in tasks)
+        start = max(size for size in range(len(keys) + 1) if keys[:size] in self.built)
+        for size in range(start, len(keys)):
+            if self.built[keys[:size]] is None or not self.extend(keys[:size], tasks[size]).ok:
+                return None
+        return self.built[keys]
 
 
 class Engine:
@@ -124,6 +163,7 @@ class Engine:
         self.before_push = before_push
         self.log = log or (lambda text: None)
         self.check_runs = 0
+        self.merges = 0
         self.order = {task.key: index for index, task in enumerate(plan.tasks)}
 
     def run(self) -> LandingResult:
@@ -134,7 +174,7 @@ class Engine:
                 self._stop_point()
                 result, last = self._try(refs, attempt)
                 if result is not None:
-                    result.tries = attempt + 1
+                    result.tries, result.merges = attempt + 1, self.merges
                     return result
                 self.log(f"the target {self.plan.target} moved; starting again at its new tip")
         finally:
@@ -143,7 +183,9 @@ class Engine:
             last[task.key] if last[task.key].outcome != "landed" else TaskOutcome(task.key, "target_moved")
             for task in self.plan.tasks
         ]
-        return LandingResult("target_moved", None, self.check_runs, outcomes, tries=MAX_RESTARTS + 1)
+        return LandingResult(
+            "target_moved", None, self.check_runs, outcomes, tries=MAX_RESTARTS + 1, merges=self.merges
+        )
 
     def _stop_point(self) -> None:
         if self.cancel.is_set():
@@ -155,11 +197,15 @@ class Engine:
         tip, missing = fetch(self.clone, refs, plan.source, plan.target, plan.tasks)
         outcomes = {key: TaskOutcome(key, "conflict", output_tail=why) for key, why in missing.items()}
         self.log(f"{plan.target} is at {tip[:12]}; merging {len(plan.tasks)} task(s) by {plan.method}")
-        with Scratch(self.clone, tip) as scratch:
-            batch = self._merge_batch(scratch, tip, [task for task in plan.tasks if task.key not in missing], outcomes)
-            green, commit = batch, scratch.head()
-            if batch and plan.check_command:
-                green, commit = self._check_and_bisect(scratch, tip, batch, commit, outcomes)
+        with Scratch(self.clone) as scratch:
+            chains = Chains(Merger(self.clone, scratch), tip, plan.method, self._stop_point)
+            try:
+                batch = self._merge_batch(chains, [task for task in plan.tasks if task.key not in missing], outcomes)
+                green, commit = batch, chains.build(batch) or tip
+                if batch and plan.check_command:
+                    green, commit = self._check_and_bisect(chains, scratch, tip, batch, commit, outcomes)
+            finally:
+                self.merges += chains.merges
             for task in green:
                 outcomes[task.key] = TaskOutcome(task.key, "landed")
             if green:
@@ -177,14 +223,11 @@ class Engine:
         result = "check_failed" if "check_failed" in kinds else "conflict"
         return LandingResult(result, None, self.check_runs, ordered), outcomes
 
-    def _merge_batch(
-        self, scratch: Scratch, tip: str, tasks: list[LandTask], outcomes: dict[str, TaskOutcome]
-    ) -> list[LandTask]:
+    def _merge_batch(self, chains: Chains, tasks: list[LandTask], outcomes: dict[str, TaskOutcome]) -> list[LandTask]:
         """Merge in queue order; the tasks merged on top of the tip (already-landed ones are recorded landed)."""
         merged: list[LandTask] = []
         for task in tasks:
-            self._stop_point()
-            done = scratch.merge(task, self.plan.method)
+            done = chains.extend(tuple(each.key for each in merged), task)
             if done.ok and done.already:
                 outcomes[task.key] = TaskOutcome(task.key, "landed")
             elif done.ok:
@@ -193,16 +236,14 @@ class Engine:
                 outcomes[task.key] = TaskOutcome(task.key, "conflict", paths=done.paths)
             else:
                 # Conflicting with the batch, or with the target itself? Only the latter fails the task.
-                head = scratch.head()
-                scratch.reset(tip)
-                alone = scratch.merge(task, self.plan.method)
-                scratch.reset(head)
+                alone = chains.extend((), task)
                 kind = "deferred" if alone.ok else "conflict"
                 outcomes[task.key] = TaskOutcome(task.key, kind, paths=done.paths if alone.ok else alone.paths)
         return merged
 
-    def _check(self, scratch: Scratch, tasks: list[LandTask]) -> CheckRun:
+    def _check(self, scratch: Scratch, commit: str, tasks: list[LandTask]) -> CheckRun:
         self._stop_point()
+        scratch.checkout(commit)
         self.check_runs += 1
         env = {
             **self.clone.env,
@@ -222,21 +263,25 @@ class Engine:
             raise Abandoned("the landing was stopped during its check; the target was not touched")
         return run
 
-    def _probe(self, scratch: Scratch, tip: str, tasks: list[LandTask]) -> tuple[str | None, CheckRun | None]:
+    def _probe(self, chains: Chains, scratch: Scratch, tasks: list[LandTask]) -> tuple[str | None, CheckRun | None]:
         """Build tip + tasks (queue order) and check it: (commit, run), or (None, None) if it cannot be built."""
         ordered = sorted(tasks, key=lambda task: self.order[task.key])
-        scratch.reset(tip)
-        for task in ordered:
-            self._stop_point()
-            if not scratch.merge(task, self.plan.method).ok:
-                return None, None
-        return scratch.head(), self._check(scratch, ordered)
+        built = chains.build(ordered)
+        if built is None:
+            return None, None
+        return built, self._check(scratch, built, ordered)
 
     def _check_and_bisect(
-        self, scratch: Scratch, tip: str, batch: list[LandTask], commit: str, outcomes: dict[str, TaskOutcome]
+        self,
+        chains: Chains,
+        scratch: Scratch,
+        tip: str,
+        batch: list[LandTask],
+        commit: str,
+        outcomes: dict[str, TaskOutcome],
     ) -> tuple[list[LandTask], str]:
         """The green set and its checked commit (the module docstring's algorithm); sets the failing outcomes."""
-        run = self._check(scratch, batch)
+        run = self._check(scratch, commit, batch)
         if run.green:
             return batch, commit
         green: list[LandTask] = []
@@ -247,7 +292,7 @@ class Engine:
         optimistic = True  # the tasks set aside are presumed green until a check says otherwise
         while pending:
             if red_tail is None:
-                built, probe = self._probe(scratch, tip, green + pending)
+                built, probe = self._probe(chains, scratch, green + pending)
                 if built is None or probe is None:
                     return self._unsettled(green, green_commit, pending + later, outcomes)
                 if probe.green:
@@ -261,7 +306,7 @@ class Engine:
                 half = len(unsettled) // 2
                 left, right = unsettled[:half], unsettled[half:]
                 kept = aside if optimistic else []
-                built, probe = self._probe(scratch, tip, green + kept + right)
+                built, probe = self._probe(chains, scratch, green + kept + right)
                 if built is None or probe is None:
                     return self._unsettled(green, green_commit, unsettled + aside + later, outcomes)
                 if probe.green:
@@ -271,7 +316,7 @@ class Engine:
                     red_tail, aside, unsettled = probe.output_tail, aside + left, right
             suspect = unsettled[0]
             if aside and optimistic:
-                built, probe = self._probe(scratch, tip, green + aside)
+                built, probe = self._probe(chains, scratch, green + aside)
                 if built is None or probe is None:
                     return self._unsettled(green, green_commit, unsettled + aside + later, outcomes)
                 if not probe.green:  # more than one failing task: the suspect is tried again later
