@@ -46,10 +46,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.land.check import CheckRun, run_check
+from agent.land.check import CheckRun
 from agent.land.git import Git, LandTask, Merged, Merger, Refs, Scratch, fetch, git_environment, push
 
 MAX_RESTARTS = 3
+MAX_PARALLEL_CHECKS = 8
 METHODS = ("merge", "squash", "rebase")
 
 
@@ -93,6 +94,7 @@ class LandingResult:
     tasks: list[TaskOutcome]
     tries: int = 1
     merges: int = 0  # merges built (each task onto a commit), over every try: the git work besides the checks
+    checks_cancelled: int = 0  # speculative checks stopped once their outcome was no longer needed
 
     def finish_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -117,6 +119,7 @@ class Chains:
 
     def __init__(self, merger: Merger, tip: str, method: str, stop_point: Callable[[], None]) -> None:
         self.merger = merger
+        self.tip = tip
         self.method = method
         self.stop_point = stop_point
         self.built: dict[tuple[str, ...], str | None] = {(): tip}
@@ -132,6 +135,15 @@ class Chains:
         self.merges += 1
         self.built[(*keys, task.key)] = done.commit if done.ok else None
         return done
+
+    def step(self, tasks: list[LandTask]) -> bool:
+        """One merge towards the candidate tip + `tasks` (queue order): False when it is built or cannot be."""
+        keys = tuple(task.key for task in tasks)
+        start = max(size for size in range(len(keys) + 1) if keys[:size] in self.built)
+        if start == len(keys) or self.built[keys[:start]] is None:
+            return False
+        self.extend(keys[:start], tasks[start])
+        return True
 
     def build(self, tasks: list[LandTask]) -> str | None:
         """The commit of tip + `tasks` (in queue order), merging only what no earlier candidate did."""
@@ -154,16 +166,21 @@ class Engine:
         cancel: threading.Event | None = None,
         before_push: Callable[[int], None] | None = None,
         log: Callable[[str], None] | None = None,
+        parallel_checks: int = 1,
     ) -> None:
         if plan.method not in METHODS:
             raise ValueError(f"unknown landing method {plan.method!r} (one of {', '.join(METHODS)})")
+        if not 1 <= parallel_checks <= MAX_PARALLEL_CHECKS:
+            raise ValueError(f"parallel_checks must be 1 to {MAX_PARALLEL_CHECKS}, not {parallel_checks}")
         self.plan = plan
         self.clone = Git(clone_path, git_environment(clone_path))
         self.cancel = cancel or threading.Event()
         self.before_push = before_push
         self.log = log or (lambda text: None)
         self.check_runs = 0
+        self.checks_cancelled = 0
         self.merges = 0
+        self.parallel_checks = parallel_checks
         self.order = {task.key: index for index, task in enumerate(plan.tasks)}
 
     def run(self) -> LandingResult:
@@ -175,6 +192,7 @@ class Engine:
                 result, last = self._try(refs, attempt)
                 if result is not None:
                     result.tries, result.merges = attempt + 1, self.merges
+                    result.checks_cancelled = self.checks_cancelled
                     return result
                 self.log(f"the target {self.plan.target} moved; starting again at its new tip")
         finally:
@@ -203,7 +221,7 @@ class Engine:
                 batch = self._merge_batch(chains, [task for task in plan.tasks if task.key not in missing], outcomes)
                 green, commit = batch, chains.build(batch) or tip
                 if batch and plan.check_command:
-                    green, commit = self._check_and_bisect(chains, scratch, tip, batch, commit, outcomes)
+                    green, commit = self._check_and_bisect(chains, tip, batch, commit, outcomes)
             finally:
                 self.merges += chains.merges
             for task in green:
@@ -241,49 +259,40 @@ class Engine:
                 outcomes[task.key] = TaskOutcome(task.key, kind, paths=done.paths if alone.ok else alone.paths)
         return merged
 
-    def _check(self, scratch: Scratch, commit: str, tasks: list[LandTask]) -> CheckRun:
-        self._stop_point()
-        scratch.checkout(commit)
-        self.check_runs += 1
-        env = {
-            **self.clone.env,
-            "LEASEHOLD_LANDING": "1",
-            "LEASEHOLD_TARGET_BRANCH": self.plan.target,
-            "LEASEHOLD_LANDING_TASKS": " ".join(task.key for task in tasks),
-        }
-        self.log(f"check {self.check_runs}: {self.plan.check_command!r} on {len(tasks)} task(s)")
-        run = run_check(
-            self.plan.check_command,
-            cwd=scratch.path,
-            timeout_seconds=self.plan.check_timeout_seconds,
-            env=env,
-            cancel=self.cancel,
-        )
-        if run.cancelled:
-            raise Abandoned("the landing was stopped during its check; the target was not touched")
-        return run
-
-    def _probe(self, chains: Chains, scratch: Scratch, tasks: list[LandTask]) -> tuple[str | None, CheckRun | None]:
-        """Build tip + tasks (queue order) and check it: (commit, run), or (None, None) if it cannot be built."""
-        ordered = sorted(tasks, key=lambda task: self.order[task.key])
-        built = chains.build(ordered)
-        if built is None:
-            return None, None
-        return built, self._check(scratch, built, ordered)
-
     def _check_and_bisect(
         self,
         chains: Chains,
-        scratch: Scratch,
         tip: str,
         batch: list[LandTask],
         commit: str,
         outcomes: dict[str, TaskOutcome],
     ) -> tuple[list[LandTask], str]:
-        """The green set and its checked commit (the module docstring's algorithm); sets the failing outcomes."""
-        run = self._check(scratch, commit, batch)
-        if run.green:
-            return batch, commit
+        """The green set and its checked commit (the module docstring's algorithm); sets the failing outcomes.
+
+        `agent.land.speculate` runs the checks: the whole candidate's, then the
+        bisection's probes (`_bisect`), one at a time with `parallel_checks` 1,
+        building the candidates of the probes that may come next while a check
+        runs; with more, it also checks the next probes of both outcomes at once.
+        """
+        from agent.land.speculate import Speculator
+
+        with Speculator(self, chains) as speculator:
+            return speculator.check_and_bisect(tip, batch, commit, outcomes)
+
+    def _bisect(
+        self,
+        probe_of: Callable[[list[LandTask]], tuple[str | None, CheckRun | None]],
+        tip: str,
+        batch: list[LandTask],
+        run: CheckRun,
+        outcomes: dict[str, TaskOutcome],
+    ) -> tuple[list[LandTask], str]:
+        """Bisect after the whole candidate's red `run`, asking `probe_of(tasks)` for each probe: (commit, run).
+
+        A pure function of what `probe_of` answers (no git, no check here), so
+        a speculator can replay it under assumed outcomes to learn which probes
+        come next.
+        """
         green: list[LandTask] = []
         green_commit = tip
         red_tail: str | None = run.output_tail
@@ -292,7 +301,7 @@ class Engine:
         optimistic = True  # the tasks set aside are presumed green until a check says otherwise
         while pending:
             if red_tail is None:
-                built, probe = self._probe(chains, scratch, green + pending)
+                built, probe = probe_of(green + pending)
                 if built is None or probe is None:
                     return self._unsettled(green, green_commit, pending + later, outcomes)
                 if probe.green:
@@ -306,7 +315,7 @@ class Engine:
                 half = len(unsettled) // 2
                 left, right = unsettled[:half], unsettled[half:]
                 kept = aside if optimistic else []
-                built, probe = self._probe(chains, scratch, green + kept + right)
+                built, probe = probe_of(green + kept + right)
                 if built is None or probe is None:
                     return self._unsettled(green, green_commit, unsettled + aside + later, outcomes)
                 if probe.green:
@@ -316,7 +325,7 @@ class Engine:
                     red_tail, aside, unsettled = probe.output_tail, aside + left, right
             suspect = unsettled[0]
             if aside and optimistic:
-                built, probe = self._probe(chains, scratch, green + aside)
+                built, probe = probe_of(green + aside)
                 if built is None or probe is None:
                     return self._unsettled(green, green_commit, unsettled + aside + later, outcomes)
                 if not probe.green:  # more than one failing task: the suspect is tried again later
