@@ -1,12 +1,13 @@
 """One landing from fetch to push (SPEC §21.2, §21.3), with git alone: no server here.
 
-A try: fetch the target and the tasks' heads; a scratch worktree at the
-target's tip; merge the tasks in queue order by the method (a task whose head
-is already in the tip lands as it is; a task that conflicts with the tip is
+A try: fetch the target and the tasks' heads; merge the tasks in queue order
+by the method onto the target's tip, one commit each (a task whose head is
+already in the tip lands as it is; a task that conflicts with the tip is
 `conflict`, one that conflicts only with the tasks before it in the batch is
-`deferred` and stays queued); the check once on the whole candidate; red →
-bisect (below); push the green set with one compare-and-swap. A target that
-moved between the fetch and the push restarts the try at the new tip, at most
+`deferred` and stays queued); the check once on the whole candidate, in a
+scratch worktree; red → bisect (below); push the green set with one
+compare-and-swap. A target that moved between the fetch and the push
+restarts the try at the new tip, at most
 `MAX_RESTARTS` times, then the landing ends `target_moved`.
 
 Bisection. It assumes what every bisection assumes: a task fails on its own,
@@ -36,6 +37,14 @@ candidate, not two) — half the positions need one run more. With k > 1
 failing tasks it is at most about 1 + (k + 1)·(⌈log₂ n⌉ + 1). A probe whose candidate cannot even
 be built (a task that merges only on top of one that was left out) stops the
 bisection: the green set lands, the unsettled tasks are `deferred`.
+
+Git work. Every candidate is the tip with its tasks merged on in queue order,
+one commit per task, and `Chains` remembers each one built: a probe starts
+from the longest run of its tasks already merged (one that is a prefix of the
+batch merges nothing; a probe "everything but the first half" merges its
+tasks once). `agent.land.speculate` runs the checks in a thread and, while
+one runs, builds the candidates of the probes that may come next; with
+`parallel_checks` > 1 it checks them at once too.
 """
 
 from __future__ import annotations

@@ -8,9 +8,13 @@ under `refs/leasehold/land/<pid>/` of the clone and are deleted afterwards.
 - The *source* is where the target and the task branches are fetched from
   and pushed to: the project's remote URL, else its repository path, else
   the clone's `origin`, else the clone itself.
+- Merges by `merge` and `squash` are built without a worktree (`Merger`:
+  `git merge-tree --write-tree`, `git commit-tree`); `rebase` replays in the
+  scratch worktree.
 - The scratch worktree is a detached worktree under a temporary directory,
-  made at the target's tip and always removed (`Scratch` is a context
-  manager); an agent's worktree is never touched.
+  made at the first candidate it checks out, reused for the next ones and
+  always removed (`Scratch` is a context manager); an agent's worktree is
+  never touched.
 - The push is a compare-and-swap on the target ref: `git push
   --force-with-lease=refs/heads/T:<old tip> SOURCE <new>:refs/heads/T`. The
   receiving side updates the ref only if it still points at the old tip, so
