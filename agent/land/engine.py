@@ -104,6 +104,7 @@ class LandingResult:
     tries: int = 1
     merges: int = 0  # merges built (each task onto a commit), over every try: the git work besides the checks
     checks_cancelled: int = 0  # speculative checks stopped once their outcome was no longer needed
+    git_seconds: float = 0.0  # wall time in git processes (some of it while checks ran)
 
     def finish_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -201,7 +202,7 @@ class Engine:
                 result, last = self._try(refs, attempt)
                 if result is not None:
                     result.tries, result.merges = attempt + 1, self.merges
-                    result.checks_cancelled = self.checks_cancelled
+                    result.checks_cancelled, result.git_seconds = self.checks_cancelled, self.clone.spent[0]
                     return result
                 self.log(f"the target {self.plan.target} moved; starting again at its new tip")
         finally:

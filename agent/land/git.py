@@ -35,6 +35,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -88,11 +89,13 @@ def git_environment(clone: Path) -> dict[str, str]:
 class Git:
     """git in one directory with the lander's environment."""
 
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, cwd: Path, env: dict[str, str], spent: list[float] | None = None) -> None:
         self.cwd = cwd
         self.env = env
+        self.spent = spent if spent is not None else [0.0]  # seconds in git, shared with the clone's worktrees
 
     def run(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        started = time.perf_counter()
         try:
             done = subprocess.run(
                 ["git", *NO_HOOKS, *args],
@@ -108,6 +111,8 @@ class Git:
             raise LandGitError("git is not installed (no `git` on PATH).") from None
         except subprocess.TimeoutExpired:
             raise LandGitError(f"git {args[0]} took longer than {GIT_TIMEOUT_SECONDS} s in {self.cwd}.") from None
+        finally:
+            self.spent[0] += time.perf_counter() - started
         if check and done.returncode != 0:
             complaint = next((line for line in done.stderr.splitlines() if line.strip()), f"exit {done.returncode}")
             raise LandGitError(f"git {' '.join(args[:2])} failed in {self.cwd}: {complaint.strip()}")
@@ -232,7 +237,7 @@ class Scratch:
         self.clone = clone
         self.directory = Path(tempfile.mkdtemp(prefix="leasehold-land-"))
         self.path = self.directory / "tree"
-        self.tree = Git(self.path, clone.env)
+        self.tree = Git(self.path, clone.env, clone.spent)
         self.made = False
 
     def __enter__(self) -> Scratch:
