@@ -212,7 +212,14 @@ class Engine:
             for task in self.plan.tasks
         ]
         return LandingResult(
-            "target_moved", None, self.check_runs, outcomes, tries=MAX_RESTARTS + 1, merges=self.merges
+            "target_moved",
+            None,
+            self.check_runs,
+            outcomes,
+            tries=MAX_RESTARTS + 1,
+            merges=self.merges,
+            checks_cancelled=self.checks_cancelled,
+            git_seconds=self.clone.spent[0],
         )
 
     def _stop_point(self) -> None:
