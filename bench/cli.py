@@ -376,6 +376,9 @@ def _fleet_targets(rows: list[Row], add: Any) -> None:
         )
 
 
+WIDE_LANDING = "batched x"
+
+
 def _landing_targets(rows: list[Row], add: Any) -> None:
     """SPEC §24: 16 queued tasks, 1 failing, a check of T: batched landing within 6·T of wall time (serial: 16·T)."""
     for database, label in (("postgresql", "PostgreSQL"), ("sqlite", "SQLite")):
@@ -390,6 +393,15 @@ def _landing_targets(rows: list[Row], add: Any) -> None:
             else f"{over}·T in {batched.extra.get('check_runs')} check runs; serial "
             f"{None if serial is None else serial.extra.get('wall_over_T')}·T; ratio {batched.ratio}",
         )
+        wide = next((row for row in rows if row.database == database and row.mode.startswith(WIDE_LANDING)), None)
+        if wide is not None:
+            over = wide.extra.get("wall_over_T")
+            add(
+                f"{label} run: the same with {wide.extra.get('parallel_checks')} checks at once "
+                "(leasehold land --parallel-checks) <= 6·T",
+                over is not None and over <= 6 and not wide.errors,
+                f"{over}·T in {wide.extra.get('check_runs')} check runs ({wide.extra.get('checks_stopped')} stopped)",
+            )
 
 
 def _runner_targets(rows: list[Row], add: Any) -> None:

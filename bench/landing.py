@@ -8,6 +8,10 @@ each run lasts T, and a task fails on its own (what bisection assumes).
 - **batched** (`batch_max` 16): one landing of the 16 tasks: the check once on
   the whole candidate, then bisection until the failing task is isolated; the
   15 others land with one push. SPEC §24: ≤ 6·T of wall time.
+- **batched x3**: the same landing with `parallel_checks` 3 (`leasehold land
+  --parallel-checks 3`): the bisection's next probes of both outcomes are
+  checked at once (`agent.land.speculate`); more check runs, fewer rounds.
+  `LEASEHOLD_BENCH_LANDING_PARALLEL` sets the 3.
 - **serial** (`batch_max` 1): 16 landings of one task each, in queue order:
   16 checks, 16 pushes (about 16·T).
 
@@ -19,9 +23,11 @@ is not in it (it adds one claim, renewals every third of the lease, and one
 finish per landing: milliseconds against T), so the figures are the same on
 both databases; the rows carry the database of the run they were measured in.
 
-Reported per mode: wall seconds, check runs, wall ÷ T, and the time outside
-the checks (git); the batched row's ratio is its wall time over the serial
-row's. `LEASEHOLD_BENCH_LANDING_T` sets T (default 0.5 s; smoke 0.2 s) and
+Reported per mode: wall seconds, check runs (and speculative ones stopped),
+wall ÷ T, merges built, the seconds spent in git processes (`git_s`: some of
+them while a check runs) and wall - check runs·T (`outside_checks_s`: the
+time outside the checks when they run one at a time); the batched rows' ratio is their wall time over the
+serial row's. `LEASEHOLD_BENCH_LANDING_T` sets T (default 0.5 s; smoke 0.2 s) and
 `LEASEHOLD_BENCH_LANDING_FAILING` the failing task's position (1 to 16; default
 10, a position that needs the 6th check run: see the engine's docstring).
 """
@@ -37,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent.land.engine import Engine, LandingPlan, LandingResult
+from agent.land.engine import MAX_PARALLEL_CHECKS, Engine, LandingPlan, LandingResult
 from agent.land.git import LandTask
 from bench.environment import Target
 from bench.results import Row
@@ -122,12 +128,13 @@ def _plan(queue: Queue, tasks: list[LandTask], seconds: float) -> LandingPlan:
     )
 
 
-def _land(queue: Queue, batch: int, seconds: float) -> tuple[float, list[LandingResult]]:
+def _land(queue: Queue, batch: int, seconds: float, parallel: int = 1) -> tuple[float, list[LandingResult]]:
     """Land the queue `batch` tasks at a time (failed tasks leave it, as they go back to `ready`); wall seconds."""
     results: list[LandingResult] = []
     started = time.perf_counter()
     for first in range(0, len(queue.tasks), batch):
-        results.append(Engine(queue.lander, _plan(queue, queue.tasks[first : first + batch], seconds)).run())
+        plan = _plan(queue, queue.tasks[first : first + batch], seconds)
+        results.append(Engine(queue.lander, plan, parallel_checks=parallel).run())
     return time.perf_counter() - started, results
 
 
@@ -152,7 +159,10 @@ def _row(target: Target, mode: str, wall: float, results: list[LandingResult], s
         errors=errors,
         extra={
             "check_runs": check_runs,
+            "checks_stopped": sum(result.checks_cancelled for result in results),
             "wall_over_T": round(wall / seconds, 2),
+            "merges": sum(result.merges for result in results),
+            "git_s": round(sum(result.git_seconds for result in results), 2),
             "outside_checks_s": round(wall - check_runs * seconds, 2),
             "landings": len(results),
             "failing_position": failing,
@@ -166,14 +176,21 @@ def landing(target: Target, sizes: Sizes) -> tuple[list[Row], dict[str, Any]]:
     failing = int(os.environ.get("LEASEHOLD_BENCH_LANDING_FAILING") or 10)
     if not 1 <= failing <= TASKS:
         raise ValueError(f"LEASEHOLD_BENCH_LANDING_FAILING must be 1 to {TASKS}, not {failing}")
+    parallel = int(os.environ.get("LEASEHOLD_BENCH_LANDING_PARALLEL") or 3)
+    if not 2 <= parallel <= MAX_PARALLEL_CHECKS:
+        raise ValueError(f"LEASEHOLD_BENCH_LANDING_PARALLEL must be 2 to {MAX_PARALLEL_CHECKS}, not {parallel}")
     root = Path(tempfile.mkdtemp(prefix="leasehold-bench-landing-"))
     try:
         batched_wall, batched = _land(make_queue(root / "batched", failing=failing), TASKS, seconds)
+        wide_wall, wide = _land(make_queue(root / "wide", failing=failing), TASKS, seconds, parallel)
         serial_wall, serial = _land(make_queue(root / "serial", failing=failing), 1, seconds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     batched_row = _row(target, "batched", batched_wall, batched, seconds, failing)
+    wide_row = _row(target, f"batched x{parallel}", wide_wall, wide, seconds, failing)
     serial_row = _row(target, "serial", serial_wall, serial, seconds, failing)
-    batched_row.ratio = round(batched_wall / serial_wall, 3)
-    batched_row.extra["budget_wall_over_T"] = BATCHED_BUDGET_T
-    return [batched_row, serial_row], {}
+    for row, wall in ((batched_row, batched_wall), (wide_row, wide_wall)):
+        row.ratio = round(wall / serial_wall, 3)
+        row.extra["budget_wall_over_T"] = BATCHED_BUDGET_T
+    wide_row.extra["parallel_checks"] = parallel
+    return [batched_row, wide_row, serial_row], {}

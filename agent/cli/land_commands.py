@@ -59,9 +59,16 @@ def cmd_land(args: argparse.Namespace, out: Output) -> int:
                     emit=emit,
                     log=out.info,
                     lease_seconds=args.lease_seconds,
+                    parallel_checks=args.parallel_checks,
                 )
             report = lander.land_once(
-                client, project, clone, lease_seconds=args.lease_seconds, stopping=stopping, log=out.info
+                client,
+                project,
+                clone,
+                lease_seconds=args.lease_seconds,
+                stopping=stopping,
+                log=out.info,
+                parallel_checks=args.parallel_checks,
             )
             emit(report)
             return report.exit_code
@@ -115,6 +122,18 @@ def landing_text(project: str, page: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _parallel_checks(text: str) -> int:
+    from agent.land.engine import MAX_PARALLEL_CHECKS
+
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_PARALLEL_CHECKS:
+        raise argparse.ArgumentTypeError(f"must be a whole number from 1 to {MAX_PARALLEL_CHECKS}, not {text!r}")
+    return value
+
+
 def add_parsers(command: Any) -> None:
     """The subcommands of this module, added through `agent.cli.leasehold`'s `command(name, text, handler)`."""
     land = command(
@@ -133,6 +152,14 @@ def add_parsers(command: Any) -> None:
         "--lease-seconds",
         type=int,
         help="the landing's lease (default: the project's; the server clamps it); renewed every third of it",
+    )
+    land.add_argument(
+        "--parallel-checks",
+        type=_parallel_checks,
+        default=1,
+        metavar="N",
+        help="bisection: check up to N candidates at once, the next probes of both outcomes (default 1: one "
+        "check at a time; only where this machine and the project's check can run N at once)",
     )
     landing = command(
         "landing", "Show the project's landing queue, the live landing and the latest results.", cmd_landing

@@ -1,12 +1,13 @@
 """One landing from fetch to push (SPEC §21.2, §21.3), with git alone: no server here.
 
-A try: fetch the target and the tasks' heads; a scratch worktree at the
-target's tip; merge the tasks in queue order by the method (a task whose head
-is already in the tip lands as it is; a task that conflicts with the tip is
+A try: fetch the target and the tasks' heads; merge the tasks in queue order
+by the method onto the target's tip, one commit each (a task whose head is
+already in the tip lands as it is; a task that conflicts with the tip is
 `conflict`, one that conflicts only with the tasks before it in the batch is
-`deferred` and stays queued); the check once on the whole candidate; red →
-bisect (below); push the green set with one compare-and-swap. A target that
-moved between the fetch and the push restarts the try at the new tip, at most
+`deferred` and stays queued); the check once on the whole candidate, in a
+scratch worktree; red → bisect (below); push the green set with one
+compare-and-swap. A target that moved between the fetch and the push
+restarts the try at the new tip, at most
 `MAX_RESTARTS` times, then the landing ends `target_moved`.
 
 Bisection. It assumes what every bisection assumes: a task fails on its own,
@@ -36,6 +37,14 @@ candidate, not two) — half the positions need one run more. With k > 1
 failing tasks it is at most about 1 + (k + 1)·(⌈log₂ n⌉ + 1). A probe whose candidate cannot even
 be built (a task that merges only on top of one that was left out) stops the
 bisection: the green set lands, the unsettled tasks are `deferred`.
+
+Git work. Every candidate is the tip with its tasks merged on in queue order,
+one commit per task, and `Chains` remembers each one built: a probe starts
+from the longest run of its tasks already merged (one that is a prefix of the
+batch merges nothing; a probe "everything but the first half" merges its
+tasks once). `agent.land.speculate` runs the checks in a thread and, while
+one runs, builds the candidates of the probes that may come next; with
+`parallel_checks` > 1 it checks them at once too.
 """
 
 from __future__ import annotations
@@ -46,10 +55,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agent.land.check import CheckRun, run_check
-from agent.land.git import Git, LandTask, Refs, Scratch, fetch, git_environment, push
+from agent.land.check import CheckRun
+from agent.land.git import Git, LandTask, Merged, Merger, Refs, Scratch, fetch, git_environment, push
 
 MAX_RESTARTS = 3
+MAX_PARALLEL_CHECKS = 8
 METHODS = ("merge", "squash", "rebase")
 
 
@@ -92,6 +102,9 @@ class LandingResult:
     check_runs: int
     tasks: list[TaskOutcome]
     tries: int = 1
+    merges: int = 0  # merges built (each task onto a commit), over every try: the git work besides the checks
+    checks_cancelled: int = 0  # speculative checks stopped once their outcome was no longer needed
+    git_seconds: float = 0.0  # wall time in git processes (some of it while checks ran)
 
     def finish_body(self) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -102,6 +115,54 @@ class LandingResult:
         if self.landed_commit:
             body["landed_commit"] = self.landed_commit
         return body
+
+
+class Chains:
+    """The candidates built in one try: queue-ordered task keys → commit (None: it cannot be built).
+
+    Every candidate is the tip with tasks merged on in queue order, one commit
+    per task, so a candidate whose tasks begin with those of one built before
+    starts from that one's commit: the whole batch's chain is built once, and a
+    bisection probe merges only the tasks after its longest prefix already
+    built (a probe that is a prefix of the batch merges nothing).
+    """
+
+    def __init__(self, merger: Merger, tip: str, method: str, stop_point: Callable[[], None]) -> None:
+        self.merger = merger
+        self.tip = tip
+        self.method = method
+        self.stop_point = stop_point
+        self.built: dict[tuple[str, ...], str | None] = {(): tip}
+        self.merges = 0
+
+    def extend(self, keys: tuple[str, ...], task: LandTask) -> Merged:
+        """Merge `task` onto the candidate `keys` (built), remembering the result."""
+        self.stop_point()
+        before = self.built[keys]
+        if before is None:
+            raise ValueError(f"the candidate {keys} could not be built")
+        done = self.merger.merge(before, task, self.method)
+        self.merges += 1
+        self.built[(*keys, task.key)] = done.commit if done.ok else None
+        return done
+
+    def step(self, tasks: list[LandTask]) -> bool:
+        """One merge towards the candidate tip + `tasks` (queue order): False when it is built or cannot be."""
+        keys = tuple(task.key for task in tasks)
+        start = max(size for size in range(len(keys) + 1) if keys[:size] in self.built)
+        if start == len(keys) or self.built[keys[:start]] is None:
+            return False
+        self.extend(keys[:start], tasks[start])
+        return True
+
+    def build(self, tasks: list[LandTask]) -> str | None:
+        """The commit of tip + `tasks` (in queue order), merging only what no earlier candidate did."""
+        keys = tuple(task.key for task in tasks)
+        start = max(size for size in range(len(keys) + 1) if keys[:size] in self.built)
+        for size in range(start, len(keys)):
+            if self.built[keys[:size]] is None or not self.extend(keys[:size], tasks[size]).ok:
+                return None
+        return self.built[keys]
 
 
 class Engine:
@@ -115,15 +176,21 @@ class Engine:
         cancel: threading.Event | None = None,
         before_push: Callable[[int], None] | None = None,
         log: Callable[[str], None] | None = None,
+        parallel_checks: int = 1,
     ) -> None:
         if plan.method not in METHODS:
             raise ValueError(f"unknown landing method {plan.method!r} (one of {', '.join(METHODS)})")
+        if not 1 <= parallel_checks <= MAX_PARALLEL_CHECKS:
+            raise ValueError(f"parallel_checks must be 1 to {MAX_PARALLEL_CHECKS}, not {parallel_checks}")
         self.plan = plan
         self.clone = Git(clone_path, git_environment(clone_path))
         self.cancel = cancel or threading.Event()
         self.before_push = before_push
         self.log = log or (lambda text: None)
         self.check_runs = 0
+        self.checks_cancelled = 0
+        self.merges = 0
+        self.parallel_checks = parallel_checks
         self.order = {task.key: index for index, task in enumerate(plan.tasks)}
 
     def run(self) -> LandingResult:
@@ -134,7 +201,8 @@ class Engine:
                 self._stop_point()
                 result, last = self._try(refs, attempt)
                 if result is not None:
-                    result.tries = attempt + 1
+                    result.tries, result.merges = attempt + 1, self.merges
+                    result.checks_cancelled, result.git_seconds = self.checks_cancelled, self.clone.spent[0]
                     return result
                 self.log(f"the target {self.plan.target} moved; starting again at its new tip")
         finally:
@@ -143,7 +211,16 @@ class Engine:
             last[task.key] if last[task.key].outcome != "landed" else TaskOutcome(task.key, "target_moved")
             for task in self.plan.tasks
         ]
-        return LandingResult("target_moved", None, self.check_runs, outcomes, tries=MAX_RESTARTS + 1)
+        return LandingResult(
+            "target_moved",
+            None,
+            self.check_runs,
+            outcomes,
+            tries=MAX_RESTARTS + 1,
+            merges=self.merges,
+            checks_cancelled=self.checks_cancelled,
+            git_seconds=self.clone.spent[0],
+        )
 
     def _stop_point(self) -> None:
         if self.cancel.is_set():
@@ -155,11 +232,15 @@ class Engine:
         tip, missing = fetch(self.clone, refs, plan.source, plan.target, plan.tasks)
         outcomes = {key: TaskOutcome(key, "conflict", output_tail=why) for key, why in missing.items()}
         self.log(f"{plan.target} is at {tip[:12]}; merging {len(plan.tasks)} task(s) by {plan.method}")
-        with Scratch(self.clone, tip) as scratch:
-            batch = self._merge_batch(scratch, tip, [task for task in plan.tasks if task.key not in missing], outcomes)
-            green, commit = batch, scratch.head()
-            if batch and plan.check_command:
-                green, commit = self._check_and_bisect(scratch, tip, batch, commit, outcomes)
+        with Scratch(self.clone) as scratch:
+            chains = Chains(Merger(self.clone, scratch), tip, plan.method, self._stop_point)
+            try:
+                batch = self._merge_batch(chains, [task for task in plan.tasks if task.key not in missing], outcomes)
+                green, commit = batch, chains.build(batch) or tip
+                if batch and plan.check_command:
+                    green, commit = self._check_and_bisect(chains, tip, batch, commit, outcomes)
+            finally:
+                self.merges += chains.merges
             for task in green:
                 outcomes[task.key] = TaskOutcome(task.key, "landed")
             if green:
@@ -177,14 +258,11 @@ class Engine:
         result = "check_failed" if "check_failed" in kinds else "conflict"
         return LandingResult(result, None, self.check_runs, ordered), outcomes
 
-    def _merge_batch(
-        self, scratch: Scratch, tip: str, tasks: list[LandTask], outcomes: dict[str, TaskOutcome]
-    ) -> list[LandTask]:
+    def _merge_batch(self, chains: Chains, tasks: list[LandTask], outcomes: dict[str, TaskOutcome]) -> list[LandTask]:
         """Merge in queue order; the tasks merged on top of the tip (already-landed ones are recorded landed)."""
         merged: list[LandTask] = []
         for task in tasks:
-            self._stop_point()
-            done = scratch.merge(task, self.plan.method)
+            done = chains.extend(tuple(each.key for each in merged), task)
             if done.ok and done.already:
                 outcomes[task.key] = TaskOutcome(task.key, "landed")
             elif done.ok:
@@ -193,52 +271,45 @@ class Engine:
                 outcomes[task.key] = TaskOutcome(task.key, "conflict", paths=done.paths)
             else:
                 # Conflicting with the batch, or with the target itself? Only the latter fails the task.
-                head = scratch.head()
-                scratch.reset(tip)
-                alone = scratch.merge(task, self.plan.method)
-                scratch.reset(head)
+                alone = chains.extend((), task)
                 kind = "deferred" if alone.ok else "conflict"
                 outcomes[task.key] = TaskOutcome(task.key, kind, paths=done.paths if alone.ok else alone.paths)
         return merged
 
-    def _check(self, scratch: Scratch, tasks: list[LandTask]) -> CheckRun:
-        self._stop_point()
-        self.check_runs += 1
-        env = {
-            **self.clone.env,
-            "LEASEHOLD_LANDING": "1",
-            "LEASEHOLD_TARGET_BRANCH": self.plan.target,
-            "LEASEHOLD_LANDING_TASKS": " ".join(task.key for task in tasks),
-        }
-        self.log(f"check {self.check_runs}: {self.plan.check_command!r} on {len(tasks)} task(s)")
-        run = run_check(
-            self.plan.check_command,
-            cwd=scratch.path,
-            timeout_seconds=self.plan.check_timeout_seconds,
-            env=env,
-            cancel=self.cancel,
-        )
-        if run.cancelled:
-            raise Abandoned("the landing was stopped during its check; the target was not touched")
-        return run
-
-    def _probe(self, scratch: Scratch, tip: str, tasks: list[LandTask]) -> tuple[str | None, CheckRun | None]:
-        """Build tip + tasks (queue order) and check it: (commit, run), or (None, None) if it cannot be built."""
-        ordered = sorted(tasks, key=lambda task: self.order[task.key])
-        scratch.reset(tip)
-        for task in ordered:
-            self._stop_point()
-            if not scratch.merge(task, self.plan.method).ok:
-                return None, None
-        return scratch.head(), self._check(scratch, ordered)
-
     def _check_and_bisect(
-        self, scratch: Scratch, tip: str, batch: list[LandTask], commit: str, outcomes: dict[str, TaskOutcome]
+        self,
+        chains: Chains,
+        tip: str,
+        batch: list[LandTask],
+        commit: str,
+        outcomes: dict[str, TaskOutcome],
     ) -> tuple[list[LandTask], str]:
-        """The green set and its checked commit (the module docstring's algorithm); sets the failing outcomes."""
-        run = self._check(scratch, batch)
-        if run.green:
-            return batch, commit
+        """The green set and its checked commit (the module docstring's algorithm); sets the failing outcomes.
+
+        `agent.land.speculate` runs the checks: the whole candidate's, then the
+        bisection's probes (`_bisect`), one at a time with `parallel_checks` 1,
+        building the candidates of the probes that may come next while a check
+        runs; with more, it also checks the next probes of both outcomes at once.
+        """
+        from agent.land.speculate import Speculator
+
+        with Speculator(self, chains) as speculator:
+            return speculator.check_and_bisect(tip, batch, commit, outcomes)
+
+    def _bisect(
+        self,
+        probe_of: Callable[[list[LandTask]], tuple[str | None, CheckRun | None]],
+        tip: str,
+        batch: list[LandTask],
+        run: CheckRun,
+        outcomes: dict[str, TaskOutcome],
+    ) -> tuple[list[LandTask], str]:
+        """Bisect after the whole candidate's red `run`, asking `probe_of(tasks)` for each probe: (commit, run).
+
+        A pure function of what `probe_of` answers (no git, no check here), so
+        a speculator can replay it under assumed outcomes to learn which probes
+        come next.
+        """
         green: list[LandTask] = []
         green_commit = tip
         red_tail: str | None = run.output_tail
@@ -247,7 +318,7 @@ class Engine:
         optimistic = True  # the tasks set aside are presumed green until a check says otherwise
         while pending:
             if red_tail is None:
-                built, probe = self._probe(scratch, tip, green + pending)
+                built, probe = probe_of(green + pending)
                 if built is None or probe is None:
                     return self._unsettled(green, green_commit, pending + later, outcomes)
                 if probe.green:
@@ -261,7 +332,7 @@ class Engine:
                 half = len(unsettled) // 2
                 left, right = unsettled[:half], unsettled[half:]
                 kept = aside if optimistic else []
-                built, probe = self._probe(scratch, tip, green + kept + right)
+                built, probe = probe_of(green + kept + right)
                 if built is None or probe is None:
                     return self._unsettled(green, green_commit, unsettled + aside + later, outcomes)
                 if probe.green:
@@ -271,7 +342,7 @@ class Engine:
                     red_tail, aside, unsettled = probe.output_tail, aside + left, right
             suspect = unsettled[0]
             if aside and optimistic:
-                built, probe = self._probe(scratch, tip, green + aside)
+                built, probe = probe_of(green + aside)
                 if built is None or probe is None:
                     return self._unsettled(green, green_commit, unsettled + aside + later, outcomes)
                 if not probe.green:  # more than one failing task: the suspect is tried again later

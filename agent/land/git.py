@@ -8,9 +8,13 @@ under `refs/leasehold/land/<pid>/` of the clone and are deleted afterwards.
 - The *source* is where the target and the task branches are fetched from
   and pushed to: the project's remote URL, else its repository path, else
   the clone's `origin`, else the clone itself.
+- Merges by `merge` and `squash` are built without a worktree (`Merger`:
+  `git merge-tree --write-tree`, `git commit-tree`); `rebase` replays in the
+  scratch worktree.
 - The scratch worktree is a detached worktree under a temporary directory,
-  made at the target's tip and always removed (`Scratch` is a context
-  manager); an agent's worktree is never touched.
+  made at the first candidate it checks out, reused for the next ones and
+  always removed (`Scratch` is a context manager); an agent's worktree is
+  never touched.
 - The push is a compare-and-swap on the target ref: `git push
   --force-with-lease=refs/heads/T:<old tip> SOURCE <new>:refs/heads/T`. The
   receiving side updates the ref only if it still points at the old tip, so
@@ -31,6 +35,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -59,11 +64,12 @@ class LandTask:
 
 @dataclass
 class Merged:
-    """The result of merging one task onto the scratch tree's HEAD."""
+    """The result of merging one task onto a commit (`before`)."""
 
     ok: bool
     paths: list[str] = field(default_factory=list)  # the conflicting paths
-    already: bool = False  # the task's head was already in HEAD: nothing merged
+    already: bool = False  # the task's head was already in `before`: nothing merged
+    commit: str = ""  # the merged commit (`before` itself when `already`); empty on a conflict
 
 
 def git_environment(clone: Path) -> dict[str, str]:
@@ -83,16 +89,19 @@ def git_environment(clone: Path) -> dict[str, str]:
 class Git:
     """git in one directory with the lander's environment."""
 
-    def __init__(self, cwd: Path, env: dict[str, str]) -> None:
+    def __init__(self, cwd: Path, env: dict[str, str], spent: list[float] | None = None) -> None:
         self.cwd = cwd
         self.env = env
+        self.spent = spent if spent is not None else [0.0]  # seconds in git, shared with the clone's worktrees
 
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        started = time.perf_counter()
         try:
             done = subprocess.run(
                 ["git", *NO_HOOKS, *args],
                 cwd=self.cwd,
                 env=self.env,
+                input=stdin,
                 capture_output=True,
                 text=True,
                 timeout=GIT_TIMEOUT_SECONDS,
@@ -102,6 +111,8 @@ class Git:
             raise LandGitError("git is not installed (no `git` on PATH).") from None
         except subprocess.TimeoutExpired:
             raise LandGitError(f"git {args[0]} took longer than {GIT_TIMEOUT_SECONDS} s in {self.cwd}.") from None
+        finally:
+            self.spent[0] += time.perf_counter() - started
         if check and done.returncode != 0:
             complaint = next((line for line in done.stderr.splitlines() if line.strip()), f"exit {done.returncode}")
             raise LandGitError(f"git {' '.join(args[:2])} failed in {self.cwd}: {complaint.strip()}")
@@ -113,6 +124,16 @@ class Git:
 
     def has_commit(self, commit: str) -> bool:
         return self.run("cat-file", "-e", f"{commit}^{{commit}}", check=False).returncode == 0
+
+    def missing_commits(self, commits: list[str]) -> set[str]:
+        """The commits of `commits` this repository does not have (one `git cat-file --batch-check`)."""
+        if not commits:
+            return set()
+        asked = "".join(f"{commit}^{{commit}}\n" for commit in commits)
+        answers = self.run("cat-file", "--batch-check=%(objecttype)", stdin=asked).stdout.splitlines()
+        return {commit for commit, answer in zip(commits, answers, strict=False) if answer != "commit"} | set(
+            commits[len(answers) :]
+        )
 
     def is_ancestor(self, ancestor: str, descendant: str) -> bool:
         return self.run("merge-base", "--is-ancestor", ancestor, descendant, check=False).returncode == 0
@@ -144,8 +165,9 @@ class Refs:
 
     def remove(self) -> None:
         listed = self.clone.out("for-each-ref", "--format=%(refname)", self.prefix) or ""
-        for ref in listed.splitlines():
-            self.clone.run("update-ref", "-d", ref, check=False)
+        if listed:
+            deletions = "".join(f"delete {ref}\n" for ref in listed.split())
+            self.clone.run("update-ref", "--stdin", stdin=deletions, check=False)
 
 
 def remote_tip(clone: Git, source: str, target: str) -> str | None:
@@ -155,24 +177,38 @@ def remote_tip(clone: Git, source: str, target: str) -> str | None:
 
 
 def fetch(clone: Git, refs: Refs, source: str, target: str, tasks: list[LandTask]) -> tuple[str, dict[str, str]]:
-    """Fetch the target and the tasks' heads: (the target's tip, {task key: why its head is missing})."""
-    clone.run("fetch", "--quiet", "--no-tags", source, f"+refs/heads/{target}:{refs.target()}")
+    """Fetch the target and the tasks' heads: (the target's tip, {task key: why its head is missing}).
+
+    One fetch of the target and the branches of the heads the clone lacks (one
+    by one only when that fails: a missing branch fails the whole fetch), then
+    the heads still missing by their commit ids.
+    """
+    absent = clone.missing_commits([task.head_commit for task in tasks])
+    wanted = [(index, task) for index, task in enumerate(tasks) if task.head_commit in absent]
+    specs = [f"+refs/heads/{task.branch}:{refs.task(index)}" for index, task in wanted]
+    target_spec = f"+refs/heads/{target}:{refs.target()}"
+    if clone.run("fetch", "--quiet", "--no-tags", source, target_spec, *specs, check=False).returncode != 0:
+        clone.run("fetch", "--quiet", "--no-tags", source, target_spec)
+        for spec in specs:
+            clone.run("fetch", "--quiet", "--no-tags", source, spec, check=False)
     tip = clone.out("rev-parse", "--verify", f"{refs.target()}^{{commit}}")
     if not tip:
         raise LandGitError(f"{source} has no branch {target!r}.")
-    wanted = [(index, task) for index, task in enumerate(tasks) if not clone.has_commit(task.head_commit)]
-    specs = [f"+refs/heads/{task.branch}:{refs.task(index)}" for index, task in wanted]
-    if specs and clone.run("fetch", "--quiet", "--no-tags", source, *specs, check=False).returncode != 0:
-        for spec in specs:  # one missing branch fails the whole fetch: take the others one by one
-            clone.run("fetch", "--quiet", "--no-tags", source, spec, check=False)
+    absent = clone.missing_commits([task.head_commit for _, task in wanted])
+    if absent:
+        if clone.run("fetch", "--quiet", "--no-tags", source, *sorted(absent), check=False).returncode != 0:
+            for commit in sorted(absent):
+                clone.run("fetch", "--quiet", "--no-tags", source, commit, check=False)
+        absent = clone.missing_commits(sorted(absent))
     missing: dict[str, str] = {}
+    updates: list[str] = []
     for index, task in wanted:
-        if not clone.has_commit(task.head_commit):
-            clone.run("fetch", "--quiet", "--no-tags", source, task.head_commit, check=False)
-        if clone.has_commit(task.head_commit):
-            clone.run("update-ref", refs.task(index), task.head_commit)
-        else:
+        if task.head_commit in absent:
             missing[task.key] = f"head {task.head_commit} of {task.branch} could not be fetched from {source}"
+        else:
+            updates.append(f"update {refs.task(index)} {task.head_commit}\n")
+    if updates:
+        clone.run("update-ref", "--stdin", stdin="".join(updates))
     return tip, missing
 
 
@@ -188,23 +224,23 @@ def labels_between(tree: Git, base: str, head: str, fallback: str) -> list[str]:
 
 
 class Scratch:
-    """A detached worktree of the clone under a temporary directory; removed on exit, whatever happened."""
+    """A detached worktree of the clone under a temporary directory, made when first needed; removed on exit.
 
-    def __init__(self, clone: Git, start: str) -> None:
+    One per landing try, however many candidates it checks: `checkout` moves
+    it to a candidate commit (the tree exactly that commit's, whatever the
+    previous check left behind is gone). A landing that merges by `merge` or
+    `squash` without a check never makes it (its merges are built without a
+    worktree: `Merger`).
+    """
+
+    def __init__(self, clone: Git) -> None:
         self.clone = clone
-        self.start = start
         self.directory = Path(tempfile.mkdtemp(prefix="leasehold-land-"))
         self.path = self.directory / "tree"
-        self.tree = Git(self.path, clone.env)
+        self.tree = Git(self.path, clone.env, clone.spent)
         self.made = False
 
     def __enter__(self) -> Scratch:
-        try:
-            self.clone.run("worktree", "add", "--quiet", "--detach", str(self.path), self.start)
-        except LandGitError:
-            shutil.rmtree(self.directory, ignore_errors=True)
-            raise
-        self.made = True
         return self
 
     def __exit__(
@@ -216,64 +252,86 @@ class Scratch:
         if self.made:
             self.clone.run("worktree", "remove", "--force", str(self.path), check=False)
             self.made = False
+            self.clone.run("worktree", "prune", check=False)
         shutil.rmtree(self.directory, ignore_errors=True)
-        self.clone.run("worktree", "prune", check=False)
 
     def head(self) -> str:
         return str(self.tree.out("rev-parse", "HEAD"))
 
-    def reset(self, commit: str) -> None:
+    def checkout(self, commit: str) -> None:
         """HEAD at `commit`, the tree exactly that commit's (what a check left behind is gone)."""
+        if not self.made:
+            self.clone.run("worktree", "add", "--quiet", "--detach", str(self.path), commit)
+            self.made = True
+            return
         self.tree.run("checkout", "--quiet", "--force", "--detach", commit)
         self.tree.run("clean", "-qfdx")
 
-    def merge(self, task: LandTask, method: str) -> Merged:
-        """Merge the task's head onto HEAD by the method; a conflict is aborted and HEAD left as it was."""
-        before = self.head()
-        if self.tree.is_ancestor(task.head_commit, before):
-            return Merged(ok=True, already=True)
-        if method == "squash":
-            return self._squash(task, before)
+
+class Merger:
+    """Merge one task onto a commit by the method: a new commit, or a conflict with its paths.
+
+    `merge` and `squash` are built without a worktree: `git merge-tree
+    --write-tree` (the same merge machinery as `git merge`, ort) writes the
+    merged tree, `git commit-tree` the commit on top of `before` (two parents
+    for `merge`: a `--no-ff` merge commit; one for `squash`, with the task's
+    labels as trailers). Two git processes per merge, nothing checked out.
+    `rebase` replays the task's commits in the scratch worktree (`git rebase`
+    needs one). A task whose head is already in `before` merges to `before`
+    itself (`already`): nothing is made.
+    """
+
+    def __init__(self, clone: Git, scratch: Scratch) -> None:
+        self.clone = clone
+        self.scratch = scratch
+        self.trees: dict[str, str] = {}  # commit → its tree, for the commits made or asked about here
+
+    def merge(self, before: str, task: LandTask, method: str) -> Merged:
         if method == "rebase":
-            return self._rebase(task, before)
-        message = f"Merge {task.key}: {task.title}".rstrip(": ") + f"\n\nBranch {task.branch} at {task.head_commit}."
-        done = self.tree.run("merge", "--no-ff", "--no-edit", "-m", message, task.head_commit, check=False)
-        if done.returncode != 0:
-            return self._conflict(before, "merge")
-        return Merged(ok=True)
-
-    def _squash(self, task: LandTask, before: str) -> Merged:
-        if self.tree.run("merge", "--squash", task.head_commit, check=False).returncode != 0:
-            return self._conflict(before, None)
-        labels = labels_between(self.tree, before, task.head_commit, task.label)
-        trailers = "".join(f"\nLeasehold-Label: {label}" for label in labels)
-        subject = f"{task.key}: {task.title}".rstrip(": ")
-        message = f"{subject}\n\nSquashed from {task.branch} at {task.head_commit}.\n{trailers}"
-        self.tree.run("commit", "--quiet", "--allow-empty", "-m", message)
-        return Merged(ok=True)
-
-    def _rebase(self, task: LandTask, before: str) -> Merged:
-        self.tree.run("checkout", "--quiet", "--detach", task.head_commit)
-        if self.tree.run("rebase", "--quiet", before, check=False).returncode != 0:
-            paths = self._conflicting_paths()
-            self.tree.run("rebase", "--abort", check=False)
-            self.reset(before)
+            return self._rebase(before, task)
+        done = self.clone.run(
+            "merge-tree", "--write-tree", "-z", "--name-only", "--no-messages", before, task.head_commit, check=False
+        )
+        fields = done.stdout.split("\0")
+        if done.returncode != 0 or not fields[0]:
+            # 1: conflicts (their paths follow the tree); anything else (unrelated histories): no paths to name.
+            paths = sorted({name for name in fields[1:] if name}) if done.returncode == 1 else []
             return Merged(ok=False, paths=paths)
-        if not self.tree.is_ancestor(before, self.head()):  # never: rebase replays onto `before`
-            self.reset(before)
+        tree = fields[0].strip()
+        if tree == self._tree(before) and self.clone.is_ancestor(task.head_commit, before):
+            return Merged(ok=True, already=True, commit=before)
+        if method == "squash":
+            labels = labels_between(self.clone, before, task.head_commit, task.label)
+            trailers = "".join(f"\nLeasehold-Label: {label}" for label in labels)
+            subject = f"{task.key}: {task.title}".rstrip(": ")
+            message = f"{subject}\n\nSquashed from {task.branch} at {task.head_commit}.\n{trailers}".rstrip()
+            parents = ["-p", before]
+        else:
+            subject = f"Merge {task.key}: {task.title}".rstrip(": ")
+            message = f"{subject}\n\nBranch {task.branch} at {task.head_commit}."
+            parents = ["-p", before, "-p", task.head_commit]
+        commit = self.clone.run("commit-tree", tree, *parents, "-m", message).stdout.strip()
+        self.trees[commit] = tree
+        return Merged(ok=True, commit=commit)
+
+    def _tree(self, commit: str) -> str:
+        if commit not in self.trees:
+            self.trees[commit] = str(self.clone.out("rev-parse", f"{commit}^{{tree}}"))
+        return self.trees[commit]
+
+    def _rebase(self, before: str, task: LandTask) -> Merged:
+        if self.clone.is_ancestor(task.head_commit, before):
+            return Merged(ok=True, already=True, commit=before)
+        scratch = self.scratch
+        scratch.checkout(task.head_commit)
+        if scratch.tree.run("rebase", "--quiet", before, check=False).returncode != 0:
+            listed = scratch.tree.out("diff", "--name-only", "--diff-filter=U") or ""
+            scratch.tree.run("rebase", "--abort", check=False)
+            return Merged(ok=False, paths=sorted({line for line in listed.splitlines() if line}))
+        head = scratch.head()
+        if not self.clone.is_ancestor(before, head):  # never: rebase replays onto `before`
             raise LandGitError(f"rebasing {task.branch} did not end on top of {before}.")
-        return Merged(ok=True)
-
-    def _conflict(self, before: str, abort: str | None) -> Merged:
-        paths = self._conflicting_paths()
-        if abort:
-            self.tree.run(abort, "--abort", check=False)
-        self.reset(before)
-        return Merged(ok=False, paths=paths)
-
-    def _conflicting_paths(self) -> list[str]:
-        listed = self.tree.out("diff", "--name-only", "--diff-filter=U") or ""
-        return sorted({line for line in listed.splitlines() if line})
+        return Merged(ok=True, commit=head)
 
 
 def push(clone: Git, source: str, target: str, *, old: str, new: str) -> bool:

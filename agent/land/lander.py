@@ -131,10 +131,12 @@ def land_once(
     stopping: Stopping | None = None,
     log: Callable[[str], None] = lambda text: None,
     before_push: Callable[[int], None] | None = None,
+    parallel_checks: int = 1,
 ) -> Report:
     """Claim one landing and see it through; see the module docstring for the exit codes.
 
     `lease_seconds`: the landing's lease (default: the project's), renewed every third of it.
+    `parallel_checks`: the engine's (`agent.land.speculate`; 1 = one check at a time).
     """
     stopping = stopping or Stopping()
     if stopping.after_current.is_set():
@@ -161,7 +163,8 @@ def land_once(
     relay.start()
     try:
         plan = plan_of(answer, clone)
-        result = Engine(clone, plan, cancel=cancel, before_push=before_push, log=log).run()
+        engine = Engine(clone, plan, cancel=cancel, before_push=before_push, log=log, parallel_checks=parallel_checks)
+        result = engine.run()
     except Abandoned as stopped:
         return _abandoned(lease.attempt_id, keeper, str(stopped))
     finally:
@@ -220,13 +223,21 @@ def watch(
     wait: int = WATCH_WAIT_SECONDS,
     lease_seconds: int | None = None,
     min_claim_interval: float = MIN_CLAIM_INTERVAL_SECONDS,
+    parallel_checks: int = 1,
 ) -> int:
     """Land whatever the queue holds, one landing at a time, until told to stop; 0, or 6-ish on bad credentials."""
     while not stopping.after_current.is_set():
         asked = time.monotonic()
         try:
             report = land_once(
-                client, project, clone, wait=wait, lease_seconds=lease_seconds, stopping=stopping, log=log
+                client,
+                project,
+                clone,
+                wait=wait,
+                lease_seconds=lease_seconds,
+                stopping=stopping,
+                log=log,
+                parallel_checks=parallel_checks,
             )
         except LeaseholdError as error:
             if error.code in ("AUTHENTICATION_FAILED", "PERMISSION_DENIED", "NOT_FOUND", "VALIDATION_ERROR"):
