@@ -218,4 +218,9 @@ def application_class() -> type[WSGIHandler]:
     return WSGIHandler
 
 
-__all__ = ["LeanWSGIHandler", "WSGIRequest", "application_class", "lean_path_possible"]
+def wsgi_application() -> WSGIHandler:
+    """`config.wsgi.application`: an instance of `application_class()`."""
+    return application_class()()
+
+
+__all__ = ["LeanWSGIHandler", "WSGIRequest", "application_class", "lean_path_possible", "wsgi_application"]

@@ -15,4 +15,4 @@ from django.utils.module_loading import import_string
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings.base")
 
 django.setup(set_prefix=False)
-application = import_string("api.lean.application_class")()
+application = import_string("api.lean.wsgi_application")()

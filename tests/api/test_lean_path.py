@@ -359,6 +359,12 @@ def test_the_lean_path_serves_hot_requests_without_the_middleware_stack(monkeypa
     assert full_stack == ["/api/v1/projects/", *["/api/v1/claims/next/"] * 3]
 
 
+def test_the_served_application_is_the_lean_handler():
+    from config.wsgi import application
+
+    assert type(application) is LeanWSGIHandler
+
+
 def test_the_switch_turns_the_lean_path_off():
     with override_settings(LEASEHOLD_LEAN_PATH=False):
         assert application_class() is WSGIHandler
