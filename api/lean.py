@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.handlers.exception import convert_exception_to_response, response_for_exception
@@ -77,6 +77,7 @@ HOT_ROUTES = (
     ("/api/v1/attempts/1/finish/", rf"/api/v1/attempts/{ATTEMPT_ID}/finish/"),
     ("/api/v1/attempts/1/git/", rf"/api/v1/attempts/{ATTEMPT_ID}/git/"),
 )
+Layer = Callable[[HttpRequest], Any]
 # The full stack's middleware, whose effects on a hot request the lean path reproduces; with any
 # other list (a setting changed, a middleware added) every request takes the full stack.
 EXPECTED_MIDDLEWARE = (
@@ -115,8 +116,8 @@ class HotRoute:
             (),
             kwargs,
             url_name=self.url_name,
-            app_names=self.app_names,
-            namespaces=self.namespaces,
+            app_names=list[str | None](self.app_names),
+            namespaces=list[str | None](self.namespaces),
             route=self.route,
         )
 
@@ -145,11 +146,13 @@ class LeanWSGIHandler(WSGIHandler):
         self._xframe = XFrameOptionsMiddleware(_unused)
         # The full stack's layers that act on a hot request, outermost first, each converting an
         # exception to its answer as Django wraps every middleware (`convert_exception_to_response`).
-        self._lean_chain = convert_exception_to_response(
-            RequestLogMiddleware(convert_exception_to_response(StorageDeadlineMiddleware(self._security_layer)))
+        # (Typed loosely: django-stubs' middleware signatures disagree with each other.)
+        deadline = StorageDeadlineMiddleware(cast(Layer, self._security_layer))
+        self._lean_chain: Layer = convert_exception_to_response(
+            RequestLogMiddleware(cast(Layer, convert_exception_to_response(deadline)))
         )
-        self._below_security = convert_exception_to_response(self._common_layer)
-        self._below_common = convert_exception_to_response(self._xframe_layer)
+        self._below_security: Layer = convert_exception_to_response(self._common_layer)
+        self._below_common: Layer = convert_exception_to_response(self._xframe_layer)
 
     def hot_routes(self) -> list[HotRoute]:
         # Built at the first request: the URLconf is not loaded while the handler is made.
@@ -178,7 +181,7 @@ class LeanWSGIHandler(WSGIHandler):
         kwargs: dict[str, Any] = {name: int(value) for name, value in found.groupdict().items()}
         request.resolver_match = route.resolver_match(kwargs)
         request.lean_route = route  # type: ignore[attr-defined]
-        response = self._lean_chain(request)
+        response: Any = self._lean_chain(request)
         response._resource_closers.append(request.close)
         if response.status_code >= 400:
             log_response("%s: %s", response.reason_phrase, request.path, response=response, request=request)
@@ -186,18 +189,18 @@ class LeanWSGIHandler(WSGIHandler):
 
     # Each layer as Django's `MiddlewareMixin.__call__` runs it: an answer from `process_request`
     # skips the layers below and still passes this layer's `process_response`.
-    def _security_layer(self, request: HttpRequest) -> HttpResponseBase:
+    def _security_layer(self, request: HttpRequest) -> Any:
         response = self._security.process_request(request) or self._below_security(request)
         return self._security.process_response(request, response)
 
-    def _common_layer(self, request: HttpRequest) -> HttpResponseBase:
+    def _common_layer(self, request: HttpRequest) -> Any:
         response = self._common.process_request(request) or self._below_common(request)
         return self._common.process_response(request, response)
 
-    def _xframe_layer(self, request: HttpRequest) -> HttpResponseBase:
+    def _xframe_layer(self, request: HttpRequest) -> Any:
         return self._xframe.process_response(request, self._view_response(request))
 
-    def _view_response(self, request: HttpRequest) -> HttpResponseBase:
+    def _view_response(self, request: HttpRequest) -> Any:
         """`BaseHandler._get_response` for the route found, with the innermost layer's exception handling."""
         route: HotRoute = request.lean_route  # type: ignore[attr-defined]
         try:

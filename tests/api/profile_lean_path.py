@@ -93,3 +93,23 @@ def test_profile_the_cycle(clock):
             _cycle(app, token, project.slug)
         profile.disable()
         _report(name, profile)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_time_the_stack_alone(clock):
+    """The handlers' own cost: a request the view refuses at its body (one authentication query), repeated."""
+    project = ProjectFactory(slug="lean")
+    token = AgentFactory(projects=[project]).api_token
+    handlers = {"full": WSGIHandler(), "lean": LeanWSGIHandler()}
+    spent: dict[str, list[float]] = {name: [] for name in handlers}
+    for round_number in range(ROUNDS * 2 + 1):
+        for name, app in handlers.items():
+            began = time.process_time()
+            for _ in range(200):
+                status, _, _ = call(app, "POST", "/api/v1/claims/next/", {"colour": "red"}, token=token)
+                assert status.startswith("400")
+            if round_number:  # the first round warms up
+                spent[name].append((time.process_time() - began) / 200 * 1000)
+    for name, values in spent.items():
+        rounds = ", ".join(f"{value:.3f}" for value in values)
+        print(f"{name}: {statistics.median(values):.3f} ms CPU per refused request (rounds: {rounds})")

@@ -296,7 +296,7 @@ def world(db, clock) -> dict[str, Any]:
     agent = AgentFactory(projects=[project])
     other = AgentFactory(projects=[project])
     TaskFactory(project=project, title="Fix the search copy")
-    return {"slug": project.slug, "token": agent.api_token, "other_token": other.api_token}
+    return {"slug": project.slug, "token": agent.api_token, "other_token": other.api_token}  # type: ignore[attr-defined]
 
 
 @pytest.mark.django_db
