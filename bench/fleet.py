@@ -53,6 +53,8 @@ def fleet(target: Target, sizes: Any) -> tuple[list[Row], dict[str, Any]]:
 
     smoke = sizes is SMOKE
     shapes = [ONE_CLIENT, (2, 2)] if smoke else [ONE_CLIENT, FLEET]
+    if os.environ.get("LEASEHOLD_BENCH_FLEET_ONE_CLIENT_ONLY"):
+        shapes = [ONE_CLIENT]  # the 1 x 1 row alone (the lean path's before/after, issue 34)
     seconds = float(os.environ.get("LEASEHOLD_BENCH_FLEET_SECONDS", "") or (3.0 if smoke else SECONDS))
     projects = []
     for processes, agents in [ONE_CLIENT, *shapes]:  # the first is the warm-up

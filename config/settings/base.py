@@ -313,6 +313,9 @@ if LEASEHOLD_METRICS_TOKEN and len(LEASEHOLD_METRICS_TOKEN) < 16:
 LEASEHOLD_LOG_FORMAT = env_str("LEASEHOLD_LOG_FORMAT", "text")
 if LEASEHOLD_LOG_FORMAT not in ("text", "json"):
     raise ImproperlyConfigured(f"LEASEHOLD_LOG_FORMAT must be text or json; got {LEASEHOLD_LOG_FORMAT!r}.")
+# The agent cycle's hot writes served below the full middleware stack, with the same answers
+# (api/lean.py; docs/performance.md, "The lean path"). Off: every request takes the full stack.
+LEASEHOLD_LEAN_PATH = env_bool("LEASEHOLD_LEAN_PATH", True)
 LEASEHOLD_REDIS_URL = env_str("LEASEHOLD_REDIS_URL")
 if LEASEHOLD_REDIS_URL and not LEASEHOLD_REDIS_URL.startswith(("redis://", "rediss://", "unix://")):
     raise ImproperlyConfigured(f"LEASEHOLD_REDIS_URL must be a redis:// URL; got {LEASEHOLD_REDIS_URL!r}.")

@@ -1,0 +1,115 @@
+"""Process CPU and a profile of the agent cycle through the WSGI handler, full stack against lean path.
+
+Not a test (pytest collects `test_*.py` only); run it by name, on either database:
+
+    LEASEHOLD_LEAN_PROFILE_DIR=/tmp/lean .venv/bin/python -m pytest tests/api/profile_lean_path.py -q -s
+
+One agent repeats claim-next, renew, checkpoint note, finish (done) — the
+bench's `cpu` cycle — through `WSGIHandler` and through `LeanWSGIHandler`
+in turns, with real transactions (as in a server worker: below the WSGI call
+the same code runs), after warm-up cycles. Printed: CPU per cycle
+(`time.process_time`, median of the rounds) for each, and the top entries of
+a cProfile pass of each by own and by cumulative time, saved in
+`LEASEHOLD_LEAN_PROFILE_DIR` when it is set.
+"""
+
+from __future__ import annotations
+
+import cProfile
+import io
+import json
+import os
+import pstats
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.handlers.wsgi import WSGIHandler
+
+from api.lean import LeanWSGIHandler
+from tests.api.test_lean_path import call
+from tests.factories import AgentFactory, ProjectFactory, TaskFactory
+
+WARMUP = 20
+CYCLES = 60
+ROUNDS = 5
+PROFILED = 100
+
+
+def _cycle(app: Callable[..., Any], token: str, slug: str) -> None:
+    status, _, body = call(app, "POST", "/api/v1/claims/next/", {"project": slug}, token=token)
+    assert status.startswith("201"), (status, body)
+    claim = json.loads(body)
+    attempt = f"/api/v1/attempts/{claim['attempt']['id']}"
+    proof = {"X-Lease-Token": claim["lease_token"], "X-Lease-Epoch": str(claim["epoch"])}
+    assert call(app, "POST", f"{attempt}/renew/", {}, token=token, headers=proof)[0].startswith("200")
+    note = {"kind": "checkpoint", "content": "half way", "next_steps": ["finish"]}
+    assert call(app, "POST", f"{attempt}/notes/", note, token=token, headers=proof)[0].startswith("201")
+    assert call(app, "POST", f"{attempt}/finish/", {"outcome": "done"}, token=token, headers=proof)[0].startswith("200")
+
+
+def _report(name: str, profile: cProfile.Profile) -> None:
+    for order in ("tottime", "cumulative"):
+        out = io.StringIO()
+        stats = pstats.Stats(profile, stream=out)
+        stats.sort_stats(order).print_stats(25)
+        text = out.getvalue()
+        print(f"\n===== {name}, by {order} =====\n{text}")
+        folder = os.environ.get("LEASEHOLD_LEAN_PROFILE_DIR")
+        if folder:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            (Path(folder) / f"lean-{name}-{order}.txt").write_text(text)
+            profile.dump_stats(str(Path(folder) / f"lean-{name}.prof"))
+
+
+@pytest.mark.django_db(transaction=True)
+def test_profile_the_cycle(clock):
+    project = ProjectFactory(slug="lean")
+    token = AgentFactory(projects=[project]).api_token
+    total = WARMUP * 2 + CYCLES * ROUNDS * 2 + PROFILED * 2
+    for _ in range(total):
+        TaskFactory(project=project)
+    handlers = {"full": WSGIHandler(), "lean": LeanWSGIHandler()}
+    for app in handlers.values():
+        for _ in range(WARMUP):
+            _cycle(app, token, project.slug)
+    spent: dict[str, list[float]] = {name: [] for name in handlers}
+    for _ in range(ROUNDS):
+        for name, app in handlers.items():
+            began = time.process_time()
+            for _ in range(CYCLES):
+                _cycle(app, token, project.slug)
+            spent[name].append((time.process_time() - began) / CYCLES * 1000)
+    for name, values in spent.items():
+        rounds = ", ".join(f"{value:.2f}" for value in values)
+        print(f"{name}: {statistics.median(values):.2f} ms CPU per cycle (rounds: {rounds})")
+    for name, app in handlers.items():
+        profile = cProfile.Profile(time.process_time)
+        profile.enable()
+        for _ in range(PROFILED):
+            _cycle(app, token, project.slug)
+        profile.disable()
+        _report(name, profile)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_time_the_stack_alone(clock):
+    """The handlers' own cost: a request the view refuses at its body (one authentication query), repeated."""
+    project = ProjectFactory(slug="lean")
+    token = AgentFactory(projects=[project]).api_token
+    handlers = {"full": WSGIHandler(), "lean": LeanWSGIHandler()}
+    spent: dict[str, list[float]] = {name: [] for name in handlers}
+    for round_number in range(ROUNDS * 2 + 1):
+        for name, app in handlers.items():
+            began = time.process_time()
+            for _ in range(200):
+                status, _, _ = call(app, "POST", "/api/v1/claims/next/", {"colour": "red"}, token=token)
+                assert status.startswith("400")
+            if round_number:  # the first round warms up
+                spent[name].append((time.process_time() - began) / 200 * 1000)
+    for name, values in spent.items():
+        rounds = ", ".join(f"{value:.3f}" for value in values)
+        print(f"{name}: {statistics.median(values):.3f} ms CPU per refused request (rounds: {rounds})")
