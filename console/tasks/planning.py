@@ -288,14 +288,14 @@ class TaskPlanningMixin:
             # "Can somebody claim it?" (`with_claimability`'s rule) asked of the rows shown only, in a second
             # statement: as a column, PostgreSQL answered it with a hashed set of every claimable task of every
             # project (10,940 at 40k tasks, 136 ms), whatever the LIMIT.
-            claimable = set(
+            claimable_ids = set(
                 claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET)
                 .filter(pk__in=[task.pk for task in tasks])
                 .order_by()
                 .values_list("pk", flat=True)
             )
             for task in tasks:
-                task.claimable = task.pk in claimable
+                task.claimable = task.pk in claimable_ids  # type: ignore[attr-defined]
             position = 0
             for task in tasks[:QUEUE_SHOWN]:
                 claimable = bool(getattr(task, "claimable", False))
