@@ -54,6 +54,8 @@ def compare(small: dict[str, Any], large: dict[str, Any], *, limit: float = LIMI
                 "large_ms": row["median_ms"],
                 "ratio": median,
                 "min_ratio": fastest,
+                # The bench process's CPU per request (SQLite's engine included, PostgreSQL's backend not).
+                "cpu_ratio": ratio(base.get("cpu_median_ms", 0.0), row.get("cpu_median_ms", 0.0)),
                 "queries": (base["queries"], row["queries"]),
                 "within": median is not None and median <= limit,
             }
@@ -95,16 +97,18 @@ def render_comparison(
         f"{size(large)} (scale {large['scale']})",
         "",
         f"| page | x{small['scale']} median ms | x{large['scale']} median ms | ratio | ratio of fastest "
-        f"| queries | within {limit:g}x |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
+        f"| queries | within {limit:g}x | CPU ratio |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for row in rows:
         shown = "-" if row["ratio"] is None else f"{row['ratio']:.2f}"
         fastest = "-" if row["min_ratio"] is None else f"{row['min_ratio']:.2f}"
         queries = "{} → {}".format(*row["queries"]) if row["queries"][0] != row["queries"][1] else row["queries"][0]
         verdict = "yes" if row["within"] else "**no**"
+        cpu = "-" if row.get("cpu_ratio") is None else f"{row['cpu_ratio']:.2f}"
         lines.append(
-            f"| {row['page']} | {row['small_ms']} | {row['large_ms']} | {shown} | {fastest} | {queries} | {verdict} |"
+            f"| {row['page']} | {row['small_ms']} | {row['large_ms']} | {shown} | {fastest} | {queries} | {verdict} "
+            f"| {cpu} |"
         )
     missing = over(rows)
     lines += ["", f"Over {limit:g}x: {', '.join(missing)}." if missing else f"Every page within {limit:g}x."]

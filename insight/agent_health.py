@@ -3,7 +3,8 @@
 Read in a fixed number of queries whatever the history: the agents, their
 live attempts and their last renewal (the partial index on active
 leases), one aggregate over attempts finished within the last 7 days (the
-finished_at index), and the latest checkpoint note of the week (the kind/created index).
+finished_at index), and each agent's latest checkpoint note if it is of the week (one row per agent kept
+by a trigger: `insight.models.agent_checkpoint`).
 
 An agent is **heard from** by its run heartbeat (`last_seen_at`), a renewal
 or a claim of a live lease. It is **alive** when heard from within 2 minutes
@@ -34,7 +35,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db.models import Count, Max, Q, QuerySet
 
-from leases.models import AgentDailyUsage, Attempt, AttemptStatus, Note, NoteKind
+from insight.models import AgentCheckpoint
+from leases.models import AgentDailyUsage, Attempt, AttemptStatus, Note
 from leases.selectors import live_attempts
 from leases.services.quarantine import QUARANTINE_REASON_PREFIX
 from ledger.models import Agent, TaskStatus
@@ -185,15 +187,11 @@ def agent_health(now: datetime, *, agents: QuerySet[Agent] | None = None) -> lis
         health = rows[row["agent_id"]]
         health.last_ended_at = row["last_ended"]
         health.done_7d, health.failed_7d, health.expired_7d = row["done"], row["failed"], row["expired"]
-    latest = (
-        Note.objects.filter(kind=NoteKind.CHECKPOINT, created_at__gte=week_ago, attempt__agent_id__in=ids)
-        .order_by()
-        .values("attempt__agent_id")
-        .annotate(latest=Max("id"))
-    )
-    note_ids = {row["latest"]: row["attempt__agent_id"] for row in latest}
-    for note in Note.objects.filter(pk__in=list(note_ids)).select_related("attempt__task"):
-        rows[note_ids[note.pk]].last_checkpoint = note
+    # Each agent's latest checkpoint, kept by a trigger on the note table (one row per agent, not the week's
+    # checkpoints grouped: insight.models.agent_checkpoint), shown when it is of the week.
+    latest = AgentCheckpoint.objects.filter(agent_id__in=ids, created_at__gte=week_ago).values("note_id")
+    for note in Note.objects.filter(pk__in=latest).select_related("attempt__task"):
+        rows[note.attempt.agent_id].last_checkpoint = note
     _add_evidence(rows, now)
     return list(rows.values())
 

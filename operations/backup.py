@@ -77,6 +77,8 @@ SQLITE_TRIGGERS: dict[str, tuple[str, str, str]] = {
     "insight_first_ready_report_insert": ("insight", "0003_report_tally", "leases_taskfirstready"),
     "insight_first_ready_report_update": ("insight", "0003_report_tally", "leases_taskfirstready"),
     "insight_task_report_update": ("insight", "0003_report_tally", "ledger_task"),
+    # Agent health's latest checkpoint per agent (insight/models/agent_checkpoint.py).
+    "insight_note_checkpoint_insert": ("insight", "0004_agent_checkpoint", "leases_note"),
 }
 # The event table's append-only triggers (SPEC §1.6) are compared word for word with their migrations' SQL.
 APPEND_ONLY_MIGRATIONS = (

@@ -5,7 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
+from django.db import connection
 from django.db.models import Q, QuerySet, Subquery
+from django.db.models.expressions import RawSQL
 
 from core.prepared import Prepared
 from leases.models import Attempt, AttemptStatus
@@ -94,18 +96,28 @@ def live_attempts_of_slots(slots: Iterable[RunnerSlot], *, now: datetime) -> dic
 
 
 RUNNER_EVENT_TYPES = tuple(value for value in EventType.values if value.startswith("runner."))
+# The runner's event ids on SQLite, through the type index by name (`runner_events`).
+SQLITE_RUNNER_EVENT_IDS = (
+    "SELECT id FROM ledger_event INDEXED BY event_type_time "  # noqa: S608 (no input in the text)
+    f"WHERE type IN ({', '.join(['%s'] * len(RUNNER_EVENT_TYPES))}) AND json_extract(payload, '$.runner') = %s"
+)
 
 
 def runner_events(runner: Runner, *, limit: int = 30) -> QuerySet[Event]:
     """The runner's latest events (registered, lost, cordoned, …), newest first, with their actors.
 
-    The ids come from a subquery on the type index: as one statement with `ORDER BY id DESC LIMIT`,
-    SQLite's planner walks the whole event log backwards for a runner's few events (350 ms at 400k
-    events, bench.pages); this way it reads the runner events only.
+    The ids come from a subquery on the type index (`event_type_time`), then the newest `limit` of them
+    by primary key: the runner events only, however long the event log. As one statement with `ORDER BY
+    id DESC LIMIT`, SQLite's planner walks the whole log backwards for a runner's few events (350 ms at
+    400k events, bench.pages). On SQLite the subquery names its index (`INDEXED BY`): its statistics give
+    the average rows per type, so nine types look like half the log and it scanned all of it for the
+    ids (138 ms at 100k events, round two of docs/performance.md "Console pages follow live work").
     """
-    ids = Event.objects.filter(type__in=RUNNER_EVENT_TYPES, payload__runner=runner.name).order_by().values("id")
-    return (
-        Event.objects.filter(id__in=Subquery(ids))
-        .select_related("actor_user", "actor_agent", "task")
-        .order_by("-id")[:limit]
-    )
+    ids: Subquery | RawSQL
+    if connection.vendor == "sqlite":
+        ids = RawSQL(SQLITE_RUNNER_EVENT_IDS, [*RUNNER_EVENT_TYPES, runner.name])  # noqa: S611 (parameters only)
+    else:
+        ids = Subquery(
+            Event.objects.filter(type__in=RUNNER_EVENT_TYPES, payload__runner=runner.name).order_by().values("id")
+        )
+    return Event.objects.filter(id__in=ids).select_related("actor_user", "actor_agent", "task").order_by("-id")[:limit]

@@ -27,7 +27,7 @@ from console.base import EMPTY, actor_of, badge, duration, moment
 from console.tasks.parts import EFFECTIVE_LABELS, claimability_cell, status_cell
 from core.errors import DependencyCycle, LedgerError, ValidationFailed, VersionConflict
 from core.text import normalise_newlines
-from leases.selectors import IN_PROGRESS, live_attempts, with_claimability
+from leases.selectors import HOLDS_SET, IN_PROGRESS, claimable_tasks, live_attempts, with_compact_state
 from leases.services import task_update
 from ledger import clock
 from ledger.label_sets import parse_label_list, validate_label_set
@@ -279,12 +279,23 @@ class TaskPlanningMixin:
         rows: list[dict[str, Any]] = []
         more = False
         if project is not None:
-            ready = with_claimability(
+            ready = with_compact_state(
                 Task.objects.filter(project=project, status=TaskStatus.READY).select_related("project", "reserved_for"),
                 now=now,
             ).order_by("-priority", "ready_since", "id")
             tasks = list(ready[: QUEUE_SHOWN + 1])
             more = len(tasks) > QUEUE_SHOWN
+            # "Can somebody claim it?" (`with_claimability`'s rule) asked of the rows shown only, in a second
+            # statement: as a column, PostgreSQL answered it with a hashed set of every claimable task of every
+            # project (10,940 at 40k tasks, 136 ms), whatever the LIMIT.
+            claimable_ids = set(
+                claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET)
+                .filter(pk__in=[task.pk for task in tasks])
+                .order_by()
+                .values_list("pk", flat=True)
+            )
+            for task in tasks:
+                task.claimable = task.pk in claimable_ids  # type: ignore[attr-defined]
             position = 0
             for task in tasks[:QUEUE_SHOWN]:
                 claimable = bool(getattr(task, "claimable", False))

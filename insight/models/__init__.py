@@ -7,6 +7,7 @@ the names they had before this room existed (`Meta.db_table`).
 
 from __future__ import annotations
 
+from insight.models.agent_checkpoint import AgentCheckpoint
 from insight.models.event_tally import EventTally
 from insight.models.incidents import Incident, IncidentRule, IncidentStatus
 from insight.models.job_heartbeat import ERROR_MAX_CHARS, JobHeartbeat, JobName, JobOutcome
@@ -19,6 +20,7 @@ __all__ = [
     "NO_AGENT",
     "NO_LEAD",
     "NO_PROJECT",
+    "AgentCheckpoint",
     "DayCounts",
     "EventTally",
     "FleetDayTally",

@@ -129,6 +129,7 @@ NOT_EXPORTED: dict[str, str] = {
     "insight.ReportDayTally": "derived: the attempt, task and first-ready triggers count the imported rows",
     "insight.ReportDayTallyChange": "derived: the attempt, task and first-ready triggers count the imported rows",
     "insight.LeadBucket": "fixed bucket bounds written by migration insight 0003",
+    "insight.AgentCheckpoint": "derived: the note trigger keeps each agent's latest imported checkpoint",
     "runners.Runner": "this server's machines and their tokens, not a project's data (their slot agents are agents)",
     "runners.RunnerSlot": "what this server's runners last reported",
 }

@@ -38,6 +38,16 @@ def test_a_page_is_within_at_exactly_the_limit_and_over_past_it():
     assert "| report | 30.0 | 150.0 | 5.00 | 5.00 | 7 → 9 | **no** |" in table
     assert "| board | 50.0 | 100.0 | 2.00 | 2.25 | 9 | yes |" in table
     assert table.endswith("Over 2x: list, report.")
+    assert rows[0]["cpu_ratio"] is None  # runs before the CPU column: no ratio, shown as "-"
+
+
+def test_the_cpu_ratio_is_shown_beside_the_wall_time_ratio():
+    small = payload(1, {"board": (50.0, 40.0, 9)})
+    large = payload(4, {"board": (300.0, 250.0, 9)})
+    small["pages"][0]["cpu_median_ms"], large["pages"][0]["cpu_median_ms"] = 20.0, 26.0
+    rows = compare(small, large)
+    assert rows[0]["cpu_ratio"] == 1.3
+    assert "| board | 50.0 | 300.0 | 6.00 | 6.25 | 9 | **no** | 1.30 |" in render_comparison(small, large, rows)
 
 
 def test_a_page_measured_at_one_scale_only_is_left_out_and_a_zero_time_has_no_ratio():

@@ -49,7 +49,7 @@ def test_a_row_has_live_leases_checkpoint_and_week_counts_in_bounded_queries(
     clock, crew, django_assert_max_num_queries
 ):
     _, _busy, _, held, _ = crew
-    with django_assert_max_num_queries(8):  # + the open findings and the quarantined work (issue 32)
+    with django_assert_max_num_queries(7):  # + the open findings and the quarantined work (issue 32)
         rows = {h.agent.handle: h for h in agent_health(clock.now())}
     row = rows["busy"]
     assert [a.task_id for a in row.live] == [held.pk]

@@ -218,6 +218,8 @@ def test_the_report_triggers_exist_after_migrate():
         "insight_first_ready_report_insert",
         "insight_first_ready_report_update",
         "insight_task_report_update",
+        # Agent health's latest checkpoint per agent (insight.models.agent_checkpoint, migration insight 0004).
+        "insight_note_checkpoint_insert",
     }
 
 
