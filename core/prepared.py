@@ -100,6 +100,15 @@ class _Compiled:
         return params
 
 
+def _cursor(connection: Any) -> Any:
+    """A cursor that binds on the server where the backend offers one and the settings allow it
+    (`core.postgresql`: psycopg then prepares the statement after `prepare_threshold` uses on the
+    connection); Django's own cursor everywhere else (SQLite; behind a transaction pooler)."""
+    if getattr(connection, "prepares_statements", False):
+        return connection.prepared_cursor()
+    return connection.cursor()
+
+
 def _compile_query(query: Any, using: str) -> tuple[Any, str, tuple[Any, ...]]:
     compiler = query.get_compiler(using=using)
     sql, params = compiler.as_sql()
@@ -188,7 +197,7 @@ class _PreparedBase:
         connection = connections[using]
         if compiled.for_update and connection.features.has_select_for_update and connection.get_autocommit():
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
-        with connection.cursor() as cursor:
+        with _cursor(connection) as cursor:
             cursor.execute(compiled.sql, compiled.params_for(values))
             return compiled, connection, cursor.fetchall() if fetch else cursor.rowcount
 
@@ -298,7 +307,7 @@ def insert(obj: M, using: str = "default") -> M:
         found = _INSERTS[key] = (sql, fields)
     sql, fields = found
     params = [field.get_db_prep_save(field.pre_save(obj, add=True), connection) for field in fields]
-    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(using), _cursor(connection) as cursor:
         cursor.execute(sql, params)
         (pk,) = cursor.fetchone()
     obj.pk = pk
@@ -341,6 +350,6 @@ def update_row(obj: models.Model, fields: Sequence[str], using: str = "default",
     params += [
         field.get_db_prep_value(value, connection) for field, value in zip(matching[1:], where.values(), strict=True)
     ]
-    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(using), _cursor(connection) as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)
