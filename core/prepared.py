@@ -109,6 +109,15 @@ def _cursor(connection: Any) -> Any:
     return connection.cursor()
 
 
+def run_select(sql: str, params: Sequence[Any], *, using: str = "default") -> list[tuple[Any, ...]]:
+    """The rows of a statement written once by its caller from the models' metadata, unconverted,
+    run as this module's own statements are (server-side binding and preparing where enabled)."""
+    connection = connections[using]
+    with _cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
 def _compile_query(query: Any, using: str) -> tuple[Any, str, tuple[Any, ...]]:
     compiler = query.get_compiler(using=using)
     sql, params = compiler.as_sql()
