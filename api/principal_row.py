@@ -57,10 +57,10 @@ def _shape(*, project: bool, record: bool, using: str) -> _Shape:
     if found is not None:
         return found
     quote = connection.ops.quote_name
-    aliases = [(Agent, "a")]
+    aliases: list[tuple[type[models.Model], str]] = [(Agent, "a")]
     joins = []
     if project:
-        through = Agent._meta.get_field("projects").remote_field.through  # type: ignore[union-attr]
+        through: Any = Agent.projects.through
         agent_column = through._meta.get_field("agent").column
         project_column = through._meta.get_field("project").column
         m_table, m_agent, m_project = (quote(n) for n in (through._meta.db_table, agent_column, project_column))
@@ -70,7 +70,7 @@ def _shape(*, project: bool, record: bool, using: str) -> _Shape:
         joins.append(f"LEFT JOIN {quote(Project._meta.db_table)} p ON p.{slug_column} = %s AND EXISTS ({member})")
         aliases.append((Project, "p"))
     if record:
-        meta = IdempotencyRecord._meta
+        meta: Any = IdempotencyRecord._meta
         joins.append(
             f"LEFT JOIN {quote(meta.db_table)} r ON r.{quote(meta.get_field('agent').column)} "
             f"= a.{quote(Agent._meta.pk.column)} "
@@ -82,7 +82,7 @@ def _shape(*, project: bool, record: bool, using: str) -> _Shape:
     parts = []
     columns = []
     for model, alias in aliases:
-        fields = model._meta.concrete_fields
+        fields: Any = model._meta.concrete_fields
         converters = []
         for field in fields:
             column = field.get_col(alias)

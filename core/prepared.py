@@ -16,6 +16,13 @@ differs but is no sample's (a value computed from a sample, such as
 nowhere. Sample values should be unlike any constant of the statement
 (`SAMPLE_INT`, `SAMPLE_TIME`).
 
+On PostgreSQL they run through a server-binding cursor (`core.postgresql`), so
+psycopg prepares each on a connection after `LEASEHOLD_DB_PREPARE_THRESHOLD`
+uses; every other statement binds on the client (Django's cursor), which never
+prepares. Off with `LEASEHOLD_DB_PREPARED_STATEMENTS=0`, and behind a
+transaction pooler (`LEASEHOLD_DB_TRANSACTION_POOLING`), where a statement
+prepared in one server connection is not there for the next transaction.
+
 Rows come back through the compiler's converters (the types `values_list()` or
 the model would give); `objects()` builds model instances with their
 `select_related` relations, as Django's model iterable does.

@@ -17,7 +17,7 @@ from typing import Any
 
 from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
 from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
-from django.db.backends.postgresql.psycopg_any import register_tzloader  # type: ignore[attr-defined]
+from django.db.backends.postgresql.psycopg_any import register_tzloader  # type: ignore[import-untyped]
 from psycopg.postgres import types as pg_types
 from psycopg.pq import Format
 
@@ -50,7 +50,7 @@ class DatabaseWrapper(PostgresDatabaseWrapper):
             loader = self.connection.adapters.get_loader(_TIMESTAMPTZ_OID, Format.TEXT)
             if self.timezone != loader.timezone:
                 register_tzloader(self.timezone, cursor)
-            return self._prepare_cursor(cursor)
+            return self._prepare_cursor(cursor)  # type: ignore[attr-defined]  # Django's, not in the stubs
 
     def get_new_connection(self, conn_params: Any) -> Any:
         for _ in range(MAX_DEAD_IN_A_ROW):
