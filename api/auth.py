@@ -12,9 +12,12 @@ the ledger's models only inside functions.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import RequestDataTooBig
+from django.http.request import RawPostDataException
 from rest_framework import exceptions as drf
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.permissions import SAFE_METHODS, BasePermission
@@ -26,11 +29,12 @@ from ledger.actors import Actor
 if TYPE_CHECKING:
     from django.contrib.auth.models import AbstractBaseUser
 
-    from leases.models import Attempt
-    from ledger.models import Agent
+    from leases.models import Attempt, IdempotencyRecord
+    from ledger.models import Agent, Project
     from runners.models import Runner
 
 BEARER_REALM = 'Bearer realm="leasehold"'
+MAX_SLUG_LENGTH = 50  # Project.slug's max_length
 
 
 class AgentPrincipal:
@@ -45,6 +49,10 @@ class AgentPrincipal:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.pk = agent.pk
+        # Read with the agent, in its statement (`api.principal_row`): the project of the body's slug
+        # (claim-next; None: not one of the agent's) and the stored answer of the Idempotency-Key (None: none).
+        self.known_projects: dict[str, Project | None] = {}
+        self.known_records: dict[str, IdempotencyRecord | None] = {}
 
     def __str__(self) -> str:
         return self.agent.handle
@@ -136,13 +144,11 @@ class AgentTokenAuthentication(BaseAuthentication):
                 return AttemptPrincipal(attempt, token), attempt.agent
             refusal = "The attempt token is not valid, or its attempt has ended."
         else:
-            from ledger.selectors import agent_for_token
-
-            agent = agent_for_token(token)
-            if agent is not None:
+            principal = _agent_principal(request, token)
+            if principal is not None:
                 # A valid token is served whatever its neighbours sent: agents on one machine, behind
                 # a NAT or a proxy share an address, and one bad token must not lock them all out.
-                return AgentPrincipal(agent), agent
+                return principal, principal.agent
             refusal = "The agent token is not valid, or its agent is deactivated."
         failures = FailedAuthentications(request)
         if failures.exhausted():
@@ -152,6 +158,67 @@ class AgentTokenAuthentication(BaseAuthentication):
 
     def authenticate_header(self, request: Request) -> str:
         return BEARER_REALM
+
+
+def _agent_principal(request: Request, token: str) -> AgentPrincipal | None:
+    """The token's agent; with the request's project and idempotency record when it names them, in one statement."""
+    slug = _project_slug(request)
+    key = _idempotency_key(request)
+    if slug is None and key is None:
+        from ledger.selectors import agent_for_token
+
+        agent = agent_for_token(token)
+        return None if agent is None else AgentPrincipal(agent)
+    from api.principal_row import agent_with
+
+    found = agent_with(token, project_slug=slug, idempotency_key=key)
+    if found is None:
+        return None
+    principal = AgentPrincipal(found.agent)
+    if slug is not None:
+        principal.known_projects[slug] = found.project
+    if key is not None:
+        principal.known_records[key] = found.record
+    return principal
+
+
+def _project_slug(request: Request) -> str | None:
+    """The project slug of a JSON body, on the views that look their project up by it (`auth_project_field`).
+
+    Read from the raw body without DRF's parsing, so a body DRF refuses is refused by the view as before.
+    """
+    view = (getattr(request, "parser_context", None) or {}).get("view")
+    field = getattr(view, "auth_project_field", None)
+    if field is None or request.method != "POST" or not request.content_type.startswith("application/json"):
+        return None
+    try:
+        body = json.loads(request._request.body)
+    except (ValueError, RawPostDataException, RequestDataTooBig):
+        return None
+    slug = body.get(field) if isinstance(body, dict) else None
+    return slug if isinstance(slug, str) and 0 < len(slug) <= MAX_SLUG_LENGTH else None
+
+
+def _idempotency_key(request: Request) -> str | None:
+    key = request.META.get("HTTP_IDEMPOTENCY_KEY")
+    if key is None or request.method in SAFE_METHODS:
+        return None
+    from api.mutations import IDEMPOTENCY_KEY
+
+    return key if IDEMPOTENCY_KEY.match(key) else None
+
+
+def known_project(request: Request, slug: str, agent: Agent) -> Project:
+    """The project of `slug` among the agent's, as read at authentication when it was; else read now."""
+    from ledger.selectors import no_such_project, project_by_slug
+
+    known = getattr(request.user, "known_projects", None) or {}
+    if slug not in known:
+        return project_by_slug(slug, agent=agent)
+    project = known[slug]
+    if project is None:
+        raise no_such_project(slug)
+    return project
 
 
 class IsAgentOrStaff(BasePermission):

@@ -22,7 +22,7 @@ from rest_framework.utils.encoders import JSONEncoder
 from api.auth import caller_of
 from api.errors import envelope
 from core.errors import ValidationFailed
-from leases.idempotency import StoredResult, idempotent_call
+from leases.idempotency import NOT_LOOKED_UP, StoredResult, idempotent_call
 
 IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,128}$")
 FINGERPRINTED_HEADERS = ("HTTP_IF_MATCH", "HTTP_X_ATTEMPT_ID", "HTTP_X_LEASE_EPOCH", "HTTP_X_LEASE_TOKEN")
@@ -90,7 +90,15 @@ def run_mutation(request: Request, work: Callable[[], MutationResult]) -> Respon
         produced = work()
         return StoredResult(status=produced.status, data=to_native(produced.data), attempt_id=produced.attempt_id)
 
+    # The stored answer, when authentication read it with the agent (`api.auth`): once, since a waiting
+    # claim-next runs its work again, and a duplicate may have committed an answer meanwhile.
+    known = getattr(request.user, "known_records", None) or {}
     result = idempotent_call(
-        agent=agent, key=key, fingerprint=request_fingerprint(request), work=native_work, refusal_body=envelope
+        agent=agent,
+        key=key,
+        fingerprint=request_fingerprint(request),
+        work=native_work,
+        refusal_body=envelope,
+        stored=known.pop(key) if key in known else NOT_LOOKED_UP,
     )
     return _response(MutationResult(status=result.status, data=result.data), replayed=result.replayed)

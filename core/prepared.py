@@ -16,6 +16,13 @@ differs but is no sample's (a value computed from a sample, such as
 nowhere. Sample values should be unlike any constant of the statement
 (`SAMPLE_INT`, `SAMPLE_TIME`).
 
+On PostgreSQL they run through a server-binding cursor (`core.postgresql`), so
+psycopg prepares each on a connection after `LEASEHOLD_DB_PREPARE_THRESHOLD`
+uses; every other statement binds on the client (Django's cursor), which never
+prepares. Off with `LEASEHOLD_DB_PREPARED_STATEMENTS=0`, and behind a
+transaction pooler (`LEASEHOLD_DB_TRANSACTION_POOLING`), where a statement
+prepared in one server connection is not there for the next transaction.
+
 Rows come back through the compiler's converters (the types `values_list()` or
 the model would give); `objects()` builds model instances with their
 `select_related` relations, as Django's model iterable does.
@@ -98,6 +105,24 @@ class _Compiled:
                 raise NotPreparable(f"{name} is None; a prepared statement compares with a value.")
             params[position] = transform(value)
         return params
+
+
+def _cursor(connection: Any) -> Any:
+    """A cursor that binds on the server where the backend offers one and the settings allow it
+    (`core.postgresql`: psycopg then prepares the statement after `prepare_threshold` uses on the
+    connection); Django's own cursor everywhere else (SQLite; behind a transaction pooler)."""
+    if getattr(connection, "prepares_statements", False):
+        return connection.prepared_cursor()
+    return connection.cursor()
+
+
+def run_select(sql: str, params: Sequence[Any], *, using: str = "default") -> list[tuple[Any, ...]]:
+    """The rows of a statement written once by its caller from the models' metadata, unconverted,
+    run as this module's own statements are (server-side binding and preparing where enabled)."""
+    connection = connections[using]
+    with _cursor(connection) as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
 
 
 def _compile_query(query: Any, using: str) -> tuple[Any, str, tuple[Any, ...]]:
@@ -188,7 +213,7 @@ class _PreparedBase:
         connection = connections[using]
         if compiled.for_update and connection.features.has_select_for_update and connection.get_autocommit():
             raise TransactionManagementError("select_for_update cannot be used outside of a transaction.")
-        with connection.cursor() as cursor:
+        with _cursor(connection) as cursor:
             cursor.execute(compiled.sql, compiled.params_for(values))
             return compiled, connection, cursor.fetchall() if fetch else cursor.rowcount
 
@@ -298,7 +323,7 @@ def insert(obj: M, using: str = "default") -> M:
         found = _INSERTS[key] = (sql, fields)
     sql, fields = found
     params = [field.get_db_prep_save(field.pre_save(obj, add=True), connection) for field in fields]
-    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(using), _cursor(connection) as cursor:
         cursor.execute(sql, params)
         (pk,) = cursor.fetchone()
     obj.pk = pk
@@ -341,6 +366,6 @@ def update_row(obj: models.Model, fields: Sequence[str], using: str = "default",
     params += [
         field.get_db_prep_value(value, connection) for field, value in zip(matching[1:], where.values(), strict=True)
     ]
-    with transaction.mark_for_rollback_on_error(using), connection.cursor() as cursor:
+    with transaction.mark_for_rollback_on_error(using), _cursor(connection) as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)

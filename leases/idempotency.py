@@ -6,7 +6,8 @@ claim re-derives its token from the attempt (`leases.tokens`).
 
 How a key is taken, on both databases:
 
-1. Look the key up; a stored answer is replayed (or refused with
+1. Look the key up (with the token's agent, in authentication's statement,
+   for an agent token: `api.principal_row`); a stored answer is replayed (or refused with
    IDEMPOTENCY_CONFLICT when the fingerprint differs) without a write lock.
 2. Otherwise, in one transaction: insert the record as *pending*, do the
    work, fill in the record, commit. The record and the work's writes commit
@@ -166,6 +167,14 @@ def _stored(agent: Agent, key: str) -> IdempotencyRecord | None:
     return IdempotencyRecord.objects.filter(agent=agent, key=key).exclude(status_code=PENDING_STATUS).first()
 
 
+class _NotLookedUp:
+    pass
+
+
+# `idempotent_call`'s `stored` when the caller has not read the record: it is read first.
+NOT_LOOKED_UP = _NotLookedUp()
+
+
 def idempotent_call(
     *,
     agent: Agent,
@@ -173,9 +182,15 @@ def idempotent_call(
     fingerprint: str,
     work: Callable[[], StoredResult],
     refusal_body: Callable[[LedgerError], Any],
+    stored: IdempotencyRecord | _NotLookedUp | None = NOT_LOOKED_UP,
 ) -> StoredResult:
-    """Do `work` once per (agent, key); replay its stored answer to the same request."""
-    record = _stored(agent, key)
+    """Do `work` once per (agent, key); replay its stored answer to the same request.
+
+    `stored` is the agent's finished record of `key` (or None) when the caller read it in this request
+    already (`api.auth` reads it with the token's agent, in the same statement): step 1 without a
+    statement of its own. A record committed after that read is found as in step 3.
+    """
+    record = _stored(agent, key) if isinstance(stored, _NotLookedUp) else stored
     if record is not None:
         return _replay(record, fingerprint=fingerprint)
     try:

@@ -92,8 +92,13 @@ def project_by_slug(slug: str, *, agent: Agent | None = None) -> Project:
     else:
         project = _PROJECT_VISIBLE_TO_AGENT.first(slug=slug, agent_id=agent.pk)
     if project is None:
-        raise NotFound(f"No project {slug!r}.", details={"project": slug})
+        raise no_such_project(slug)
     return project
+
+
+def no_such_project(slug: str) -> NotFound:
+    """What `project_by_slug` raises for a project the agent may not see (or that does not exist)."""
+    return NotFound(f"No project {slug!r}.", details={"project": slug})
 
 
 # `--until-empty` (SPEC §25): the stored statuses of work that is not finished. `ready` covers the claimable

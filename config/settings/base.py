@@ -131,6 +131,17 @@ LEASEHOLD_WEB_THREADS = env_int("LEASEHOLD_WEB_THREADS", DEFAULT_WEB_THREADS, mi
 # PgBouncer (or another pooler) in transaction mode between the server and PostgreSQL: the one switch
 # that turns server-side cursors and server-side prepared statements off (docs/operations.md).
 LEASEHOLD_DB_TRANSACTION_POOLING = env_bool("LEASEHOLD_DB_TRANSACTION_POOLING", False)
+# `core.prepared`'s hot statements run through a server-binding psycopg cursor, which prepares each on
+# the server after `LEASEHOLD_DB_PREPARE_THRESHOLD` uses on a connection (issue 34; docs/performance.md,
+# "Prepared statements and the request's own statements"). Off behind a transaction pooler, where a
+# statement prepared in one server connection is not there for the next transaction.
+LEASEHOLD_DB_PREPARED_STATEMENTS = env_bool("LEASEHOLD_DB_PREPARED_STATEMENTS", not LEASEHOLD_DB_TRANSACTION_POOLING)
+LEASEHOLD_DB_PREPARE_THRESHOLD = env_int("LEASEHOLD_DB_PREPARE_THRESHOLD", 2, minimum=0, maximum=1000)
+if LEASEHOLD_DB_PREPARED_STATEMENTS and LEASEHOLD_DB_TRANSACTION_POOLING:
+    raise ImproperlyConfigured(
+        "LEASEHOLD_DB_PREPARED_STATEMENTS cannot be on with LEASEHOLD_DB_TRANSACTION_POOLING: a statement prepared "
+        "in one server connection is missing in the next transaction's."
+    )
 # A direct connection to PostgreSQL for LISTEN (push.waiting); required with LEASEHOLD_DB_TRANSACTION_POOLING,
 # since a pooler in transaction mode does not deliver notifications. Empty: DATABASE_URL.
 LEASEHOLD_LISTEN_DATABASE_URL = env_str("LEASEHOLD_LISTEN_DATABASE_URL")
@@ -181,7 +192,6 @@ def _database() -> dict[str, Any]:
         config: dict[str, Any] = dict(dj_database_url.parse(url))
     except ValueError as exc:
         raise ImproperlyConfigured(f"DATABASE_URL cannot be parsed: {exc}") from None
-    config["ENGINE"] = "django.db.backends.postgresql"
     if LEASEHOLD_DB_TRANSACTION_POOLING:
         # Behind PgBouncer in transaction mode (docs/operations.md, "PgBouncer"): no startup
         # `options` (PgBouncer refuses them; the role carries these settings instead:
@@ -195,7 +205,14 @@ def _database() -> dict[str, Any]:
                 "PostgreSQL for LISTEN, which a pooler in transaction mode does not deliver."
             )
     else:
-        config["OPTIONS"] = {"options": " ".join(f"-c {name}={value}" for name, value in DB_SESSION_SETTINGS.items())}
+        config["OPTIONS"] = {
+            "options": " ".join(f"-c {name}={value}" for name, value in DB_SESSION_SETTINGS.items()),
+            # Only the server-binding cursor of `core.prepared` prepares; Django's own cursor binds on the client.
+            "prepare_threshold": LEASEHOLD_DB_PREPARE_THRESHOLD,
+        }
+    # Read by the backend `core.postgresql` (`DatabaseWrapper.prepared_cursor`).
+    config["PREPARED_STATEMENTS"] = LEASEHOLD_DB_PREPARED_STATEMENTS
+    config["ENGINE"] = "core.postgresql"
     if _running_cluster():
         # django-q2 forks its workers after closing connections; a pooled
         # connection is only returned to the pool, and every child would
@@ -223,7 +240,6 @@ def _database() -> dict[str, Any]:
     # (restart, failover, a terminated backend) is replaced instead of failing the request that got
     # it; the empty round trip is sent only when the connection is not known good (core.pool_check,
     # by the backend core.postgresql; issue 34: it was one of every request's round trips).
-    config["ENGINE"] = "core.postgresql"
     config["CONN_HEALTH_CHECKS"] = False
     config["POOL_CHECK_IDLE_SECONDS"] = env_int("LEASEHOLD_DB_POOL_CHECK_IDLE_SECONDS", 5, minimum=0, maximum=3600)
     return config

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.auth import caller_of
+from api.auth import caller_of, known_project
 from api.base import ApiView
 from api.claim_wait import MAX_WAIT_SECONDS, NotYet, wait_for_claim
 from api.inputs import body_input
@@ -29,7 +29,7 @@ from leases.selectors import claimable_tasks
 from leases.services import LeaseGrant, lease_claim, lease_claim_next
 from ledger import clock
 from ledger.models import PathsMode
-from ledger.selectors import project_by_slug, task_by_key, unfinished_tasks
+from ledger.selectors import task_by_key, unfinished_tasks
 
 LEASE_SECONDS_MAX_INPUT = 2**31 - 1
 
@@ -155,6 +155,8 @@ class ClaimNextApi(ApiView):
         )
 
     OutputSerializer = ClaimOutputSerializer
+    # The body's project is read with the token's agent, in authentication's statement (`api.auth`).
+    auth_project_field = "project"
 
     @extend_schema(
         operation_id="claims_next",
@@ -173,13 +175,13 @@ class ClaimNextApi(ApiView):
         if not wait:
 
             def work() -> MutationResult:
-                project = project_by_slug(slug, agent=agent)
+                project = known_project(request, slug, agent)
                 grant = lease_claim_next(project=project, agent=agent, **data)
                 return MutationResult(status=204) if grant is None else claim_result(grant)
 
             return run_mutation(request, work)
 
-        project = project_by_slug(slug, agent=agent)
+        project = known_project(request, slug, agent)
 
         def finished() -> bool:
             return until_empty and not unfinished_tasks(project, task_class=data.get("task_class")).exists()

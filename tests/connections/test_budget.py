@@ -136,8 +136,34 @@ def test_transaction_pooling_is_one_switch_and_needs_a_direct_listen_url():
     assert seen["pooling"] is True
     assert "options" not in db["OPTIONS"]  # PgBouncer refuses startup options
     assert db["OPTIONS"]["prepare_threshold"] is None  # no server-side prepared statements
+    assert db["PREPARED_STATEMENTS"] is False  # core.prepared's statements bind on the client, as Django's do
     assert db["DISABLE_SERVER_SIDE_CURSORS"] is True
     assert db["OPTIONS"]["pool"]["max_size"] == 10
+
+    both = _settings(
+        {
+            "DATABASE_URL": PG_URL,
+            "LEASEHOLD_DB_TRANSACTION_POOLING": "1",
+            "LEASEHOLD_LISTEN_DATABASE_URL": "postgres://leasehold@db.example:5432/leasehold",
+            "LEASEHOLD_DB_PREPARED_STATEMENTS": "1",
+        }
+    )
+    assert "LEASEHOLD_DB_PREPARED_STATEMENTS cannot be on with LEASEHOLD_DB_TRANSACTION_POOLING" in both["error"]
+
+
+def test_prepared_statements_are_on_by_default_and_can_be_turned_off():
+    db = _settings({"DATABASE_URL": PG_URL})["db"]
+    assert db["ENGINE"] == "core.postgresql"
+    assert db["PREPARED_STATEMENTS"] is True
+    assert db["OPTIONS"]["prepare_threshold"] == 2
+    cluster = _settings({"DATABASE_URL": PG_URL}, "qcluster")["db"]
+    assert cluster["ENGINE"] == "core.postgresql"  # the cluster's sweeps prepare theirs too
+    assert cluster["PREPARED_STATEMENTS"] is True
+    off = _settings(
+        {"DATABASE_URL": PG_URL, "LEASEHOLD_DB_PREPARED_STATEMENTS": "0", "LEASEHOLD_DB_PREPARE_THRESHOLD": "5"}
+    )["db"]
+    assert off["PREPARED_STATEMENTS"] is False
+    assert off["OPTIONS"]["prepare_threshold"] == 5
 
 
 def test_sqlite_has_no_pool_whatever_the_threads():

@@ -153,3 +153,50 @@ def test_the_audit_log_still_gets_one_row_per_event(clock):
     assert Event.objects.count() == before + 1
     stored = Event.objects.get(pk=event.pk)
     assert (stored.project_id, stored.task_id, stored.payload) == (task.project_id, task.pk, {"k": 1})
+
+
+def _prepared_on_this_connection(sql: str) -> int:
+    """How many statements of this session PostgreSQL holds prepared with `sql`'s text (psycopg's `$n` form)."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT statement FROM pg_prepared_statements")
+        prepared = [row[0] for row in cursor.fetchall()]
+    table = Task._meta.db_table
+    return sum(1 for text in prepared if table in text and text.replace("$1", "%s").replace("$2", "%s") == sql)
+
+
+_TASK_BY_NUMBER: Prepared[Task] = Prepared(
+    lambda project, number: Task.objects.filter(project=project, number=number),
+    samples=(
+        {"project": Project(pk=SAMPLE_INT[0]), "number": SAMPLE_INT[0] + 1},
+        {"project": Project(pk=SAMPLE_INT[1]), "number": SAMPLE_INT[1] + 1},
+    ),
+)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite prepares every statement itself")
+def test_a_hot_statement_is_prepared_on_the_server_after_the_threshold():
+    task = TaskFactory()
+    sql = _TASK_BY_NUMBER.compiled().sql
+    threshold = connection.connection.prepare_threshold
+    assert threshold == 2
+    assert _prepared_on_this_connection(sql) == 0
+    for _ in range(threshold + 1):
+        assert [found.pk for found in _TASK_BY_NUMBER.objects(project=task.project, number=task.number)] == [task.pk]
+    assert _prepared_on_this_connection(sql) == 1
+    # The ORM's own statements bind on the client and are never prepared, however often they run.
+    for _ in range(threshold + 2):
+        assert Task.objects.filter(project=task.project, number=task.number).count() == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", ["%COUNT(*)%"])
+        assert cursor.fetchone() == (0,)
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="SQLite prepares every statement itself")
+def test_with_prepared_statements_off_nothing_is_prepared(monkeypatch):
+    """Behind a transaction pooler (`LEASEHOLD_DB_TRANSACTION_POOLING`) the setting is off: Django's cursor."""
+    monkeypatch.setitem(connection.settings_dict, "PREPARED_STATEMENTS", False)
+    task = TaskFactory()
+    sql = _TASK_BY_NUMBER.compiled().sql
+    for _ in range(connection.connection.prepare_threshold + 3):
+        assert [found.pk for found in _TASK_BY_NUMBER.objects(project=task.project, number=task.number)] == [task.pk]
+    assert _prepared_on_this_connection(sql) == 0
