@@ -29,10 +29,18 @@ from ledger.models.projects import (
     PathsMode,
     Project,
 )
-from ledger.models.tasks import ALLOWED_TRANSITIONS, RESOLVED_STATUSES, Task, TaskDependency, TaskStatus
+from ledger.models.tasks import (
+    ALLOWED_TRANSITIONS,
+    QUEUE_WAIT_UNALERTED,
+    RESOLVED_STATUSES,
+    Task,
+    TaskDependency,
+    TaskStatus,
+)
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
+    "QUEUE_WAIT_UNALERTED",
     "BATCH_MAX_LIMIT",
     "BUDGET_COST_DIGITS",
     "BUDGET_COST_HELP",
