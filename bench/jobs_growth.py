@@ -135,7 +135,12 @@ def measure(args: argparse.Namespace) -> int:
             row["queries"] = queries[row["name"]]
     out = {"database": args.vendor, "tasks": info["tasks"], "migrate_s": migrated, "load": load, "rows": rows}
     if args.explain:
-        out["plans"] = {name: _plans(job) for name, job in _jobs().items() if not args.only or args.only in name}
+        targets = {
+            **_jobs(),
+            "/metrics (warm)": lambda: staff.get("/metrics"),
+            "changes feed: from 0": lambda: agent_client.get("/api/v1/changes/", {"since": 0}),
+        }
+        out["plans"] = {name: _plans(call) for name, call in targets.items() if not args.only or args.only in name}
     text = json.dumps(out, indent=2, default=str)
     if args.out:
         Path(args.out).write_text(text)

@@ -270,9 +270,10 @@ def _changes(
     elif agent is None:
         events = Event.objects.filter(id__gt=since)
     else:
-        events = _agent_feed(agent, since)
-        if events is None:
+        feed = _agent_feed(agent, since)
+        if feed is None:
             return [], False, position
+        events = feed
     if horizon is not None:
         events = events.filter(id__lte=horizon)
     rows = list(events.order_by("id").values(*CHANGE_FIELDS)[: limit + 1])

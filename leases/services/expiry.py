@@ -343,7 +343,7 @@ def _alert_queue_wait(*, task_id: int, ready_since: datetime, waited_seconds: in
 QUEUE_WAIT_ALERTS_PER_RUN = 1_000
 
 
-def queue_wait_unalerted(project: Project, *, now: datetime, limit: int) -> QuerySet[Task, tuple[int, datetime]]:
+def queue_wait_unalerted(project: Project, *, now: datetime, limit: int) -> QuerySet[Task, tuple[int, datetime | None]]:
     """(id, ready_since) of the project's claimable tasks past its queue-wait threshold and not yet alerted for
     their waiting period, longest waiting first, at most `limit`: read along `task_queue_wait_unalerted`."""
     threshold = now - timedelta(seconds=project.queue_wait_max_seconds)

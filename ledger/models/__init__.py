@@ -40,7 +40,6 @@ from ledger.models.tasks import (
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
-    "QUEUE_WAIT_UNALERTED",
     "BATCH_MAX_LIMIT",
     "BUDGET_COST_DIGITS",
     "BUDGET_COST_HELP",
@@ -50,6 +49,7 @@ __all__ = [
     "DECISION_BODY_MAX_CHARS",
     "DECISION_TITLE_MAX_CHARS",
     "HANDLE_PATTERN",
+    "QUEUE_WAIT_UNALERTED",
     "RESOLVED_STATUSES",
     "Agent",
     "AgentKind",
