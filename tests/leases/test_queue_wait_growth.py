@@ -66,7 +66,7 @@ def plan_of(project: Project, now) -> str:
             cursor.execute("ANALYZE ledger_task")
             # A table this small is read whole, or by a bitmap and a sort, whatever its indexes: with those
             # off, the plan shows which index can serve the check (its condition implied by the query's).
-            for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort"):
+            for setting in ("enable_seqscan", "enable_bitmapscan", "enable_sort", "enable_incremental_sort"):
                 cursor.execute(f"SET LOCAL {setting} = off")
             cursor.execute(f"EXPLAIN (ANALYZE, COSTS OFF, TIMING OFF, SUMMARY OFF) {sql}", params)
         else:
