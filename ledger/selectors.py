@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Count, Max, OuterRef, Q, QuerySet
+from django.db.models import Count, Max, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Length, Substr
 
 from core.errors import NotFound, ValidationFailed
@@ -270,13 +270,44 @@ def changes_and_position(
 def _changes(
     *, agent: Agent | None, since: int, limit: int, project: Project | None, horizon: int | None, position: int = 0
 ) -> tuple[list[dict[str, Any]], bool, int]:
-    events = events_visible_to(agent).filter(id__gt=since)
+    if project is not None:
+        events = events_visible_to(agent).filter(project=project, id__gt=since)
+    elif agent is None:
+        events = Event.objects.filter(id__gt=since)
+    else:
+        feed = _agent_feed(agent, since)
+        if feed is None:
+            return [], False, position
+        events = feed
     if horizon is not None:
         events = events.filter(id__lte=horizon)
-    if project is not None:
-        events = events.filter(project=project)
     rows = list(events.order_by("id").values(*CHANGE_FIELDS)[: limit + 1])
     return rows[:limit], len(rows) > limit, position
+
+
+def _agent_feed(agent: Agent, since: int) -> QuerySet[Event] | None:
+    """The events after `since` of the agent's projects, read along `event_project_feed` (project, id); None
+    when there are none (SPEC §25: the feed follows the events it answers, not history).
+
+    Walking the primary key from `since` and keeping the agent's projects' events reads every other
+    project's event on the way (the feed from 0 read 25,000 rows at 100,000 tasks for 101 answered). One
+    project is read along its own index range; several, from the first event of any of them after `since`
+    (each project's first, one index probe apiece), so the walk skips the stretch before it.
+    """
+    projects = sorted(projects_visible_to(agent).values_list("id", flat=True))
+    if len(projects) == 1:
+        return Event.objects.filter(project_id=projects[0], id__gt=since)
+    first_of_project = Event.objects.filter(project_id=OuterRef("pk"), id__gt=since).order_by("id").values("id")[:1]
+    firsts = [
+        first
+        for first in Project.objects.filter(pk__in=projects)
+        .annotate(first=Subquery(first_of_project))
+        .values_list("first", flat=True)
+        if first is not None
+    ]
+    if not firsts:
+        return None
+    return Event.objects.filter(project_id__in=projects, id__gte=min(firsts))
 
 
 def decisions_visible_to(agent: Agent | None) -> QuerySet[Decision]:

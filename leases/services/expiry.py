@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 
 from core.db import write_transaction
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, LeaseClock
@@ -28,7 +28,7 @@ from leases.services.allocations import mark_allocations_stale
 from leases.services.quarantine import quarantine_failing
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.models import Agent, Event, EventType, Project, Severity, Task, TaskStatus
+from ledger.models import QUEUE_WAIT_UNALERTED, Agent, Event, EventType, Project, Severity, Task, TaskStatus
 from ledger.services import event_append, tasks_wait_again
 
 SWEEP_BATCH_SIZE = 500
@@ -343,6 +343,18 @@ def _alert_queue_wait(*, task_id: int, ready_since: datetime, waited_seconds: in
 QUEUE_WAIT_ALERTS_PER_RUN = 1_000
 
 
+def queue_wait_unalerted(project: Project, *, now: datetime, limit: int) -> QuerySet[Task, tuple[int, datetime | None]]:
+    """(id, ready_since) of the project's claimable tasks past its queue-wait threshold and not yet alerted for
+    their waiting period, longest waiting first, at most `limit`: read along `task_queue_wait_unalerted`."""
+    threshold = now - timedelta(seconds=project.queue_wait_max_seconds)
+    return (
+        claimable_tasks(project=project, now=now, include_reserved=True)
+        .filter(QUEUE_WAIT_UNALERTED, ready_since__lte=threshold)
+        .order_by("ready_since", "pk")
+        .values_list("pk", "ready_since")[:limit]
+    )
+
+
 def check_queue_wait() -> int:
     """One `task.queue_wait_exceeded` warn event per waiting period of a claimable task.
 
@@ -352,21 +364,17 @@ def check_queue_wait() -> int:
     At most `QUEUE_WAIT_ALERTS_PER_RUN` alerts a run, longest waiting first per project: a backlog that
     crosses the threshold all at once (a bulk import, a stopped fleet) is alerted over the next runs
     instead of holding one run past its job timeout (SPEC §25: 170 s for 100k alerts in one run).
+
+    The tasks not yet alerted are read through the partial index `task_queue_wait_unalerted` (its
+    condition is `QUEUE_WAIT_UNALERTED`): an alerted task leaves the index, so a run reads the tasks
+    it may alert (and the held or blocked ones among them), not every task alerted before (SPEC §25).
     """
     now = clock.now()
     alerted = 0
     for project in Project.objects.filter(archived_at__isnull=True):
         if alerted >= QUEUE_WAIT_ALERTS_PER_RUN:
             break
-        threshold = now - timedelta(seconds=project.queue_wait_max_seconds)
-        waiting = (
-            claimable_tasks(project=project, now=now, include_reserved=True)
-            .filter(ready_since__lte=threshold)
-            .filter(Q(queue_wait_alerted_for__isnull=True) | ~Q(queue_wait_alerted_for=F("ready_since")))
-            .order_by("ready_since", "pk")
-            .values_list("pk", "ready_since")[: QUEUE_WAIT_ALERTS_PER_RUN - alerted]
-        )
-        for task_id, ready_since in waiting:
+        for task_id, ready_since in queue_wait_unalerted(project, now=now, limit=QUEUE_WAIT_ALERTS_PER_RUN - alerted):
             assert ready_since is not None  # filtered on ready_since__lte
             waited = int((now - ready_since).total_seconds())
             alerted += _alert_queue_wait(task_id=task_id, ready_since=ready_since, waited_seconds=waited, now=now)

@@ -29,7 +29,14 @@ from ledger.models.projects import (
     PathsMode,
     Project,
 )
-from ledger.models.tasks import ALLOWED_TRANSITIONS, RESOLVED_STATUSES, Task, TaskDependency, TaskStatus
+from ledger.models.tasks import (
+    ALLOWED_TRANSITIONS,
+    QUEUE_WAIT_UNALERTED,
+    RESOLVED_STATUSES,
+    Task,
+    TaskDependency,
+    TaskStatus,
+)
 
 __all__ = [
     "ALLOWED_TRANSITIONS",
@@ -42,6 +49,7 @@ __all__ = [
     "DECISION_BODY_MAX_CHARS",
     "DECISION_TITLE_MAX_CHARS",
     "HANDLE_PATTERN",
+    "QUEUE_WAIT_UNALERTED",
     "RESOLVED_STATUSES",
     "Agent",
     "AgentKind",

@@ -23,6 +23,12 @@ class TaskStatus(models.TextChoices):
     CANCELLED = "cancelled", "Cancelled"
 
 
+# A task not yet alerted for its present waiting period (`leases.services.expiry.check_queue_wait`): the
+# condition of the partial index `task_queue_wait_unalerted`, and the check's filter, in the same words (a
+# planner uses a partial index only for a query that implies its condition).
+QUEUE_WAIT_UNALERTED = Q(queue_wait_alerted_for__isnull=True) | ~Q(queue_wait_alerted_for=models.F("ready_since"))
+
+
 # SPEC §2: the only stored-status changes there are.
 ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     TaskStatus.OPEN: frozenset({TaskStatus.READY, TaskStatus.BLOCKED, TaskStatus.CANCELLED}),
@@ -156,6 +162,14 @@ class Task(NoDeleteModel):
             # Serves /metrics' oldest queue wait: a project's ready tasks, longest waiting first.
             models.Index(
                 fields=["project", "ready_since"], name="task_ready_since", condition=Q(status=TaskStatus.READY)
+            ),
+            # Serves the queue-wait check (SPEC §25): a project's ready tasks not yet alerted for their
+            # present waiting period, longest waiting first. An alerted task leaves it until it waits again
+            # (a new `ready_since`), so the check reads the alerts it may write, not the alerted backlog.
+            models.Index(
+                fields=["project", "ready_since", "id"],
+                name="task_queue_wait_unalerted",
+                condition=Q(status=TaskStatus.READY) & QUEUE_WAIT_UNALERTED,
             ),
         ]
 
