@@ -30,7 +30,7 @@ from django.db import connections, models, transaction
 from core.db import run_at_once
 from core.prepared import update_row
 
-_INSERTS: dict[tuple[type[models.Model], tuple[str, ...], str, str], tuple[str, tuple[Any, ...]]] = {}
+_INSERTS: dict[tuple[type[models.Model], tuple[tuple[str, str], ...], str, str], tuple[str, tuple[Any, ...]]] = {}
 
 
 def insert_part(

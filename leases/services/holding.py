@@ -254,22 +254,32 @@ def extend_lease(attempt: Attempt, *, now: datetime, seconds: int, renewal: bool
     return expires
 
 
-# The attempt's and the task's columns a fenced extension returns (`fenced_extension`); the others load on access.
-_EXTENDED_ATTEMPT = (
-    "id",
-    "task_id",
-    "agent_id",
-    "epoch",
-    "status",
-    "token_hash",
-    "command_token_hash",
-    "lease_seconds",
-    "lease_expires_at",
-    "last_renewed_at",
-    "renew_count",
-    "last_worked_at",
+# The attempt's and the task's columns a fenced extension returns (`fenced_extension`); the others load on
+# access. In the models' field order, as `Model.from_db` takes them.
+_EXTENDED_ATTEMPT = tuple(
+    field.attname
+    for field in Attempt._meta.concrete_fields
+    if field.attname
+    in {
+        "id",
+        "task_id",
+        "agent_id",
+        "epoch",
+        "status",
+        "token_hash",
+        "command_token_hash",
+        "lease_seconds",
+        "lease_expires_at",
+        "last_renewed_at",
+        "renew_count",
+        "last_worked_at",
+    }
 )
-_EXTENDED_TASK = ("id", "key", "epoch", "status", "project_id")
+_EXTENDED_TASK = tuple(
+    field.attname
+    for field in Task._meta.concrete_fields
+    if field.attname in {"id", "key", "epoch", "status", "project_id"}
+)
 # Their names in the statement's rows (a CTE over it reads `held.a_id`, `held.t_project_id`).
 EXTENDED_COLUMNS = ", ".join([f"a_{name}" for name in _EXTENDED_ATTEMPT] + [f"t_{name}" for name in _EXTENDED_TASK])
 
