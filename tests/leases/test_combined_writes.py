@@ -23,7 +23,10 @@ from tests.leases.helpers import proof_of
 
 def _events(task: Task) -> list[tuple[str, int | None, int | None, dict]]:
     return list(
-        Event.objects.filter(task=task).order_by("id").values_list("type", "attempt_id", "project_id", "payload")
+        Event.objects.filter(task=task)
+        .exclude(type="task.created")
+        .order_by("id")
+        .values_list("type", "attempt_id", "project_id", "payload")
     )
 
 
