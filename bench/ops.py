@@ -141,6 +141,9 @@ def _holder_symbols(holder: Holder) -> dict[str, Any]:
         "task_id": holder.grant.task.pk,
         "project_id": holder.project.pk,
         "epoch": holder.grant.attempt.epoch,
+        # PostgreSQL's one-statement renew and note compare the lease token's hash in SQL: the raw
+        # claim's own (`_claim_inputs`) is the one its replay presents.
+        "token_hash": holder.grant.attempt.token_hash,
     }
 
 

@@ -23,7 +23,7 @@ import functools
 import os
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
@@ -136,6 +136,38 @@ def write_transaction(func: Callable[P, R]) -> Callable[P, R]:
         raise AssertionError("unreachable")
 
     return wrapper
+
+
+def run_at_once(sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]] | None:
+    """One statement that is its own transaction (no BEGIN, no COMMIT: one round trip); its rows.
+
+    For a hot write whose whole effect is one conditional statement (`leases.services.holding`,
+    PostgreSQL). None when the database could not take it now — a lock wait past `lock_timeout`, a
+    deadlock, a connection found closed before the statement was sent: nothing was written, and the
+    caller runs its full path, which retries (`write_transaction`). A connection lost while the
+    statement ran leaves its outcome unknown: STORAGE_BUSY, as for a lost COMMIT. Inside a caller's
+    transaction the statement is a part of it, and errors propagate to that transaction's owner.
+    """
+    if connection.in_atomic_block:
+        with transaction.mark_for_rollback_on_error(), connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return [tuple(row) for row in cursor.fetchall()]
+    _refuse_past_deadline(1)
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return [tuple(row) for row in cursor.fetchall()]
+    except (OperationalError, InterfaceError) as exc:
+        if is_transient_lock_error(exc):
+            return None
+        if not is_connection_loss(exc):
+            raise
+        _discard_connection()
+        if isinstance(exc, InterfaceError):
+            return None  # closed before the statement went out
+        raise StorageBusy(
+            "The database connection was lost; retry.", details={"attempts": 1, "commit_in_doubt": True}
+        ) from exc
 
 
 def _discard_connection() -> None:

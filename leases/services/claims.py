@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from django.db import IntegrityError
 
+from core.combined import combines, insert_part, run_combined
 from core.db import write_transaction
 from core.errors import AgentPaused, PathsReserved, PermissionDenied, TaskNotClaimable, TaskTaken
 from core.prepared import SAMPLE_INT, PreparedUpdate, insert
@@ -33,8 +34,8 @@ from leases.services.usage import claim_budget_refusal
 from leases.tokens import new_lease_token
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Agent, EventType, Severity, Task, TaskStatus
-from ledger.services import event_append, lock_task
+from ledger.models import Agent, Event, EventType, Severity, Task, TaskStatus
+from ledger.services import event_append, event_row, lock_task
 
 RENEW_ATTEMPTS = 3
 
@@ -92,6 +93,9 @@ _EPOCH_BUMP = PreparedUpdate(
     lambda task_id, epoch: (Task.objects.filter(pk=task_id), {"epoch": epoch, "held": True}),
     samples=({"task_id": SAMPLE_INT[0], "epoch": SAMPLE_INT[1]}, {"task_id": SAMPLE_INT[1], "epoch": SAMPLE_INT[0]}),
 )
+
+
+_TASK_TABLE = Task._meta.db_table
 
 
 def _refuse_if_held(state: ClaimState, *, now: datetime) -> None:
@@ -213,18 +217,10 @@ def _inherit(
     return request, inherited
 
 
-def _open_epoch(task: Task) -> int:
-    """Bump the task's epoch (every claim a new epoch, SPEC §3) and mark it held; never the version."""
-    epoch = task.epoch + 1
-    _EPOCH_BUMP.run(task_id=task.pk, epoch=epoch)
-    task.epoch = epoch
-    task.held = True
-    return epoch
-
-
-def _insert_attempt(
+def _new_attempt(
     state: ClaimState,
     *,
+    epoch: int,
     agent: Agent,
     now: datetime,
     request: ClaimRequest,
@@ -232,11 +228,8 @@ def _insert_attempt(
     environment: EnvironmentChoice | None,
     review: bool,
 ) -> tuple[Attempt, str]:
-    """Insert the new epoch's active attempt, with its hashed token and label, and return it with its
-    token. The partial unique index on active attempts is the last line of defence: hitting it is
-    `ClaimCollided` (TASK_TAKEN)."""
+    """The new epoch's active attempt, unsaved, with its hashed token and label, and its token."""
     task = state.task
-    epoch = task.epoch
     seconds = lease_seconds_for(task=task, requested=request.lease_seconds)
     branch_name = (
         request.branch
@@ -254,35 +247,29 @@ def _insert_attempt(
             epoch=epoch,
         )
     )
-    try:
-        attempt = insert(
-            Attempt(
-                task=task,
-                agent=agent,
-                epoch=epoch,
-                status=AttemptStatus.ACTIVE,
-                kind=AttemptKind.REVIEW if review else AttemptKind.WORK,
-                token_hash=token_hash,
-                token_salt=salt,
-                lease_seconds=seconds,
-                lease_expires_at=now + timedelta(seconds=seconds),
-                claimed_at=now,
-                branch=branch_name,
-                base_commit=base_commit,
-                label=label,
-                task_version_at_claim=task.version,
-                event_id_at_claim=state.last_event_id,
-            )
-        )
-    except IntegrityError:
-        # Unreachable while claims lock the task row; the index still decides.
-        raise ClaimCollided(f"{task.key} was claimed concurrently.", details={"task": task.key}) from None
+    attempt = Attempt(
+        task=task,
+        agent=agent,
+        epoch=epoch,
+        status=AttemptStatus.ACTIVE,
+        kind=AttemptKind.REVIEW if review else AttemptKind.WORK,
+        token_hash=token_hash,
+        token_salt=salt,
+        lease_seconds=seconds,
+        lease_expires_at=now + timedelta(seconds=seconds),
+        claimed_at=now,
+        branch=branch_name,
+        base_commit=base_commit,
+        label=label,
+        task_version_at_claim=task.version,
+        event_id_at_claim=state.last_event_id,
+    )
     return attempt, token
 
 
-def _append_claimed(attempt: Attempt, *, agent: Agent, now: datetime, review: bool) -> None:
-    """The claim's `attempt.claimed` event, in its transaction."""
-    event_append(
+def _claimed_event(attempt: Attempt, *, agent: Agent, now: datetime, review: bool) -> Event:
+    """The claim's `attempt.claimed` event, unsaved (its attempt id is the inserted attempt's)."""
+    return event_row(
         type=EventType.ATTEMPT_CLAIMED,
         actor=Actor(agent=agent),
         at=now,
@@ -296,6 +283,43 @@ def _append_claimed(attempt: Attempt, *, agent: Agent, now: datetime, review: bo
             **({"kind": AttemptKind.REVIEW} if review else {}),
         },
     )
+
+
+def _open_epoch(task: Task, attempt: Attempt, *, agent: Agent, now: datetime, review: bool) -> None:
+    """Bump the task's epoch (every claim a new epoch, SPEC §3) and mark it held (never the version),
+    insert the attempt and append `attempt.claimed`: on PostgreSQL one statement, on SQLite three.
+
+    The partial unique index on active attempts is the last line of defence: hitting it is
+    `ClaimCollided` (TASK_TAKEN).
+    """
+    try:
+        if combines():
+            bump = f"UPDATE {_TASK_TABLE} SET epoch = %s, held = true WHERE id = %s"  # noqa: S608
+            inserted, inserted_params = insert_part(attempt)
+            event, event_params = insert_part(
+                _claimed_event(attempt, agent=agent, now=now, review=review),
+                source="attempt",
+                computed={"attempt_id": "attempt.id"},
+            )
+            ((attempt.pk,),) = run_combined(
+                [
+                    ("bumped", bump, [attempt.epoch, task.pk]),
+                    ("attempt", f"{inserted} RETURNING id", inserted_params),
+                    ("event", event, event_params),
+                ],
+                ("SELECT id FROM attempt", []),
+            )
+            attempt._state.adding = False
+            attempt._state.db = "default"
+        else:
+            _EPOCH_BUMP.run(task_id=task.pk, epoch=attempt.epoch)
+            insert(attempt)
+            insert(_claimed_event(attempt, agent=agent, now=now, review=review))
+    except IntegrityError:
+        # Unreachable while claims lock the task row; the index still decides.
+        raise ClaimCollided(f"{task.key} was claimed concurrently.", details={"task": task.key}) from None
+    task.epoch = attempt.epoch
+    task.held = True
 
 
 def claim_locked(
@@ -327,9 +351,9 @@ def claim_locked(
         environment_kind=request.environment_kind,
         stale_allocation_id=stale_allocation_id,
     )
-    _open_epoch(task)
-    attempt, token = _insert_attempt(
+    attempt, token = _new_attempt(
         state,
+        epoch=task.epoch + 1,
         agent=agent,
         now=now,
         request=request,
@@ -337,7 +361,7 @@ def claim_locked(
         environment=environment,
         review=review is not None,
     )
-    _append_claimed(attempt, agent=agent, now=now, review=review is not None)
+    _open_epoch(task, attempt, agent=agent, now=now, review=review is not None)
     allocation = bind_allocation(environment, attempt=attempt, now=now) if environment else None
     if paths is not None:
         reserve(paths, attempt=attempt, now=now)

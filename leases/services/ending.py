@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from core.prepared import update_row
+from core.combined import update_row_or_queue
 from leases.models import Attempt, AttemptStatus
 from ledger.models import Task, TaskStatus
 from ledger.services import tasks_wait_again
@@ -20,7 +20,7 @@ def end_attempt(attempt: Attempt, *, now: datetime, status: str, **outcome: Any)
     fields = {"status": status, "finished_at": now, **outcome}
     for name, value in fields.items():
         setattr(attempt, name, value)
-    update_row(attempt, list(fields), status=AttemptStatus.ACTIVE)
+    update_row_or_queue(attempt, list(fields), status=AttemptStatus.ACTIVE)
 
 
 def task_claimable_again(task: Task, *, now: datetime) -> Task:

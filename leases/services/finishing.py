@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from core.combined import writes_combined
 from core.errors import AcknowledgementRequired, InvalidStatusTransition, LedgerError, ValidationFailed
 from leases.labels import parse_label
 from leases.models import Attempt, AttemptKind, AttemptStatus, FailureReason, InterruptionReason
@@ -242,29 +243,32 @@ def _finish_work(held: Attempt, task: Task, request: _FinishRequest, *, now: dat
     status = _ATTEMPT_STATUS_OF[outcome]
     actor = Actor(agent=held.agent)
     _record_final_facts(held, request, now=now, actor=actor)
-    end_attempt(
-        held,
-        now=now,
-        status=status,
-        result_summary=request.result_summary,
-        next_steps=request.next_steps,
-        failure_reason_code=request.failure,
-        interruption_reason_code=request.interruption,
-    )
-    task = _apply_task_outcome(held, task, outcome=outcome, now=now, actor=actor)
-    event_append(
-        type=EventType.ATTEMPT_FINISHED,
-        actor=actor,
-        at=now,
-        task=task,
-        attempt_id=held.pk,
-        payload={
-            "outcome": outcome,
-            "status": status,
-            "failure_reason_code": request.failure or None,
-            "interruption_reason_code": request.interruption or None,
-        },
-    )
+    # On PostgreSQL the attempt's end, the task's update and the events go out as one statement
+    # (a finish `done`: the attempt, the task, `task.status_changed` and `attempt.finished` in one).
+    with writes_combined():
+        end_attempt(
+            held,
+            now=now,
+            status=status,
+            result_summary=request.result_summary,
+            next_steps=request.next_steps,
+            failure_reason_code=request.failure,
+            interruption_reason_code=request.interruption,
+        )
+        task = _apply_task_outcome(held, task, outcome=outcome, now=now, actor=actor)
+        event_append(
+            type=EventType.ATTEMPT_FINISHED,
+            actor=actor,
+            at=now,
+            task=task,
+            attempt_id=held.pk,
+            payload={
+                "outcome": outcome,
+                "status": status,
+                "failure_reason_code": request.failure or None,
+                "interruption_reason_code": request.interruption or None,
+            },
+        )
     if outcome == Outcome.FAILED and held.kind != AttemptKind.REVIEW:
         task = quarantine_failing([task.pk], now=now).get(task.pk, task)
     return Finished(attempt=held, task=task)

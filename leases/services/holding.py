@@ -13,14 +13,16 @@ expired in the same transaction, which commits, and the call answers
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
+from django.db import connection
 from django.db.models import F, QuerySet
 
-from core.db import write_transaction
+from core.combined import combines
+from core.db import run_at_once, write_transaction
 from core.errors import (
     InvalidLeaseToken,
     LeaseExpired,
@@ -34,11 +36,12 @@ from core.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared, PreparedUpdate
 from leases.models import Attempt, AttemptStatus
 from leases.selectors import blockers_of_attempts_task, clamp_lease_seconds, comments_since_claim
 from leases.services.expiry import expire_lapsed
-from leases.services.usage import budget_refusal, validate_usage
+from leases.services.usage import Usage, budget_refusal, validate_usage
 from leases.tokens import lease_token_matches
 from ledger import clock
 from ledger.actors import Actor
-from ledger.models import Agent
+from ledger.models import Agent, Project, Task
+from ledger.tokens import hash_token
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -251,8 +254,115 @@ def extend_lease(attempt: Attempt, *, now: datetime, seconds: int, renewal: bool
     return expires
 
 
-@refusals_after_commit
-def attempt_renew(*, proof: HolderProof, lease_seconds: int | None = None, usage: Any = None) -> Attempt | LedgerError:
+# The attempt's and the task's columns a fenced extension returns (`fenced_extension`); the others load on
+# access. In the models' field order, as `Model.from_db` takes them.
+_EXTENDED_ATTEMPT = tuple(
+    field.attname
+    for field in Attempt._meta.concrete_fields
+    if field.attname
+    in {
+        "id",
+        "task_id",
+        "agent_id",
+        "epoch",
+        "status",
+        "token_hash",
+        "command_token_hash",
+        "lease_seconds",
+        "lease_expires_at",
+        "last_renewed_at",
+        "renew_count",
+        "last_worked_at",
+    }
+)
+_EXTENDED_TASK = tuple(
+    field.attname
+    for field in Task._meta.concrete_fields
+    if field.attname in {"id", "key", "epoch", "status", "project_id"}
+)
+# Their names in the statement's rows (a CTE over it reads `held.a_id`, `held.t_project_id`).
+EXTENDED_COLUMNS = ", ".join([f"a_{name}" for name in _EXTENDED_ATTEMPT] + [f"t_{name}" for name in _EXTENDED_TASK])
+
+
+def fenced_extension(
+    proof: HolderProof, *, now: datetime, seconds: int | None, renewal: bool
+) -> tuple[str, list[Any]] | None:
+    """PostgreSQL: `held_attempt`'s success and `extend_lease` as one conditional UPDATE … RETURNING
+    (`_EXTENDED_ATTEMPT`, then `_EXTENDED_TASK`), or None where it does not apply.
+
+    It updates the row only when `held_attempt` would return it and no budget could refuse the call:
+    the proof's attempt and agent, its lease or attempt token, active, of the presented epoch (the
+    task's not newer), its lease live at `now`; no budget on the task, the agent or the project (SPEC
+    §19; the agent's come with the proof). It locks the attempt alone, as `held_attempt` does for a
+    renewal or a note, and a concurrent change of the attempt is re-checked on its new version (READ
+    COMMITTED). When it updates nothing the caller runs the full path, which says why (the same
+    refusal, code and details as ever). SQLite (None) always runs the full path: in-process, it has no
+    round trips to save.
+    """
+    agent = proof.agent
+    if not combines() or agent.daily_budget_tokens is not None or agent.daily_budget_cost_usd is not None:
+        return None
+    quote = connection.ops.quote_name
+    returned = ", ".join(
+        [f"a.{quote(name)} AS a_{name}" for name in _EXTENDED_ATTEMPT]
+        + [f"t.{quote(name)} AS t_{name}" for name in _EXTENDED_TASK]
+    )
+    work = "" if renewal else ", last_worked_at = %s"
+    # Only the models' own table names and the fixed text above go into the statement; values are parameters.
+    sql = f"""UPDATE {Attempt._meta.db_table} AS a SET
+        lease_expires_at = GREATEST(a.lease_expires_at, %s + COALESCE(%s, a.lease_seconds) * interval '1 second'),
+        last_renewed_at = %s, renew_count = a.renew_count + %s{work}
+    FROM {Task._meta.db_table} AS t, {Project._meta.db_table} AS p
+    WHERE a.id = %s AND a.agent_id = %s AND (a.token_hash = %s OR a.command_token_hash = %s)
+      AND a.status = %s AND a.epoch = %s AND a.lease_expires_at > %s
+      AND t.id = a.task_id AND t.epoch <= %s AND p.id = t.project_id
+      AND t.budget_tokens IS NULL AND t.budget_cost_usd IS NULL
+      AND p.daily_budget_tokens IS NULL AND p.daily_budget_cost_usd IS NULL
+    RETURNING {returned}"""  # noqa: S608
+    token_hash = hash_token(proof.token)
+    params: list[Any] = [now, seconds, now, 1 if renewal else 0, *([] if renewal else [now])]
+    params += [proof.attempt_id, agent.pk, token_hash, token_hash, AttemptStatus.ACTIVE, proof.epoch, now, proof.epoch]
+    return sql, params
+
+
+def extended_attempt(row: Sequence[Any], proof: HolderProof) -> Attempt:
+    """The attempt (and its task) of a fenced extension's returned row; other fields load on access."""
+    split = len(_EXTENDED_ATTEMPT)
+    attempt = Attempt.from_db("default", list(_EXTENDED_ATTEMPT), list(row[:split]))
+    task_row = row[split : split + len(_EXTENDED_TASK)]
+    attempt.task = Task.from_db("default", list(_EXTENDED_TASK), list(task_row))
+    attempt.agent = proof.agent
+    return attempt
+
+
+def _renewed_at_once(proof: HolderProof, *, now: datetime, seconds: int | None) -> Attempt | None:
+    """The renewal as one statement without a transaction (PostgreSQL), with the comments since the
+    claim (SPEC §16.2); None when it updated nothing or does not apply (the caller runs the full path)."""
+    statement = fenced_extension(proof, now=now, seconds=seconds, renewal=True)
+    if statement is None:
+        return None
+    sql, params = statement
+    comments = _COMMENTS_SINCE_CLAIM.compiled()
+    sql = f"{sql}, ({comments.sql})"
+    params += comments.params_for({"attempt_id": proof.attempt_id})
+    rows = run_at_once(sql, params)
+    if not rows:
+        return None
+    attempt = extended_attempt(rows[0], proof)
+    attempt.new_comments = rows[0][-1]  # type: ignore[attr-defined]
+    return attempt
+
+
+# The comments since the claim (`comments_since_claim`), as a column of the renewal's one statement.
+_COMMENTS_SINCE_CLAIM: Prepared[Attempt] = Prepared(
+    lambda attempt_id: (
+        Attempt.objects.filter(pk=attempt_id).annotate(new_comments=comments_since_claim()).values_list("new_comments")
+    ),
+    samples=({"attempt_id": SAMPLE_INT[0]}, {"attempt_id": SAMPLE_INT[1]}),
+)
+
+
+def attempt_renew(*, proof: HolderProof, lease_seconds: int | None = None, usage: Any = None) -> Attempt:
     """Heartbeat: extend the lease by `lease_seconds` (clamped) or the attempt's own length.
 
     The returned attempt's `task.status` is the task's stored status as of
@@ -261,11 +371,27 @@ def attempt_renew(*, proof: HolderProof, lease_seconds: int | None = None, usage
     holder learns of the cancellation. `usage` is added to the totals first;
     a spent budget then answers BUDGET_EXHAUSTED and the lease is not
     extended (SPEC §19).
+
+    On PostgreSQL a renewal without usage is first tried as one conditional
+    statement outside any transaction (`fenced_extension`); the full path
+    below runs when that one does not renew (a refusal, a budget) or does not apply.
     """
     if lease_seconds is not None and (not isinstance(lease_seconds, int) or lease_seconds <= 0):
         raise ValidationFailed("lease_seconds must be a positive integer.")
     spent = validate_usage(usage)
     now = clock.now()
+    if spent is None or spent.is_empty():
+        seconds = clamp_lease_seconds(lease_seconds) if lease_seconds is not None else None
+        renewed = _renewed_at_once(proof, now=now, seconds=seconds)
+        if renewed is not None:
+            return renewed
+    return _attempt_renew(proof=proof, lease_seconds=lease_seconds, spent=spent, now=now)
+
+
+@refusals_after_commit
+def _attempt_renew(
+    *, proof: HolderProof, lease_seconds: int | None, spent: Usage | None, now: datetime
+) -> Attempt | LedgerError:
     held = held_attempt(proof, now=now, lock_task=False, lean=True, count_comments=True)
     if isinstance(held, LedgerError):
         return held

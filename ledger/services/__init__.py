@@ -23,7 +23,7 @@ from ledger.services.agents import (
 from ledger.services.budgets import budget_set
 from ledger.services.dependencies import dependency_add, dependency_remove
 from ledger.services.discussion import comment_add, decision_create, decision_supersede
-from ledger.services.events import event_append
+from ledger.services.events import event_append, event_row
 from ledger.services.plans import (
     MAX_PLAN_DECISIONS,
     MAX_PLAN_EDGES,
@@ -79,6 +79,7 @@ __all__ = [
     "dependency_add",
     "dependency_remove",
     "event_append",
+    "event_row",
     "key_prefix_from_slug",
     "lock_task",
     "plan_apply",

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+from core.combined import insert_or_queue
 from core.prepared import insert
 from ledger.actors import Actor
 from ledger.models import Event, EventType, Project, Severity, Task
@@ -22,19 +23,46 @@ def event_append(
     severity: str = Severity.INFO,
     payload: dict[str, Any] | None = None,
 ) -> Event:
-    """Append one event. Call it inside the transaction of the change it records."""
-    return insert(
-        Event(
-            type=type,
-            severity=severity,
-            project=project if project is not None else (task.project if task is not None else None),
-            task=task,
-            attempt_id=attempt_id,
-            actor_agent=actor.agent,
-            actor_user=actor.user,
-            payload=payload or {},
-            created_at=at,
-        )
+    """Append one event. Call it inside the transaction of the change it records.
+
+    In a `core.combined.writes_combined` block (PostgreSQL) it is queued, and has no id until sent.
+    """
+    event = event_row(
+        type=type,
+        actor=actor,
+        at=at,
+        project=project,
+        task=task,
+        attempt_id=attempt_id,
+        severity=severity,
+        payload=payload,
+    )
+    return event if insert_or_queue(event) else insert(event)
+
+
+def event_row(
+    *,
+    type: EventType,
+    actor: Actor,
+    at: datetime,
+    project: Project | None = None,
+    task: Task | None = None,
+    attempt_id: int | None = None,
+    severity: str = Severity.INFO,
+    payload: dict[str, Any] | None = None,
+) -> Event:
+    """The unsaved event `event_append` inserts, for a caller that writes it as a part of a combined
+    statement (`core.combined`, PostgreSQL) in the same transaction."""
+    return Event(
+        type=type,
+        severity=severity,
+        project=project if project is not None else (task.project if task is not None else None),
+        task=task,
+        attempt_id=attempt_id,
+        actor_agent=actor.agent,
+        actor_user=actor.user,
+        payload=payload or {},
+        created_at=at,
     )
 
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from django.db.models import Case, F, Value, When
 
+from core.combined import update_row_or_queue
 from core.db import write_transaction
 from core.errors import InvalidStatusTransition, ValidationFailed, VersionConflict
-from core.prepared import SAMPLE_INT, Prepared, update_row
+from core.prepared import SAMPLE_INT, Prepared
 from core.text import normalise_newlines
 from ledger import clock
 from ledger.actors import Actor
@@ -352,7 +353,7 @@ def apply_task_update(
     locked.updated_at = now
     # Only what changes is validated: the stored fields were when they were written.
     validate_model(locked, exclude=[field.name for field in locked._meta.fields if field.name not in changed])
-    update_row(locked, [*changed, "version", "updated_at", "ready_since"])
+    update_row_or_queue(locked, [*changed, "version", "updated_at", "ready_since"])
 
     if new_status != old_status:
         event_append(
