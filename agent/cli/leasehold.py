@@ -19,34 +19,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import os
 import sys
 from collections.abc import Callable, Sequence
 
-import agent.cli.check_commands as check_commands
-import agent.cli.connect as connect
-import agent.cli.hooks as hooks
-import agent.cli.land_commands as land_commands
-import agent.cli.plan_commands as plan_commands
-import agent.cli.review_commands as review_commands
-import agent.cli.runner_command as runner_command
-import agent.cli.task_commands as task_commands
 from agent import __version__
-from agent.cli.commands import (
-    cmd_changes,
-    cmd_claim,
-    cmd_context,
-    cmd_finish,
-    cmd_login,
-    cmd_mcp,
-    cmd_note,
-    cmd_ready,
-    cmd_release,
-    cmd_renew,
-    cmd_run,
-    cmd_search,
-)
-from agent.cli.connect import CLIENTS
 from agent.cli.output import (
     EXIT_AUTH,
     EXIT_CODES_HELP,
@@ -56,12 +34,35 @@ from agent.cli.output import (
     EXIT_WORKSPACE,
     Output,
 )
-from agent.cli.workspace_commands import cmd_workspace
 from agent.client.errors import LeaseholdError
-from agent.client.models import FAILURE_REASONS, INTERRUPTION_REASONS
 from agent.workspace.config import NotLoggedIn
-from agent.workspace.git import WorkspaceError
+from agent.workspace.errors import WorkspaceError
 from agent.workspace.session import WAIT_FOREVER, UsageError
+
+# A call builds the parser of its own command only, and imports only the module that runs it (issue 34,
+# SPEC §24: a CLI call <= 150 ms of CPU): the commands beyond the lease, by the module that adds them.
+REACH_COMMANDS: dict[str, tuple[str, str]] = {
+    "task": ("agent.cli.task_commands", "add_parsers"),
+    "git": ("agent.cli.task_commands", "add_parsers"),
+    "block": ("agent.cli.task_commands", "add_parsers"),
+    "unblock": ("agent.cli.task_commands", "add_parsers"),
+    "review": ("agent.cli.review_commands", "add_parsers"),
+    "decide": ("agent.cli.review_commands", "add_parsers"),
+    "comment": ("agent.cli.review_commands", "add_parsers"),
+    "plan": ("agent.cli.plan_commands", "add_parsers"),
+    "land": ("agent.cli.land_commands", "add_parsers"),
+    "landing": ("agent.cli.land_commands", "add_parsers"),
+    "check": ("agent.cli.check_commands", "add_parsers"),
+    "connect": ("agent.cli.connect", "add_parser"),
+    "hook": ("agent.cli.hooks", "add_parser"),
+    "runner": ("agent.cli.runner_command", "add_parser"),
+}
+# Every command's name: the lease's own (this module's `_LEASE_COMMANDS`), then the ones above.
+COMMANDS = (
+    "login", "ready", "claim", "context", "note", "checkpoint", "renew", "finish", "release", "changes", "search",
+    "run", "workspace", "mcp", *REACH_COMMANDS,
+)  # fmt: skip
+Command = Callable[..., argparse.ArgumentParser]
 
 
 def _add_claim_options(parser: argparse.ArgumentParser) -> None:
@@ -110,8 +111,10 @@ def _add_workspace_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repo", help="the git repository (default: the one containing the current directory)")
 
 
-def _add_workspace_command(command: Callable[..., argparse.ArgumentParser]) -> None:
+def _add_workspace_command(command: Command) -> None:
     """`leasehold workspace open|list|prune` (SPEC §15.1)."""
+    from agent.cli.workspace_commands import cmd_workspace  # git and its worktrees: only `workspace` imports them
+
     workspace = command("workspace", "Open, list or prune the git worktrees of attempts.", cmd_workspace)
     actions = workspace.add_subparsers(dest="workspace_command", metavar="ACTION", required=True)
     opening = actions.add_parser(
@@ -137,7 +140,8 @@ def _add_workspace_command(command: Callable[..., argparse.ArgumentParser]) -> N
         sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine output")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command, or (`only`) just the one a call runs, as the same sub-parser."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine output: one JSON document on stdout"
@@ -154,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, text: str, handler: Callable[[argparse.Namespace, Output], int]) -> argparse.ArgumentParser:
+        if only is not None and name != only:
+            return argparse.ArgumentParser(add_help=False)  # a module's other command: built, never reachable
         sub = commands.add_parser(
             name,
             help=text,
@@ -165,21 +171,51 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
+    for name, add in _LEASE_COMMANDS.items():
+        if only is None or only == name:
+            add(command)
+    built: set[tuple[str, str]] = set()
+    for name, (module, adder) in REACH_COMMANDS.items():
+        if (only is None or only == name) and (module, adder) not in built:
+            built.add((module, adder))
+            getattr(importlib.import_module(module), adder)(command)
+    return parser
+
+
+def _add_login(command: Command) -> None:
+    from agent.cli.commands import cmd_login
+
     login = command("login", "Store the server URL and agent token (config file, mode 0600).", cmd_login)
     login.add_argument("url", help="the server, e.g. http://127.0.0.1:8000")
     login.add_argument("--token", help="the agent token (default: LEASEHOLD_TOKEN, else read from stdin)")
     login.add_argument("--project", help="default project slug for ready, claim --next and run --next")
+
+
+def _add_ready(command: Command) -> None:
+    from agent.cli.commands import cmd_ready
 
     ready = command("ready", "List the claimable tasks of a project.", cmd_ready)
     ready.add_argument("--project", help="project slug (default: the one set at login)")
     ready.add_argument("--task-class", help="only tasks of this class")
     ready.add_argument("--limit", type=int, default=50, help="at most this many (1-200)")
 
+
+def _add_claim(command: Command) -> None:
+    from agent.cli.commands import cmd_claim
+
     claim = command("claim", "Claim a task (KEY, or --next) and make it the current attempt.", cmd_claim)
     _add_claim_options(claim)
 
+
+def _add_context(command: Command) -> None:
+    from agent.cli.commands import cmd_context
+
     context = command("context", "Show the bounded work context of a task.", cmd_context)
     context.add_argument("key", nargs="?", help="task key (default: the current attempt's task)")
+
+
+def _add_note(command: Command) -> None:
+    from agent.cli.commands import cmd_note
 
     note = command("note", "Add a note to the current attempt (renews the lease).", cmd_note)
     note.add_argument("content", help="the note, at most 8,000 characters")
@@ -187,12 +223,25 @@ def build_parser() -> argparse.ArgumentParser:
     note.add_argument("--important", action="store_true", help="flag the note as important")
     note.add_argument("--next-step", action="append", default=[], help="a next step; repeatable")
 
+
+def _add_checkpoint(command: Command) -> None:
+    from agent.cli.commands import cmd_note
+
     checkpoint = command("checkpoint", "Leave a checkpoint: what the next holder reads first.", cmd_note)
     checkpoint.add_argument("content", help="where the work stands, at most 8,000 characters")
     checkpoint.add_argument("--next-step", action="append", default=[], help="a next step; repeatable")
 
+
+def _add_renew(command: Command) -> None:
+    from agent.cli.commands import cmd_renew
+
     renew = command("renew", "Renew the current attempt's lease once.", cmd_renew)
     renew.add_argument("--lease-seconds", type=int, help="requested lease length")
+
+
+def _add_finish(command: Command) -> None:
+    from agent.cli.commands import cmd_finish
+    from agent.client.models import FAILURE_REASONS, INTERRUPTION_REASONS
 
     finish = command("finish", "Finish the current attempt (done, review, failed or handoff).", cmd_finish)
     finish.add_argument(
@@ -208,8 +257,16 @@ def build_parser() -> argparse.ArgumentParser:
     finish.add_argument("--interruption-reason", choices=INTERRUPTION_REASONS, help="for handoff (default handoff)")
     finish.add_argument("--acknowledged-version", type=int, help="the task version read after ACKNOWLEDGEMENT_REQUIRED")
 
+
+def _add_release(command: Command) -> None:
+    from agent.cli.commands import cmd_release
+
     release = command("release", "Give the current attempt's task back untouched.", cmd_release)
     release.add_argument("--reason", default="", help="why, for the audit log")
+
+
+def _add_changes(command: Command) -> None:
+    from agent.cli.commands import cmd_changes
 
     changes = command("changes", "Show the events after an event id (the delta feed).", cmd_changes)
     changes.add_argument("--since", type=int, help="last event id already seen (default 0; with --follow: now)")
@@ -219,10 +276,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--follow", action="store_true", help="keep printing events as they commit (long-poll), until interrupted"
     )
 
+
+def _add_search(command: Command) -> None:
+    from agent.cli.commands import cmd_search
+
     search = command("search", "Search tasks and notes (snippets).", cmd_search)
     search.add_argument("query", help="words to find")
     search.add_argument("--project", help="only this project")
     search.add_argument("--limit", type=int, help="at most this many hits (1-50)")
+
+
+def _add_run(command: Command) -> None:
+    from agent.cli.commands import cmd_run
+    from agent.client.models import FAILURE_REASONS
 
     run = command(
         "run",
@@ -251,7 +317,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--heartbeat-seconds", type=float, default=60.0, help="run heartbeat interval")
 
-    _add_workspace_command(command)
+
+def _add_mcp(command: Command) -> None:
+    from agent.cli.commands import cmd_mcp
+    from agent.cli.connect import CLIENTS
 
     mcp = command("mcp", "Serve the agent operations as MCP tools over stdio.", cmd_mcp)
     mcp.add_argument("--project", help="default project for ready, claim_next, changes and search")
@@ -260,21 +329,36 @@ def build_parser() -> argparse.ArgumentParser:
     mcp.add_argument(
         "--keep-on-exit", action="store_true", help="keep the attempts held when the session ends (no hand-off)"
     )
-    _add_reach_commands(command)
-    return parser
 
 
-def _add_reach_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """The commands beyond the lease: task, git, block/unblock, land/landing, check, connect, hook (SPEC §15.3, §15.4,
-    §21, §22)."""
-    task_commands.add_parsers(command)
-    review_commands.add_parsers(command)
-    plan_commands.add_parsers(command)
-    land_commands.add_parsers(command)
-    check_commands.add_parsers(command)
-    connect.add_parser(command)
-    hooks.add_parser(command)
-    runner_command.add_parser(command)
+# The lease's own commands, in the order `leasehold --help` lists them (then the ones of REACH_COMMANDS).
+_LEASE_COMMANDS: dict[str, Callable[[Command], None]] = {
+    "login": _add_login,
+    "ready": _add_ready,
+    "claim": _add_claim,
+    "context": _add_context,
+    "note": _add_note,
+    "checkpoint": _add_checkpoint,
+    "renew": _add_renew,
+    "finish": _add_finish,
+    "release": _add_release,
+    "changes": _add_changes,
+    "search": _add_search,
+    "run": _add_run,
+    "workspace": _add_workspace_command,
+    "mcp": _add_mcp,
+}
+
+
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command `argv` names, when it is one: the first word that is not an option (the top level takes none
+    with a value). None (build every command) for `--help`, `--version`, no command or an unknown one."""
+    for arg in argv:
+        if arg in ("-h", "--help", "--version", "--"):
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
 
 
 def _split_run_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -288,7 +372,7 @@ def _split_run_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     own, command = _split_run_command(list(sys.argv[1:] if argv is None else argv))
-    parser = build_parser()
+    parser = build_parser(_command_of(own))
     args = parser.parse_args(own)
     args.run_command = command
     out = Output(as_json=bool(args.json))
