@@ -13,7 +13,7 @@ This module talks HTTP only; it imports nothing of the server.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agent.client.connection import drop_none
 from agent.client.feeds import FeedCalls
@@ -31,8 +31,19 @@ from agent.client.models import (
     TaskTextField,
 )
 from agent.client.reviews import ReviewCalls
-from agent.client.usage import Usage, usage_body
 from agent.client.wire import Abandon
+
+if TYPE_CHECKING:
+    from agent.client.usage import Usage
+
+
+def usage_body(usage: Usage | None) -> dict[str, Any] | None:
+    """`agent.client.usage.usage_body`, imported (with `decimal`) only when there is usage to report."""
+    if not usage:
+        return None
+    from agent.client.usage import usage_body as reported
+
+    return reported(usage)
 
 
 class LeaseholdClient(ReviewCalls, FeedCalls):
