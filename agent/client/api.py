@@ -1,6 +1,6 @@
 """A typed HTTP client for the agent API (SPEC §8): one method per endpoint.
 
-Results are TypedDicts (JSON as the server sends it) or small dataclasses
+Results are TypedDicts (JSON as the server sends it) or small records
 (`Claim`, `Lease`), all in `agent.client.models`. How a call is sent (errors,
 retries, idempotency keys, lease headers, the lost-lease registry) is
 `agent.client.connection.ApiConnection`, which the client extends. Here are
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
-from agent.client.connection import drop_none
+from agent.client.connection import drop_none, usage_body
 from agent.client.feeds import FeedCalls
 from agent.client.models import (
     AttemptSummary,
@@ -35,15 +35,6 @@ from agent.client.wire import Abandon
 
 if TYPE_CHECKING:
     from agent.client.usage import Usage
-
-
-def usage_body(usage: Usage | None) -> dict[str, Any] | None:
-    """`agent.client.usage.usage_body`, imported (with `decimal`) only when there is usage to report."""
-    if not usage:
-        return None
-    from agent.client.usage import usage_body as reported
-
-    return reported(usage)
 
 
 class LeaseholdClient(ReviewCalls, FeedCalls):

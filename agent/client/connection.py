@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, Self
 if TYPE_CHECKING:
     import httpx  # the wire imports it only when it is the wire
 
+    from agent.client.usage import Usage
+
 from agent import __version__
 from agent.client.errors import (
     LEASE_LOSS_CODES,
@@ -70,6 +72,15 @@ def new_idempotency_key() -> str:
 def drop_none(values: dict[str, Any]) -> dict[str, Any]:
     """The fields that have a value: an absent field lets the server apply its default."""
     return {name: value for name, value in values.items() if value is not None}
+
+
+def usage_body(usage: Usage | None) -> dict[str, Any] | None:
+    """A request's `usage` (`agent.client.usage.usage_body`), imported with `decimal` only when there is some."""
+    if not usage:
+        return None
+    from agent.client.usage import usage_body as reported
+
+    return reported(usage)
 
 
 class ApiConnection:
