@@ -43,49 +43,49 @@ from agent.workspace.session import UsageError
 
 
 def _task_commands(command: Command) -> None:
-    from agent.cli import task_commands
+    import agent.cli.task_commands as task_commands
 
     task_commands.add_parsers(command)
 
 
 def _review_commands(command: Command) -> None:
-    from agent.cli import review_commands
+    import agent.cli.review_commands as review_commands
 
     review_commands.add_parsers(command)
 
 
 def _plan_commands(command: Command) -> None:
-    from agent.cli import plan_commands
+    import agent.cli.plan_commands as plan_commands
 
     plan_commands.add_parsers(command)
 
 
 def _land_commands(command: Command) -> None:
-    from agent.cli import land_commands
+    import agent.cli.land_commands as land_commands
 
     land_commands.add_parsers(command)
 
 
 def _check_commands(command: Command) -> None:
-    from agent.cli import check_commands
+    import agent.cli.check_commands as check_commands
 
     check_commands.add_parsers(command)
 
 
 def _connect_command(command: Command) -> None:
-    from agent.cli import connect
+    import agent.cli.connect as connect
 
     connect.add_parser(command)
 
 
 def _hook_command(command: Command) -> None:
-    from agent.cli import hooks
+    import agent.cli.hooks as hooks
 
     hooks.add_parser(command)
 
 
 def _runner_command(command: Command) -> None:
-    from agent.cli import runner_command
+    import agent.cli.runner_command as runner_command
 
     runner_command.add_parser(command)
 
