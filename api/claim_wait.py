@@ -16,7 +16,13 @@ runs a claim-next view's `try_claim` until it answers or `seconds` pass:
   claimable for this caller. A woken waiter asks it first and skips the claim
   (its write transaction) when it says no: each server process wakes one of
   its own waiters per commit, so most wakes in a multi-process server find
-  the task already gone.
+  the task already gone. So does the last try at the deadline, the one an idle
+  fleet makes once per wait (issue 34): when it says no, the answer is the
+  204 without the claim, and nothing is stored under the Idempotency-Key (a
+  204 that claimed nothing has no effect to replay; a retry with the key asks
+  afresh, as after the tries before it) — unless the key already has a stored
+  answer, which the claim's path replays (or refuses as a conflict), or the
+  key is one that path refuses.
 
 With nothing for it, the request takes a waiter's slot (`admit_waiter`,
 RATE_LIMITED past the limits) and parks in the registry of claim waiters,
@@ -40,7 +46,10 @@ from collections.abc import Callable, Iterable
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from api.auth import caller_of
+from api.mutations import IDEMPOTENCY_KEY
 from core.parking import CARRY_KEY, DEADLINE_KEY, PARK_KEY
+from leases.models import IdempotencyRecord
 from ledger.apis.changes import admit_waiter
 from push.claim_waiters import Ticket, claim_waiters
 
@@ -76,8 +85,14 @@ def wait_for_claim(
     try:
         while True:
             final = time.monotonic() >= deadline
-            if ticket.chain is not None and not final and looks_claimable is not None and not looks_claimable():
-                answer = None  # woken, but nothing is there for this caller: no claim's write transaction
+            if looks_claimable is not None and (ticket.chain is not None or final) and not looks_claimable():
+                # Woken, or at the deadline, and nothing is there for this caller: no claim's write transaction.
+                if not final:
+                    answer = None
+                elif _answered_under_key(request):
+                    answer = try_claim(True)
+                else:
+                    answer = Response(status=204)
             else:
                 answer = try_claim(final)
             if ticket.chain is not None:  # this try answered a wake: pass it on if someone else could use it
@@ -106,6 +121,18 @@ def wait_for_claim(
             if release is not None:
                 release()
             registry.close(ticket)
+
+
+def _answered_under_key(request: Request) -> bool:
+    """Whether the claim's own path must answer the last try: the request's Idempotency-Key has a stored
+    answer (replayed, or IDEMPOTENCY_CONFLICT), or is a key that path refuses (`api.mutations.run_mutation`)."""
+    key = request.META.get("HTTP_IDEMPOTENCY_KEY")
+    if key is None:
+        return False
+    agent = caller_of(request).agent
+    if agent is None or not IDEMPOTENCY_KEY.match(key):
+        return True
+    return IdempotencyRecord.objects.filter(agent=agent, key=key).exists()
 
 
 def _closing(release: Callable[[], None], ticket: Ticket) -> Callable[[], None]:

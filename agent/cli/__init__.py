@@ -1,7 +1,8 @@
 """`leasehold`, the agent's command line (SPEC §13): `leasehold.main` is the console script.
 
-- `leasehold`: the parser, the dispatch, errors to exit codes; `output`: the
-  exit codes and what is printed;
+- `leasehold`: the parser, the dispatch, errors to exit codes (a call builds
+  and imports only its own command: `lease_parsers` holds the lease's
+  commands' parsers); `output`: the exit codes and what is printed;
 - `commands` (login, claim, note, finish, …), `task_commands`,
   `plan_commands`, `review_commands`, `workspace_commands`, `connect`,
   `hooks`, `context_text`: what each command does;

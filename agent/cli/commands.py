@@ -10,8 +10,6 @@ the run owns the attempt's end (`_inside_run`).
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import getpass
 import os
 import sys
 from collections.abc import Callable
@@ -42,7 +40,12 @@ from agent.workspace.session import (
 def cmd_login(args: argparse.Namespace, out: Output) -> int:
     token = args.token or os.environ.get("LEASEHOLD_TOKEN")
     if not token:
-        token = getpass.getpass("Agent token: ") if sys.stdin.isatty() else sys.stdin.readline()
+        if sys.stdin.isatty():
+            import getpass  # (and termios): only a login typed at a terminal
+
+            token = getpass.getpass("Agent token: ")
+        else:
+            token = sys.stdin.readline()
     token = token.strip()
     if not token:
         raise UsageError("An agent token is needed: --token, LEASEHOLD_TOKEN, or on standard input.")
@@ -122,7 +125,7 @@ def _holder(action: Callable[[LeaseholdClient, Any], Any], *, ends: bool = False
         state.remove(config_dir(), current.agent, current.task, attempt_id=current.attempt_id)
     elif isinstance(result, dict) and result.get("lease_expires_at") and current.owner == "cli":
         # Remember the new expiry (an attempt kept by `run` or `mcp` is theirs to write: they may be marking it lost).
-        state.save(config_dir(), dataclasses.replace(current, lease_expires_at=result["lease_expires_at"]))
+        state.save(config_dir(), current.replace(lease_expires_at=result["lease_expires_at"]))
     return result
 
 

@@ -25,7 +25,6 @@ stderr, and the exit code is 0.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import sys
@@ -76,13 +75,13 @@ def read_payload(stream: TextIO) -> dict[str, Any]:
     return payload
 
 
-@dataclasses.dataclass
 class HookRun:
     """One hook's client, and the attempt held for the payload's directory (None when nothing is held)."""
 
-    client: LeaseholdClient
-    held: HeldAttempt | None
-    payload: dict[str, Any]
+    def __init__(self, *, client: LeaseholdClient, held: HeldAttempt | None, payload: dict[str, Any]) -> None:
+        self.client = client
+        self.held = held
+        self.payload = payload
 
     def lease_lost(self, error: LeaseholdError) -> None:
         if self.held is not None and error.code in ATTEMPT_ENDED_CODES:
@@ -180,7 +179,7 @@ def pre_compact(run: HookRun) -> str:
         run.lease_lost(error)
         raise
     if held.owner == "cli":
-        state.save(config_dir(), dataclasses.replace(held, lease_expires_at=written["lease_expires_at"]))
+        state.save(config_dir(), held.replace(lease_expires_at=written["lease_expires_at"]))
     return (
         f"Leasehold: the context is being compacted; checkpoint {written['note']['id']} ({COMPACTED!r}) saved on "
         f"{held.task}. Write a real checkpoint now: where the work stands and the next steps."

@@ -10,7 +10,9 @@ Code's hooks run. `task`, `git`, `block` and `unblock` reach the rest of what
 an agent needs (`agent.cli.task_commands`).
 
 This module reads the command line and maps errors to exit codes; what each
-command does is in `agent.cli.commands`. Results go to stdout (one JSON document
+command does is in `agent.cli.commands` (the parsers of the lease's own
+commands: `agent.cli.lease_parsers`). A call builds only its own command's
+parser and imports only its module (`--help` builds them all). Results go to stdout (one JSON document
 with `--json`), diagnostics to stderr. Exit codes:
 `agent.cli.output.EXIT_CODES_HELP`.
 """
@@ -23,30 +25,8 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 
-import agent.cli.check_commands as check_commands
-import agent.cli.connect as connect
-import agent.cli.hooks as hooks
-import agent.cli.land_commands as land_commands
-import agent.cli.plan_commands as plan_commands
-import agent.cli.review_commands as review_commands
-import agent.cli.runner_command as runner_command
-import agent.cli.task_commands as task_commands
 from agent import __version__
-from agent.cli.commands import (
-    cmd_changes,
-    cmd_claim,
-    cmd_context,
-    cmd_finish,
-    cmd_login,
-    cmd_mcp,
-    cmd_note,
-    cmd_ready,
-    cmd_release,
-    cmd_renew,
-    cmd_run,
-    cmd_search,
-)
-from agent.cli.connect import CLIENTS
+from agent.cli.lease_parsers import LEASE_COMMANDS, Command
 from agent.cli.output import (
     EXIT_AUTH,
     EXIT_CODES_HELP,
@@ -56,88 +36,84 @@ from agent.cli.output import (
     EXIT_WORKSPACE,
     Output,
 )
-from agent.cli.workspace_commands import cmd_workspace
 from agent.client.errors import LeaseholdError
-from agent.client.models import FAILURE_REASONS, INTERRUPTION_REASONS
 from agent.workspace.config import NotLoggedIn
-from agent.workspace.git import WorkspaceError
-from agent.workspace.session import WAIT_FOREVER, UsageError
+from agent.workspace.errors import WorkspaceError
+from agent.workspace.session import UsageError
 
 
-def _add_claim_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("key", nargs="?", help="the task to claim, e.g. WEB-412")
-    parser.add_argument("--next", action="store_true", help="claim the project's next claimable task instead")
-    parser.add_argument("--project", help="project slug for --next (default: the one set at login)")
-    parser.add_argument("--task-class", help="with --next: only tasks of this class")
-    parser.add_argument(
-        "--wait",
-        nargs="?",
-        const=WAIT_FOREVER,
-        type=int,
-        metavar="SECONDS",
-        help="with --next: wait up to SECONDS (no number: no limit) for a task to become claimable; "
-        "the server hands it to one waiter",
-    )
-    parser.add_argument(
-        "--until-empty",
-        action="store_true",
-        help="with --next: wait (as --wait with no limit) until a task comes or the project's work is finished; "
-        "exit 3 only then: no task open, ready (claimable, held, or waiting on a blocker), in review or delivered",
-    )
-    parser.add_argument("--lease-seconds", type=int, help="requested lease length (the server clamps it)")
-    parser.add_argument("--branch", help="Conventional Branch name for the attempt")
-    parser.add_argument("--base-commit", help="40-hex commit the work starts from")
-    parser.add_argument("--environment", help="allocate this environment (by name) with the lease")
-    parser.add_argument("--environment-kind", help="allocate any free environment of this kind")
-    parser.add_argument(
-        "--path",
-        action="append",
-        dest="paths",
-        help="reserve this repository path while the lease lives (repeatable; default: the task's paths)",
-    )
-    parser.add_argument("--paths-mode", choices=["exclusive", "shared"], help="how the paths are held")
-    parser.add_argument("--replace", action="store_true", help="forget a current attempt instead of refusing")
+def _task_commands(command: Command) -> None:
+    import agent.cli.task_commands as task_commands
+
+    task_commands.add_parsers(command)
 
 
-def _add_workspace_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--worktree",
-        nargs="?",
-        const="",
-        metavar="DIR",
-        help="run in the attempt's git worktree (default DIR: <repo parent>/<repo name>.worktrees/<task key>)",
-    )
-    parser.add_argument("--repo", help="the git repository (default: the one containing the current directory)")
+def _review_commands(command: Command) -> None:
+    import agent.cli.review_commands as review_commands
+
+    review_commands.add_parsers(command)
 
 
-def _add_workspace_command(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """`leasehold workspace open|list|prune` (SPEC §15.1)."""
-    workspace = command("workspace", "Open, list or prune the git worktrees of attempts.", cmd_workspace)
-    actions = workspace.add_subparsers(dest="workspace_command", metavar="ACTION", required=True)
-    opening = actions.add_parser(
-        "open",
-        help="claim (KEY or --next) or take the current attempt, and open its worktree",
-        description="Claim (KEY or --next) or take the current attempt, open its branch in a worktree, install the "
-        "trailer hook and record the git facts; prints the worktree's path.",
-    )
-    _add_claim_options(opening)
-    opening.add_argument("--dir", help="the worktree (default: <repo parent>/<repo name>.worktrees/<task key>)")
-    opening.add_argument("--repo", help="the git repository (default: the one containing the current directory)")
-    listing = actions.add_parser("list", help="the repository's worktrees and the attempts in them")
-    listing.add_argument("--repo", help="the git repository (default: the one containing the current directory)")
-    prune = actions.add_parser(
-        "prune",
-        help="remove worktrees whose attempt completed, whose branch is merged, and which are clean",
-        description="Remove the worktrees whose attempt completed, whose branch is merged into the default branch "
-        "and which have no uncommitted changes; nothing else (never the main checkout).",
-    )
-    prune.add_argument("--repo", help="the git repository (default: the one containing the current directory)")
-    prune.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
-    for sub in (opening, listing, prune):
-        sub.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="machine output")
+def _plan_commands(command: Command) -> None:
+    import agent.cli.plan_commands as plan_commands
+
+    plan_commands.add_parsers(command)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _land_commands(command: Command) -> None:
+    import agent.cli.land_commands as land_commands
+
+    land_commands.add_parsers(command)
+
+
+def _check_commands(command: Command) -> None:
+    import agent.cli.check_commands as check_commands
+
+    check_commands.add_parsers(command)
+
+
+def _connect_command(command: Command) -> None:
+    import agent.cli.connect as connect
+
+    connect.add_parser(command)
+
+
+def _hook_command(command: Command) -> None:
+    import agent.cli.hooks as hooks
+
+    hooks.add_parser(command)
+
+
+def _runner_command(command: Command) -> None:
+    import agent.cli.runner_command as runner_command
+
+    runner_command.add_parser(command)
+
+
+# A call builds the parser of its own command only, and imports only the module that runs it (issue 34,
+# SPEC §24: a CLI call <= 150 ms of CPU): the commands beyond the lease, by what adds them (and their neighbours).
+REACH_COMMANDS: dict[str, Callable[[Command], None]] = {
+    "task": _task_commands,
+    "git": _task_commands,
+    "block": _task_commands,
+    "unblock": _task_commands,
+    "review": _review_commands,
+    "decide": _review_commands,
+    "comment": _review_commands,
+    "plan": _plan_commands,
+    "land": _land_commands,
+    "landing": _land_commands,
+    "check": _check_commands,
+    "connect": _connect_command,
+    "hook": _hook_command,
+    "runner": _runner_command,
+}
+# Every command's name: the lease's own (`agent.cli.lease_parsers`), then the ones above, as `--help` lists them.
+COMMANDS = (*LEASE_COMMANDS, *REACH_COMMANDS)
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: every command, or (`only`) just the one a call runs, as the same sub-parser."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--json", action="store_true", default=argparse.SUPPRESS, help="machine output: one JSON document on stdout"
@@ -154,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     def command(name: str, text: str, handler: Callable[[argparse.Namespace, Output], int]) -> argparse.ArgumentParser:
+        if only is not None and name != only:
+            return argparse.ArgumentParser(add_help=False)  # a module's other command: built, never reachable
         sub = commands.add_parser(
             name,
             help=text,
@@ -165,116 +143,26 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(handler=handler)
         return sub
 
-    login = command("login", "Store the server URL and agent token (config file, mode 0600).", cmd_login)
-    login.add_argument("url", help="the server, e.g. http://127.0.0.1:8000")
-    login.add_argument("--token", help="the agent token (default: LEASEHOLD_TOKEN, else read from stdin)")
-    login.add_argument("--project", help="default project slug for ready, claim --next and run --next")
-
-    ready = command("ready", "List the claimable tasks of a project.", cmd_ready)
-    ready.add_argument("--project", help="project slug (default: the one set at login)")
-    ready.add_argument("--task-class", help="only tasks of this class")
-    ready.add_argument("--limit", type=int, default=50, help="at most this many (1-200)")
-
-    claim = command("claim", "Claim a task (KEY, or --next) and make it the current attempt.", cmd_claim)
-    _add_claim_options(claim)
-
-    context = command("context", "Show the bounded work context of a task.", cmd_context)
-    context.add_argument("key", nargs="?", help="task key (default: the current attempt's task)")
-
-    note = command("note", "Add a note to the current attempt (renews the lease).", cmd_note)
-    note.add_argument("content", help="the note, at most 8,000 characters")
-    note.add_argument("--kind", choices=("progress", "finding", "warning"), default="progress", help="note kind")
-    note.add_argument("--important", action="store_true", help="flag the note as important")
-    note.add_argument("--next-step", action="append", default=[], help="a next step; repeatable")
-
-    checkpoint = command("checkpoint", "Leave a checkpoint: what the next holder reads first.", cmd_note)
-    checkpoint.add_argument("content", help="where the work stands, at most 8,000 characters")
-    checkpoint.add_argument("--next-step", action="append", default=[], help="a next step; repeatable")
-
-    renew = command("renew", "Renew the current attempt's lease once.", cmd_renew)
-    renew.add_argument("--lease-seconds", type=int, help="requested lease length")
-
-    finish = command("finish", "Finish the current attempt (done, review, failed or handoff).", cmd_finish)
-    finish.add_argument(
-        "--outcome",
-        choices=("done", "review", "failed", "handoff", "approved", "changes_requested", "blocked"),
-        default="done",
-        help="outcome (a review attempt: approved, changes_requested or blocked)",
-    )
-    finish.add_argument("--finding", action="append", default=None, help="a review finding; repeatable")
-    finish.add_argument("--summary", help="result summary")
-    finish.add_argument("--next-step", action="append", default=[], help="a next step; repeatable")
-    finish.add_argument("--failure-reason", choices=FAILURE_REASONS, help="for failed (default implementation_error)")
-    finish.add_argument("--interruption-reason", choices=INTERRUPTION_REASONS, help="for handoff (default handoff)")
-    finish.add_argument("--acknowledged-version", type=int, help="the task version read after ACKNOWLEDGEMENT_REQUIRED")
-
-    release = command("release", "Give the current attempt's task back untouched.", cmd_release)
-    release.add_argument("--reason", default="", help="why, for the audit log")
-
-    changes = command("changes", "Show the events after an event id (the delta feed).", cmd_changes)
-    changes.add_argument("--since", type=int, help="last event id already seen (default 0; with --follow: now)")
-    changes.add_argument("--project", help="only this project")
-    changes.add_argument("--limit", type=int, help="at most this many events (1-200)")
-    changes.add_argument(
-        "--follow", action="store_true", help="keep printing events as they commit (long-poll), until interrupted"
-    )
-
-    search = command("search", "Search tasks and notes (snippets).", cmd_search)
-    search.add_argument("query", help="words to find")
-    search.add_argument("--project", help="only this project")
-    search.add_argument("--limit", type=int, help="at most this many hits (1-50)")
-
-    run = command(
-        "run",
-        "Run COMMAND under a lease: claim (KEY or --next) or reuse the current attempt, renew while it "
-        "runs, finish done on exit 0 and failed otherwise (or as $LEASEHOLD_OUTCOME_FILE says); with --worktree "
-        "in the attempt's git worktree. SIGTERM (then SIGKILL) it if the lease is lost; it dies with run.",
-        cmd_run,
-    )
-    run.usage = "leasehold run [KEY | --next] [--worktree [DIR]] [--repo PATH] [options] -- COMMAND [ARG ...]"
-    _add_claim_options(run)
-    _add_workspace_options(run)
-    run.add_argument(
-        "--failure-reason",
-        choices=FAILURE_REASONS,
-        default="implementation_error",
-        help="failure_reason_code when COMMAND exits non-zero (default implementation_error)",
-    )
-    run.add_argument("--on-success", choices=("done", "review"), default="done", help="outcome on exit 0")
-    run.add_argument(
-        "--review",
-        action="store_true",
-        help="with --next: claim the oldest open review and run COMMAND as its reviewer (exit 0: approved)",
-    )
-    run.add_argument(
-        "--grace-seconds", type=float, default=10.0, help="SIGTERM to SIGKILL delay when COMMAND must stop"
-    )
-    run.add_argument("--heartbeat-seconds", type=float, default=60.0, help="run heartbeat interval")
-
-    _add_workspace_command(command)
-
-    mcp = command("mcp", "Serve the agent operations as MCP tools over stdio.", cmd_mcp)
-    mcp.add_argument("--project", help="default project for ready, claim_next, changes and search")
-    mcp.add_argument("--print-config", choices=CLIENTS, help="print the client configuration and exit")
-    mcp.add_argument("--no-keep-alive", action="store_true", help="do not renew claimed leases in the background")
-    mcp.add_argument(
-        "--keep-on-exit", action="store_true", help="keep the attempts held when the session ends (no hand-off)"
-    )
-    _add_reach_commands(command)
+    for name, add in LEASE_COMMANDS.items():
+        if only is None or only == name:
+            add(command)
+    added: list[Callable[[Command], None]] = []
+    for name, add in REACH_COMMANDS.items():
+        if (only is None or only == name) and add not in added:  # one call adds all of its module's commands
+            added.append(add)
+            add(command)
     return parser
 
 
-def _add_reach_commands(command: Callable[..., argparse.ArgumentParser]) -> None:
-    """The commands beyond the lease: task, git, block/unblock, land/landing, check, connect, hook (SPEC §15.3, §15.4,
-    §21, §22)."""
-    task_commands.add_parsers(command)
-    review_commands.add_parsers(command)
-    plan_commands.add_parsers(command)
-    land_commands.add_parsers(command)
-    check_commands.add_parsers(command)
-    connect.add_parser(command)
-    hooks.add_parser(command)
-    runner_command.add_parser(command)
+def _command_of(argv: Sequence[str]) -> str | None:
+    """The command `argv` names, when it is one: the first word that is not an option (the top level takes none
+    with a value). None (build every command) for `--help`, `--version`, no command or an unknown one."""
+    for arg in argv:
+        if arg in ("-h", "--help", "--version", "--"):
+            return None
+        if not arg.startswith("-"):
+            return arg if arg in COMMANDS else None
+    return None
 
 
 def _split_run_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -288,7 +176,7 @@ def _split_run_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     own, command = _split_run_command(list(sys.argv[1:] if argv is None else argv))
-    parser = build_parser()
+    parser = build_parser(_command_of(own))
     args = parser.parse_args(own)
     args.run_command = command
     out = Output(as_json=bool(args.json))

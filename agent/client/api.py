@@ -1,6 +1,6 @@
 """A typed HTTP client for the agent API (SPEC §8): one method per endpoint.
 
-Results are TypedDicts (JSON as the server sends it) or small dataclasses
+Results are TypedDicts (JSON as the server sends it) or small records
 (`Claim`, `Lease`), all in `agent.client.models`. How a call is sent (errors,
 retries, idempotency keys, lease headers, the lost-lease registry) is
 `agent.client.connection.ApiConnection`, which the client extends. Here are
@@ -13,9 +13,9 @@ This module talks HTTP only; it imports nothing of the server.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
-from agent.client.connection import drop_none
+from agent.client.connection import drop_none, usage_body
 from agent.client.feeds import FeedCalls
 from agent.client.models import (
     AttemptSummary,
@@ -31,8 +31,10 @@ from agent.client.models import (
     TaskTextField,
 )
 from agent.client.reviews import ReviewCalls
-from agent.client.usage import Usage, usage_body
 from agent.client.wire import Abandon
+
+if TYPE_CHECKING:
+    from agent.client.usage import Usage
 
 
 class LeaseholdClient(ReviewCalls, FeedCalls):

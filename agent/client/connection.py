@@ -27,15 +27,16 @@ module talks HTTP only; it imports nothing of the server.
 from __future__ import annotations
 
 import json
-import random
+import os
 import time
 import urllib.parse
-import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     import httpx  # the wire imports it only when it is the wire
+
+    from agent.client.usage import Usage
 
 from agent import __version__
 from agent.client.errors import (
@@ -60,9 +61,26 @@ from agent.client.wire import (
 )
 
 
+def new_idempotency_key() -> str:
+    """`lh-` and a random UUID (version 4) in hex, as `uuid.uuid4().hex`, without importing `uuid` (and `platform`)."""
+    random_bytes = bytearray(os.urandom(16))
+    random_bytes[6] = (random_bytes[6] & 0x0F) | 0x40  # version 4
+    random_bytes[8] = (random_bytes[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    return f"lh-{random_bytes.hex()}"
+
+
 def drop_none(values: dict[str, Any]) -> dict[str, Any]:
     """The fields that have a value: an absent field lets the server apply its default."""
     return {name: value for name, value in values.items() if value is not None}
+
+
+def usage_body(usage: Usage | None) -> dict[str, Any] | None:
+    """A request's `usage` (`agent.client.usage.usage_body`), imported with `decimal` only when there is some."""
+    if not usage:
+        return None
+    from agent.client.usage import usage_body as reported
+
+    return reported(usage)
 
 
 class ApiConnection:
@@ -138,7 +156,7 @@ class ApiConnection:
         self._lost.add(lease_fingerprint(lease.token))
 
     def is_lost(self, lease: Lease) -> bool:
-        return lease_fingerprint(lease.token) in self._lost
+        return bool(self._lost) and lease_fingerprint(lease.token) in self._lost
 
     # --- transport ----------------------------------------------------------------------
 
@@ -158,6 +176,8 @@ class ApiConnection:
 
     def backoff_delay(self, retry: int, error: LeaseholdError | None = None) -> float:
         """Exponential backoff with jitter: between half and all of base * 2**retry, capped."""
+        import random  # only a retry waits
+
         ceiling = min(self.backoff_max, self.backoff_base * (2**retry))
         delay = random.uniform(ceiling / 2, ceiling)
         retry_after = error.details.get("retry_after_seconds") if error is not None else None
@@ -197,7 +217,7 @@ class ApiConnection:
                 sent_headers["X-Lease-Epoch"] = str(lease.epoch)
         if method in MUTATING_METHODS and (keyed or idempotency_key is not None):
             # Fixed before the first try: every retry of this call sends the same key.
-            sent_headers["Idempotency-Key"] = idempotency_key or f"lh-{uuid.uuid4().hex}"
+            sent_headers["Idempotency-Key"] = idempotency_key or new_idempotency_key()
         query = drop_none(params or {})
         budget = self.max_retries if retries is None else retries
         retry = 0

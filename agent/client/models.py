@@ -1,15 +1,27 @@
 """The shapes the agent API answers with (SPEC §8), as the client returns them.
 
 TypedDicts are the JSON as sent (`total=False` where the server may grow a
-field); `Lease` and `Claim` are what the toolkit itself builds from a claim.
+field); `Lease` and `Claim` are what the toolkit itself builds from a claim
+(frozen records, `agent.client.records`: a CLI call does not import
+`dataclasses`).
+
+Unlike the rest of the toolkit, this module's annotations are evaluated when
+it is imported (no `from __future__ import annotations`): a TypedDict turns
+each field's annotation given as a string into a `ForwardRef` and compiles
+it, which cost every CLI call ~5 ms of CPU (issue 34). A forward reference
+is quoted here.
 """
 
-from __future__ import annotations
-
-import hashlib
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, TypedDict, cast, get_args
+from typing import Any, ClassVar, Literal, TypedDict, cast, get_args
+
+from agent.client.records import FrozenRecord
+
+try:
+    # The interpreter's own SHA-256: hashlib's OpenSSL library costs a CLI call ~4 ms of CPU to load (issue 34).
+    from _sha256 import sha256  # type: ignore[import-not-found, unused-ignore]
+except ImportError:  # an interpreter built without it
+    from hashlib import sha256
 
 # A review attempt (SPEC §16.1) decides with approved / changes_requested / blocked, or fails / hands off.
 Outcome = Literal["done", "review", "failed", "handoff", "approved", "changes_requested", "blocked"]
@@ -136,22 +148,47 @@ class Changes(TypedDict):
     has_more: bool
 
 
-@dataclass(frozen=True)
-class Lease:
-    """What a holder needs to act on an attempt. The token is never printed (`repr=False`).
+class Lease(FrozenRecord):
+    """What a holder needs to act on an attempt. The token is never printed (kept out of `repr`).
 
     `holds` says whose lease it is: a work attempt's (`attempts`, the default) or a landing's
     (`landings`, SPEC §21, where `attempt_id` is the landing's id); the one `renew` reads it.
     """
 
+    __slots__ = (  # noqa: RUF023 (the fields in order)
+        "attempt_id", "token", "epoch", "task", "renew_every_seconds", "renew_attempts", "lease_expires_at", "holds",
+    )  # fmt: skip
+    REPR_HIDDEN: ClassVar[frozenset[str]] = frozenset({"token"})
     attempt_id: int
-    token: str = field(repr=False)
+    token: str
     epoch: int
     task: str
-    renew_every_seconds: int = 300
-    renew_attempts: int = 3
-    lease_expires_at: str | None = None
-    holds: LeaseHolds = "attempts"
+    renew_every_seconds: int
+    renew_attempts: int
+    lease_expires_at: str | None
+    holds: LeaseHolds
+
+    def __init__(
+        self,
+        attempt_id: int,
+        token: str,
+        epoch: int,
+        task: str,
+        renew_every_seconds: int = 300,
+        renew_attempts: int = 3,
+        lease_expires_at: str | None = None,
+        holds: LeaseHolds = "attempts",
+    ) -> None:
+        self._set(
+            attempt_id=attempt_id,
+            token=token,
+            epoch=epoch,
+            task=task,
+            renew_every_seconds=renew_every_seconds,
+            renew_attempts=renew_attempts,
+            lease_expires_at=lease_expires_at,
+            holds=holds,
+        )
 
     @property
     def renew_path(self) -> str:
@@ -170,7 +207,7 @@ class Lease:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Lease:
+    def from_dict(cls, data: dict[str, Any]) -> "Lease":
         return cls(
             attempt_id=int(data["attempt_id"]),
             token=str(data["token"]),
@@ -183,18 +220,23 @@ class Lease:
         )
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(FrozenRecord):
     """A successful claim: the lease to hold, the attempt, the compact task and the work context."""
 
+    __slots__ = ("lease", "attempt", "task", "context", "label")  # noqa: RUF023 (the fields in order)
     lease: Lease
     attempt: AttemptSummary
     task: CompactTask
     context: dict[str, Any]
     label: str
 
+    def __init__(
+        self, lease: Lease, attempt: AttemptSummary, task: CompactTask, context: dict[str, Any], label: str
+    ) -> None:
+        self._set(lease=lease, attempt=attempt, task=task, context=context, label=label)
+
     @classmethod
-    def from_response(cls, body: dict[str, Any]) -> Claim:
+    def from_response(cls, body: dict[str, Any]) -> "Claim":
         attempt = cast(AttemptSummary, body["attempt"])
         lease = Lease(
             attempt_id=int(attempt["id"]),
@@ -229,7 +271,12 @@ class Claim:
 
 def lease_fingerprint(token: str) -> str:
     """A short, one-way name for a lease token (for traces and the lost-lease registry)."""
-    return hashlib.sha256(token.encode()).hexdigest()[:16]
+    return sha256_hex(token)[:16]
+
+
+def sha256_hex(text: str) -> str:
+    """SHA-256 of `text` (UTF-8), in hex."""
+    return str(sha256(text.encode()).hexdigest())
 
 
 def is_past(moment_text: str | None) -> bool:

@@ -1,16 +1,16 @@
 """How a call of the agent API goes over the network: the wire under `agent.client.connection.ApiConnection`.
 
-One keep-alive connection (`KeepAliveWire`, the standard library's
-`http.client`), reused by every call and thread in turn (a call that finds it
-busy opens another, kept for the next). An idle connection the server closed
-is noticed before it is used and replaced; a call whose reused connection
-drops before any answer is sent once more at once on a fresh one (its
-Idempotency-Key makes that safe), then the retry rule of
-`agent.client.connection` applies, so a server that is gone answers
-`CONNECTION_FAILED` within the timeouts, never a hang. httpx costs about three
-times its CPU per call (`leasehold mcp` makes three calls per task cycle); it
-is still the wire when a transport is injected (tests), requests are observed
-(`on_request`) or a proxy is configured for the server.
+One keep-alive connection (`KeepAliveWire`: `agent.client.plainhttp` for
+`http://`, the standard library's `http.client` for `https://`), reused by
+every call and thread in turn (a call that finds it busy opens another, kept
+for the next). An idle connection the server closed is noticed before it is
+used and replaced; a call whose reused connection drops before any answer is
+sent once more at once on a fresh one (its Idempotency-Key makes that safe),
+then the retry rule of `agent.client.connection` applies, so a server that is
+gone answers `CONNECTION_FAILED` within the timeouts, never a hang. httpx
+costs about three times its CPU per call (`leasehold mcp` makes three calls
+per task cycle); it is still the wire when a transport is injected (tests),
+requests are observed (`on_request`) or a proxy is configured for the server.
 
 A call may be abandoned from another thread (`Abandon`): the keep-alive wire
 shuts its socket down, so the call fails at once and the server sees the
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import http.client
 import json
 import os
 import select
@@ -34,20 +33,27 @@ import urllib.parse
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agent.client.plainhttp import PlainConnection, ProtocolError
+
 if TYPE_CHECKING:
+    import http.client
     import ssl
+    from typing import TypeAlias
 
     import httpx
 
-# httpx (with what it pulls in), ssl and urllib.request are imported where they are used: a CLI call over
-# plain HTTP needs none of them, and importing them cost more CPU than the call itself (issue 29).
+    Connection: TypeAlias = PlainConnection | http.client.HTTPSConnection
+
+# httpx (with what it pulls in), http.client, ssl and urllib.request are imported where they are used: a CLI
+# call over plain HTTP needs none of them, and importing them cost more CPU than the call itself (issues 29, 34).
 
 API_PREFIX = "/api/v1"
 MUTATING_METHODS = frozenset({"POST", "PATCH", "PUT", "DELETE"})
 # Kept open beyond the one in use: threads (a renewal beside a tool call) each get one without a new handshake.
 IDLE_CONNECTIONS = 4
 # Failures of a reused connection before any answer: the server closed it as we sent (keep-alive ran out).
-DROPPED = (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+# (`http.client.RemoteDisconnected` and `plainhttp.RemoteDisconnected` are ConnectionResetErrors.)
+DROPPED = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
 def api_root(url: str) -> str:
@@ -148,8 +154,9 @@ def _json_body(body: Any) -> bytes:
     return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
 
 
-def _open(connection: http.client.HTTPConnection) -> None:
+def _open(connection: Connection) -> None:
     connection.connect()
+    assert connection.sock is not None
     # As httpx does: a request is one write, but no part of an exchange should wait for an ACK (Nagle).
     connection.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
@@ -164,7 +171,7 @@ def _readable(sock: socket.socket) -> bool:
 
 
 class KeepAliveWire:
-    """HTTP/1.1 over `http.client`, keeping connections open between calls (see the module docstring)."""
+    """HTTP/1.1, keeping connections open between calls (see the module docstring)."""
 
     def __init__(self, root: str, base_headers: dict[str, str]) -> None:
         parts = urllib.parse.urlsplit(root)
@@ -175,16 +182,24 @@ class KeepAliveWire:
         self._port = parts.port
         self._prefix = parts.path.rstrip("/") + API_PREFIX
         self._headers = base_headers
-        self._idle: list[http.client.HTTPConnection] = []
+        self._idle: list[Connection] = []
         self._lock = threading.Lock()
         self._closed = False
-
-    def _new_connection(self, timeout: float) -> http.client.HTTPConnection:
+        # What a failed exchange raises besides OSError (a socket's, a timeout): the answer was not HTTP.
+        self._failures: tuple[type[Exception], ...] = (OSError, ProtocolError)
         if self._https:
-            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=tls_context())
-        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
+            import http.client  # with ssl and email: only an https:// server pays for them
 
-    def _take(self) -> http.client.HTTPConnection | None:
+            self._failures = (OSError, http.client.HTTPException)
+
+    def _new_connection(self, timeout: float) -> Connection:
+        if self._https:
+            import http.client
+
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=tls_context())
+        return PlainConnection(self._host, self._port, timeout=timeout)
+
+    def _take(self) -> Connection | None:
         """An idle connection still open, or None; one the server closed meanwhile is dropped here."""
         with self._lock:
             while self._idle:
@@ -195,7 +210,7 @@ class KeepAliveWire:
                 connection.close()
         return None
 
-    def _give_back(self, connection: http.client.HTTPConnection) -> None:
+    def _give_back(self, connection: Connection) -> None:
         with self._lock:
             if not self._closed and connection.sock is not None and len(self._idle) < IDLE_CONNECTIONS:
                 self._idle.append(connection)
@@ -235,7 +250,7 @@ class KeepAliveWire:
                 connection.close()
                 connection = self._new_connection(timeout)
                 return self._exchange(connection, method, target, sent, content, timeout, abandon)
-        except (OSError, http.client.HTTPException) as exc:
+        except self._failures as exc:
             connection.close()
             raise WireFailed(exc) from exc
         except WireFailed:
@@ -244,7 +259,7 @@ class KeepAliveWire:
 
     def _exchange(
         self,
-        connection: http.client.HTTPConnection,
+        connection: Connection,
         method: str,
         target: str,
         headers: dict[str, str],
@@ -257,6 +272,7 @@ class KeepAliveWire:
             _open(connection)
         else:
             connection.sock.settimeout(timeout)
+        assert connection.sock is not None
         if abandon is not None:
             abandon.attach(connection.sock)
         try:

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import threading
@@ -116,7 +115,7 @@ class Holdings:
 
     def _adopt(self, held: HeldAttempt) -> bool:
         """Keep `held`, after one renewal proves the server still holds it for us; False when it does not."""
-        held = dataclasses.replace(held, owner=OWNER, pid=os.getpid())
+        held = held.replace(owner=OWNER, pid=os.getpid())
         keeper = self._keeper_for(held)
         try:
             renewed = keeper.renew()

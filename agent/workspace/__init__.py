@@ -4,7 +4,8 @@
   `state`: the attempts this machine holds, one state file per agent per
   attempt; `session`: what the CLI and the MCP server share (the client made
   from the login, claims written to the state files);
-- `git`: the repository, the attempt's branch, its worktree, the facts;
+- `git`: the repository, the attempt's branch, its worktree, the facts
+  (`errors.WorkspaceError` when it cannot);
   `gitfacts`: the facts of any checkout; `githooks` and `labels`: the commit
   trailer that names an attempt;
 - the launcher's parts (SPEC §15.2, §15.3): `briefing` (what the command is

@@ -13,29 +13,40 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.client.records import FrozenRecord
 
-@dataclass(frozen=True)
-class CommandAttempt:
+# A temporary file's name is tried this many times before giving up (each name is 64 random bits).
+TEMPORARY_NAME_TRIES = 100
+
+
+class CommandAttempt(FrozenRecord):
     """The attempt a command started by `leasehold run` works on, as its environment names it (SPEC §15.2)."""
 
+    __slots__ = ("attempt_id", "task", "epoch", "label")  # noqa: RUF023 (the fields in order)
     attempt_id: int
     task: str
     epoch: int
     label: str
 
+    def __init__(self, attempt_id: int, task: str, epoch: int, label: str) -> None:
+        self._set(attempt_id=attempt_id, task=task, epoch=epoch, label=label)
 
-@dataclass(frozen=True)
-class Settings:
+
+class Settings(FrozenRecord):
+    """The login: server URL, token and default project; `attempt` is set when `token` is an attempt token
+    (the holder commands act on that attempt, and nothing else is allowed)."""
+
+    __slots__ = ("url", "token", "project", "attempt")  # noqa: RUF023 (the fields in order)
     url: str
     token: str
-    project: str | None = None
-    # Set when `token` is an attempt token: the holder commands act on this attempt, and nothing else is allowed.
-    attempt: CommandAttempt | None = None
+    project: str | None
+    attempt: CommandAttempt | None
+
+    def __init__(self, url: str, token: str, project: str | None = None, attempt: CommandAttempt | None = None) -> None:
+        self._set(url=url, token=token, project=project, attempt=attempt)
 
 
 class NotLoggedIn(Exception):
@@ -61,9 +72,7 @@ def write_private(path: Path, data: dict[str, Any]) -> None:
     if not directory.exists():
         directory.mkdir(mode=0o700, parents=True)
         directory.chmod(0o700)  # mkdir's mode is filtered by the umask
-    # mkstemp: a fresh name per writer (threads too), created with mode 0600.
-    descriptor, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
-    temporary = Path(name)
+    descriptor, temporary = _create_temporary(directory, path.name)
     try:
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             json.dump(data, handle, indent=2)
@@ -74,6 +83,19 @@ def write_private(path: Path, data: dict[str, Any]) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def _create_temporary(directory: Path, name: str) -> tuple[int, Path]:
+    """A fresh file `.<name>.<random>.tmp` in `directory`, created with mode 0600, as `tempfile.mkstemp` makes
+    it (a new name per writer, threads too; `O_EXCL`), without importing `tempfile` (and `shutil`, `random`)."""
+    for _ in range(TEMPORARY_NAME_TRIES):
+        temporary = directory / f".{name}.{os.urandom(8).hex()}.tmp"
+        try:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+            return os.open(temporary, flags, 0o600), temporary
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no unused temporary name in {directory}")
 
 
 def _read(path: Path) -> dict[str, Any] | None:

@@ -34,15 +34,12 @@ from pathlib import Path
 from typing import Any
 
 from agent.workspace import state
+from agent.workspace.errors import WorkspaceError
 
 GIT_TIMEOUT_SECONDS = 60
 WORKTREE_LIST_TRIES = 5
 WORKTREE_LIST_PAUSE_SECONDS = 0.2
 REMOTE = "origin"
-
-
-class WorkspaceError(Exception):
-    """git cannot give this attempt a workspace as asked; the message is one line (exit 8)."""
 
 
 def git(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

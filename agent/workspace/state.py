@@ -23,18 +23,16 @@ Nothing here talks to the server or runs git.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import fcntl
-import hashlib
 import json
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from agent.client.models import Claim, Lease, is_past
+from agent.client.models import Claim, Lease, is_past, sha256_hex
+from agent.client.records import Record
 from agent.workspace.config import write_private
 
 POINTER_NAME = "leasehold-attempt.json"
@@ -47,27 +45,70 @@ class AmbiguousAttempt(Exception):
     """Several attempts are held and nothing says which one a command means (exit 2)."""
 
 
-@dataclass
-class HeldAttempt:
-    """One live (or just lost) attempt this machine holds."""
+class HeldAttempt(Record):
+    """One live (or just lost) attempt this machine holds (a record, `agent.client.records`; the token is kept
+    out of its `repr`)."""
 
+    __slots__ = (  # noqa: RUF023 (the fields in order)
+        "server", "agent", "task", "attempt_id", "epoch", "lease_token", "lease_expires_at", "renew_every_seconds",
+        "label", "branch", "base_commit", "worktree", "owner", "pid", "lost", "lost_reason", "renew_attempts",
+    )  # fmt: skip
+    REPR_HIDDEN: ClassVar[frozenset[str]] = frozenset({"lease_token"})
     server: str
     agent: str
     task: str
     attempt_id: int
     epoch: int
-    lease_token: str = dataclasses.field(repr=False)
+    lease_token: str
     lease_expires_at: str
     renew_every_seconds: int
     label: str
-    branch: str | None = None
-    base_commit: str | None = None
-    worktree: str | None = None
-    owner: str = "cli"
-    pid: int | None = None
-    lost: bool = False
-    lost_reason: str | None = None
-    renew_attempts: int = 3
+    branch: str | None
+    base_commit: str | None
+    worktree: str | None
+    owner: str
+    pid: int | None
+    lost: bool
+    lost_reason: str | None
+    renew_attempts: int
+
+    def __init__(
+        self,
+        server: str,
+        agent: str,
+        task: str,
+        attempt_id: int,
+        epoch: int,
+        lease_token: str,
+        lease_expires_at: str,
+        renew_every_seconds: int,
+        label: str,
+        branch: str | None = None,
+        base_commit: str | None = None,
+        worktree: str | None = None,
+        owner: str = "cli",
+        pid: int | None = None,
+        lost: bool = False,
+        lost_reason: str | None = None,
+        renew_attempts: int = 3,
+    ) -> None:
+        self.server = server
+        self.agent = agent
+        self.task = task
+        self.attempt_id = attempt_id
+        self.epoch = epoch
+        self.lease_token = lease_token
+        self.lease_expires_at = lease_expires_at
+        self.renew_every_seconds = renew_every_seconds
+        self.label = label
+        self.branch = branch
+        self.base_commit = base_commit
+        self.worktree = worktree
+        self.owner = owner
+        self.pid = pid
+        self.lost = lost
+        self.lost_reason = lost_reason
+        self.renew_attempts = renew_attempts
 
     @property
     def lease(self) -> Lease:
@@ -96,12 +137,9 @@ class HeldAttempt:
         """
         return not self.live or (self.owner != "cli" and not process_alive(self.pid))
 
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> HeldAttempt:
-        names = {field.name for field in dataclasses.fields(cls)}
+        names = set(cls.__slots__)
         return cls(**{name: value for name, value in data.items() if name in names})
 
     @classmethod
@@ -341,7 +379,7 @@ def current(config_dir: Path, agent: str, cwd: Path) -> HeldAttempt | None:
 
 
 def _identity_key(server: str, token: str) -> str:
-    return hashlib.sha256(f"{server}\n{token}".encode()).hexdigest()[:24]
+    return sha256_hex(f"{server}\n{token}")[:24]
 
 
 def known_agent(config_dir: Path, server: str, token: str) -> str | None:

@@ -16,6 +16,7 @@ import pytest
 from django.db import connection, transaction
 
 from core.errors import TaskTaken
+from leases.models import IdempotencyRecord
 from ledger.actors import SYSTEM
 from ledger.models import EventType
 from ledger.services import event_append
@@ -136,6 +137,45 @@ def test_a_waiter_with_an_idempotency_key_gets_the_task_and_its_replay_is_the_sa
     assert replay.status_code == 201
     assert replay["Idempotent-Replayed"] == "true"
     assert replay.json()["attempt"]["id"] == response.json()["attempt"]["id"]
+
+
+def test_the_204_at_the_deadline_stores_nothing_under_the_key_and_the_key_asks_afresh_later():
+    """Issue 34: the last try of an idle wait reads, and answers 204 without the claim's write or a stored 204."""
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    client = client_for(agent)
+    body = {"project": project.slug, "wait": 1}
+    empty = client.post("/api/v1/claims/next/", body, format="json", HTTP_IDEMPOTENCY_KEY="idle-1")
+    assert empty.status_code == 204
+    assert not IdempotencyRecord.objects.filter(agent=agent, key="idle-1").exists()
+    task = TaskFactory(project=project)
+    again = client.post("/api/v1/claims/next/", body, format="json", HTTP_IDEMPOTENCY_KEY="idle-1")
+    assert again.status_code == 201  # not a replayed 204: nothing was stored
+    assert again.json()["task"]["key"] == task.key
+    assert "Idempotent-Replayed" not in again
+
+
+def test_a_key_answered_meanwhile_is_still_answered_by_the_claims_path_at_the_deadline():
+    """A stored answer for the key (here another request's, so IDEMPOTENCY_CONFLICT) is not hidden by the 204."""
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+
+    def wait_under_the_key():
+        try:
+            return client_for(agent).post(
+                "/api/v1/claims/next/", {"project": project.slug, "wait": 2}, format="json", HTTP_IDEMPOTENCY_KEY="k-1"
+            )
+        finally:
+            connection.close()
+
+    waiter = ThreadPoolExecutor(1).submit(wait_under_the_key)
+    parked(1)
+    other = client_for(agent).post(
+        "/api/v1/claims/next/", {"project": project.slug}, format="json", HTTP_IDEMPOTENCY_KEY="k-1"
+    )
+    assert other.status_code == 204  # stored: a claim-next without wait keeps its 204
+    assert IdempotencyRecord.objects.filter(agent=agent, key="k-1", status_code=204).exists()
+    assert_error(waiter.result(timeout=10), 409, "IDEMPOTENCY_CONFLICT")
 
 
 def test_events_that_cannot_make_work_claimable_do_not_wake_the_waiter():
