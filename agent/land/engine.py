@@ -51,48 +51,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agent.land.chains import Abandoned, Chains, LandingPlan, TaskOutcome
 from agent.land.check import CheckRun
-from agent.land.git import Git, LandTask, Merged, Merger, Refs, Scratch, fetch, git_environment, push
+from agent.land.git import Git, LandTask, Merger, Refs, Scratch, fetch, git_environment, push
+from agent.land.speculate import Speculator
 
 MAX_RESTARTS = 3
 MAX_PARALLEL_CHECKS = 8
 METHODS = ("merge", "squash", "rebase")
-
-
-class Abandoned(Exception):
-    """The landing stopped before its push (told to stop, or the lease was lost): the target was not touched."""
-
-
-@dataclass(frozen=True)
-class LandingPlan:
-    """What one landing lands, and how (from `/landings/next/`, or a test)."""
-
-    source: str  # URL or path fetched from and pushed to
-    target: str
-    method: str
-    tasks: list[LandTask]
-    check_command: str = ""
-    check_timeout_seconds: float = 1800.0
-
-
-@dataclass
-class TaskOutcome:
-    key: str
-    outcome: str  # landed | conflict | check_failed | target_moved | deferred
-    paths: list[str] = field(default_factory=list)
-    output_tail: str = ""
-
-    def as_dict(self) -> dict[str, Any]:
-        body: dict[str, Any] = {"key": self.key, "outcome": self.outcome}
-        if self.paths:
-            body["paths"] = self.paths
-        if self.output_tail:
-            body["output_tail"] = self.output_tail
-        return body
 
 
 @dataclass
@@ -115,54 +85,6 @@ class LandingResult:
         if self.landed_commit:
             body["landed_commit"] = self.landed_commit
         return body
-
-
-class Chains:
-    """The candidates built in one try: queue-ordered task keys → commit (None: it cannot be built).
-
-    Every candidate is the tip with tasks merged on in queue order, one commit
-    per task, so a candidate whose tasks begin with those of one built before
-    starts from that one's commit: the whole batch's chain is built once, and a
-    bisection probe merges only the tasks after its longest prefix already
-    built (a probe that is a prefix of the batch merges nothing).
-    """
-
-    def __init__(self, merger: Merger, tip: str, method: str, stop_point: Callable[[], None]) -> None:
-        self.merger = merger
-        self.tip = tip
-        self.method = method
-        self.stop_point = stop_point
-        self.built: dict[tuple[str, ...], str | None] = {(): tip}
-        self.merges = 0
-
-    def extend(self, keys: tuple[str, ...], task: LandTask) -> Merged:
-        """Merge `task` onto the candidate `keys` (built), remembering the result."""
-        self.stop_point()
-        before = self.built[keys]
-        if before is None:
-            raise ValueError(f"the candidate {keys} could not be built")
-        done = self.merger.merge(before, task, self.method)
-        self.merges += 1
-        self.built[(*keys, task.key)] = done.commit if done.ok else None
-        return done
-
-    def step(self, tasks: list[LandTask]) -> bool:
-        """One merge towards the candidate tip + `tasks` (queue order): False when it is built or cannot be."""
-        keys = tuple(task.key for task in tasks)
-        start = max(size for size in range(len(keys) + 1) if keys[:size] in self.built)
-        if start == len(keys) or self.built[keys[:start]] is None:
-            return False
-        self.extend(keys[:start], tasks[start])
-        return True
-
-    def build(self, tasks: list[LandTask]) -> str | None:
-        """The commit of tip + `tasks` (in queue order), merging only what no earlier candidate did."""
-        keys = tuple(task.key for task in tasks)
-        start = max(size for size in range(len(keys) + 1) if keys[:size] in self.built)
-        for size in range(start, len(keys)):
-            if self.built[keys[:size]] is None or not self.extend(keys[:size], tasks[size]).ok:
-                return None
-        return self.built[keys]
 
 
 class Engine:
@@ -291,8 +213,6 @@ class Engine:
         building the candidates of the probes that may come next while a check
         runs; with more, it also checks the next probes of both outcomes at once.
         """
-        from agent.land.speculate import Speculator
-
         with Speculator(self, chains) as speculator:
             return speculator.check_and_bisect(tip, batch, commit, outcomes)
 

@@ -35,17 +35,40 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from agent.land.chains import Abandoned, Chains, LandingPlan, TaskOutcome
 from agent.land.check import CheckRun, run_check
-from agent.land.engine import Abandoned
-from agent.land.git import LandTask, Scratch
-
-if TYPE_CHECKING:
-    from agent.land.engine import Chains, Engine, TaskOutcome
+from agent.land.git import Git, LandTask, Scratch
 
 Key = tuple[str, ...]
 Probe = tuple[str | None, CheckRun | None]
+
+
+class Engine(Protocol):
+    """What the speculator uses of `agent.land.engine.Engine`, which imports this module (not the reverse)."""
+
+    plan: LandingPlan
+    clone: Git
+    cancel: threading.Event
+    log: Callable[[str], None]
+    order: dict[str, int]
+    parallel_checks: int
+    check_runs: int
+    checks_cancelled: int
+
+    def _stop_point(self) -> None: ...
+
+    def _bisect(
+        self,
+        probe_of: Callable[[list[LandTask]], Probe],
+        tip: str,
+        batch: list[LandTask],
+        run: CheckRun,
+        outcomes: dict[str, TaskOutcome],
+    ) -> tuple[list[LandTask], str]: ...
+
+
 WAIT_SECONDS = 0.05
 PREBUILD_FACTOR = 2  # while checks run, build the candidates of up to 2·width + 1 probes that may come next
 
