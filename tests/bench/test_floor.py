@@ -14,9 +14,7 @@ from tests.bench.test_smoke import _test_database_target
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
 
-def test_the_floor_serves_the_same_cycle_bare_and_reports_cpu_per_cycle_beside_raw_and_leasehold(
-    monkeypatch, tmp_path
-):
+def test_the_floor_serves_the_same_cycle_bare_and_reports_cpu_per_cycle_beside_raw_and_leasehold(monkeypatch, tmp_path):
     from bench import data
 
     data.offset_ids()
