@@ -373,6 +373,8 @@ def _row(vendor: str, mode: str, turn: int, spent: dict[str, Any]) -> Row:
         extra={
             "turn": turn,
             "machine_cpu_ms_per_cycle": per_cycle(machine),
+            # SPEC §24's reading: the load generator excluded (the raw replay's process is its own server)
+            "budget_cpu_ms_per_cycle": per_cycle(machine - (spent["client_s"] if mode != "raw" else 0.0)),
             "client_cpu_ms_per_cycle": per_cycle(spent["client_s"]),
             "server_cpu_ms_per_cycle": per_cycle(spent["server_s"]),
             "database_cpu_ms_per_cycle": per_cycle(spent["database_s"]) if vendor == "postgresql" else None,
@@ -389,7 +391,12 @@ def _ratios(rows: list[Row]) -> None:
     for turn in by_turn.values():
         raw = turn["raw"].extra["machine_cpu_ms_per_cycle"]
         floor = turn["floor"].extra["machine_cpu_ms_per_cycle"]
+        raw_budget = turn["raw"].extra["budget_cpu_ms_per_cycle"]
+        floor_budget = turn["floor"].extra["budget_cpu_ms_per_cycle"]
         for row in turn.values():
+            budget = row.extra["budget_cpu_ms_per_cycle"]
+            row.extra["budget_ratio_to_raw"] = round(budget / raw_budget, 2) if raw_budget else None
+            row.extra["budget_ratio_to_floor"] = round(budget / floor_budget, 2) if floor_budget else None
             cpu = row.extra["machine_cpu_ms_per_cycle"]
             row.extra["ratio_to_raw"] = round(cpu / raw, 2) if raw else None
             row.extra["ratio_to_floor"] = round(cpu / floor, 2) if floor else None
