@@ -40,11 +40,13 @@ WORKLOADS = (
     "held",
     "renewals",
     "reconcile",
+    # The floor (bench/floor.py): a bare WSGI server beside the raw replay and Leasehold; only on request.
+    "floor",
     # `python -m bench growth` (bench/growth.py): a fresh database per scale, so not in a default run;
     # `run --only growth` runs it before the other workloads, at the smallest scales (--smoke: 200,400 tasks).
     "growth",
 )
-DEFAULT_WORKLOADS = tuple(name for name in WORKLOADS if name != "growth")
+DEFAULT_WORKLOADS = tuple(name for name in WORKLOADS if name not in ("growth", "floor"))
 DATABASES = {"postgres": "postgresql", "postgresql": "postgresql", "sqlite": "sqlite"}
 
 

@@ -118,6 +118,10 @@ def run_workloads(
         from bench.fleet import fleet
 
         steps.append(("fleet", fleet))
+    if "floor" in only:
+        from bench.floor import floor
+
+        steps.append(("floor", floor))
     if "push" in only:
         from bench.push import push
 

@@ -90,38 +90,9 @@ class Command(BaseCommand):
         bind = f"{options['host']}:{options['port']}"
         children = {
             "web": subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "gunicorn",
-                    "config.wsgi:application",
-                    "--bind",
-                    bind,
-                    "--workers",
-                    str(options["workers"]),
-                    # Slow clients wait in the event loop, not in a thread
-                    # (config/gunicorn.py), so no proxy is needed to survive them.
-                    "--worker-class",
-                    "config.gunicorn.HeadFirstWorker",
-                    "--threads",
-                    str(options["threads"]),
-                    # A request ends by its storage deadline (STORAGE_BUSY);
-                    # the arbiter only kills a worker that is stuck past that.
-                    "--timeout",
-                    str(settings.LEASEHOLD_STORAGE_DEADLINE_SECONDS + 10),
-                    *(
-                        # JSON lines: gunicorn's own lines as JSON, and the request log replaces its access log.
-                        ["--config", "python:config.gunicorn_json_logging"]
-                        if settings.LEASEHOLD_LOG_FORMAT == "json"
-                        else ["--access-logfile", "-"]
-                    ),
-                    "--graceful-timeout",
-                    "10",
-                    # The API's longest valid query string (search text and a
-                    # cursor, percent-encoded) must fit the request line.
-                    "--limit-request-line",
-                    "8190",
-                ],
+                gunicorn_command(
+                    "config.wsgi:application", bind=bind, workers=options["workers"], threads=options["threads"]
+                ),
                 env=web_env,
                 cwd=cwd,
                 start_new_session=True,
@@ -214,3 +185,42 @@ def die_with_this_process() -> Callable[[], None] | None:
             os.kill(os.getpid(), signal.SIGTERM)
 
     return in_the_child
+
+
+def gunicorn_command(application: str, *, bind: str, workers: int, threads: int) -> list[str]:
+    """The web server's command line for the WSGI `application` ("module:name"): gunicorn as `serve` runs it.
+
+    bench/floor.py serves its bare WSGI floor with the same command, so the two differ only in the application.
+    """
+    return [
+        sys.executable,
+        "-m",
+        "gunicorn",
+        application,
+        "--bind",
+        bind,
+        "--workers",
+        str(workers),
+        # Slow clients wait in the event loop, not in a thread
+        # (config/gunicorn.py), so no proxy is needed to survive them.
+        "--worker-class",
+        "config.gunicorn.HeadFirstWorker",
+        "--threads",
+        str(threads),
+        # A request ends by its storage deadline (STORAGE_BUSY);
+        # the arbiter only kills a worker that is stuck past that.
+        "--timeout",
+        str(settings.LEASEHOLD_STORAGE_DEADLINE_SECONDS + 10),
+        *(
+            # JSON lines: gunicorn's own lines as JSON, and the request log replaces its access log.
+            ["--config", "python:config.gunicorn_json_logging"]
+            if settings.LEASEHOLD_LOG_FORMAT == "json"
+            else ["--access-logfile", "-"]
+        ),
+        "--graceful-timeout",
+        "10",
+        # The API's longest valid query string (search text and a
+        # cursor, percent-encoded) must fit the request line.
+        "--limit-request-line",
+        "8190",
+    ]
