@@ -39,7 +39,8 @@ QUERIES = {
     "a ticket (rare word)": "ticket-4242",
     "two words": "flakyless deployous",
     "one common word": "migration",
-    # Planted by `_plant` (PostgreSQL's worst cases around `leases.search.GIN_PROBE_LIMIT`, 10,000).
+    # Planted by `_plant`: stop 39's worst cases around its probe limit (10,000 matches); since stop 40 (id
+    # segments) words with a window's worth of matches spread thin or all old.
     "10,000 notes, spread evenly (GIN's worst)": "okapi",
     "10,001 notes, spread evenly (the walk's worst)": "quokka",
     "15,000 notes, spread evenly (walk)": "narwhal",
@@ -90,11 +91,20 @@ def _raw(vendor: str, query: str, project_id: int, agent_id: int) -> int:
 
 
 def _raw_statements(vendor: str, query: str, project_id: int) -> int:
-    """The service's statements bare: per kind, (PostgreSQL: the probe, then) the window of the newest
-    RANK_WINDOW + 1 matches with their rank, under the same planner settings; ranked by the caller."""
+    """The service's statements bare: per kind, (PostgreSQL: the walk of the newest segments, the probe,
+    the walk on, as `leases.search._postgres_window` runs them) the window of the newest RANK_WINDOW + 1
+    matches with their rank, under the same planner settings; ranked by the caller."""
     from django.db import connection
 
-    from leases.search import GIN_PLAN, GIN_PROBE_LIMIT, RANK_WINDOW, WALK_PLAN
+    from leases.search import (
+        FIRST_SEGMENTS,
+        GIN_PLAN,
+        PLAN_SETTINGS,
+        RANK_WINDOW,
+        SEGMENT_BITS,
+        _postgres_scope,
+        _postgres_sql,
+    )
     from leases.search_text import fts5_expression, parse, websearch_text
 
     with connection.cursor() as cursor:
@@ -102,39 +112,30 @@ def _raw_statements(vendor: str, query: str, project_id: int) -> int:
         found = 0
         if vendor == "postgresql":
             text = websearch_text(query)
+            need = RANK_WINDOW + 1
             raw.execute("BEGIN")
             raw.execute("SET LOCAL statement_timeout = %s", [RAW_TIMEOUT_MS])
-            raw.execute("SET LOCAL enable_hashjoin = off")
-            raw.execute("SET LOCAL enable_mergejoin = off")
-            raw.execute("SET LOCAL jit = off")
-            for table, scope in (
-                ("ledger_task", "t.project_id = %s"),
-                (
-                    "leases_note",
-                    "EXISTS (SELECT 1 FROM leases_attempt a JOIN ledger_task t ON t.id = a.task_id "
-                    "WHERE a.id = n.attempt_id AND t.project_id = %s)",
-                ),
-            ):
-                alias = "t" if table == "ledger_task" else "n"
-                raw.execute("SET LOCAL enable_indexscan = off")
-                raw.execute(
-                    f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE search_vector @@ "
-                    "websearch_to_tsquery('english', %s) LIMIT %s) p",
-                    [text, GIN_PROBE_LIMIT + 1],
-                )
-                walk = raw.fetchone()[0] > GIN_PROBE_LIMIT
-                raw.execute("SET LOCAL enable_indexscan = on")
-                for name in WALK_PLAN if walk else GIN_PLAN:
-                    raw.execute(f"SET LOCAL {name} = off")
-                order = f"{alias}.id" if walk else f"{alias}.id + 0"
-                raw.execute(
-                    f"SELECT {alias}.id, ts_rank({alias}.search_vector, q) FROM {table} {alias}, "
-                    f"websearch_to_tsquery('english', %s) q WHERE {alias}.search_vector @@ q AND {scope} "
-                    f"ORDER BY {order} DESC LIMIT %s",
-                    [text, project_id, RANK_WINDOW + 1],
-                )
-                found += len(raw.fetchall())
-                for name in WALK_PLAN if walk else GIN_PLAN:
+            for name, value in PLAN_SETTINGS.items():
+                raw.execute(f"SET LOCAL {name} = {value}")
+            for table, kind in (("ledger_task", "task"), ("leases_note", "note")):
+                scope, _ = _postgres_scope(kind, [project_id])
+                walk, probe = _postgres_sql(table, scope)
+                raw.execute(f"SELECT max(id) FROM {table}")
+                top = raw.fetchone()[0] >> SEGMENT_BITS
+                for name, value in GIN_PLAN.items():
+                    raw.execute(f"SET LOCAL {name} = {value}")
+                bottom = max(top - FIRST_SEGMENTS + 1, 0)
+                raw.execute(walk, [top, bottom, text, text, [project_id], need])
+                rows = len(raw.fetchall())
+                if rows < need and bottom > 0:
+                    raw.execute(probe, [text, text, bottom << SEGMENT_BITS, [project_id], need - rows])
+                    older = len(raw.fetchall())
+                    if older == need - rows:
+                        raw.execute(walk, [bottom - 1, 0, text, text, [project_id], need - rows])
+                        older = len(raw.fetchall())
+                    rows += older
+                found += rows
+                for name in GIN_PLAN:
                     raw.execute(f"SET LOCAL {name} = on")
             raw.execute("COMMIT")
             return found

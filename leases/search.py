@@ -19,14 +19,15 @@ rather than every match (`SearchAnswer.windowed`). Finding the window:
 
 - SQLite: the FTS5 match walked newest first (`ORDER BY rowid DESC`), each
   rowid checked for visibility, stopping at RANK_WINDOW + 1.
-- PostgreSQL: a bounded probe counts the table's matches through the GIN
-  index up to GIN_PROBE_LIMIT. A word with no more than that is read through
-  GIN and its newest RANK_WINDOW kept (a top-N sort); a commoner word walks
-  the primary key backwards with the `@@` filter and stops at RANK_WINDOW + 1
-  visible matches (cost RANK_WINDOW / the word's density, at most
-  RANK_WINDOW * rows / GIN_PROBE_LIMIT for a word spread evenly). Both read
-  the same statement (but for how its order is spelled) under different planner
-  settings: the same window.
+- PostgreSQL: each stored vector also holds its row's id segment (`id >>
+  SEGMENT_BITS`, a lexeme no text produces: migration `leases.0024`), so GIN
+  finds one segment's matches by intersecting two posting lists. The newest
+  FIRST_SEGMENTS segments are walked newest first (a common word stops
+  there); a probe through GIN reads the older matches in no order up to the
+  rest of the window (a rare word has them all then); otherwise the walk goes
+  on segment by segment to the window's end (`_postgres_window`). The heap
+  reads are at most the window plus one segment's matches, whatever the word's
+  count in the table.
 
 The answers are the same hits on both (the query is read the same way:
 `leases.search_text`); the order among hits may differ where the two
@@ -49,7 +50,7 @@ from dataclasses import dataclass
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
-from django.db.models import BooleanField, F, FloatField, QuerySet
+from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
 
 from core.errors import SearchTooBroad
@@ -66,12 +67,13 @@ from leases.search_text import (
 )
 from leases.selectors import notes_visible_to
 from ledger.models import Agent, Project, Task
-from ledger.selectors import tasks_visible_to
+from ledger.selectors import projects_visible_to, tasks_visible_to
 
 __all__ = [
-    "GIN_PROBE_LIMIT",
+    "FIRST_SEGMENTS",
     "RANK_WINDOW",
     "SEARCHABLE_CHARS",
+    "SEGMENT_BITS",
     "SNIPPET_MAX_CHARS",
     "SearchAnswer",
     "SearchHit",
@@ -85,10 +87,11 @@ TITLE_WEIGHT = 2.5  # SQLite's bm25 column weight of a title against a descripti
 SQLITE_PROGRESS_STEPS = 1000  # virtual-machine steps between two looks at the clock
 # Each kind ranks its RANK_WINDOW newest visible matches, on both databases (docs/api.md, "search").
 RANK_WINDOW = 1000
-# PostgreSQL: a word the GIN index finds in more rows than this is windowed by walking the primary key
-# backwards instead (docs/performance.md, "Search, indexed"). Its worst case, a word just above it spread
-# evenly, walks RANK_WINDOW * rows / GIN_PROBE_LIMIT rows.
-GIN_PROBE_LIMIT = 10_000
+# PostgreSQL: the id segments the stored vectors name (migration leases 0024 holds the same number): the
+# walk's unit, so its heap reads past the window are at most one segment's matches.
+SEGMENT_BITS = 12
+# PostgreSQL: the segments walked before the probe (docs/performance.md, "Search, round three").
+FIRST_SEGMENTS = 8
 # PostgreSQL's plan for a search is always the text index first, then primary-key lookups per match.
 # A rare word's row estimate is a default (0.5 % of the table), which made the planner hash-join the
 # visibility joins over every attempt and task and compile JIT code (0.2 ms of index work, 600 ms of
@@ -98,12 +101,11 @@ PLAN_SETTINGS = {
     "enable_mergejoin": "off",
     "jit": "off",
 }
-# The two ways to the same window (one statement but for its order's spelling). Through GIN: the planner
-# may not walk the primary key (the window's order is written `id + 0`, which no index serves). By the
-# primary key: no bitmap, no sequential scan, no sort, so the newest rows are read first and the walk
-# stops at the window's end.
-GIN_PLAN = {"enable_seqscan": "off"}
-WALK_PLAN = {"enable_bitmapscan": "off", "enable_seqscan": "off", "enable_sort": "off"}
+# The window's statements read the rows through GIN (their order is written `id + 0`, which no index
+# serves; sequential and plain index scans are off): never a walk of the primary key. With plain index
+# scans on, the planner, which cannot know a segment's share of the table, walked the whole primary key
+# once per segment (docs/performance.md, "Search, round three"); the visibility lookups are bitmap scans.
+GIN_PLAN = {"enable_seqscan": "off", "enable_indexscan": "off"}
 
 
 @dataclass(frozen=True)
@@ -194,30 +196,91 @@ def _bounded() -> Iterator[None]:
 # --- PostgreSQL -----------------------------------------------------------------------------------
 
 
-def _postgres_many(table: str, text: str) -> bool:
-    """Whether the GIN index finds the query in more than GIN_PROBE_LIMIT rows (reads at most that many)."""
-    with _postgres_settings({"enable_indexscan": "off"}), connection.cursor() as cursor:  # a bitmap: GIN's
-        cursor.execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {table} "  # noqa: S608
-            "WHERE search_vector @@ websearch_to_tsquery('english', %s) LIMIT %s) AS probe",
-            [text, GIN_PROBE_LIMIT + 1],
-        )
-        return int(cursor.fetchone()[0]) > GIN_PROBE_LIMIT
+def _postgres_scope(kind: str, projects: list[int] | None) -> tuple[str, list[list[int]]]:
+    """The caller's visibility of the row `hit` as SQL: its project among `projects` (None: every one).
+
+    A note's project is a scalar subquery (two primary-key lookups per match): an EXISTS was turned
+    into a semi-join whose other side was every visible note (docs/performance.md, "Search, round
+    three"); a scalar subquery is never made a join."""
+    if projects is None:
+        return "TRUE", []
+    if kind == "task":
+        return "hit.project_id = ANY(%s)", [projects]
+    return (
+        "(SELECT task.project_id FROM leases_attempt attempt JOIN ledger_task task ON task.id = attempt.task_id "
+        "WHERE attempt.id = hit.attempt_id) = ANY(%s)",
+        [projects],
+    )
 
 
-def _postgres_candidates(query: str, tasks: QuerySet[Task], notes: QuerySet[Note]) -> tuple[list[_Candidate], bool]:
+def _postgres_sql(table: str, visible: str) -> tuple[str, str]:
+    """The window's two statements over `table` (a constant of this module; the query is a parameter).
+
+    The walk: segments `top` down to `bottom`, newest first, each one's matches through GIN (the word's
+    posting list intersected with the segment's) sorted newest first, the whole cut at its LIMIT: the
+    nested loop over `generate_series` emits segment after segment, so the LIMIT stops the walk.
+    The probe: the matches below an id through GIN, in no order, at most its LIMIT."""
+    rank = "ts_rank(hit.search_vector, websearch_to_tsquery('english', %s))"
+    walk = (
+        f"SELECT hit.id, hit.rank FROM generate_series(%s::bigint, %s::bigint, -1) AS segment(number) "  # noqa: S608
+        f"CROSS JOIN LATERAL (SELECT hit.id, {rank} AS rank FROM {table} hit "
+        "WHERE hit.search_vector @@ (websearch_to_tsquery('english', %s) && "
+        "quote_literal(' ' || segment.number)::tsquery) "
+        f"AND {visible} ORDER BY hit.id + 0 DESC) AS hit LIMIT %s"
+    )
+    probe = (
+        f"SELECT hit.id, {rank} FROM {table} hit "  # noqa: S608
+        "WHERE hit.search_vector @@ websearch_to_tsquery('english', %s) AND hit.id + 0 < %s "
+        f"AND {visible} LIMIT %s"
+    )
+    return walk, probe
+
+
+def _postgres_window(table: str, visible: str, scope_params: list[list[int]], text: str) -> list[tuple[int, float]]:
+    """The newest RANK_WINDOW + 1 visible matches of `text` in `table`, newest first, with their rank.
+
+    Bounded by construction (docs/performance.md, "Search, round three"): the rows read from the heap
+    are the matches of the segments walked, at most the window plus one segment's; the index work is
+    one posting-list intersection per segment walked (a rare word's: its few entries).
+    1. Walk the FIRST_SEGMENTS newest segments: a common word stops here.
+    2. Probe everything older through GIN, in no order, for the rest of the window: fewer rows than
+       asked are all there is (a rare word stops here, the probe's heap reads at most the window).
+    3. Otherwise walk on, segment by segment, to the window's end."""
+    walk, probe = _postgres_sql(table, visible)
+    need = RANK_WINDOW + 1
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT max(id) FROM {table}")  # noqa: S608 (the primary key's last entry)
+        last = cursor.fetchone()[0]
+    if last is None:
+        return []
+    with _postgres_settings(GIN_PLAN), connection.cursor() as cursor:
+        top = last >> SEGMENT_BITS
+        bottom = max(top - FIRST_SEGMENTS + 1, 0)
+        cursor.execute(walk, [top, bottom, text, text, *scope_params, need])
+        rows = cursor.fetchall()
+        if len(rows) >= need or bottom == 0:
+            return rows
+        wanted = need - len(rows)
+        cursor.execute(probe, [text, text, bottom << SEGMENT_BITS, *scope_params, wanted])
+        older = cursor.fetchall()
+        if len(older) < wanted:
+            return rows + sorted(older, key=lambda row: -row[0])
+        cursor.execute(walk, [bottom - 1, 0, text, text, *scope_params, wanted])
+        return rows + cursor.fetchall()
+
+
+def _postgres_candidates(query: str, agent: Agent | None, project: Project | None) -> tuple[list[_Candidate], bool]:
     text = websearch_text(query)
+    projects: list[int] | None = None
+    if agent is not None:
+        projects = list(projects_visible_to(agent).values_list("pk", flat=True))
+    if project is not None:
+        projects = [project.pk] if projects is None or project.pk in projects else []
     found: list[_Candidate] = []
     windowed = False
-    for kind, table, scope in (("task", "ledger_task", tasks), ("note", "leases_note", notes)):
-        # Table names are constants of this module; the query text is always a parameter.
-        matches = RawSQL(f"{table}.search_vector @@ websearch_to_tsquery('english', %s)", [text], BooleanField())  # noqa: S611
-        rank = RawSQL(f"ts_rank({table}.search_vector, websearch_to_tsquery('english', %s))", [text], FloatField())  # noqa: S611
-        walk = _postgres_many(table, text)
-        newest = F("id").desc() if walk else (F("id") + 0).desc()
-        window = scope.filter(matches).annotate(rank=rank).order_by(newest).values_list("id", "rank")
-        with _postgres_settings(WALK_PLAN if walk else GIN_PLAN):
-            rows = list(window[: RANK_WINDOW + 1])
+    for kind, table in (("task", "ledger_task"), ("note", "leases_note")):
+        visible, params = _postgres_scope(kind, projects)
+        rows = _postgres_window(table, visible, params, text)
         windowed = windowed or len(rows) > RANK_WINDOW
         found += [_Candidate(kind, pk, float(value)) for pk, value in rows[:RANK_WINDOW]]
     return found, windowed
@@ -345,7 +408,7 @@ def search_answer(
     postgres = connection.vendor == "postgresql"
     with _bounded():
         if postgres:
-            candidates, windowed = _postgres_candidates(query, tasks, notes)
+            candidates, windowed = _postgres_candidates(query, agent, project)
         else:
             candidates, windowed = _sqlite_candidates(parsed, tasks, notes)
         merged = sorted(candidates, key=lambda c: (-c.rank, c.kind != "task", -c.id))

@@ -1,6 +1,7 @@
 """Search ranks a window by construction (SPEC §25, issue 33): each kind's RANK_WINDOW newest visible
-matches, the same on both databases and on both of PostgreSQL's ways to them (through GIN, or walking
-the primary key backwards), and the answer says when it ranked a window."""
+matches, the same on both databases and whichever of PostgreSQL's steps reaches them (the walk of the
+newest id segments, the probe of the older ones, the walk on), and the answer says when it ranked a
+window."""
 
 from __future__ import annotations
 
@@ -8,15 +9,30 @@ import pytest
 from django.db import connection
 
 from leases import search as module
+from leases.models import Note
 from leases.search import search_answer
+from ledger.models import Task
 from tests.factories import AgentFactory, AttemptFactory, NoteFactory, ProjectFactory, TaskFactory
 
 pytestmark = pytest.mark.django_db
 
 WINDOW = 3
-# PostgreSQL's two ways to the window: a probe limit of 0 makes every word "common" (the walk), a large
-# one every word "rare" (GIN). SQLite has one way (FTS5 newest first): both values run it.
-PATHS = {"walk": 0, "gin": 10**6}
+# PostgreSQL's steps: with every row in a segment of its own and one segment walked first, a window needs
+# the probe and the walk on; with the segments walked first unbounded, the first walk finds it all. SQLite
+# has one way (FTS5 newest first): both run it.
+PATHS = {"first walk": (10**6, False), "walk, probe, walk on": (1, True)}
+
+
+def _next_segment() -> None:
+    """PostgreSQL: the next task and note get ids a segment further on (SQLite has no segments)."""
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        for table in ("ledger_task", "leases_note"):
+            cursor.execute(
+                "SELECT setval(pg_get_serial_sequence(%s, 'id'), nextval(pg_get_serial_sequence(%s, 'id')) + %s)",
+                [table, table, 1 << module.SEGMENT_BITS],
+            )
 
 
 @pytest.fixture
@@ -26,20 +42,34 @@ def window(monkeypatch):
 
 @pytest.fixture(params=sorted(PATHS))
 def path(request, monkeypatch):
-    monkeypatch.setattr(module, "GIN_PROBE_LIMIT", PATHS[request.param])
-    return request.param
+    first, spread = PATHS[request.param]
+    monkeypatch.setattr(module, "FIRST_SEGMENTS", first)
+    return spread
+
+
+def _note(spread, **kwargs):
+    if spread:
+        _next_segment()
+    return NoteFactory(**kwargs)
+
+
+def _task(spread, **kwargs):
+    if spread:
+        _next_segment()
+    return TaskFactory(**kwargs)
 
 
 @pytest.fixture
-def corpus(clock):
+def corpus(clock, path):
     """Six notes and five tasks with "zebra"; the oldest of each kind matches it best (the word three times)."""
+    spread = path
     project = ProjectFactory(slug="zoo")
     attempt = AttemptFactory(task=TaskFactory(project=project, title="Keeper rota"))
-    notes = [NoteFactory(attempt=attempt, content="zebra zebra zebra, the oldest and best match")]
-    notes += [NoteFactory(attempt=attempt, content=f"a zebra sighting, number {n}") for n in range(5)]
-    tasks = [TaskFactory(project=project, title="Zebra zebra zebra", description="The oldest task.")]
-    tasks += [TaskFactory(project=project, title=f"Task {n}", description="A zebra crossing.") for n in range(4)]
-    return project, tasks, notes, attempt
+    notes = [_note(spread, attempt=attempt, content="zebra zebra zebra, the oldest and best match")]
+    notes += [_note(spread, attempt=attempt, content=f"a zebra sighting, number {n}") for n in range(5)]
+    tasks = [_task(spread, project=project, title="Zebra zebra zebra", description="The oldest task.")]
+    tasks += [_task(spread, project=project, title=f"Task {n}", description="A zebra crossing.") for n in range(4)]
+    return project, tasks, notes, attempt, spread
 
 
 def _answer(query, **kwargs):
@@ -47,48 +77,57 @@ def _answer(query, **kwargs):
     return sorted((hit.kind, hit.order) for hit in answer.hits), answer.windowed
 
 
-def test_a_common_word_ranks_only_the_newest_window_of_each_kind(window, path, corpus):
-    project, tasks, notes, _ = corpus
+def test_a_common_word_ranks_only_the_newest_window_of_each_kind(window, corpus):
+    project, tasks, notes, _, _ = corpus
     hits, windowed = _answer("zebra", agent=None, project=project)
     newest = [("note", note.pk) for note in notes[-WINDOW:]] + [("task", task.pk) for task in tasks[-WINDOW:]]
     assert hits == sorted(newest)  # the best-matching oldest ones are outside the window
     assert windowed is True
 
 
-def test_the_window_is_ranked_and_the_same_on_both_ways(window, corpus, monkeypatch):
-    project, _, _, _ = corpus
+def test_the_window_is_ranked_and_the_same_whatever_the_steps(window, clock, monkeypatch):
+    """Every number of segments walked first gives the same hits, ranks and snippets."""
+    project = ProjectFactory(slug="zoo")
+    attempt = AttemptFactory(task=TaskFactory(project=project, title="Keeper rota"))
+    for n in range(8):
+        _note(n % 3 == 0, attempt=attempt, content="zebra " * (1 + n % 4) + f"sighting {n}")
+        _task(n % 2 == 0, project=project, title=f"Zebra {n}", description="zebra " * (n % 3))
     answers = {}
-    for name, limit in PATHS.items():
-        monkeypatch.setattr(module, "GIN_PROBE_LIMIT", limit)
+    for first in (1, 2, 3, 10**6):
+        monkeypatch.setattr(module, "FIRST_SEGMENTS", first)
         answer = search_answer(query="zebra", agent=None, project=project, limit=50)
-        answers[name] = [(hit.kind, hit.order, round(hit.rank, 6), hit.snippet) for hit in answer.hits]
-    assert answers["walk"] == answers["gin"]
-    ranks = [rank for _, _, rank, _ in answers["gin"]]
+        answers[first] = [(hit.kind, hit.order, round(hit.rank, 6), hit.snippet) for hit in answer.hits]
+    assert all(answer == answers[1] for answer in answers.values())
+    ranks = [rank for _, _, rank, _ in answers[1]]
     assert len(ranks) == 2 * WINDOW
     assert ranks == sorted(ranks, reverse=True)
-    assert all("**zebra**" in snippet for kind, _, _, snippet in answers["gin"] if kind == "note")
+    assert all("**zebra" in snippet for kind, _, _, snippet in answers[1] if kind == "note")
+    newest = {("note", pk) for pk in Note.objects.order_by("-id").values_list("id", flat=True)[:WINDOW]}
+    tasks = Task.objects.filter(title__startswith="Zebra").order_by("-id")
+    newest |= {("task", pk) for pk in tasks.values_list("id", flat=True)[:WINDOW]}
+    assert {(kind, order) for kind, order, _, _ in answers[1]} == newest
 
 
-def test_a_word_within_the_window_ranks_every_match(window, path, corpus):
-    project, _, _, attempt = corpus
-    once = NoteFactory(attempt=attempt, content="an okapi, once")
+def test_a_word_within_the_window_ranks_every_match(window, corpus):
+    project, _, _, attempt, spread = corpus
+    once = _note(spread, attempt=attempt, content="an okapi, once")
     assert _answer("okapi", agent=None, project=project) == ([("note", once.pk)], False)
     # Exactly the window's size is every match: not windowed.
     for n in range(WINDOW - 1):
-        NoteFactory(attempt=attempt, content=f"okapi {n}")
+        _note(spread, attempt=attempt, content=f"okapi {n}")
     hits, windowed = _answer("okapi", agent=None, project=project)
     assert (len(hits), windowed) == (WINDOW, False)
 
 
-def test_the_window_is_the_newest_matches_the_agent_may_see(window, path, corpus):
+def test_the_window_is_the_newest_matches_the_agent_may_see(window, corpus):
     """Newer matches in a project the agent is not in neither show nor push its own out of the window."""
-    project, tasks, notes, _ = corpus
+    project, tasks, notes, _, spread = corpus
     agent = AgentFactory(projects=[project])
     hidden = ProjectFactory(slug="hidden")
     other = AttemptFactory(task=TaskFactory(project=hidden, title="Zebra secrets", description="zebra"))
     for n in range(WINDOW + 2):
-        NoteFactory(attempt=other, content=f"a hidden zebra {n}")
-        TaskFactory(project=hidden, title=f"Hidden zebra {n}")
+        _note(spread, attempt=other, content=f"a hidden zebra {n}")
+        _task(spread, project=hidden, title=f"Hidden zebra {n}")
     hits, windowed = _answer("zebra", agent=agent)
     newest = [("note", note.pk) for note in notes[-WINDOW:]] + [("task", task.pk) for task in tasks[-WINDOW:]]
     assert (hits, windowed) == (sorted(newest), True)
@@ -99,7 +138,7 @@ def test_the_window_is_the_newest_matches_the_agent_may_see(window, path, corpus
 def test_the_api_says_when_it_ranked_a_window(window, corpus):
     from tests.api.conftest import client_for
 
-    project, _, _, _ = corpus
+    project, _, _, _, _ = corpus
     client = client_for(AgentFactory(projects=[project]))
     body = client.get("/api/v1/search/?q=zebra").json()
     assert (len(body["results"]), body["windowed"]) == (2 * WINDOW, True)
@@ -107,26 +146,48 @@ def test_the_api_says_when_it_ranked_a_window(window, corpus):
     assert (len(body["results"]), body["windowed"]) == (2, False)
 
 
-def test_each_way_reads_the_index_it_claims(corpus):
-    """PostgreSQL: the walk is a backward primary-key scan that stops; the GIN way reads the text index."""
+def test_the_walk_reads_gin_segment_by_segment_and_stops(clock):
+    """PostgreSQL: the walk is a nested loop over the segments, newest first, each a GIN bitmap, under the
+    LIMIT (which stops it); the probe reads GIN too; neither walks the primary key."""
     if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's two ways; SQLite has one (FTS5 newest first)")
+        pytest.skip("PostgreSQL's segments; SQLite has one way (FTS5 newest first)")
     from django.db import transaction
-    from django.db.models import BooleanField, F
-    from django.db.models.expressions import RawSQL
 
-    from leases.models import Note
-
-    matches = RawSQL("leases_note.search_vector @@ websearch_to_tsquery('english', %s)", ["zebra"], BooleanField())
     plans = {}
-    with transaction.atomic():
-        for name, settings, order in (
-            ("walk", module.WALK_PLAN, F("id").desc()),
-            ("gin", module.GIN_PLAN, (F("id") + 0).desc()),
-        ):
-            with module._postgres_settings({**module.PLAN_SETTINGS, **settings}):
-                plans[name] = Note.objects.filter(matches).order_by(order).values_list("id")[:WINDOW].explain()
-    assert "Index Scan Backward using leases_note_pkey" in plans["walk"]
-    assert "leases_note_search" not in plans["walk"]
-    assert "leases_note_search" in plans["gin"]
-    assert "Index Scan Backward" not in plans["gin"]
+    walk, probe = module._postgres_sql("leases_note", "TRUE")
+    settings = {**module.PLAN_SETTINGS, **module.GIN_PLAN}
+    with transaction.atomic(), module._postgres_settings(settings), connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + walk, [5, 0, "zebra", "zebra", 4])
+        plans["walk"] = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("EXPLAIN " + probe, ["zebra", "zebra", 4096, 4])
+        plans["probe"] = "\n".join(row[0] for row in cursor.fetchall())
+    lines = [line.strip() for line in plans["walk"].splitlines()]
+    assert lines[0].startswith("Limit")
+    assert lines[1].startswith("->  Nested Loop")
+    assert lines[2].startswith("->  Function Scan on generate_series")
+    assert "Bitmap Index Scan on leases_note_search" in plans["walk"]
+    assert "Bitmap Index Scan on leases_note_search" in plans["probe"]
+    assert "Index Scan Backward" not in plans["walk"] + plans["probe"]
+    assert "Seq Scan" not in plans["walk"] + plans["probe"]
+
+
+def test_a_row_holds_its_segment_which_no_query_finds(clock):
+    """PostgreSQL: the stored vector names the row's id segment; a search for the number finds nothing,
+    and the rank is the rank without it."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's segments")
+    project = ProjectFactory(slug="zoo")
+    _next_segment()
+    note = NoteFactory(attempt__task__project=project, content="a zebra")
+    segment = note.pk >> module.SEGMENT_BITS
+    assert segment > 0
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT search_vector @@ quote_literal(' ' || %s)::tsquery, ts_rank(search_vector, q) "
+            "= ts_rank(to_tsvector('english', content), q) FROM leases_note, websearch_to_tsquery('zebra') q "
+            "WHERE id = %s",
+            [segment, note.pk],
+        )
+        assert cursor.fetchone() == (True, True)
+    hits, _ = module.search(query=str(segment), agent=None, project=project)
+    assert hits == []
