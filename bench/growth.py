@@ -81,7 +81,7 @@ def measure_scale(
     if setup is None:
         setup = seed_scale(tasks, extra=_extra(runs, repeat, cycles), progress=progress)
     started = time.perf_counter()
-    lapsed = growth_seed.align_lapses(setup["last_seeded_attempt"], datetime.now(UTC))
+    lapsed = growth_seed.align_lapses(datetime.now(UTC), measuring_project=setup["project"])
     load = [os.getloadavg()[0]]
     database = target.env["DATABASE_URL"].rsplit("/", 1)[1] if target.is_postgres else None
     agent_client, staff = measure.clients(setup["token"])
@@ -153,7 +153,6 @@ def kept_record(setup: dict[str, Any], tasks: int) -> dict[str, Any]:
         "links": setup["links"],
         "project": setup["project"].pk,
         "agent": setup["agent"].pk,
-        "last_seeded_attempt": setup["last_seeded_attempt"],
         "seeded_at": setup["seeded_at"],
         "seed_seconds": setup["seed_seconds"],
         "phases": setup.get("phases", {}),
@@ -268,7 +267,6 @@ def reuse_setup(record: dict[str, Any], tasks: int, name: str, *, extra: int) ->
         "project": project,
         "agent": agent,
         "token": token,
-        "last_seeded_attempt": record["last_seeded_attempt"],
         "seed_seconds": record["seed_seconds"],
         "phases": record.get("phases", {}),
         "reused": {"name": name, "measured_before": record.get("measured", 0), "rows": counts},
