@@ -499,7 +499,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     vendors = {"postgres": ["postgresql"], "sqlite": ["sqlite"], "both": ["postgresql", "sqlite"]}[args.database]
-    if args.reuse:
+    if args.reuse and args.child is None:
         if args.database == "both":
             raise SystemExit("--reuse names databases of one kind: pass --database postgres or --database sqlite")
         missing = [label(tasks) for tasks in args.reuse if tasks not in args.scales]
