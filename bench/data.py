@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -102,9 +103,39 @@ CONSTANT_COLUMNS: dict[str, dict[str, Any]] = {
 }
 
 
+# Set by a caller that wants each bulk write reported (`bench.growth_seed`'s progress lines): called with the
+# table, the rows written, the seconds of the whole write and the seconds spent generating its rows in Python.
+copy_progress: Callable[[str, int, float, float], None] | None = None
+
+
+class _TimedRows:
+    """The rows of a bulk write, counting them and the time spent making them (the rest is the database's)."""
+
+    def __init__(self, rows: Iterator[tuple[Any, ...]]) -> None:
+        self.rows, self.count, self.seconds = rows, 0, 0.0
+
+    def __iter__(self) -> Iterator[tuple[Any, ...]]:
+        clock = time.perf_counter
+        while True:
+            began = clock()
+            try:
+                row = next(self.rows)
+            except StopIteration:
+                self.seconds += clock() - began
+                return
+            self.seconds += clock() - began
+            self.count += 1
+            yield row
+
+
 def _copy_rows(table: str, columns: Sequence[str], rows: Iterator[tuple[Any, ...]]) -> None:
     """Write rows in one statement stream: COPY on PostgreSQL, executemany on SQLite."""
     from django.db import connection, transaction
+
+    timed = _TimedRows(iter(rows)) if copy_progress is not None else None
+    began = time.perf_counter()
+    if timed is not None:
+        rows = iter(timed)
 
     constants = {name: value for name, value in CONSTANT_COLUMNS.get(table, {}).items() if name not in columns}
     if constants:
@@ -130,6 +161,8 @@ def _copy_rows(table: str, columns: Sequence[str], rows: Iterator[tuple[Any, ...
                     batch.clear()
             if batch:
                 raw.executemany(sql, batch)
+    if timed is not None and copy_progress is not None:
+        copy_progress(table, timed.count, time.perf_counter() - began, timed.seconds)
 
 
 def _sqlite_value(value: Any) -> Any:

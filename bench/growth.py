@@ -24,7 +24,9 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -60,21 +62,26 @@ def label(tasks: int) -> str:
 # --- one scale (a child process, or the test database) -------------------------------------------
 
 
-def measure_scale(target: Any, tasks: int, *, repeat: int, runs: int, cycles: int, held: bool) -> dict[str, Any]:
-    """Seed `tasks` tasks into `target` (configured, migrated, empty) and measure; the scale's payload."""
-    from bench import data, growth_seed, growth_storage
+def measure_scale(
+    target: Any,
+    tasks: int,
+    *,
+    repeat: int,
+    runs: int,
+    cycles: int,
+    held: bool,
+    setup: dict[str, Any] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Seed `tasks` tasks into `target` (configured, migrated, empty) and measure; the scale's payload.
+    With `setup` (`reuse_setup`: a kept database), measure what is there without seeding."""
     from bench import growth_measure as measure
-    from ledger import clock
+    from bench import growth_seed, growth_storage
 
-    data.offset_ids()  # a captured parameter's value names one symbol (the raw replay's capture)
-    now = datetime.now(UTC).replace(microsecond=0)
+    if setup is None:
+        setup = seed_scale(tasks, extra=_extra(runs, repeat, cycles), progress=progress)
     started = time.perf_counter()
-    clock.freeze(now)
-    try:
-        setup = growth_seed.seed(tasks, now, extra=runs * 2 * repeat + cycles + 50)
-    finally:
-        clock.unfreeze()
-    seeded = round(time.perf_counter() - started, 1)
+    lapsed = growth_seed.align_lapses(datetime.now(UTC), measuring_project=setup["project"])
     load = [os.getloadavg()[0]]
     database = target.env["DATABASE_URL"].rsplit("/", 1)[1] if target.is_postgres else None
     agent_client, staff = measure.clients(setup["token"])
@@ -96,13 +103,186 @@ def measure_scale(target: Any, tasks: int, *, repeat: int, runs: int, cycles: in
         "database": target.vendor,
         "tasks": tasks,
         "sizes": setup["sizes"],
-        "seed_seconds": seeded,
-        "measure_seconds": round(time.perf_counter() - started - seeded, 1),
+        "seed_seconds": setup["seed_seconds"],
+        "seed_phases": setup.get("phases", {}),
+        "reused": setup.get("reused"),
+        "lapsed_at_start": lapsed,
+        "measure_seconds": round(time.perf_counter() - started, 1),
         "load_1min": [round(value, 2) for value in load],
         "runs": per_run,
         "storage": storage,
         "held": held_rows,
     }
+
+
+def _extra(runs: int, repeat: int, cycles: int) -> int:
+    """Fresh ready tasks a measurement consumes at most (its claims, the storage cycles), and a margin."""
+    return runs * 2 * repeat + cycles + 50
+
+
+def seed_scale(tasks: int, *, extra: int, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """`bench.growth_seed.seed` at a clock frozen at its start; the setup, with "seed_seconds" and "seeded_at"."""
+    from bench import data, growth_seed
+    from ledger import clock
+
+    data.offset_ids()  # a captured parameter's value names one symbol (the raw replay's capture)
+    now = datetime.now(UTC).replace(microsecond=0)
+    started = time.perf_counter()
+    clock.freeze(now)
+    try:
+        setup = growth_seed.seed(tasks, now, extra=extra, progress=progress)
+    finally:
+        clock.unfreeze()
+    return {**setup, "seed_seconds": round(time.perf_counter() - started, 1), "seeded_at": now.isoformat()}
+
+
+# --- kept databases (`--keep`, `--seed-only`, `--reuse`) -------------------------------------------
+
+SEED_FILE = "growth-seed.json"  # a kept SQLite database's record, beside its file
+
+
+def kept_record(setup: dict[str, Any], tasks: int) -> dict[str, Any]:
+    """What `reuse_setup` needs of a finished seed (stored with the database: its comment on PostgreSQL)."""
+    from bench.environment import KEPT_MARKER
+
+    return {
+        "marker": KEPT_MARKER,
+        "workload": "growth",
+        "tasks": tasks,
+        "sizes": setup["sizes"],
+        "links": setup["links"],
+        "project": setup["project"].pk,
+        "agent": setup["agent"].pk,
+        "seeded_at": setup["seeded_at"],
+        "seed_seconds": setup["seed_seconds"],
+        "phases": setup.get("phases", {}),
+        "measured": 0,
+    }
+
+
+def kept_name(vendor: str, tasks: int) -> str:
+    from bench.environment import PG_KEPT_DATABASE_PREFIX
+
+    stamp = datetime.now(UTC).strftime("%Y%m%d%H%M%S")
+    if vendor == "postgresql":
+        return f"{PG_KEPT_DATABASE_PREFIX}growth_{label(tasks).lower()}_{stamp}"
+    return tempfile.mkdtemp(prefix=f"leasehold-kept-growth-{label(tasks).lower()}-{stamp}-")
+
+
+def write_record(target: Any, record: dict[str, Any]) -> None:
+    if target.is_postgres:
+        import psycopg
+
+        from bench.environment import pg_admin_url
+
+        name = target.dsn.rsplit("/", 1)[1]
+        with psycopg.connect(pg_admin_url(), autocommit=True) as conn:
+            literal = json.dumps(record, default=str).replace("'", "''")
+            conn.execute(f"COMMENT ON DATABASE \"{name}\" IS '{literal}'")
+        return
+    Path(target.dsn).with_name(SEED_FILE).write_text(json.dumps(record, indent=2, default=str))
+
+
+def read_record(vendor: str, name: str) -> dict[str, Any]:
+    """The record of kept database `name`; SystemExit with the reason when there is none."""
+    from bench.environment import KEPT_MARKER, pg_admin_url
+
+    text: str | None
+    if vendor == "postgresql":
+        import psycopg
+
+        with psycopg.connect(pg_admin_url(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s", [name]
+            ).fetchone()
+        if row is None:
+            raise SystemExit(f"--reuse: no database {name!r} on {pg_admin_url().rsplit('/', 1)[0]}")
+        text = row[0]
+    else:
+        path = Path(name) / SEED_FILE
+        text = path.read_text() if path.exists() else None
+    try:
+        record = json.loads(text or "")
+    except ValueError:
+        record = None
+    if not isinstance(record, dict) or record.get("marker") != KEPT_MARKER or record.get("workload") != "growth":
+        raise SystemExit(
+            f"--reuse: {name!r} is not a finished growth seed (no record of one: seeded with --keep or "
+            "--seed-only, and its seed completed?)"
+        )
+    return record
+
+
+def _counts() -> dict[str, int]:
+    from leases.models import Attempt, Note
+    from ledger.models import Event, Task
+
+    return {
+        "tasks": Task.objects.count(),
+        "attempts": Attempt.objects.count(),
+        "events": Event.objects.count(),
+        "notes": Note.objects.count(),
+    }
+
+
+def check_reusable(record: dict[str, Any], tasks: int, name: str) -> dict[str, int]:
+    """Refuse (SystemExit) a kept database seeded at another scale, or missing seeded rows; the row counts."""
+    if record["tasks"] != tasks:
+        raise SystemExit(
+            f"--reuse: {name} was seeded with {label(record['tasks'])} tasks, not {label(tasks)}: "
+            f"pass it as {label(record['tasks']).lower()}={name}"
+        )
+    counts = _counts()
+    short = {
+        table: (counts[table], record["sizes"][table])
+        for table in counts
+        if table in record["sizes"] and counts[table] < record["sizes"][table]
+    }
+    if short:
+        detail = ", ".join(f"{table} {have:,} < {want:,} seeded" for table, (have, want) in short.items())
+        raise SystemExit(f"--reuse: {name} lacks rows of its seed ({detail}): not the database its record describes")
+    return counts
+
+
+def reuse_setup(record: dict[str, Any], tasks: int, name: str, *, extra: int) -> dict[str, Any]:
+    """The setup of a kept database, as `seed_scale` returned it: the measuring agent (a fresh token), the
+    project, the links, and `extra` fresh ready tasks for this measurement's claims."""
+    from bench import cycles, data
+    from ledger.actors import SYSTEM
+    from ledger.models import Agent, Project
+    from ledger.services import agent_rotate_token
+
+    counts = check_reusable(record, tasks, name)
+    # Project slugs and key prefixes of this process's fleets (`bench.data.make_project`): after every
+    # project so far (each number used was one project's).
+    after = Project.objects.count() + 1
+    data._project_counter = iter(range(after, after + 10_000))
+    cycles._slugs = iter(range(after, after + 1_000_000))
+    project = Project.objects.get(pk=record["project"])
+    agent, token = agent_rotate_token(agent=Agent.objects.get(pk=record["agent"]), actor=SYSTEM)
+    data.bulk_ready_tasks(project, extra, since=datetime.now(UTC))
+    return {
+        "sizes": record["sizes"],
+        "links": record["links"],
+        "project": project,
+        "agent": agent,
+        "token": token,
+        "seed_seconds": record["seed_seconds"],
+        "phases": record.get("phases", {}),
+        "reused": {"name": name, "measured_before": record.get("measured", 0), "rows": counts},
+    }
+
+
+def parse_reuse(text: str) -> dict[int, str]:
+    """`1m=leasehold_kept_growth_1m_…[,10k=…]` -> {1000000: name}."""
+    reuse: dict[int, str] = {}
+    for part in text.split(","):
+        scale, sep, name = part.strip().partition("=")
+        if not sep or not name.strip():
+            raise argparse.ArgumentTypeError(f"expected SCALE=NAME[,SCALE=NAME], not {text!r}")
+        (tasks,) = parse_scales(scale)
+        reuse[tasks] = name.strip()
+    return reuse
 
 
 def _held(target: Any, tasks: int) -> list[dict[str, Any]]:
@@ -131,24 +311,65 @@ def _held(target: Any, tasks: int) -> list[dict[str, Any]]:
 
 
 def child(vendor: str, tasks: int, args: argparse.Namespace) -> int:
-    from bench.environment import configure_django, create_target, drop_target, migrate, new_workdir
+    from bench.environment import configure_django, create_target, drop_target, existing_target, migrate, new_workdir
 
-    workdir = new_workdir()
-    target = create_target(vendor, workdir=workdir, database_name=f"leasehold_bench_{os.getpid()}")
+    def say(text: str) -> None:
+        print(text, flush=True)
+
+    reused = args.reuse.get(tasks) if args.reuse else None
+    keep = args.keep or args.seed_only
+    record: dict[str, Any] | None = None
+    if reused:
+        record = read_record(vendor, reused)
+        target = existing_target(vendor, reused)
+        workdir = None if vendor == "sqlite" else Path(target.env["LEASEHOLD_DATA_DIR"])
+    elif keep:
+        name = kept_name(vendor, tasks)
+        workdir = Path(name) if vendor == "sqlite" else new_workdir()
+        target = create_target(vendor, workdir=workdir, database_name=None if vendor == "sqlite" else name)
+    else:
+        workdir = new_workdir()
+        target = create_target(vendor, workdir=workdir, database_name=f"leasehold_bench_{os.getpid()}")
     target.env["LEASEHOLD_ALLOWED_HOSTS"] = "testserver,localhost"
+    name = target.dsn.rsplit("/", 1)[1] if target.is_postgres else str(Path(target.dsn).parent)
     configure_django(target)
+    seeded = False
     try:
         migrate()
-        payload = measure_scale(
-            target, tasks, repeat=args.repeat, runs=args.runs, cycles=args.cycles, held=args.held_here
-        )
+        extra = _extra(args.runs, args.repeat, args.cycles)
+        if record is not None:
+            setup = reuse_setup(record, tasks, name, extra=extra)
+            say(f"growth {vendor} {label(tasks)}: measuring kept database {name} (seeded {record['seeded_at']})")
+        else:
+            setup = seed_scale(tasks, extra=extra, progress=say)
+            seeded = True
+            if keep:
+                record = kept_record(setup, tasks)
+                write_record(target, record)
+                say(f"growth {vendor} {label(tasks)}: seeded in {setup['seed_seconds']} s; kept database: {name}")
+        if args.seed_only:
+            payload: dict[str, Any] = {"database": target.vendor, "tasks": tasks, "sizes": setup["sizes"]}
+            payload |= {"seed_seconds": setup["seed_seconds"], "seed_phases": setup["phases"]}
+        else:
+            payload = measure_scale(
+                target, tasks, repeat=args.repeat, runs=args.runs, cycles=args.cycles, held=args.held_here,
+                setup=setup, progress=say,
+            )  # fmt: skip
+            if record is not None:
+                record["measured"] = record.get("measured", 0) + 1
+                write_record(target, record)
+        payload["database_name"] = name if (keep or reused) else None
         args.out.write_text(json.dumps(payload, indent=2, default=str))
     finally:
         from bench.cycles import release_pool
 
         release_pool()
-        drop_target(target)
-        shutil.rmtree(workdir, ignore_errors=True)
+        if not reused and not (keep and seeded):
+            drop_target(target)
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+        elif vendor == "postgresql" and workdir is not None:
+            shutil.rmtree(workdir, ignore_errors=True)  # the secret key and scratch files; the database stays
     return 0
 
 
@@ -260,6 +481,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cycles", type=int, default=1000, help="agent cycles for the storage row")
     parser.add_argument("--limit", type=float, default=LIMIT)
     parser.add_argument("--no-held", action="store_true", help="skip claim-next at held leases")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep each scale's seeded database (its name is printed) for --reuse"
+    )
+    parser.add_argument("--seed-only", action="store_true", help="seed and keep each scale; measure nothing")
+    parser.add_argument(
+        "--reuse",
+        type=parse_reuse,
+        default=None,
+        metavar="SCALE=NAME[,SCALE=NAME]",
+        help="measure these scales on databases kept by --keep/--seed-only instead of seeding them",
+    )
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--held-here", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
@@ -267,9 +499,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     vendors = {"postgres": ["postgresql"], "sqlite": ["sqlite"], "both": ["postgresql", "sqlite"]}[args.database]
+    if args.reuse and args.child is None:
+        if args.database == "both":
+            raise SystemExit("--reuse names databases of one kind: pass --database postgres or --database sqlite")
+        missing = [label(tasks) for tasks in args.reuse if tasks not in args.scales]
+        if missing:
+            raise SystemExit(f"--reuse names scales not in --scales ({', '.join(missing)}): add them to --scales")
+        if args.seed_only:
+            raise SystemExit("--seed-only seeds; --reuse measures: not both")
     if args.child is not None:
         return child(vendors[0], args.child, args)
     status = 0
+    kept: list[str] = []
     for vendor in vendors:
         payloads = []
         for tasks in args.scales:
@@ -280,6 +521,10 @@ def main(args: argparse.Namespace) -> int:
             command += ["--repeat", str(args.repeat), "--runs", str(args.runs), "--cycles", str(args.cycles)]
             if tasks == args.scales[-1] and not args.no_held:
                 command.append("--held-here")
+            command += ["--keep"] if args.keep else []
+            command += ["--seed-only"] if args.seed_only else []
+            if args.reuse and tasks in args.reuse:
+                command += ["--reuse", f"{tasks}={args.reuse[tasks]}"]
             print(f"== growth {vendor} {label(tasks)}", flush=True)
             code = subprocess.call(command)
             if code:
@@ -287,7 +532,12 @@ def main(args: argparse.Namespace) -> int:
                 status = 1
                 break
             payloads.append(json.loads(out.read_text()))
-        if not payloads:
+            if payloads[-1].get("database_name"):
+                kept.append(f"{label(tasks).lower()}={payloads[-1]['database_name']}")
+        if kept:
+            print(f"kept {vendor} databases: {','.join(kept)}", flush=True)
+            print(f"measure them again with: --database {args.database} --reuse {','.join(kept)}", flush=True)
+        if not payloads or args.seed_only:
             continue
         rows = compare(payloads, limit=args.limit)
         print(render(payloads, rows, limit=args.limit), flush=True)

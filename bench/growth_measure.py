@@ -226,7 +226,9 @@ def clients(token: str) -> tuple[Any, Any]:
 
     agent = Client(HTTP_AUTHORIZATION=f"Bearer {token}")
     staff = Client()
-    staff.force_login(get_user_model().objects.create_superuser(username="growth", password="x" * 20))
+    # A kept database measured again (`--reuse`) has the superuser of the earlier measurement.
+    user = get_user_model().objects.filter(username="growth").first()
+    staff.force_login(user or get_user_model().objects.create_superuser(username="growth", password="x" * 20))
     return agent, staff
 
 

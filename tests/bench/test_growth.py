@@ -7,10 +7,27 @@ process and database of its own); the comparison across scales is checked on tha
 from __future__ import annotations
 
 import argparse
+import os
+from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
-from bench.growth import compare, label, measure_scale, parse_scales, render
+from bench.growth import (
+    _extra,
+    check_reusable,
+    compare,
+    kept_name,
+    kept_record,
+    label,
+    measure_scale,
+    parse_reuse,
+    parse_scales,
+    render,
+    reuse_setup,
+    seed_scale,
+)
+from bench.growth_seed import align_lapses
 from tests.bench.test_smoke import _test_database_target
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
@@ -19,12 +36,22 @@ TASKS = 200
 
 
 def test_one_tiny_scale_seeds_the_history_through_the_triggers_and_measures_every_row():
-    from insight.models import TaskFirstReady
+    from insight.models import EventTally, TaskFirstReady
     from leases.models import Attempt
-    from ledger.models import Task
+    from ledger.models import Event, Task
 
-    payload = measure_scale(_test_database_target(), TASKS, repeat=2, runs=1, cycles=10, held=True)
+    setup = seed_scale(TASKS, extra=_extra(1, 2, 10))
+    # /metrics' tally has counted the seeded history: the first scrape counts none of it (at any scale).
+    position = EventTally.objects.get(type="*", status="")
+    assert position.through_event_id == Event.objects.order_by("-id").values_list("id", flat=True).first()
+    assert setup["phases"]["total"] > 0
+    assert "copy ledger_event" in setup["phases"], setup["phases"]
 
+    payload = measure_scale(_test_database_target(), TASKS, repeat=2, runs=1, cycles=10, held=True, setup=setup)
+
+    # Every measurement starts with the same lapsed leases (200 from 10k tasks up; fewer ready tasks here).
+    lapsed = payload["lapsed_at_start"]
+    assert 0 < lapsed <= 200
     sizes = payload["sizes"]
     assert (sizes["tasks"], sizes["attempts"], sizes["events"], sizes["notes"]) == (200, 600, 2000, 600)
     assert 0 < sizes["allocations"] <= TASKS
@@ -81,6 +108,66 @@ def test_one_tiny_scale_seeds_the_history_through_the_triggers_and_measures_ever
     over = [row["name"] for row in compare([payload, slower]) if row["over"]]
     assert "claim-next" in over
     assert "| claim-next |" in render([payload, slower], compare([payload, slower]))
+
+    # Measured again as a kept database (`--reuse`): refused at another scale or without its seeded rows;
+    # otherwise the same project, the agent with a fresh token, fresh ready tasks, and the same lapses
+    # (`bench.held`'s leases of the first measurement expired first).
+    record = kept_record(setup, TASKS)
+    with pytest.raises(SystemExit, match="seeded with 200 tasks, not 400"):
+        check_reusable(record, 400, "kept")
+    with pytest.raises(SystemExit, match="lacks rows of its seed"):
+        check_reusable({**record, "sizes": {**record["sizes"], "events": 10**9}}, TASKS, "kept")
+    again = reuse_setup(record, TASKS, "kept", extra=30)
+    assert again["project"] == setup["project"]
+    assert again["agent"] == setup["agent"]
+    assert again["token"] != setup["token"]
+    assert again["reused"]["rows"]["events"] > sizes["events"]
+    second = measure_scale(_test_database_target(), TASKS, repeat=1, runs=1, cycles=2, held=False, setup=again)
+    assert second["lapsed_at_start"] > 0
+    # However many leases are live or lapsed before it, a measurement starts with exactly `count` lapsed ones.
+    for _ in range(2):
+        at = datetime.now(UTC)
+        assert align_lapses(at, measuring_project=setup["project"], count=5) == 5
+        active = Attempt.objects.filter(status="active")
+        assert active.count() == 5
+        assert not active.filter(lease_expires_at__gte=at).exists()
+        assert not active.filter(task__project=setup["project"]).exists()
+        assert Task.objects.filter(held=True).count() == 5
+    assert second["reused"]["name"] == "kept"
+
+
+def test_kept_databases_survive_the_cleanup_of_abandoned_runs():
+    from bench.environment import KEPT_MARKER, PG_BENCH_DATABASE_PREFIX, PG_KEPT_DATABASE_PREFIX, _drop_abandoned
+
+    dead = 999_999_999  # above any pid_max: no such process
+    listed = [
+        (f"{PG_BENCH_DATABASE_PREFIX}{dead}", ""),
+        (f"{PG_BENCH_DATABASE_PREFIX}{dead + 1}", f'{{"marker": "{KEPT_MARKER}"}}'),
+        (f"{PG_BENCH_DATABASE_PREFIX}{os.getpid()}", ""),
+    ]
+
+    class Conn:
+        def __init__(self) -> None:
+            self.statements: list[str] = []
+
+        def execute(self, sql: str, params: Any = None) -> Any:
+            self.statements.append(sql)
+            return type("Rows", (), {"fetchall": staticmethod(lambda: listed)})()
+
+    conn = Conn()
+    _drop_abandoned(conn)
+    dropped = [sql for sql in conn.statements if sql.startswith("DROP")]
+    assert dropped == [f'DROP DATABASE IF EXISTS "{PG_BENCH_DATABASE_PREFIX}{dead}" WITH (FORCE)']
+    name = kept_name("postgresql", 1_000_000)
+    assert name.startswith(f"{PG_KEPT_DATABASE_PREFIX}growth_1m_")
+    assert not name.startswith(PG_BENCH_DATABASE_PREFIX)
+
+
+def test_reuse_names_kept_databases_by_scale():
+    assert parse_reuse("1m=leasehold_kept_growth_1m_1, 10k=b") == {1_000_000: "leasehold_kept_growth_1m_1", 10_000: "b"}
+    for text in ("1m", "1m=", "ten=b"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            parse_reuse(text)
 
 
 def test_scales_are_increasing_task_counts_with_k_and_m_suffixes():
