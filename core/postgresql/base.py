@@ -73,11 +73,11 @@ class StatementClientQuery(PostgresClientQuery):
         self.dump(vars)
 
 
-class StatementCursor(ServerBindingCursor):  # type: ignore[misc]
+class StatementCursor(ServerBindingCursor):
     _query_cls = StatementQuery
 
 
-class StatementClientCursor(ClientBindingCursor):  # type: ignore[misc]
+class StatementClientCursor(ClientBindingCursor):
     _query_cls = StatementClientQuery
 
 
