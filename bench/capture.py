@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 TRANSACTION_MARKERS = frozenset({"BEGIN", "COMMIT", "ROLLBACK"})
@@ -220,6 +220,18 @@ def _cast(value: Any) -> Any:
     return None if kind in (int, str, datetime) or not isinstance(value, int) else kind
 
 
+# A service may read the clock more than once in one call (claim-next's unlocked look for a candidate,
+# then the claim's own transaction): a datetime this close to `now` is that clock, read a moment apart.
+NOW_READ_APART = timedelta(seconds=5)
+
+
+def _read_now(param: Any, symbols: Mapping[str, Any]) -> Any:
+    now = symbols.get("now")
+    if isinstance(param, datetime) and isinstance(now, datetime) and abs(param - now) <= NOW_READ_APART:
+        return Sym("now", _cast(param))
+    return param
+
+
 def _choose(value: Any, context: str, symbols: Mapping[str, Any], hints: Mapping[str, set[str]], where: str) -> Any:
     names = _candidates(value, symbols)
     if not names:
@@ -303,6 +315,7 @@ def symbolize(
                     params.append(JsonTemplate(template, "text") if _has_symbol(template) else value)
                     continue
             params.append(_choose(value, context, available, hints, where))
+        params = [_read_now(param, available) for param in params]
         for param in params:
             if isinstance(param, Sym):
                 used.add(param.name)

@@ -108,12 +108,11 @@ class _Compiled:
 
 
 def _cursor(connection: Any) -> Any:
-    """A cursor that binds on the server where the backend offers one and the settings allow it
-    (`core.postgresql`: psycopg then prepares the statement after `prepare_threshold` uses on the
-    connection); Django's own cursor everywhere else (SQLite; behind a transaction pooler)."""
-    if getattr(connection, "prepares_statements", False):
-        return connection.prepared_cursor()
-    return connection.cursor()
+    """The backend's cursor for these statements where it has one (`core.postgresql`: binding on the
+    server where the settings allow it, psycopg then preparing the statement after `prepare_threshold`
+    uses on the connection; each statement's placeholders converted once); Django's own elsewhere."""
+    statement_cursor = getattr(connection, "statement_cursor", None)
+    return statement_cursor() if statement_cursor is not None else connection.cursor()
 
 
 def run_select(sql: str, params: Sequence[Any], *, using: str = "default") -> list[tuple[Any, ...]]:

@@ -210,7 +210,7 @@ def _database() -> dict[str, Any]:
             # Only the server-binding cursor of `core.prepared` prepares; Django's own cursor binds on the client.
             "prepare_threshold": LEASEHOLD_DB_PREPARE_THRESHOLD,
         }
-    # Read by the backend `core.postgresql` (`DatabaseWrapper.prepared_cursor`).
+    # Read by the backend `core.postgresql` (`DatabaseWrapper.statement_cursor`).
     config["PREPARED_STATEMENTS"] = LEASEHOLD_DB_PREPARED_STATEMENTS
     config["ENGINE"] = "core.postgresql"
     if _running_cluster():

@@ -6,18 +6,27 @@ options; this wrapper runs with none and checks here instead: a connection
 known good is used as it is, any other is probed, and one that fails the
 probe goes back to the pool (which discards a broken connection) for the next.
 
-It also gives `core.prepared` a cursor that binds on the server (`prepared_cursor`), through which
-psycopg prepares a statement after the connection's `prepare_threshold` uses of it; every other
-statement goes through Django's own cursor, which binds on the client and never prepares.
+It also gives `core.prepared` its cursor (`statement_cursor`): one that binds on the server, through
+which psycopg prepares a statement after the connection's `prepare_threshold` uses of it, or, with
+PREPARED_STATEMENTS off (behind a transaction pooler), one that binds on the client as Django's own.
+Every other statement goes through Django's own cursor, which binds on the client and never prepares.
+
+Either way that cursor converts each statement's placeholders once (`StatementQuery`,
+`StatementClientQuery`): psycopg caches the conversion only of a statement of at most 4,096 bytes
+and 50 parameters (its guard against ORM one-offs), and claim-next's candidate statement (4,165
+bytes) was split afresh on every claim. `core.prepared`'s statements are a fixed set, each compiled
+once, so caching all of them is bounded.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.db.backends.postgresql.base import Cursor as ClientBindingCursor  # type: ignore[attr-defined]
 from django.db.backends.postgresql.base import DatabaseWrapper as PostgresDatabaseWrapper
 from django.db.backends.postgresql.base import ServerBindingCursor  # type: ignore[attr-defined]
 from django.db.backends.postgresql.psycopg_any import register_tzloader  # type: ignore[import-untyped]
+from psycopg._queries import PostgresClientQuery, PostgresQuery, _query2pg, _query2pg_client
 from psycopg.postgres import types as pg_types
 from psycopg.pq import Format
 
@@ -31,21 +40,62 @@ MAX_DEAD_IN_A_ROW = 8
 _TIMESTAMPTZ_OID = pg_types["timestamptz"].oid
 
 
+def _statement(query: Any, vars: Any, encoding: str) -> bytes | None:
+    """The statement's bytes when psycopg would convert it with parameters, else None (left to psycopg)."""
+    if vars is None or not isinstance(query, str | bytes):
+        return None
+    return query.encode(encoding) if isinstance(query, str) else query
+
+
+# Both lean on psycopg's private `convert` (3.3.9, pinned in pyproject.toml);
+# tests/core/test_statement_conversion.py fails when a statement is converted afresh again.
+class StatementQuery(PostgresQuery):
+    """Binding on the server: psycopg's conversion, always through its cache, whatever the statement's length."""
+
+    def convert(self, query: Any, vars: Any) -> None:
+        statement = _statement(query, vars, self._tx.encoding)
+        if statement is None:
+            super().convert(query, vars)
+            return
+        self.query, self._want_formats, self._order, self._parts = _query2pg(statement, self._tx.encoding)
+        self.dump(vars)
+
+
+class StatementClientQuery(PostgresClientQuery):
+    """Binding on the client: the same, for `PostgresClientQuery`."""
+
+    def convert(self, query: Any, vars: Any) -> None:
+        statement = _statement(query, vars, self._tx.encoding)
+        if statement is None:
+            super().convert(query, vars)
+            return
+        self.template, self._order, self._parts = _query2pg_client(statement, self._tx.encoding)
+        self.dump(vars)
+
+
+class StatementCursor(ServerBindingCursor):
+    _query_cls = StatementQuery
+
+
+class StatementClientCursor(ClientBindingCursor):
+    _query_cls = StatementClientQuery
+
+
 class DatabaseWrapper(PostgresDatabaseWrapper):
     @property
     def prepares_statements(self) -> bool:
         """Whether `core.prepared` runs its statements on a server-binding cursor (settings: PREPARED_STATEMENTS)."""
         return bool(self.settings_dict.get("PREPARED_STATEMENTS", False))
 
-    def prepared_cursor(self) -> Any:
-        """Django's cursor wrapper around a server-binding psycopg cursor (what `cursor()` does, with another class).
+    def statement_cursor(self) -> Any:
+        """Django's cursor wrapper around `core.prepared`'s psycopg cursor (what `cursor()` does, with another class).
 
         Query logging, execute wrappers and error translation are Django's, as for any statement.
         """
         self.close_if_health_check_failed()
         self.ensure_connection()
         with self.wrap_database_errors:
-            cursor = ServerBindingCursor(self.connection)
+            cursor = (StatementCursor if self.prepares_statements else StatementClientCursor)(self.connection)
             # As Django's `create_cursor`: the session's time zone for timestamptz, when the connection's differs.
             loader = self.connection.adapters.get_loader(_TIMESTAMPTZ_OID, Format.TEXT)
             if self.timezone != loader.timezone:

@@ -98,7 +98,7 @@ _FIRST_CANDIDATE = {
 }
 
 
-# Whether anything is claimable, read without a lock (SQLite, `_nothing_to_claim`).
+# Whether anything is claimable, read without a lock (`_nothing_to_claim`).
 _ANY_CANDIDATE = {
     by_class: _candidate_statement(
         lambda **values: Task.objects.filter(_heads(**values, passed_over=(), lock=False)).values_list("pk")[:1],
@@ -109,14 +109,15 @@ _ANY_CANDIDATE = {
 
 
 def _nothing_to_claim(*, project: Project, agent: Agent, task_class: str | None) -> bool:
-    """On SQLite, whether a read outside any transaction finds nothing claimable, so claim-next can
-    answer "nothing" without taking the database's one write lock (SPEC §20: in a fleet most claims
-    find nothing). Only a read that finds nothing decides (the answer is true as of that read);
-    one that finds a candidate goes on to the claim, which decides afresh. An agent or project
-    whose daily budget is spent is still told so. On PostgreSQL the claim's own first statement
-    is as cheap and locks nothing that waits, so this is skipped there.
+    """Whether a read outside any transaction finds nothing claimable, so claim-next can answer
+    "nothing" without a transaction (SPEC §20: in a fleet most claims find nothing). On SQLite that
+    spares the database's one write lock; on PostgreSQL an empty claim-next is then authentication
+    and this read, two round trips instead of four (BEGIN and COMMIT around the locking read), at
+    one round trip more for a claim that finds a candidate. Only a read that finds nothing decides
+    (the answer is true as of that read); one that finds a candidate goes on to the claim, which
+    decides afresh. An agent or project whose daily budget is spent is still told so.
     """
-    if connection.vendor != "sqlite" or connection.in_atomic_block:
+    if connection.in_atomic_block:
         return False
     now = clock.now()
     if claim_budget_refusal(task=None, agent=agent, project=project, now=now, scopes=("agent", "project")):

@@ -155,9 +155,27 @@ def test_on_sqlite_an_empty_claim_next_reads_once_and_takes_no_write_lock(clock)
     assert grant.task.pk == ready.pk
 
 
-@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's one write lock")
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's transaction markers")
 @pytest.mark.django_db(transaction=True)
-def test_on_sqlite_a_spent_daily_budget_is_told_even_with_nothing_to_claim(clock):
+def test_on_postgresql_an_empty_claim_next_is_one_read_outside_a_transaction(clock):
+    project = ProjectFactory()
+    agent = AgentFactory(projects=[project])
+    TaskFactory(project=project, status="open")  # not claimable
+    with CaptureQueriesContext(connection) as captured:
+        assert lease_claim_next(project=project, agent=agent) is None
+    assert [query["sql"].split()[0] for query in captured.captured_queries] == ["SELECT"]
+    ready = TaskFactory(project=project)
+    with CaptureQueriesContext(connection) as captured:
+        grant = lease_claim_next(project=project, agent=agent)
+    assert grant is not None
+    assert grant.task.pk == ready.pk
+    # The read that found a candidate, then the claim's own transaction, which decides afresh.
+    assert "FOR NO KEY UPDATE" not in captured.captured_queries[0]["sql"]
+    assert any("FOR NO KEY UPDATE" in query["sql"] for query in captured.captured_queries[1:])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_spent_daily_budget_is_told_even_with_nothing_to_claim(clock):
     project = ProjectFactory()
     agent = budget_set(subject=AgentFactory(projects=[project]), actor=SYSTEM, daily_cost_usd="1.00")
     grant = lease_claim(task=TaskFactory(project=project), agent=agent)
