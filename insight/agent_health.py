@@ -41,8 +41,7 @@ from django.utils.dateparse import parse_datetime
 from insight.models import AgentCheckpoint
 from leases.models import AgentDailyUsage, Attempt, AttemptStatus, Note
 from leases.selectors import live_attempts
-from leases.services.quarantine import QUARANTINE_REASON_PREFIX
-from ledger.models import Agent, Task, TaskStatus
+from ledger.models import Agent
 from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding
 
 ALIVE_WITHIN = timedelta(minutes=2)
@@ -262,6 +261,10 @@ def week_counts_from_attempts(agent_ids: list[int], first_day: date) -> dict[int
     }
 
 
+# The quarantined tasks: blocked, with the quarantine's reason (the `task_blocked` partial index of ledger 0025).
+QUARANTINED_TASKS = "SELECT id FROM ledger_task WHERE status = 'blocked' AND blocked_reason LIKE 'quarantined:%'"
+
+
 def _add_evidence(rows: dict[int, AgentHealth], now: datetime) -> None:
     """The reconciler's open findings, today's spend against the daily budget, and quarantined work: bounded
     reads (the unresolved-findings index, one day of usage, the blocked tasks and their attempts)."""
@@ -288,11 +291,11 @@ def _add_evidence(rows: dict[int, AgentHealth], now: datetime) -> None:
             ) or (agent.daily_budget_cost_usd is not None and usage.cost_usd >= agent.daily_budget_cost_usd)
     # Driven from the blocked tasks (the `task_blocked` partial index: live work), then their attempts by the
     # task index: not the week's failed and expired attempts joined to their tasks (a week's activity).
-    quarantined_tasks = list(
-        Task.objects.filter(status=TaskStatus.BLOCKED, blocked_reason__startswith=QUARANTINE_REASON_PREFIX).values_list(
-            "pk", flat=True
-        )
-    )
+    # Literal SQL: SQLite uses a partial index only when the statement's own text implies its condition (with
+    # `status = ?` it scanned every task).
+    with connection.cursor() as cursor:
+        cursor.execute(QUARANTINED_TASKS)
+        quarantined_tasks = [task_id for (task_id,) in cursor.fetchall()]
     if not quarantined_tasks:
         return
     quarantined = (
