@@ -180,6 +180,7 @@ def seed(scale: int, now: datetime, *, base: dict[str, int] = BASE, vacuum: bool
     task_counts.task_counts_fold()
     rollups.fleet_tally_fold()
     rollups.report_tally_fold()
+    rollups.agent_day_tally_fold()
     if vacuum:
         vacuum_analyze()  # as autovacuum leaves a table: visibility map set, so index-only scans work
     sizes = {"tasks": len(task_rows), "attempts": per_task * len(task_rows), "events": events_n}

@@ -2,9 +2,10 @@
 
 Read in a fixed number of queries whatever the history: the agents, their
 live attempts and their last renewal (the partial index on active
-leases), one aggregate over attempts finished within the last 7 days (the
-finished_at index), and each agent's latest checkpoint note if it is of the week (one row per agent kept
-by a trigger: `insight.models.agent_checkpoint`).
+leases), the 7 days' counts per agent (at most 7 rows per agent of a rollup kept by
+triggers: `insight.models.agent_day_tally`; the 7 days are today and the 6 days
+before, whole UTC days), and each agent's latest checkpoint note if it is of the
+last 7 x 24 hours (one row per agent kept by a trigger: `insight.models.agent_checkpoint`).
 
 An agent is **heard from** by its run heartbeat (`last_seen_at`), a renewal
 or a claim of a live lease. It is **alive** when heard from within 2 minutes
@@ -30,20 +31,22 @@ dead process looked "alive"):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.db.models import Count, Max, Q, QuerySet
+from django.utils.dateparse import parse_datetime
 
 from insight.models import AgentCheckpoint
 from leases.models import AgentDailyUsage, Attempt, AttemptStatus, Note
 from leases.selectors import live_attempts
-from leases.services.quarantine import QUARANTINE_REASON_PREFIX
-from ledger.models import Agent, TaskStatus
+from ledger.models import Agent
 from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding
 
 ALIVE_WITHIN = timedelta(minutes=2)
 WEEK = timedelta(days=7)
+WEEK_DAYS = 7  # the 7-day counts: today and the 6 days before, whole UTC days (insight.models.agent_day_tally)
 # Ends of an attempt that the agent itself wrote.
 AGENT_ENDED = (AttemptStatus.COMPLETED, AttemptStatus.FAILED, AttemptStatus.RELEASED, AttemptStatus.INTERRUPTED)
 ALIVE, LATE, SILENT, NEVER = "alive", "late", "silent", "never heard from"
@@ -165,28 +168,12 @@ def agent_health(now: datetime, *, agents: QuerySet[Agent] | None = None) -> lis
     )
     for row in renewals:
         rows[row["agent_id"]].last_renewed_at = row["last_renewed"]
-    # Not filtered by agent in SQL: given `agent_id IN (…)`, SQLite's planner walks the agent/status index
-    # through every attempt those agents ever had (1.8 s at 300,000 attempts) instead of the week's.
-    week = (
-        Attempt.objects.filter(finished_at__gte=week_ago)
-        .order_by()
-        .values("agent_id")
-        .annotate(
-            # Finishing, releasing or handing off is hearing from the agent too (expiry and revocation are not).
-            last_ended=Max("finished_at", filter=Q(status__in=AGENT_ENDED)),
-            # Counted on `agent` (never null), not `id`: every column is then in the covering
-            # `attempt_finished_cover`, an index-only scan on PostgreSQL (7 ms, not a 46 ms seq scan).
-            done=Count("agent", filter=Q(status=AttemptStatus.COMPLETED)),
-            failed=Count("agent", filter=Q(status=AttemptStatus.FAILED)),
-            expired=Count("agent", filter=Q(status=AttemptStatus.EXPIRED)),
-        )
-    )
-    for row in week:
-        if row["agent_id"] not in rows:
-            continue
-        health = rows[row["agent_id"]]
-        health.last_ended_at = row["last_ended"]
-        health.done_7d, health.failed_7d, health.expired_7d = row["done"], row["failed"], row["expired"]
+    # The 7 days' counts and latest own end: at most 7 rows per agent of the trigger-kept rollup, plus its
+    # changes not folded yet, in one statement (insight.models.agent_day_tally).
+    first_day = week_first_day(now)
+    for agent_id, counts in week_counts(ids, first_day).items():
+        health = rows[agent_id]
+        health.done_7d, health.failed_7d, health.expired_7d, health.last_ended_at = counts
     # Each agent's latest checkpoint, kept by a trigger on the note table (one row per agent, not the week's
     # checkpoints grouped: insight.models.agent_checkpoint), shown when it is of the week.
     latest = AgentCheckpoint.objects.filter(agent_id__in=ids, created_at__gte=week_ago).values("note_id")
@@ -196,9 +183,91 @@ def agent_health(now: datetime, *, agents: QuerySet[Agent] | None = None) -> lis
     return list(rows.values())
 
 
+def week_first_day(now: datetime) -> date:
+    """The first UTC day of agent health's week: today and the 6 days before (whole days, as rolled up)."""
+    return now.astimezone(UTC).date() - timedelta(days=WEEK_DAYS - 1)
+
+
+WeekCounts = tuple[int, int, int, datetime | None]  # done, failed, expired, latest own end
+
+# The rollup's rows of the agents since the first day and the changes not folded yet, summed per agent: one
+# statement, so a fold committing meanwhile neither doubles nor drops a count. `recheck` > 0: a change took
+# back an end counted in the day's latest, which the rollup cannot take back until the fold reads it again.
+WEEK_READ = """
+SELECT agent_id, sum(done), sum(failed), sum(expired), max(last_ended_at), sum(recheck) FROM (
+    SELECT agent_id, done, failed, expired, last_ended_at, 0 AS recheck FROM insight_agentdaytally
+    WHERE agent_id IN ({agents}) AND day >= %s
+    UNION ALL
+    SELECT agent_id, done, failed, expired, last_ended_at, recheck FROM insight_agentdaytallychange
+    WHERE agent_id IN ({agents}) AND day >= %s
+) AS week GROUP BY agent_id
+"""
+
+
+def _moment(value: datetime | str | None) -> datetime | None:
+    if value is None or isinstance(value, datetime):
+        return value
+    # SQLite returns a raw column's datetime as its stored UTC text.
+    parsed = parse_datetime(value)
+    assert parsed is not None, value
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+def week_counts(agent_ids: list[int], first_day: date) -> dict[int, WeekCounts]:
+    """Per agent of `agent_ids` with an end since `first_day`: its completed, failed and expired attempts
+    and its latest own end (completed, failed, released, interrupted), from the rollup."""
+    if not agent_ids:
+        return {}
+    agents = ", ".join(["%s"] * len(agent_ids))
+    with connection.cursor() as cursor:
+        cursor.execute(WEEK_READ.format(agents=agents), [*agent_ids, first_day, *agent_ids, first_day])
+        found = cursor.fetchall()
+    counts: dict[int, WeekCounts] = {}
+    recheck = []
+    for agent_id, done, failed, expired, last_ended, rechecks in found:
+        if rechecks:
+            recheck.append(agent_id)
+            continue
+        counts[agent_id] = (int(done), int(failed), int(expired), _moment(last_ended))
+    if recheck:
+        counts.update(week_counts_from_attempts(recheck, first_day))
+    return counts
+
+
+def week_counts_from_attempts(agent_ids: list[int], first_day: date) -> dict[int, WeekCounts]:
+    """The same from the attempts themselves (the week's ends, by the finished_at index): the rollup's
+    definition, read where a recheck is pending, and what the tests compare the rollup with."""
+    since = datetime.combine(first_day, time.min, tzinfo=UTC)
+    # Not filtered by agent in SQL: given `agent_id IN (…)`, SQLite's planner walks the agent/status index
+    # through every attempt those agents ever had instead of the week's.
+    week = (
+        Attempt.objects.filter(finished_at__gte=since)
+        .order_by()
+        .values("agent_id")
+        .annotate(
+            # Finishing, releasing or handing off is hearing from the agent too (expiry and revocation are not).
+            last_ended=Max("finished_at", filter=Q(status__in=AGENT_ENDED)),
+            done=Count("agent", filter=Q(status=AttemptStatus.COMPLETED)),
+            failed=Count("agent", filter=Q(status=AttemptStatus.FAILED)),
+            expired=Count("agent", filter=Q(status=AttemptStatus.EXPIRED)),
+        )
+    )
+    wanted = set(agent_ids)
+    return {
+        row["agent_id"]: (row["done"], row["failed"], row["expired"], row["last_ended"])
+        for row in week
+        if row["agent_id"] in wanted
+        and (row["done"] or row["failed"] or row["expired"] or row["last_ended"] is not None)
+    }
+
+
+# The quarantined tasks: blocked, with the quarantine's reason (the `task_blocked` partial index of ledger 0025).
+QUARANTINED_TASKS = "SELECT id FROM ledger_task WHERE status = 'blocked' AND blocked_reason LIKE 'quarantined:%'"
+
+
 def _add_evidence(rows: dict[int, AgentHealth], now: datetime) -> None:
-    """The reconciler's open findings, today's spend against the daily budget, and quarantined work: three
-    bounded reads (the unresolved-findings index, one day of usage, the few quarantined tasks)."""
+    """The reconciler's open findings, today's spend against the daily budget, and quarantined work: bounded
+    reads (the unresolved-findings index, one day of usage, the blocked tasks and their attempts)."""
     ids = list(rows)
     findings = (
         Finding.objects.filter(status__in=UNRESOLVED_FINDING_STATUSES, attempt__agent_id__in=ids)
@@ -220,13 +289,21 @@ def _add_evidence(rows: dict[int, AgentHealth], now: datetime) -> None:
             rows[usage.agent_id].budget_spent = (
                 agent.daily_budget_tokens is not None and tokens >= agent.daily_budget_tokens
             ) or (agent.daily_budget_cost_usd is not None and usage.cost_usd >= agent.daily_budget_cost_usd)
+    # Driven from the blocked tasks (the `task_blocked` partial index: live work), then their attempts by the
+    # task index: not the week's failed and expired attempts joined to their tasks (a week's activity).
+    # Literal SQL: SQLite uses a partial index only when the statement's own text implies its condition (with
+    # `status = ?` it scanned every task).
+    with connection.cursor() as cursor:
+        cursor.execute(QUARANTINED_TASKS)
+        quarantined_tasks = [task_id for (task_id,) in cursor.fetchall()]
+    if not quarantined_tasks:
+        return
     quarantined = (
         Attempt.objects.filter(
+            task_id__in=quarantined_tasks,
             agent_id__in=ids,
             finished_at__gte=now - WEEK,
             status__in=(AttemptStatus.FAILED, AttemptStatus.EXPIRED),
-            task__status=TaskStatus.BLOCKED,
-            task__blocked_reason__startswith=QUARANTINE_REASON_PREFIX,
         )
         .order_by()
         .values("agent_id")

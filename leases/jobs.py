@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 from core.sqlite_wal import checkpoint_default_database
 from insight.models.job_heartbeat import JobName
 from insight.services.job_heartbeat import job_recorded
-from insight.services.rollups import fleet_tally_fold, report_tally_fold
+from insight.services.rollups import agent_day_tally_fold, fleet_tally_fold, report_tally_fold
 from insight.services.task_counts import task_counts_fold
 from leases.idempotency import idempotency_purge
 from leases.services import check_queue_wait, sweep_expired
@@ -26,14 +26,16 @@ T = TypeVar("T")
 def sweep_expired_job() -> dict[str, Any]:
     """Expire lapsed leases; then fold the task-count changes (`insight.services.task_counts`), so the
     change table stays short between /metrics scrapes, or without any scraper, and the fleet tally's
-    changes and the report's (`insight.services.rollups`: the sweep's own expiries are among them). On SQLite,
-    last, checkpoint the WAL and cut its file back when no reader holds it (`core.sqlite_wal`, SPEC §25)."""
+    changes, the report's and agent health's (`insight.services.rollups`: the sweep's own expiries are among
+    them). On SQLite, last, checkpoint the WAL and cut its file back when no reader holds it
+    (`core.sqlite_wal`, SPEC §25)."""
 
     def work() -> dict[str, Any]:
         report = asdict(sweep_expired())
         report["task_count_changes_folded"] = task_counts_fold()
         report["fleet_tally_changes_folded"] = fleet_tally_fold()
         report["report_tally_changes_folded"] = report_tally_fold()
+        report["agent_day_tally_changes_folded"] = agent_day_tally_fold()
         checkpoint = checkpoint_default_database()
         if checkpoint is not None:
             report["wal_checkpoint"] = asdict(checkpoint)

@@ -79,6 +79,9 @@ SQLITE_TRIGGERS: dict[str, tuple[str, str, str]] = {
     "insight_task_report_update": ("insight", "0003_report_tally", "ledger_task"),
     # Agent health's latest checkpoint per agent (insight/models/agent_checkpoint.py).
     "insight_note_checkpoint_insert": ("insight", "0004_agent_checkpoint", "leases_note"),
+    # Agent health's 7-day counts per agent and day (insight/models/agent_day_tally.py).
+    "insight_attempt_agent_day_insert": ("insight", "0005_agent_day_tally", "leases_attempt"),
+    "insight_attempt_agent_day_update": ("insight", "0005_agent_day_tally", "leases_attempt"),
 }
 # The event table's append-only triggers (SPEC §1.6) are compared word for word with their migrations' SQL.
 APPEND_ONLY_MIGRATIONS = (

@@ -8,6 +8,7 @@ the names they had before this room existed (`Meta.db_table`).
 from __future__ import annotations
 
 from insight.models.agent_checkpoint import AgentCheckpoint
+from insight.models.agent_day_tally import AgentDayTally, AgentDayTallyChange
 from insight.models.event_tally import EventTally
 from insight.models.incidents import Incident, IncidentRule, IncidentStatus
 from insight.models.job_heartbeat import ERROR_MAX_CHARS, JobHeartbeat, JobName, JobOutcome
@@ -21,6 +22,8 @@ __all__ = [
     "NO_LEAD",
     "NO_PROJECT",
     "AgentCheckpoint",
+    "AgentDayTally",
+    "AgentDayTallyChange",
     "DayCounts",
     "EventTally",
     "FleetDayTally",

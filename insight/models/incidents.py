@@ -82,6 +82,9 @@ class Incident(NoDeleteModel):
             models.Index(fields=["rule"], condition=Q(status=IncidentStatus.OPEN), name="incident_open"),
             # Serves the timeline of one subject (an agent, a job).
             models.Index(fields=["subject", "opened_at"], name="incident_subject_timeline"),
+            # The list, newest first (`ordering`): one page of the index for "All" and "Resolved", not a sort of
+            # every incident ever opened (they are kept for ever).
+            models.Index(fields=["-opened_at", "-id"], name="incident_recent"),
         ]
 
     def __str__(self) -> str:

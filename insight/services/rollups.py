@@ -7,7 +7,8 @@ without this fold (`insight.metrics` adds the pending changes); folding only
 keeps the change table short, so that a chart sums a few rows per day. The
 sweep job (`leases.jobs.sweep_expired_job`) folds every minute. The report's
 rollup (`insight.models.report_tally`, migration `insight.0003_report_tally`)
-is folded the same way, by `report_tally_fold`, beside it.
+is folded the same way, by `report_tally_fold`, beside it, and agent health's 7-day counts
+(`insight.models.agent_day_tally`, migration `insight.0005_agent_day_tally`) by `agent_day_tally_fold`.
 """
 
 from __future__ import annotations
@@ -121,4 +122,92 @@ def report_tally_fold() -> int:
             return 0
         cursor.execute(SQLITE_REPORT_FOLD, [highest])
         cursor.execute("DELETE FROM insight_reportdaytallychange WHERE id <= %s", [highest])
+        return int(moved)
+
+
+# Agent health's 7-day counts (insight.models.agent_day_tally): keyed by agent and day; the counts add up and
+# the day's latest own end is the larger one, unless a change asks for a recheck: then that (agent, day) is
+# read again from the attempts after the fold (one day of one agent, by the finished_at index; only an import
+# or a hand-written UPDATE of an ended attempt asks for one). The statuses are `agent_day_tally.AGENT_ENDED`.
+POSTGRES_AGENT_DAY_ONE_FOLD = "LOCK TABLE insight_agentdaytally IN SHARE ROW EXCLUSIVE MODE"
+POSTGRES_AGENT_DAY_FOLD = """
+WITH moved AS (
+    DELETE FROM insight_agentdaytallychange
+    RETURNING agent_id, day, done, failed, expired, last_ended_at, recheck
+),
+folded AS (
+    INSERT INTO insight_agentdaytally (agent_id, day, done, failed, expired, last_ended_at)
+    SELECT agent_id, day, sum(done), sum(failed), sum(expired), max(last_ended_at) FROM moved
+    GROUP BY agent_id, day
+    ON CONFLICT (agent_id, day) DO UPDATE SET done = insight_agentdaytally.done + EXCLUDED.done,
+        failed = insight_agentdaytally.failed + EXCLUDED.failed,
+        expired = insight_agentdaytally.expired + EXCLUDED.expired,
+        last_ended_at = GREATEST(insight_agentdaytally.last_ended_at, EXCLUDED.last_ended_at)
+)
+SELECT agent_id, day, count(*), sum(recheck) FROM moved GROUP BY agent_id, day
+"""
+POSTGRES_AGENT_DAY_RECHECK = """
+UPDATE insight_agentdaytally t SET last_ended_at = (
+    SELECT max(a.finished_at) FROM leases_attempt a
+    WHERE a.finished_at >= (t.day::timestamp AT TIME ZONE 'UTC')
+      AND a.finished_at < ((t.day + 1)::timestamp AT TIME ZONE 'UTC')
+      AND a.agent_id = t.agent_id AND a.status IN ('completed', 'failed', 'released', 'interrupted')
+)
+WHERE (t.agent_id, t.day) IN (SELECT * FROM unnest(%s::bigint[], %s::date[]))
+"""
+SQLITE_AGENT_DAY_FOLD = """
+INSERT INTO insight_agentdaytally (agent_id, day, done, failed, expired, last_ended_at)
+SELECT agent_id, day, sum(done), sum(failed), sum(expired), max(last_ended_at) FROM insight_agentdaytallychange
+WHERE id <= %s
+GROUP BY agent_id, day
+ON CONFLICT (agent_id, day) DO UPDATE SET done = insight_agentdaytally.done + excluded.done,
+    failed = insight_agentdaytally.failed + excluded.failed,
+    expired = insight_agentdaytally.expired + excluded.expired,
+    last_ended_at = CASE
+        WHEN insight_agentdaytally.last_ended_at IS NULL THEN excluded.last_ended_at
+        WHEN excluded.last_ended_at IS NULL THEN insight_agentdaytally.last_ended_at
+        ELSE max(insight_agentdaytally.last_ended_at, excluded.last_ended_at) END
+"""
+SQLITE_AGENT_DAY_RECHECK = """
+UPDATE insight_agentdaytally SET last_ended_at = (
+    SELECT max(a.finished_at) FROM leases_attempt a
+    WHERE a.finished_at >= insight_agentdaytally.day AND a.finished_at < date(insight_agentdaytally.day, '+1 day')
+      AND a.agent_id = insight_agentdaytally.agent_id AND a.status IN ('completed', 'failed', 'released', 'interrupted')
+)
+WHERE agent_id = %s AND day = %s
+"""
+
+
+@write_transaction
+def agent_day_tally_fold() -> int:
+    """Move every committed change of agent health's 7-day counts (`insight.models.agent_day_tally`) into
+    `AgentDayTally`, by `fleet_tally_fold`'s rules, then read the days that asked for a recheck again
+    from the attempts; returns how many change rows were folded.
+
+    On PostgreSQL the recheck runs in a later snapshot than the fold's DELETE: an attempt change
+    committed in between is already in the day it reads, and its change row, left for the next fold,
+    only takes the larger end or asks again (a maximum taken twice is the same maximum).
+    """
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(POSTGRES_AGENT_DAY_ONE_FOLD)
+            cursor.execute(POSTGRES_AGENT_DAY_FOLD)
+            groups = cursor.fetchall()
+            recheck = [(agent_id, day) for agent_id, day, _, rechecks in groups if rechecks]
+            if recheck:
+                agents, days = zip(*recheck, strict=True)
+                cursor.execute(POSTGRES_AGENT_DAY_RECHECK, [list(agents), list(days)])
+            return sum(int(n) for _, _, n, _ in groups)
+        cursor.execute("SELECT max(id), count(*) FROM insight_agentdaytallychange")
+        highest, moved = cursor.fetchone()
+        if highest is None:
+            return 0
+        cursor.execute(
+            "SELECT DISTINCT agent_id, day FROM insight_agentdaytallychange WHERE id <= %s AND recheck > 0", [highest]
+        )
+        recheck = cursor.fetchall()
+        cursor.execute(SQLITE_AGENT_DAY_FOLD, [highest])
+        cursor.execute("DELETE FROM insight_agentdaytallychange WHERE id <= %s", [highest])
+        for agent_id, day in recheck:
+            cursor.execute(SQLITE_AGENT_DAY_RECHECK, [agent_id, day])
         return int(moved)

@@ -170,7 +170,9 @@ class Task(NoDeleteModel):
                 fields=["project", "ready_since", "id"],
                 name="task_queue_wait_unalerted",
                 condition=Q(status=TaskStatus.READY) & QUEUE_WAIT_UNALERTED,
-            ),
+            ),  # Serves agent health's quarantined work (stop 40): the blocked tasks (live work), read before their
+            # attempts, instead of the week's failed and expired attempts joined to every task they name.
+            models.Index(fields=["id"], name="task_blocked", condition=Q(status=TaskStatus.BLOCKED)),
         ]
 
     def __str__(self) -> str:

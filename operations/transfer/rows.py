@@ -130,6 +130,8 @@ NOT_EXPORTED: dict[str, str] = {
     "insight.ReportDayTallyChange": "derived: the attempt, task and first-ready triggers count the imported rows",
     "insight.LeadBucket": "fixed bucket bounds written by migration insight 0003",
     "insight.AgentCheckpoint": "derived: the note trigger keeps each agent's latest imported checkpoint",
+    "insight.AgentDayTally": "derived: the attempt triggers count the imported ended attempts",
+    "insight.AgentDayTallyChange": "derived: the attempt triggers count the imported ended attempts",
     "runners.Runner": "this server's machines and their tokens, not a project's data (their slot agents are agents)",
     "runners.RunnerSlot": "what this server's runners last reported",
 }

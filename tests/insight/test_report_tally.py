@@ -220,6 +220,9 @@ def test_the_report_triggers_exist_after_migrate():
         "insight_task_report_update",
         # Agent health's latest checkpoint per agent (insight.models.agent_checkpoint, migration insight 0004).
         "insight_note_checkpoint_insert",
+        # Agent health's 7-day counts (insight.models.agent_day_tally, migration insight 0005).
+        "insight_attempt_agent_day_insert",
+        "insight_attempt_agent_day_update",
     }
 
 
