@@ -69,12 +69,14 @@ def repos(tmp_path) -> Repos:
 @pytest.fixture
 def queue(repos, clock) -> tuple[Project, Agent, Agent]:
     """A project landing onto the bare remote's main; a task of it delivered at a real pushed head."""
-    project = ProjectFactory(slug="web", repository=str(repos.remote))
+    project: Project = ProjectFactory(slug="web", repository=str(repos.remote))  # type: ignore[assignment]
     project_set_landing(
         project=project, settings=LandingSettings(target_branch="main", check_command="sleep 60"), actor=SYSTEM
     )
-    worker, landing_agent = AgentFactory(projects=[project]), AgentFactory(handle="lander-1", projects=[project])
-    key = TaskFactory(project=project).key
+    worker: Agent = AgentFactory(projects=[project])  # type: ignore[assignment]
+    landing_agent: Agent = AgentFactory(handle="lander-1", projects=[project])  # type: ignore[assignment]
+    created: Task = TaskFactory(project=project)  # type: ignore[assignment]
+    key = created.key
     assert key == "WEB-1"
     task = repos.deliver(key, {"one.txt": "one\n"})
     api = client_for(worker)
@@ -164,7 +166,7 @@ def test_a_claim_broken_before_the_server_answered_took_nothing_and_never_will(q
             stopping.signal()  # before the server answered: the request is dropped
         return real(request)
 
-    server.handle_request = parked  # type: ignore[method-assign]
+    server.handle_request = parked
 
     report = lander.land_once(client, "web", repos.lander, wait=30, lease_seconds=LEASE, stopping=stopping)
 
