@@ -331,6 +331,15 @@ LINKS: dict[tuple[str, str], dict[str, Any]] = {
             },
             "description": "The lander's heartbeat on the landing it claimed.",
         },
+        "ReleaseLanding": {
+            "operationId": "landings_release",
+            "parameters": {
+                "path.landing_id": "$response.body#/landing/id",
+                "header.X-Lease-Token": "$response.body#/landing/lease_token",
+                "header.X-Lease-Epoch": "$response.body#/landing/epoch",
+            },
+            "description": "Give the claimed landing back (a lander told to stop): the target is free at once.",
+        },
     },
     ("decisions_create", "201"): {
         "SupersedeDecision": {

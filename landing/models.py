@@ -24,6 +24,8 @@ class LandingStatus(models.TextChoices):
     ACTIVE = "active", "Active"
     FINISHED = "finished", "Finished"
     EXPIRED = "expired", "Expired"
+    # Given back by its lander before it lapsed (`POST /landings/{id}/release/`): the target is free at once.
+    RELEASED = "released", "Released"
 
 
 class LandingResult(models.TextChoices):
@@ -46,6 +48,8 @@ class LandingOutcome(models.TextChoices):
     # Conflicted only with the rest of its batch: stays queued for the next batch (SPEC §21.3).
     DEFERRED = "deferred", "Deferred"
     EXPIRED = "expired", "Expired"
+    # Its landing was given back: it stays delivered, in its place in the queue.
+    RELEASED = "released", "Released"
 
 
 # The outcomes that send a task back to `ready` with a landing note.

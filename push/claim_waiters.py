@@ -42,7 +42,7 @@ For the "land" queue (`POST /landings/next/`): the lander's view calls
 `api.claim_wait.wait_for_claim(request, project_ids=..., queue="land",
 seconds=..., try_claim=..., more_claimable=...)` exactly as the claim views do;
 `WAKING_TYPES["land"]` lists what wakes it (a task delivered, a landing
-ending: landed, conflict, check failed, target moved, expired).
+ending: landed, conflict, check failed, target moved, expired, released).
 """
 
 from __future__ import annotations
@@ -113,6 +113,7 @@ WAKING_TYPES: dict[str, frozenset[str]] = {
             EventType.LANDING_CHECK_FAILED,
             EventType.LANDING_TARGET_MOVED,
             EventType.LANDING_EXPIRED,
+            EventType.ATTEMPT_RELEASED,  # a landing given back (`landing_release`)
             EventType.LANDING_SETTINGS_CHANGED,
             EventType.ATTEMPT_FINISHED,
             EventType.TASK_QUARANTINE_RELEASED,

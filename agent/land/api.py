@@ -20,16 +20,29 @@ class LandingClient(LeaseholdClient):
     """The agent API with the landing calls."""
 
     def landing_next(
-        self, project: str, *, wait: int | None = None, lease_seconds: int | None = None
+        self,
+        project: str,
+        *,
+        wait: int | None = None,
+        lease_seconds: int | None = None,
+        idempotency_key: str | None = None,
     ) -> dict[str, Any] | None:
         """Claim the next landing of the project (201), or None when there is nothing to land (204).
 
         With `wait` (seconds, at most 60) the server holds the request until a
-        landing can be claimed or the wait is over.
+        landing can be claimed or the wait is over. The same call with the same
+        `idempotency_key` answers what the first one did (`agent.land.lander.settle_claim`).
         """
         body = drop_none({"project": project, "wait": wait, "lease_seconds": lease_seconds})
         timeout = self._timeout + wait if wait else None
-        return cast(dict[str, Any] | None, self.request("POST", "/landings/next/", body=body, timeout=timeout))
+        answer = self.request("POST", "/landings/next/", body=body, timeout=timeout, idempotency_key=idempotency_key)
+        return cast(dict[str, Any] | None, answer)
+
+    def landing_release(self, lease: Lease, *, reason: str = "") -> dict[str, Any]:
+        """Give the landing back before it lapses: the target is free for the next lander at once."""
+        body = drop_none({"reason": reason[:500] or None})
+        answer = self.request("POST", f"/landings/{lease.attempt_id}/release/", body=body, lease=lease)
+        return cast(dict[str, Any], answer)
 
     def landing_finish(self, lease: Lease, body: dict[str, Any]) -> dict[str, Any]:
         """End the landing with its result and every task's outcome."""

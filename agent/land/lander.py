@@ -15,8 +15,21 @@ because the queue is empty (an empty answer that comes back at once, from a
 server that does not park the claim or while another lander's landing is
 live, is followed by a pause: at most one claim a second). SIGTERM or SIGINT: the landing under way is
 finished (the check included), then the lander exits 0; a second signal
-abandons it at once without pushing (the scratch worktree is removed, the
-landing lease lapses on the server). Nothing is left running either way.
+abandons it at once without pushing (the scratch worktree is removed, and the
+landing is given back: `POST /landings/{id}/release/`, so the next lander can
+take the target at once instead of after the landing's lease). Nothing is left
+running either way.
+
+A grant that comes as the lander is told to stop is given back too, never left
+to lapse. The first signal breaks a claim parked on the server at once, and the
+server may have handed a landing over just then (its answer lost with the
+broken call, or a claim still parked that grants one later). So the claim is
+sent under an Idempotency-Key, and `settle_claim` makes sure of what it took, as
+the runner's slots do (`agent.runner.parked`): a heartbeat under the same key
+takes the key when the claim took nothing (every later try of that claim is
+refused); refused as IDEMPOTENCY_CONFLICT, the claim stored its grant first, and
+the same claim sent again is that grant, which the lander releases. A grant
+answered after the signal came (the call was not broken) is released as well.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ import contextlib
 import signal
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,6 +47,7 @@ from typing import Any
 
 from agent.client.errors import LEASE_LOSS_CODES, LeaseholdError
 from agent.client.keeper import LeaseKeeper
+from agent.client.models import Lease
 from agent.land.api import LandingClient, landing_lease
 from agent.land.engine import Abandoned, Engine, LandingPlan, LandingResult
 from agent.land.git import Git, LandGitError, LandTask, git_environment, resolve_source
@@ -141,19 +156,27 @@ def land_once(
     stopping = stopping or Stopping()
     if stopping.after_current.is_set():
         return Report(EXIT_NOTHING, {"landing": None}, "Stopped.")
+    key = f"lh-{uuid.uuid4().hex}"
+    broken = False
     stopping.claiming = True
     try:
-        answer = client.landing_next(project, wait=wait, lease_seconds=lease_seconds)
+        answer = client.landing_next(project, wait=wait, lease_seconds=lease_seconds, idempotency_key=key)
         stopping.claiming = False
     except StopClaiming:
-        # A grant answered just as the signal came is dropped: its landing lapses and is retried.
-        return Report(EXIT_NOTHING, {"landing": None}, "Stopped while waiting for work.")
+        broken = True
     finally:
         stopping.claiming = False
+    if broken:
+        settled = settle_claim(client, project, key, wait=wait, lease_seconds=lease_seconds)
+        if isinstance(settled, str):
+            return Report(EXIT_NOTHING, {"landing": None}, f"Stopped while waiting for work: {settled}.")
+        answer = settled
     if answer is None:
         return Report(EXIT_NOTHING, {"landing": None}, "Nothing to land.")
     landing = answer["landing"]
     lease = landing_lease(landing)
+    if stopping.after_current.is_set():
+        return _given_back(client, lease, "the lander was told to stop as the landing was granted", log)
     keys = [task["key"] for task in answer["tasks"]]
     log(f"landing {lease.attempt_id}: {', '.join(keys)} onto {landing['target_branch']} by {landing['method']}")
     cancel = threading.Event()
@@ -161,17 +184,20 @@ def land_once(
     relay = threading.Thread(target=_relay, args=(stopping.abandon, cancel, keeper), daemon=True)
     keeper.start()
     relay.start()
+    abandoned: Abandoned | None = None
     try:
         plan = plan_of(answer, clone)
         engine = Engine(clone, plan, cancel=cancel, before_push=before_push, log=log, parallel_checks=parallel_checks)
         result = engine.run()
     except Abandoned as stopped:
-        return _abandoned(lease.attempt_id, keeper, str(stopped))
+        abandoned = stopped
     finally:
         keeper.stop()
         cancel.set()  # ends the relay
     if keeper.lost.is_set():
         return _lost(lease.attempt_id, keeper.lost_reason)
+    if abandoned is not None:  # the second signal: nothing was pushed; the landing is given back
+        return _given_back(client, lease, f"abandoned: {abandoned}", log)
     try:
         finished = client.landing_finish(lease, result.finish_body())
     except LeaseholdError as error:
@@ -188,11 +214,40 @@ def _relay(abandon: threading.Event, cancel: threading.Event, keeper: LeaseKeepe
             cancel.set()
 
 
-def _abandoned(landing_id: int, keeper: LeaseKeeper, why: str) -> Report:
-    if keeper.lost.is_set():
-        return _lost(landing_id, keeper.lost_reason)
-    data = {"landing": landing_id, "result": "abandoned", "message": why}
-    return Report(EXIT_OK, data, f"landing {landing_id} abandoned: {why}")
+def settle_claim(
+    client: LandingClient, project: str, key: str, *, wait: int | None, lease_seconds: int | None
+) -> dict[str, Any] | str | None:
+    """What the claim broken by a signal took, made sure of by its Idempotency-Key (the module docstring).
+
+    The grant it took (to be given back), None when it was answered first with nothing to land, or
+    why it took nothing (or what cannot be told: a landing it took then lapses on the server)."""
+    try:
+        client.request("POST", "/agents/me/heartbeat/", idempotency_key=key)
+    except LeaseholdError as error:
+        if error.code != "IDEMPOTENCY_CONFLICT":
+            return f"cannot tell whether it took a landing ({error.code}: {error}); one it took lapses"
+    else:
+        return "it took nothing"
+    try:  # answered first: the same claim under the same key is its answer, replayed
+        return client.landing_next(project, wait=wait, lease_seconds=lease_seconds, idempotency_key=key)
+    except LeaseholdError as error:
+        return f"it was answered {error.code} first"
+
+
+def _given_back(client: LandingClient, lease: Lease, why: str, log: Callable[[str], None]) -> Report:
+    """Release the landing (nothing was pushed under it): the target is free for the next lander at once."""
+    landing_id = lease.attempt_id
+    data: dict[str, Any] = {"landing": landing_id, "result": "abandoned", "message": why}
+    try:
+        client.landing_release(lease, reason=why)
+    except LeaseholdError as error:
+        # Lost already (it lapsed, or the server cannot be reached): it lapses, as a dead lander's does.
+        log(f"landing {landing_id}: could not give it back ({error.code}: {error}); its lease lapses")
+        data["released"] = False
+        return Report(EXIT_OK, data, f"landing {landing_id} abandoned ({why}); it lapses on the server")
+    data["released"] = True
+    log(f"landing {landing_id}: given back ({why})")
+    return Report(EXIT_OK, data, f"landing {landing_id} abandoned and given back: {why}")
 
 
 def _lost(landing_id: int, reason: str | None) -> Report:

@@ -28,8 +28,17 @@ from landing.models import (
     LandingStatus,
 )
 from landing.selectors import landing_overview, landing_summary
-from landing.services import LandingGrant, LandingProof, TaskResult, landing_claim_next, landing_finish, landing_renew
+from landing.services import (
+    LandingGrant,
+    LandingProof,
+    TaskResult,
+    landing_claim_next,
+    landing_finish,
+    landing_release,
+    landing_renew,
+)
 from landing.services.claiming import landing_queue, refuse_unless_landing
+from landing.services.releasing import REASON_MAX_CHARS
 from leases.apis.holder import holder_proof_from_headers
 from ledger import clock
 from ledger.selectors import project_by_slug
@@ -220,7 +229,7 @@ class LandingRenewApi(ApiView):
 class TaskResultSerializer(serializers.Serializer[Any]):
     key = serializers.CharField(max_length=24)
     outcome = serializers.ChoiceField(
-        choices=[value for value in LandingOutcome.values if value not in ("pending", "expired")]
+        choices=[value for value in LandingOutcome.values if value not in ("pending", "expired", "released")]
     )
     paths = serializers.ListField(
         child=serializers.CharField(max_length=1000), required=False, default=list, max_length=CONFLICT_PATHS_MAX
@@ -274,6 +283,41 @@ class LandingFinishApi(ApiView):
                 data={
                     "landing": {"id": landing.pk, "status": landing.status, "result": landing.result},
                     "tasks": [{"key": entry["key"], "status": statuses[entry["key"]]} for entry in summary["tasks"]],
+                },
+            )
+
+        return run_mutation(request, work)
+
+
+class LandingReleaseApi(ApiView):
+    """Give the landing back before it lapses (a lander told to stop): the target is free for the next lander
+    at once; its tasks stay delivered in their place in the queue. Repeating it answers the same."""
+
+    class InputSerializer(serializers.Serializer[Any]):
+        reason = serializers.CharField(required=False, default="", allow_blank=True, max_length=REASON_MAX_CHARS)
+
+    @extend_schema(
+        operation_id="landings_release",
+        request=InputSerializer,
+        parameters=HOLDER_HEADERS,
+        responses={
+            200: OpenApiResponse(description="The landing (`released`) and its tasks' statuses."),
+            **error_responses(*WRITE_ERRORS),
+        },
+    )
+    def post(self, request: Request, landing_id: int) -> Response:
+        data = body_input(self.InputSerializer, request)
+        proof = _landing_proof(request, landing_id)
+
+        def work() -> MutationResult:
+            released = landing_release(proof=proof, reason=data["reason"])
+            landing = released.landing
+            tasks = landing.tasks.order_by("position").values_list("task__key", "task__status")
+            return MutationResult(
+                status=200,
+                data={
+                    "landing": {"id": landing.pk, "status": landing.status},
+                    "tasks": [{"key": key, "status": status} for key, status in tasks],
                 },
             )
 

@@ -3,7 +3,13 @@ from __future__ import annotations
 from django.urls import path
 
 from landing.apis.checks import CheckReportApi, TaskChecksApi
-from landing.apis.landings import LandingFinishApi, LandingNextApi, LandingRenewApi, ProjectLandingApi
+from landing.apis.landings import (
+    LandingFinishApi,
+    LandingNextApi,
+    LandingReleaseApi,
+    LandingRenewApi,
+    ProjectLandingApi,
+)
 
 urlpatterns = [
     path("checks/", CheckReportApi.as_view(), name="checks"),
@@ -11,5 +17,6 @@ urlpatterns = [
     path("landings/next/", LandingNextApi.as_view(), name="landing-next"),
     path("landings/<attemptid:landing_id>/renew/", LandingRenewApi.as_view(), name="landing-renew"),
     path("landings/<attemptid:landing_id>/finish/", LandingFinishApi.as_view(), name="landing-finish"),
+    path("landings/<attemptid:landing_id>/release/", LandingReleaseApi.as_view(), name="landing-release"),
     path("projects/<slug:slug>/landing/", ProjectLandingApi.as_view(), name="project-landing"),
 ]

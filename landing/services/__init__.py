@@ -8,6 +8,7 @@ from landing.services.finishing import TaskResult, landing_finish
 from landing.services.holding import LandingProof, landing_renew
 from landing.services.lapsing import expire_lapsed_landings, landing_hand_back
 from landing.services.reconciled import tasks_landed_outside
+from landing.services.releasing import Released, landing_release
 from landing.services.settings import LandingSettings, project_set_landing
 
 __all__ = [
@@ -15,12 +16,14 @@ __all__ = [
     "LandingGrant",
     "LandingProof",
     "LandingSettings",
+    "Released",
     "TaskResult",
     "check_report",
     "expire_lapsed_landings",
     "landing_claim_next",
     "landing_finish",
     "landing_hand_back",
+    "landing_release",
     "landing_renew",
     "project_set_landing",
     "tasks_landed_outside",

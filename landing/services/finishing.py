@@ -37,7 +37,11 @@ from ledger.models import EventType, Severity, Task, TaskStatus
 from ledger.services import apply_task_update, event_append, lock_task
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
-REPORTABLE_OUTCOMES = frozenset(LandingOutcome.values) - {LandingOutcome.PENDING, LandingOutcome.EXPIRED}
+REPORTABLE_OUTCOMES = frozenset(LandingOutcome.values) - {
+    LandingOutcome.PENDING,
+    LandingOutcome.EXPIRED,
+    LandingOutcome.RELEASED,
+}
 PATH_MAX_CHARS = 1000
 
 _EVENT_OF: dict[str, EventType] = {

@@ -30,8 +30,14 @@ class LandingProof:
     agent: Agent
 
 
-def held_landing(proof: LandingProof, *, now: datetime) -> Landing | LeaseExpired:
-    """The proof's landing, locked, while its lease is live; else a refusal (returned when it commits)."""
+def held_landing(
+    proof: LandingProof, *, now: datetime, ended_ok: frozenset[str] = frozenset()
+) -> Landing | LeaseExpired:
+    """The proof's landing, locked, while its lease is live; else a refusal (returned when it commits).
+
+    A landing whose status is in `ended_ok` is returned as it is once the proof is checked (a repeated
+    release answers what the first one did).
+    """
     landing = (
         Landing.objects.select_for_update(of=("self",))
         .select_related("project", "agent")
@@ -47,6 +53,8 @@ def held_landing(proof: LandingProof, *, now: datetime) -> Landing | LeaseExpire
             f"Landing {landing.pk} has epoch {landing.epoch}, not {proof.epoch}.",
             details={"landing": landing.pk, "presented_epoch": proof.epoch, "current_epoch": landing.epoch},
         )
+    if landing.status in ended_ok:
+        return landing
     if landing.status == LandingStatus.EXPIRED:
         raise LeaseExpired(details={"landing": landing.pk, "status": landing.status})
     if landing.status != LandingStatus.ACTIVE:

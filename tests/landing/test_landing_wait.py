@@ -14,7 +14,7 @@ from push.waiting import event_watcher
 from tests.api.conftest import client_for
 from tests.api.test_claim_wait import parked
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
-from tests.landing.helpers import deliver
+from tests.landing.helpers import deliver, landing_headers
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -55,3 +55,25 @@ def test_waiting_landers_get_one_landing_per_delivery_and_the_rest_answer_204_at
     assert [item["key"] for item in granted.json()["tasks"]] == [task.key]
     # The winner was woken by the delivery, not by its deadline.
     assert min(elapsed for response, elapsed in results if response.status_code == 201) < 3.5
+
+
+def test_a_released_landing_wakes_a_parked_lander_at_once():
+    project = ProjectFactory(slug="wait", repository="/srv/wait")
+    project_set_landing(project=project, settings=LandingSettings(target_branch="main"), actor=SYSTEM)
+    worker = AgentFactory(projects=[project])
+    holder, waiter = (client_for(AgentFactory(projects=[project])) for _ in range(2))
+    task = TaskFactory(project=project)
+    deliver(worker, task.key)
+    grant = holder.post("/api/v1/landings/next/", {"project": "wait"}, format="json").json()
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(_next(waiter, 8))
+        parked(1)  # the target is held: the other lander waits
+        released = holder.post(
+            f"/api/v1/landings/{grant['landing']['id']}/release/", {}, format="json", **landing_headers(grant)
+        )
+        response, elapsed = future.result(timeout=30)
+    connection.close()
+    assert released.status_code == 200
+    assert response.status_code == 201
+    assert [item["key"] for item in response.json()["tasks"]] == [task.key]
+    assert elapsed < 6  # woken by the release, not by its deadline
