@@ -9,12 +9,14 @@ query found anything, or a workload reported errors.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -384,16 +386,16 @@ WIDE_LANDING = "batched x"
 def _landing_targets(rows: list[Row], add: Any) -> None:
     """SPEC §24: 16 queued tasks, 1 failing, a check of T: batched landing within 6·T of wall time (serial: 16·T)."""
     for database, label in (("postgresql", "PostgreSQL"), ("sqlite", "SQLite")):
-        batched = _find(rows, database=database, workload="landing: ", mode="batched")
         serial = _find(rows, database=database, workload="landing: ", mode="serial")
-        over = None if batched is None else batched.extra.get("wall_over_T")
-        add(
+        _add_within(
+            add,
             f"{label} run: batched landing of 16 tasks (1 failing) <= 6·T of wall time (agent.land.engine, real git)",
-            None if over is None or batched is None else over <= 6 and not batched.errors,
-            "-"
-            if batched is None
-            else f"{over}·T in {batched.extra.get('check_runs')} check runs; serial "
-            f"{None if serial is None else serial.extra.get('wall_over_T')}·T; ratio {batched.ratio}",
+            _find(rows, database=database, workload="landing: ", mode="batched"),
+            "wall_over_T",
+            6,
+            functools.partial(
+                _batched_landing, serial_over=None if serial is None else serial.extra.get("wall_over_T")
+            ),
         )
         wide = next((row for row in rows if row.database == database and row.mode.startswith(WIDE_LANDING)), None)
         if wide is not None:
@@ -406,26 +408,45 @@ def _landing_targets(rows: list[Row], add: Any) -> None:
             )
 
 
+def _batched_landing(row: Row, over: Any, *, serial_over: Any) -> str:
+    return f"{over}·T in {row.extra.get('check_runs')} check runs; serial {serial_over}·T; ratio {row.ratio}"
+
+
 def _runner_targets(rows: list[Row], add: Any) -> None:
     """SPEC §24: 1,000 idle slots cost the server <= 5 % of one core; a runner's own CPU per task <= 50 ms."""
     for database, label in (("postgresql", "PostgreSQL"), ("sqlite", "SQLite")):
-        idle = _find(rows, database=database, workload="runners: 1000 idle slots at rest", mode="http")
-        added = None if idle is None else idle.extra.get("slots_add_pct_of_core")
-        add(
+        _add_within(
+            add,
             f"{label}: 1,000 idle runner slots add <= 5 % of one core to the server (web + database, /proc)",
-            None if added is None or idle is None else added <= 5 and not idle.errors,
-            "-"
-            if idle is None
-            else f"+{added} % ({idle.extra.get('server_pct_of_core')} % at rest with them, "
-            f"{idle.extra.get('empty_server_pct_of_core')} % without); x{idle.ratio} the raw SQL floor",
+            _find(rows, database=database, workload="runners: 1000 idle slots at rest", mode="http"),
+            "slots_add_pct_of_core",
+            5,
+            lambda idle, added: (
+                f"+{added} % ({idle.extra.get('server_pct_of_core')} % at rest with them, "
+                f"{idle.extra.get('empty_server_pct_of_core')} % without); x{idle.ratio} the raw SQL floor"
+            ),
         )
-        runner = _find(rows, database=database, workload="runners: a runner's CPU per task", mode="runner")
-        own = None if runner is None else runner.extra.get("runner_cpu_ms_per_task")
-        add(
+        _add_within(
+            add,
             f"{label}: a runner's own CPU per task <= 50 ms (the daemon; its run children apart)",
-            None if own is None or runner is None else own <= 50 and not runner.errors,
-            "-"
-            if runner is None
-            else f"{own} ms own + {runner.extra.get('run_children_cpu_ms_per_task')} ms run children; "
-            f"x{runner.ratio} a shell loop of run --next",
+            _find(rows, database=database, workload="runners: a runner's CPU per task", mode="runner"),
+            "runner_cpu_ms_per_task",
+            50,
+            lambda runner, own: (
+                f"{own} ms own + {runner.extra.get('run_children_cpu_ms_per_task')} ms run children; "
+                f"x{runner.ratio} a shell loop of run --next"
+            ),
         )
+
+
+def _add_within(
+    add: Any, name: str, row: Row | None, key: str, limit: float, measured: Callable[[Row, Any], str]
+) -> None:
+    """A target met when `row`'s `extra[key]` is at most `limit` and the row has no errors; unknown (None)
+    without the row or the value; `measured(row, value)` says what was seen ("-" without the row)."""
+    value = None if row is None else row.extra.get(key)
+    add(
+        name,
+        None if value is None or row is None else value <= limit and not row.errors,
+        "-" if row is None else measured(row, value),
+    )

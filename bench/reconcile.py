@@ -116,6 +116,32 @@ def _reference(target: Target) -> tuple[float, float, int]:
         raw.close()
 
 
+def _timed_row(
+    target: Target,
+    workload: str,
+    mode: str,
+    *,
+    seconds: float,
+    extra: dict[str, Any],
+    ops: int = 1,
+    errors: list[str] | None = None,
+) -> Row:
+    """A row of one timing (or the median of `ops` timings), single-threaded."""
+    return Row(
+        database=target.vendor,
+        workload=workload,
+        mode=mode,
+        concurrency=1,
+        ops=ops,
+        seconds=round(seconds, 6),
+        throughput=None,
+        p50_ms=round(seconds * 1000, 1),
+        p99_ms=None,
+        extra=extra,
+        errors=errors or [],
+    )
+
+
 def reconcile_bench(target: Target, sizes: Sizes) -> tuple[list[Row], dict[str, Any]]:
     from ledger.models import Project, Task
     from reconciliation.models import ReconciliationRun
@@ -165,45 +191,31 @@ def reconcile_bench(target: Target, sizes: Sizes) -> tuple[list[Row], dict[str, 
             ]
             reference_seconds, reference_peak, reference_rows = _reference(target)
             medians[level] = statistics.median(samples)
-            full_row = Row(
-                database=target.vendor,
-                workload=name,
-                mode="service",
-                concurrency=1,
-                ops=1,
-                seconds=round(full_seconds, 6),
-                throughput=None,
-                p50_ms=round(full_seconds * 1000, 1),
-                p99_ms=None,
+            full_row = _timed_row(
+                target,
+                name,
+                "service",
+                seconds=full_seconds,
                 extra={"run": "full", "peak_mb": full_peak},
                 errors=errors,
             )
-            incremental_row = Row(
-                database=target.vendor,
-                workload=name,
-                mode="service",
-                concurrency=1,
+            incremental_row = _timed_row(
+                target,
+                name,
+                "service",
                 ops=REPEATS,
-                seconds=round(medians[level], 6),
-                throughput=None,
-                p50_ms=round(medians[level] * 1000, 1),
-                p99_ms=None,
+                seconds=medians[level],
                 extra={
                     "run": f"incremental after {CHANGES} finished",
                     "range_ms": [round(min(samples) * 1000, 1), round(max(samples) * 1000, 1)],
                     "peak_mb": incremental_peak,
                 },
             )
-            reference_row = Row(
-                database=target.vendor,
-                workload=name,
-                mode="reference",
-                concurrency=1,
-                ops=1,
-                seconds=round(reference_seconds, 6),
-                throughput=None,
-                p50_ms=round(reference_seconds * 1000, 1),
-                p99_ms=None,
+            reference_row = _timed_row(
+                target,
+                name,
+                "reference",
+                seconds=reference_seconds,
                 extra={"what": "the 30-day read before issue 33", "rows": reference_rows, "peak_mb": reference_peak},
             )
             set_ratio(full_row, reference_row, by="time")

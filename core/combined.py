@@ -28,7 +28,7 @@ from typing import Any
 from django.db import connections, models, transaction
 
 from core.db import run_at_once
-from core.prepared import update_row
+from core.prepared import update_row, update_row_statement
 
 _INSERTS: dict[tuple[type[models.Model], tuple[tuple[str, str], ...], str, str], tuple[str, tuple[Any, ...]]] = {}
 
@@ -192,35 +192,12 @@ def insert_or_queue(obj: models.Model, using: str = "default") -> bool:
     return True
 
 
-_UPDATES: dict[tuple[type[models.Model], tuple[str, ...], tuple[str, ...], str], tuple[str, list[Any], list[Any]]] = {}
-
-
 def update_row_or_queue(obj: models.Model, fields: Sequence[str], using: str = "default", **where: Any) -> int | None:
     """`core.prepared.update_row` (the rows changed), or, in `writes_combined`'s block, the same
-    UPDATE queued (None: the count is not known)."""
+    UPDATE (`update_row_statement`) queued (None: the count is not known)."""
     queue = _QUEUE.get()
-    connection = connections[using]
-    if queue is None or connection.vendor != "postgresql":
+    if queue is None or connections[using].vendor != "postgresql":
         return update_row(obj, fields, using=using, **where)
-    meta = obj._meta
-    key = (type(obj), tuple(fields), tuple(where), connection.vendor)
-    found = _UPDATES.get(key)
-    if found is None:
-        quote = connection.ops.quote_name
-        setting: list[Any] = [meta.get_field(name) for name in fields]
-        matching: list[Any] = [meta.pk, *(meta.get_field(name) for name in where)]
-        # The statement `update_row` writes: only quoted names of the model's table and columns go into the text.
-        sql = "UPDATE {} SET {} WHERE {}".format(  # noqa: S608
-            quote(meta.db_table),
-            ", ".join(f"{quote(field.column)} = %s" for field in setting),
-            " AND ".join(f"{quote(field.column)} = %s" for field in matching),
-        )
-        found = _UPDATES[key] = (sql, setting, matching)
-    sql, setting, matching = found
-    params = [field.get_db_prep_save(field.pre_save(obj, add=False), connection) for field in setting]
-    params += [matching[0].get_db_prep_value(obj.pk, connection)]
-    params += [
-        field.get_db_prep_value(value, connection) for field, value in zip(matching[1:], where.values(), strict=True)
-    ]
-    queue.append(((meta.db_table, obj.pk), sql, params, None))
+    sql, params = update_row_statement(obj, fields, using=using, **where)
+    queue.append(((obj._meta.db_table, obj.pk), sql, params, None))
     return None

@@ -336,14 +336,12 @@ _UPDATES: dict[
 ] = {}
 
 
-def update_row(obj: models.Model, fields: Sequence[str], using: str = "default", **where: Any) -> int:
-    """UPDATE `obj`'s row, setting `fields` from its attributes, where its primary key and each `where`
-    field equal the values given (a compare-and-set); the rows changed (0 or 1).
-
-    What `obj.save(update_fields=fields)` writes, through each field's `pre_save` and
-    `get_db_prep_save`, with the statement written once per model, field list and condition. No
-    signals are sent (see `insert`).
-    """
+def update_row_statement(
+    obj: models.Model, fields: Sequence[str], using: str = "default", **where: Any
+) -> tuple[str, list[Any]]:
+    """The UPDATE `update_row` sends for `obj`, `fields` and `where`, and its parameters: the text is
+    written once per model, field list, condition and database; the values come from `obj` through
+    each field's `pre_save` and `get_db_prep_save`."""
     meta = obj._meta
     connection = connections[using]
     key = (type(obj), tuple(fields), tuple(where), using, connection.vendor)
@@ -365,6 +363,19 @@ def update_row(obj: models.Model, fields: Sequence[str], using: str = "default",
     params += [
         field.get_db_prep_value(value, connection) for field, value in zip(matching[1:], where.values(), strict=True)
     ]
+    return sql, params
+
+
+def update_row(obj: models.Model, fields: Sequence[str], using: str = "default", **where: Any) -> int:
+    """UPDATE `obj`'s row, setting `fields` from its attributes, where its primary key and each `where`
+    field equal the values given (a compare-and-set); the rows changed (0 or 1).
+
+    What `obj.save(update_fields=fields)` writes, through each field's `pre_save` and
+    `get_db_prep_save`, with the statement written once per model, field list and condition
+    (`update_row_statement`). No signals are sent (see `insert`).
+    """
+    sql, params = update_row_statement(obj, fields, using=using, **where)
+    connection = connections[using]
     with transaction.mark_for_rollback_on_error(using), _cursor(connection) as cursor:
         cursor.execute(sql, params)
         return int(cursor.rowcount)

@@ -96,9 +96,7 @@ def _by_index(project_id: int, now: datetime, queryset: QuerySet[Attempt]) -> It
     the project's tasks, SQLite walks every attempt ever made instead. Then each chunk is read by
     primary key, the project's only.
     """
-    ids = sorted(set(queryset.order_by().values_list("id", flat=True)))
-    for chunk in chunks(ids, ENDED_CHUNK):
-        yield EndedChunk(_read(_window(project_id, now).filter(id__in=chunk)), Q(attempt_id__in=list(chunk)))
+    yield from by_ids(project_id, now=now, ids=set(queryset.order_by().values_list("id", flat=True)))
 
 
 def scan(project_id: int, *, now: datetime, after_id: int) -> Iterator[EndedChunk]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from agent.client.records import FrozenRecord
 
@@ -37,9 +37,11 @@ class CommandAttempt(FrozenRecord):
 
 class Settings(FrozenRecord):
     """The login: server URL, token and default project; `attempt` is set when `token` is an attempt token
-    (the holder commands act on that attempt, and nothing else is allowed)."""
+    (the holder commands act on that attempt, and nothing else is allowed). The token is never printed
+    (kept out of `repr`, as `Lease`'s)."""
 
     __slots__ = ("url", "token", "project", "attempt")  # noqa: RUF023 (the fields in order)
+    REPR_HIDDEN: ClassVar[frozenset[str]] = frozenset({"token"})
     url: str
     token: str
     project: str | None

@@ -7,7 +7,7 @@ parameter: an operation reads the clock once and every query of that operation s
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -32,7 +32,7 @@ from core.json_sets import JsonArrayEmpty, JsonArrayWithin
 from core.prepared import SAMPLE_INT, Prepared
 from leases.models import AttemptKind, TaskUsage
 from leases.selectors.attempts import lapsed_leases, live_attempts
-from ledger.models import RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
+from ledger.models import QUEUE_WAIT_UNALERTED, RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
 
 IN_PROGRESS = "in_progress"
 
@@ -222,6 +222,18 @@ def claimable_tasks(
         # ready task always has `ready_since`), so PostgreSQL reads it in order instead of sorting
         # every ready task.
         .order_by(F("priority").desc(), F("ready_since").asc(), "id")
+    )
+
+
+def queue_wait_unalerted(project: Project, *, now: datetime, limit: int) -> QuerySet[Task, tuple[int, datetime | None]]:
+    """(id, ready_since) of the project's claimable tasks past its queue-wait threshold and not yet alerted for
+    their waiting period, longest waiting first, at most `limit`: read along `task_queue_wait_unalerted`."""
+    threshold = now - timedelta(seconds=project.queue_wait_max_seconds)
+    return (
+        claimable_tasks(project=project, now=now, include_reserved=True)
+        .filter(QUEUE_WAIT_UNALERTED, ready_since__lte=threshold)
+        .order_by("ready_since", "pk")
+        .values_list("pk", "ready_since")[:limit]
     )
 
 

@@ -16,19 +16,19 @@ import sqlite3
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import connection
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Q
 
 from core.db import write_transaction
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, LeaseClock
-from leases.selectors import claimable_tasks
+from leases.selectors import queue_wait_unalerted
 from leases.services.allocations import mark_allocations_stale
 from leases.services.quarantine import quarantine_failing
 from ledger import clock
 from ledger.actors import SYSTEM
-from ledger.models import QUEUE_WAIT_UNALERTED, Agent, Event, EventType, Project, Severity, Task, TaskStatus
+from ledger.models import Agent, Event, EventType, Project, Severity, Task, TaskStatus
 from ledger.services import event_append, tasks_wait_again
 
 SWEEP_BATCH_SIZE = 500
@@ -341,18 +341,6 @@ def _alert_queue_wait(*, task_id: int, ready_since: datetime, waited_seconds: in
 
 # The most queue-wait alerts one run of the check writes (each is an event and a task write).
 QUEUE_WAIT_ALERTS_PER_RUN = 1_000
-
-
-def queue_wait_unalerted(project: Project, *, now: datetime, limit: int) -> QuerySet[Task, tuple[int, datetime | None]]:
-    """(id, ready_since) of the project's claimable tasks past its queue-wait threshold and not yet alerted for
-    their waiting period, longest waiting first, at most `limit`: read along `task_queue_wait_unalerted`."""
-    threshold = now - timedelta(seconds=project.queue_wait_max_seconds)
-    return (
-        claimable_tasks(project=project, now=now, include_reserved=True)
-        .filter(QUEUE_WAIT_UNALERTED, ready_since__lte=threshold)
-        .order_by("ready_since", "pk")
-        .values_list("pk", "ready_since")[:limit]
-    )
 
 
 def check_queue_wait() -> int:

@@ -75,8 +75,10 @@ def refusals_after_commit(func: Callable[P, R | LedgerError]) -> Callable[P, R]:
     return wrapper
 
 
-# What renew and note read: the fencing, the lease, and the task and project their event names.
-_LEASE_FIELDS = (
+# The attempt's and the task's fields the fencing (`held_attempt`) and the extension (`extend_lease`) read:
+# the full path loads them (`_LEASE_FIELDS`), the one-statement path returns them (`_EXTENDED_ATTEMPT`,
+# `_EXTENDED_TASK`).
+_FENCED_ATTEMPT_FIELDS = (
     "id",
     "task",
     "agent",
@@ -88,9 +90,13 @@ _LEASE_FIELDS = (
     "lease_expires_at",
     "last_renewed_at",
     "renew_count",
-    "task__key",
-    "task__epoch",
-    "task__status",
+)
+_FENCED_TASK_FIELDS = ("key", "epoch", "status")
+
+# What renew and note read: the fencing, the lease, and the task and project their event names.
+_LEASE_FIELDS = (
+    *_FENCED_ATTEMPT_FIELDS,
+    *(f"task__{name}" for name in _FENCED_TASK_FIELDS),
     "task__project__id",
     # SPEC §19: the budgets a holder write is checked against (the agent's come with the proof).
     "task__budget_tokens",
@@ -259,26 +265,10 @@ def extend_lease(attempt: Attempt, *, now: datetime, seconds: int, renewal: bool
 _EXTENDED_ATTEMPT = tuple(
     field.attname
     for field in Attempt._meta.concrete_fields
-    if field.attname
-    in {
-        "id",
-        "task_id",
-        "agent_id",
-        "epoch",
-        "status",
-        "token_hash",
-        "command_token_hash",
-        "lease_seconds",
-        "lease_expires_at",
-        "last_renewed_at",
-        "renew_count",
-        "last_worked_at",
-    }
+    if field.name in {*_FENCED_ATTEMPT_FIELDS, "last_worked_at"}
 )
 _EXTENDED_TASK = tuple(
-    field.attname
-    for field in Task._meta.concrete_fields
-    if field.attname in {"id", "key", "epoch", "status", "project_id"}
+    field.attname for field in Task._meta.concrete_fields if field.name in {"id", *_FENCED_TASK_FIELDS, "project"}
 )
 # Their names in the statement's rows (a CTE over it reads `held.a_id`, `held.t_project_id`).
 EXTENDED_COLUMNS = ", ".join([f"a_{name}" for name in _EXTENDED_ATTEMPT] + [f"t_{name}" for name in _EXTENDED_TASK])

@@ -2,42 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, ParamSpec
 
 from core.combined import insert_or_queue
 from core.prepared import insert
 from ledger.actors import Actor
 from ledger.models import Event, EventType, Project, Severity, Task
 
-
-def event_append(
-    *,
-    type: EventType,
-    actor: Actor,
-    at: datetime,
-    project: Project | None = None,
-    task: Task | None = None,
-    attempt_id: int | None = None,
-    severity: str = Severity.INFO,
-    payload: dict[str, Any] | None = None,
-) -> Event:
-    """Append one event. Call it inside the transaction of the change it records.
-
-    In a `core.combined.writes_combined` block (PostgreSQL) it is queued, and has no id until sent.
-    """
-    event = event_row(
-        type=type,
-        actor=actor,
-        at=at,
-        project=project,
-        task=task,
-        attempt_id=attempt_id,
-        severity=severity,
-        payload=payload,
-    )
-    return event if insert_or_queue(event) else insert(event)
+_P = ParamSpec("_P")
 
 
 def event_row(
@@ -64,6 +38,24 @@ def event_row(
         payload=payload or {},
         created_at=at,
     )
+
+
+def _appending(row: Callable[_P, Event]) -> Callable[_P, Event]:
+    """`row`'s event, inserted: the writer takes the row's own parameters, declared once there."""
+
+    def event_append(*args: _P.args, **kwargs: _P.kwargs) -> Event:
+        """Append one event (the parameters are `event_row`'s). Call it inside the transaction of the
+        change it records.
+
+        In a `core.combined.writes_combined` block (PostgreSQL) it is queued, and has no id until sent.
+        """
+        event = row(*args, **kwargs)
+        return event if insert_or_queue(event) else insert(event)
+
+    return event_append
+
+
+event_append = _appending(event_row)
 
 
 def events_append(*, type: EventType, actor: Actor, at: datetime, rows: Sequence[tuple[Task, dict[str, Any]]]) -> None:

@@ -279,6 +279,19 @@ def test_the_lease_token_is_not_in_the_repr():
     assert "secret-token" not in repr(LEASE)
 
 
+def test_the_logins_token_is_not_in_the_repr():
+    from agent.workspace.config import CommandAttempt, Settings
+
+    login = Settings("http://ledger.test", "lh_agent_secret", project="WEB")
+    assert "lh_agent_secret" not in repr(login)
+    assert repr(login) == "Settings(url='http://ledger.test', project='WEB', attempt=None)"
+    attempt = CommandAttempt(attempt_id=7, task="WEB-1", epoch=3, label="owner=a")
+    assert "lh_attempt_secret" not in repr(Settings("http://ledger.test", "lh_attempt_secret", attempt=attempt))
+    # Kept out of the repr only: the token is still the login's.
+    assert login.token == "lh_agent_secret"
+    assert login == Settings("http://ledger.test", "lh_agent_secret", project="WEB")
+
+
 def test_a_dependency_cycle_in_text_names_its_path():
     from agent.client.errors import error_from_envelope
     from agent.client.text import error_text

@@ -195,19 +195,26 @@ def test_events_that_cannot_make_work_claimable_do_not_wake_the_waiter():
     assert waiter.result(timeout=10)[0].status_code == 204
 
 
+# How long the twenty waiters below wait, and so how long the test gives them to park. Under load (a shared
+# CI machine, nice 19) twenty requests took over 10 s to park; the first one parked leaves at its deadline,
+# so a longer limit for parking than the wait could never be met. 15 s: room for a loaded machine, and a
+# hang (a waiter that never parks, a wake never delivered) still fails within 15 s, not at the job's timeout.
+MANY_WAITERS_WAIT = 15
+
+
 def test_many_waiters_n_tasks_in_one_commit_n_distinct_claims_and_the_rest_wait_on():
     project = ProjectFactory()
     waiters, tasks = 20, 4
     clients = [client_for(AgentFactory(projects=[project])) for _ in range(waiters)]
     with ThreadPoolExecutor(waiters) as pool:
-        futures = [pool.submit(claim_next(client, project, 4)) for client in clients]
-        parked(waiters)
+        futures = [pool.submit(claim_next(client, project, MANY_WAITERS_WAIT)) for client in clients]
+        parked(waiters, seconds=MANY_WAITERS_WAIT)
         time.sleep(0.3)  # a wake owed to commits before the waiters (SQLite's first poll) is spent
-        parked(waiters)
+        parked(waiters, seconds=MANY_WAITERS_WAIT)
         wakes = claim_waiters().wakes
         with transaction.atomic():
             made = [TaskFactory(project=project).key for _ in range(tasks)]
-        answers = [future.result(timeout=30)[0] for future in futures]
+        answers = [future.result(timeout=3 * MANY_WAITERS_WAIT)[0] for future in futures]
     claimed = [answer.json()["task"]["key"] for answer in answers if answer.status_code == 201]
     assert sorted(claimed) == sorted(made)  # every task once, each to its own waiter
     assert sum(answer.status_code == 204 for answer in answers) == waiters - tasks

@@ -16,7 +16,8 @@ from django.db import connection
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
-from leases.services import check_queue_wait, expiry
+from leases.selectors import queue_wait_unalerted
+from leases.services import check_queue_wait
 from ledger import clock as ledger_clock
 from ledger.models import Event, EventType, Project, Task, TaskStatus
 from ledger.services.tasks import task_numbers_take
@@ -60,7 +61,7 @@ def history(project: Project, *, done: int, alerted: int) -> None:
 
 
 def plan_of(project: Project, now) -> str:
-    sql, params = expiry.queue_wait_unalerted(project, now=now, limit=1000).query.sql_with_params()
+    sql, params = queue_wait_unalerted(project, now=now, limit=1000).query.sql_with_params()
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute("ANALYZE ledger_task")
