@@ -20,13 +20,14 @@ import argparse
 import itertools
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -244,6 +245,16 @@ def check_reusable(record: dict[str, Any], tasks: int, name: str) -> dict[str, i
     return counts
 
 
+def _after_fleet_numbers(projects: Iterable[tuple[str, str]]) -> int:
+    """The first number past every project's slug suffix (`capture-growth-12`) and key prefix (`B12`)."""
+    numbers = [0]
+    for slug, key_prefix in projects:
+        for found in (re.search(r"-([0-9]+)$", slug), re.fullmatch(r"B([0-9]+)", key_prefix)):
+            if found:
+                numbers.append(int(found.group(1)))
+    return max(numbers) + 1
+
+
 def reuse_setup(record: dict[str, Any], tasks: int, name: str, *, extra: int) -> dict[str, Any]:
     """The setup of a kept database, as `seed_scale` returned it: the measuring agent (a fresh token), the
     project, the links, and `extra` fresh ready tasks for this measurement's claims."""
@@ -254,8 +265,9 @@ def reuse_setup(record: dict[str, Any], tasks: int, name: str, *, extra: int) ->
 
     counts = check_reusable(record, tasks, name)
     # Project slugs and key prefixes of this process's fleets (`bench.data.make_project`): after every
-    # project so far (each number used was one project's).
-    after = Project.objects.count() + 1
+    # number a project of this database already carries (this process's counters may be behind them,
+    # or ahead of a count of the projects: other processes and earlier measurements made some).
+    after = _after_fleet_numbers(Project.objects.values_list("slug", "key_prefix"))
     data._project_counter = iter(range(after, after + 10_000))
     cycles._slugs = iter(range(after, after + 1_000_000))
     project = Project.objects.get(pk=record["project"])
