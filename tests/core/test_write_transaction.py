@@ -111,7 +111,9 @@ def test_a_postgres_deadlock_is_retried_and_both_writers_succeed():
 
     results = run_in_threads(2, lambda i: cross((first.pk, second.pk) if i == 0 else (second.pk, first.pk)))
     assert results == [None, None]
-    assert len(calls) == 3  # one of the two was chosen as the deadlock victim and ran again
+    # One of the two was chosen as the deadlock victim and ran again; under load its retry can take the
+    # first row again before the survivor does and deadlock once more, so it may run more than once.
+    assert len(calls) >= 3
 
 
 @sqlite_only
