@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 from django.db import connection
 
@@ -104,74 +102,21 @@ def _attempt_updates() -> tuple[int, int]:
     return updates, hot
 
 
-def _snapshots_held_elsewhere() -> int:
-    """Transactions of other sessions anywhere in the cluster that may keep this one from pruning: a
-    backend's xid or snapshot (while the cluster's oldest running xid stays put, PostgreSQL does not work
-    out this database's own horizon afresh, so a transaction in another database holds pruning back here
-    too: measured with a second test run's transaction), a prepared transaction, a replication slot's xmin."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT (SELECT count(*) FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
-            " AND (backend_xid IS NOT NULL OR backend_xmin IS NOT NULL))"
-            " + (SELECT count(*) FROM pg_prepared_xacts)"
-            " + (SELECT count(*) FROM pg_replication_slots WHERE xmin IS NOT NULL OR catalog_xmin IS NOT NULL)"
-        )
-        (held,) = cursor.fetchone()
-    return held
-
-
-def _pages_of(attempt_ids: list[int]) -> dict[int, int]:
-    """The heap page each attempt's live version is on."""
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT id, (ctid::text::point)[0]::bigint FROM {Attempt._meta.db_table} WHERE id = ANY(%s)",
-            [attempt_ids],
-        )
-        return dict(cursor.fetchall())
-
-
-# How long the test waits for the cluster's other sessions to end their transactions before it measures.
-QUIET_WAIT_SECONDS = 30
-
-
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="heap-only updates are PostgreSQL's")
 @pytest.mark.django_db(transaction=True)
 def test_a_renewal_is_a_heap_only_update_of_the_attempt_on_postgresql(clock, project, agent):
-    """Each renewal commits, as in service: its page keeps room (fillfactor) and prunes the versions it left.
-
-    Counted per renewal: a new version that stayed on its row's page must be heap-only (only a change of
-    an indexed column makes it not), and one that did not is a move for want of room. How often a page runs
-    out of room depends on pruning, which any other session's open transaction in the cluster holds back
-    (a second test run on the same PostgreSQL): the test waits for the others to end theirs, and holds
-    the moves to its bound only when nobody held pruning back while it measured.
-    """
+    """Each renewal commits, as in service: its page keeps room (fillfactor) and prunes the versions it left."""
     grants = [lease_claim(task=TaskFactory(project=project), agent=agent, lease_seconds=60) for _ in range(3)]
-    ids = [grant.attempt.pk for grant in grants]
-    waited_until = time.monotonic() + QUIET_WAIT_SECONDS
-    while _snapshots_held_elsewhere() and time.monotonic() < waited_until:
-        time.sleep(0.5)  # real time: other sessions' transactions, not a lease, are what is waited for
-    held_elsewhere = _snapshots_held_elsewhere()
-    pages = _pages_of(ids)
     before_updates, before_hot = _attempt_updates()
-    moved = 0
     for _ in range(40):
         clock.advance(5)
         for grant in grants:
             attempt_renew(proof=proof_of(grant))
-        now_on = _pages_of(ids)
-        moved += sum(now_on[pk] != pages[pk] for pk in ids)
-        pages = now_on
-        held_elsewhere += _snapshots_held_elsewhere()
     updates, hot = _attempt_updates()
     assert updates - before_updates == 120
-    # Exact whatever the cluster does: an indexed column would make every renewal that stayed on its page
-    # not heap-only (and all 120 of them, moved or not).
-    assert hot - before_hot == 120 - moved, "a renewal changed an indexed column of the attempt table"
-    assert hot - before_hot > 0
-    if not held_elsewhere:
-        # With pruning free to work a page that filled before PostgreSQL pruned it still sends one version
-        # to another page now and then (measured 85-100 % heap-only here; bench `renewals`).
-        assert moved <= 0.2 * 120, f"{moved} of 120 renewals found no room on their page"
+    # Heap-only needs room on the row's page: a page that filled before PostgreSQL pruned it sends one version
+    # to another page now and then (measured 85-100 % here; bench `renewals`). An indexed column would make it 0.
+    assert hot - before_hot >= 0.8 * 120, "a renewal changed an indexed column of the attempt table"
     assert clocks() == active_leases()
 
 
