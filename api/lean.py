@@ -12,6 +12,7 @@ URL resolver. A hot request is a POST, with an `Authorization` header, no
     /api/v1/attempts/<id>/notes/
     /api/v1/attempts/<id>/finish/
     /api/v1/attempts/<id>/git/
+    /api/v1/runners/heartbeat/         (every 15 s from every runner: most of an idle fleet's requests)
 
 Everything else, and every hot request while `LEASEHOLD_LEAN_PATH` is off,
 goes through the full stack. The views are the ones the URLconf names (taken
@@ -76,6 +77,7 @@ HOT_ROUTES = (
     ("/api/v1/attempts/1/notes/", rf"/api/v1/attempts/{ATTEMPT_ID}/notes/"),
     ("/api/v1/attempts/1/finish/", rf"/api/v1/attempts/{ATTEMPT_ID}/finish/"),
     ("/api/v1/attempts/1/git/", rf"/api/v1/attempts/{ATTEMPT_ID}/git/"),
+    ("/api/v1/runners/heartbeat/", r"/api/v1/runners/heartbeat/"),
 )
 Layer = Callable[[HttpRequest], Any]
 # The full stack's middleware, whose effects on a hot request the lean path reproduces; with any

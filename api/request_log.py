@@ -48,6 +48,9 @@ def _agent_handle(request: HttpRequest) -> str | None:
     agent = getattr(user, "agent", None)
     if agent is not None:
         return str(agent.handle)
+    runner = getattr(user, "runner", None)  # api.auth.RunnerPrincipal: a runner's register and heartbeat
+    if runner is not None:
+        return f"runner:{runner.name}"
     if user is not None and getattr(user, "is_authenticated", False):
         return f"user:{user.get_username()}"
     return None

@@ -11,6 +11,7 @@ import threading
 import time
 
 import pytest
+from django.db import connection
 from rest_framework.test import APIClient
 
 from ledger.actors import SYSTEM
@@ -157,3 +158,43 @@ def test_a_bad_last_event_id_is_a_validation_error():
         "/api/v1/changes/stream/", HTTP_AUTHORIZATION=f"Bearer {agent.api_token}", HTTP_LAST_EVENT_ID="abc"
     )
     assert_error(response, 400, "VALIDATION_ERROR")
+
+
+class _CountingConnection:
+    """`push.waiting`'s `connection`, counting the cursors its poll opens (everything else passes through)."""
+
+    def __init__(self, real):
+        self.real = real
+        self.cursors = 0
+
+    def cursor(self):
+        self.cursors += 1
+        return self.real.cursor()
+
+    def __getattr__(self, name):
+        return getattr(self.real, name)
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="the short poll is SQLite's")
+def test_the_sqlite_poll_reads_the_event_table_only_after_a_commit(monkeypatch):
+    """1,000 idle runner slots park 100 waiters per server process: a poll that finds nothing committed
+    must cost no statement over the event table (`PRAGMA data_version`), and a commit is still heard."""
+    import push.waiting
+
+    counting = _CountingConnection(connection)
+    monkeypatch.setattr(push.waiting, "connection", counting)
+    project = ProjectFactory()
+    watcher = push.waiting.EventWatcher()
+    heard = threading.Event()
+    unlisten = watcher.listen(lambda committed: heard.set() if committed and project.pk in committed else None)
+    try:
+        time.sleep(0.2)  # the poll thread has started and read once
+        before = counting.cursors
+        time.sleep(20 * push.waiting.POLL_SECONDS)  # twenty polls with nothing committed
+        assert counting.cursors == before
+        event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
+        assert heard.wait(2.0)
+        assert counting.cursors > before
+    finally:
+        unlisten()
+        watcher.stop()

@@ -27,7 +27,9 @@ from django.test import override_settings
 
 from api.lean import LeanWSGIHandler, application_class
 from leases.models import Attempt, Note
+from ledger.actors import SYSTEM
 from ledger.models import Event
+from runners.services import runner_create
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
 Answer = tuple[str, list[tuple[str, str]], bytes]
@@ -203,6 +205,15 @@ def story(app: Callable[..., Any], world: dict[str, Any]) -> Iterator[Answer]:
     yield post(f"{attempt}/renew/", {}, token=token, headers=proof)
     yield post(f"{attempt}/notes/", {"kind": "progress", "content": "late"}, token=token, headers=proof)
 
+    # A runner's heartbeat (the runner's own token): idle slots, the same again, bad input, an agent's token.
+    beat = "/api/v1/runners/heartbeat/"
+    runner_token = world["runner_token"]
+    yield post(beat, {"slots": [{"number": 1, "state": "idle", "attempt_id": None, "task": None}]}, token=runner_token)
+    yield post(beat, {"slots": []}, token=runner_token)
+    yield post(beat, {"slots": [{"number": 9, "state": "idle"}]}, token=runner_token)
+    yield post(beat, {"slots": [], "mood": "idle"}, token=runner_token)
+    yield post(beat, {"slots": []}, token=token)
+
     # The project runs dry: 204 at once, and after a (short) long-poll.
     yield post("/api/v1/claims/next/", {"project": slug}, token=token)
     yield post("/api/v1/claims/next/", {"project": slug, "wait": 1}, token=token)
@@ -296,7 +307,13 @@ def world(db, clock) -> dict[str, Any]:
     agent = AgentFactory(projects=[project])
     other = AgentFactory(projects=[project])
     TaskFactory(project=project, title="Fix the search copy")
-    return {"slug": project.slug, "token": agent.api_token, "other_token": other.api_token}  # type: ignore[attr-defined]
+    _, runner_token = runner_create(name="lean-runner", projects=[project], slots=1, actor=SYSTEM)
+    return {
+        "slug": project.slug,
+        "token": agent.api_token,  # type: ignore[attr-defined]
+        "other_token": other.api_token,  # type: ignore[attr-defined]
+        "runner_token": runner_token,
+    }
 
 
 @pytest.mark.django_db
@@ -307,6 +324,7 @@ def test_the_lean_path_answers_every_hot_request_as_the_full_stack(monkeypatch, 
     # The story covers what it says: claims, replays, every kind of refusal, the empty project.
     assert statuses[:3] == [201, 201, 409]
     assert {200, 201, 204, 400, 401, 403, 404, 405, 409, 413} <= set(statuses), statuses
+    assert 500 not in statuses, statuses
     assert any(("Idempotent-Replayed", "true") in headers for _, headers, _ in answers)
     assert all(("X-Content-Type-Options", "nosniff") in headers for _, headers, _ in answers)
 

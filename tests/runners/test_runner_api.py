@@ -171,3 +171,18 @@ def test_no_body_makes_a_runner_endpoint_answer_5xx(runner, body):
         assert response.status_code < 500, (url, body, response.content[:300])
         if response.status_code >= 400:
             assert set(response.json()) == {"error"}
+
+
+def test_a_runners_requests_are_logged_in_json_lines_under_its_name(runner, caplog, settings):
+    """With LEASEHOLD_LOG_FORMAT=json the request log names the caller: a runner has no agent and no user name
+    (it answered 500 on every register and heartbeat before)."""
+    settings.LEASEHOLD_LOG_FORMAT = "json"
+    caplog.set_level("INFO", logger="leasehold.request")
+    client = bearer(runner.api_token)
+    assert client.post(REGISTER, {"host": "box-1", "version": "0.9", "pid": 77}, format="json").status_code == 201
+    assert client.post(HEARTBEAT, {"slots": []}, format="json").status_code == 200
+    lines = [record for record in caplog.records if record.name == "leasehold.request"]
+    assert [(line.path, line.status, line.agent) for line in lines] == [
+        (REGISTER, 201, "runner:gpu-box"),
+        (HEARTBEAT, 200, "runner:gpu-box"),
+    ]
