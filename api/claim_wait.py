@@ -11,7 +11,9 @@ runs a claim-next view's `try_claim` until it answers or `seconds` pass:
   record rolls back; see `leases.idempotency`).
 - `more_claimable()` says whether anything is still claimable in the project
   for anyone; asked only after a try that answered a wake, to pass the wake
-  on (`push.claim_waiters`).
+  on (`push.claim_waiters`). When it says no, `finished()` (optional) says
+  whether the project's work is finished: the wake then goes on to the
+  waiters that asked `until_empty` (this one's flag), and to no one else.
 - `looks_claimable()` (optional) is a cheap read: whether anything looks
   claimable for this caller. A woken waiter asks it first and skips the claim
   (its write transaction) when it says no: each server process wakes one of
@@ -69,6 +71,8 @@ def wait_for_claim(
     try_claim: Callable[[bool], Response | None],
     more_claimable: Callable[[], bool],
     looks_claimable: Callable[[], bool] | None = None,
+    until_empty: bool = False,
+    finished: Callable[[], bool] | None = None,
 ) -> Response:
     """Answer a claim-next request that may wait (see the module docstring)."""
     carried = request.META.get(CARRY_KEY)
@@ -79,7 +83,11 @@ def wait_for_claim(
     resumed = DEADLINE_KEY in request.META  # a parked request run again: the worker holds its slot
     deadline: float = request.META.get(DEADLINE_KEY) or time.monotonic() + seconds
     registry = claim_waiters()
-    ticket = carried if isinstance(carried, Ticket) else registry.ticket(projects=project_ids, queue=queue)
+    ticket = (
+        carried
+        if isinstance(carried, Ticket)
+        else registry.ticket(projects=project_ids, queue=queue, until_empty=until_empty)
+    )
     owned_by_worker = False
     release: Callable[[], None] | None = None
     try:
@@ -96,7 +104,10 @@ def wait_for_claim(
             else:
                 answer = try_claim(final)
             if ticket.chain is not None:  # this try answered a wake: pass it on if someone else could use it
-                registry.settle(ticket, pass_on=more_claimable())
+                if more_claimable():
+                    registry.settle(ticket, pass_on=True)
+                else:  # a finished project's wake goes on to the waiters that answer it (`until_empty`) only
+                    registry.settle(ticket, pass_on=finished is not None and finished(), until_empty_only=True)
             if answer is not None:
                 return answer
             if release is None and not resumed:

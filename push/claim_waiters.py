@@ -14,7 +14,10 @@ project and queue — one per commit, never the herd. What happens next is a
   reservation, a lost race — the task is there but not for this waiter). The
   chain then wakes the next waiter of that project and queue that it has not
   woken yet, so a claimable task is never stranded while someone who could
-  take it waits, and no waiter is tried twice for one event.
+  take it waits, and no waiter is tried twice for one event. A project found
+  finished (`until_empty_only`) passes the wake only to the waiters that
+  answer a finished project (`until_empty`): an idle fleet's hundred parked
+  runners are not each woken to find nothing when the last task is done.
 - A waiter that goes away while it owes an answer (client gone, error) is
   `close`d, which passes the chain on.
 - An event that arrives while a waiter is trying (not parked) is not lost:
@@ -129,6 +132,9 @@ class Chain:
     project: int
     queue: str
     tried: set[int] = field(default_factory=set)
+    # Set once the project was found finished with nothing claimable: only waiters that answer a finished
+    # project (`until_empty`) can use the wake; the others would re-read for nothing.
+    until_empty_only: bool = False
 
 
 @dataclass(eq=False)
@@ -143,6 +149,7 @@ class Ticket:
     wake: Callable[[], None] | None = None  # set while parked
     chain: Chain | None = None  # the wake this waiter owes an answer for
     closed: bool = False
+    until_empty: bool = False  # it answers 204 when the project's work is finished
 
 
 class ClaimWaiters:
@@ -158,7 +165,7 @@ class ClaimWaiters:
 
     # --- the door's side ----------------------------------------------------
 
-    def ticket(self, *, projects: Iterable[int], queue: str) -> Ticket:
+    def ticket(self, *, projects: Iterable[int], queue: str, until_empty: bool = False) -> Ticket:
         """A waiter about to try for the first time; take it before that try, so nothing committed after is missed."""
         if queue not in QUEUES:
             raise ValueError(f"Unknown queue {queue!r}.")
@@ -166,7 +173,9 @@ class ClaimWaiters:
         with self._lock:
             key = self._next_key
             self._next_key += 1
-            ticket = Ticket(key, projects, queue, {p: self._counts.get((p, queue), 0) for p in projects})
+            ticket = Ticket(
+                key, projects, queue, {p: self._counts.get((p, queue), 0) for p in projects}, until_empty=until_empty
+            )
             self._live[key] = ticket
             if self._unlisten is None:
                 # Under the lock: the watcher calls `committed` outside its own lock, so no cycle.
@@ -195,10 +204,13 @@ class ClaimWaiters:
             wake()
         return lambda: self._cancel(ticket)
 
-    def settle(self, ticket: Ticket, *, pass_on: bool) -> None:
-        """The woken waiter has tried; pass the wake on to the next waiter when something is still claimable."""
+    def settle(self, ticket: Ticket, *, pass_on: bool, until_empty_only: bool = False) -> None:
+        """The woken waiter has tried; pass the wake on to the next waiter when something is still claimable
+        (`until_empty_only`: only to a waiter that answers a finished project)."""
         with self._lock:
             chain, ticket.chain = ticket.chain, None
+            if chain is not None and until_empty_only:
+                chain.until_empty_only = True
             wake = self._pass(chain) if chain is not None and pass_on else None
         if wake is not None:
             wake()
@@ -261,7 +273,7 @@ class ClaimWaiters:
         if not queue:
             return None
         for key, ticket in queue.items():
-            if key not in chain.tried:
+            if key not in chain.tried and (ticket.until_empty or not chain.until_empty_only):
                 chain.tried.add(key)
                 wake = ticket.wake
                 self._woken(ticket, chain)

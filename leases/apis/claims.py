@@ -202,11 +202,11 @@ class ClaimNextApi(ApiView):
                 return None
 
         def more_claimable() -> bool:
-            # A finished project's wake goes on to every waiter: the ones that run until it is finished answer.
-            return (
-                claimable_tasks(project=project, now=clock.now(), by_anyone=True).exists()
-                or not unfinished_tasks(project).exists()
-            )
+            return claimable_tasks(project=project, now=clock.now(), by_anyone=True).exists()
+
+        def project_finished() -> bool:
+            # Its wake goes on to the waiters that run until the project is finished (`until_empty`).
+            return not unfinished_tasks(project).exists()
 
         def looks_claimable() -> bool:
             task_class = data.get("task_class")
@@ -221,4 +221,6 @@ class ClaimNextApi(ApiView):
             try_claim=try_claim,
             more_claimable=more_claimable,
             looks_claimable=looks_claimable,
+            until_empty=until_empty,
+            finished=project_finished,
         )

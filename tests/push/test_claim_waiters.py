@@ -118,6 +118,25 @@ def test_a_woken_waiter_that_claims_passes_on_only_when_more_is_claimable(regist
     assert registry.waiting() == 1
 
 
+def test_a_finished_projects_wake_goes_only_to_the_waiters_that_wait_until_it_is_empty(registry, watcher):
+    """The last task done: the woken waiter finds nothing claimable and the project finished. An idle fleet's
+    other parked runners could do nothing with that wake; a waiter with `until_empty` answers it."""
+    woken: list[str] = []
+    tickets = {}
+    for name, until_empty in (("a", False), ("b", False), ("c", True), ("d", False), ("e", True)):
+        tickets[name] = registry.ticket(projects={PROJECT}, queue="work", until_empty=until_empty)
+        registry.park(tickets[name], partial(woken.append, name))
+    watcher.commit({PROJECT: frozenset({EventType.ATTEMPT_FINISHED})})
+    assert woken == ["a"]
+    registry.settle(tickets["a"], pass_on=True, until_empty_only=True)
+    assert woken == ["a", "c"]  # b and d skipped
+    registry.close(tickets["c"])  # it answered 204: the project is finished
+    assert woken == ["a", "c", "e"]
+    registry.settle(tickets["e"], pass_on=True, until_empty_only=True)
+    assert woken == ["a", "c", "e"]
+    assert registry.waiting() == 2  # b and d wait on, never woken
+
+
 def test_a_woken_waiter_that_goes_away_passes_the_wake_on(registry, watcher):
     tickets, woken = park_many(registry, 2)
     watcher.commit({PROJECT: frozenset({EventType.TASK_CREATED})})
