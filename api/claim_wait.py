@@ -15,16 +15,18 @@ runs a claim-next view's `try_claim` until it answers or `seconds` pass:
   whether the project's work is finished: the wake then goes on to the
   waiters that asked `until_empty` (this one's flag), and to no one else.
 - `looks_claimable()` (optional) is a cheap read: whether anything looks
-  claimable for this caller. A woken waiter asks it first and skips the claim
-  (its write transaction) when it says no: each server process wakes one of
-  its own waiters per commit, so most wakes in a multi-process server find
-  the task already gone. So does the last try at the deadline, the one an idle
-  fleet makes once per wait (issue 34): when it says no, the answer is the
-  204 without the claim, and nothing is stored under the Idempotency-Key (a
-  204 that claimed nothing has no effect to replay; a retry with the key asks
-  afresh, as after the tries before it) — unless the key already has a stored
-  answer, which the claim's path replays (or refuses as a conflict), or the
-  key is one that path refuses.
+  claimable for this caller. Every try asks it first and skips the claim (its
+  write transaction) when it says no: the first try of a request that will
+  park, a woken waiter (each server process wakes one of its own waiters per
+  commit, so most wakes in a multi-process server find the task already
+  gone) and the last try at the deadline — an idle fleet makes a first and a
+  last try once per wait (issue 34). When it says no, a try before the
+  deadline parks and the last one answers 204, and nothing is stored under
+  the Idempotency-Key (a 204 that claimed nothing has no effect to replay; a
+  retry with the key asks afresh, as after the tries before it) — unless the
+  key already has a stored answer, which the claim's path replays (or refuses
+  as a conflict), or the key is one that path refuses: the first and the last
+  try look.
 
 With nothing for it, the request takes a waiter's slot (`admit_waiter`,
 RATE_LIMITED past the limits) and parks in the registry of claim waiters,
@@ -90,19 +92,21 @@ def wait_for_claim(
     )
     owned_by_worker = False
     release: Callable[[], None] | None = None
+    first = not resumed  # this request's first try (a stored answer under its key is replayed at once)
     try:
         while True:
             final = time.monotonic() >= deadline
-            if looks_claimable is not None and (ticket.chain is not None or final) and not looks_claimable():
-                # Woken, or at the deadline, and nothing is there for this caller: no claim's write transaction.
-                if not final:
+            if looks_claimable is not None and not looks_claimable():
+                # Nothing is there for this caller: no claim's write transaction, nothing stored.
+                if (first or final) and _answered_under_key(request):
+                    answer = try_claim(final)
+                elif not final:
                     answer = None
-                elif _answered_under_key(request):
-                    answer = try_claim(True)
                 else:
                     answer = Response(status=204)
             else:
                 answer = try_claim(final)
+            first = False
             if ticket.chain is not None:  # this try answered a wake: pass it on if someone else could use it
                 if more_claimable():
                     registry.settle(ticket, pass_on=True)

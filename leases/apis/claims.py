@@ -26,7 +26,7 @@ from leases.apis.projections import attempt_summary, held_compact_task
 from leases.apis.serializers import AttemptSummarySerializer, CompactTaskSerializer, WorkContextSerializer
 from leases.context import work_context
 from leases.selectors import claimable_tasks
-from leases.services import LeaseGrant, lease_claim, lease_claim_next
+from leases.services import LeaseGrant, anything_to_claim, lease_claim, lease_claim_next
 from ledger import clock
 from ledger.models import PathsMode
 from ledger.selectors import task_by_key, unfinished_tasks
@@ -210,8 +210,7 @@ class ClaimNextApi(ApiView):
 
         def looks_claimable() -> bool:
             task_class = data.get("task_class")
-            mine = claimable_tasks(project=project, now=clock.now(), agent=agent, task_class=task_class)
-            return mine.exists() or finished()
+            return anything_to_claim(project=project, agent=agent, task_class=task_class) or finished()
 
         return wait_for_claim(
             request,

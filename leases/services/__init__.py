@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from leases.services.allocations import allocation_release
 from leases.services.cancelling import Cancelled, task_cancel
-from leases.services.claim_next import lease_claim_next
+from leases.services.claim_next import anything_to_claim, lease_claim_next
 from leases.services.claims import LeaseGrant, lease_claim
 from leases.services.command_tokens import attempt_mint_token
 from leases.services.expiry import SweepReport, check_queue_wait, expire_lapsed, sweep_expired
@@ -34,6 +34,7 @@ __all__ = [
     "TaskUpdated",
     "agent_set_projects",
     "allocation_release",
+    "anything_to_claim",
     "attempt_finish",
     "attempt_hand_off",
     "attempt_mint_token",

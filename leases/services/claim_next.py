@@ -126,6 +126,14 @@ def _nothing_to_claim(*, project: Project, agent: Agent, task_class: str | None)
     return not _ANY_CANDIDATE[bool(task_class)].rows(**values)
 
 
+def anything_to_claim(*, project: Project, agent: Agent, task_class: str | None = None) -> bool:
+    """Whether claim-next would go on to claim (`_nothing_to_claim`'s one compiled read, outside any
+    transaction): the claim wait's look before a try, at a wake and at its deadline (`api.claim_wait`), so an
+    idle fleet's parked claims cost one statement each, not a claim's write transaction or a queryset built
+    afresh. True inside a transaction, and when a budget is spent (the claim answers that)."""
+    return not _nothing_to_claim(project=project, agent=agent, task_class=task_class)
+
+
 @write_transaction
 def _claim_next(
     *, project: Project, agent: Agent, task_class: str | None, request: ClaimRequest
