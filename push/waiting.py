@@ -35,6 +35,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.db import connection
 
@@ -234,18 +235,13 @@ class EventWatcher:
                 if seen is not None and version == seen:
                     time.sleep(POLL_SECONDS)  # no connection has committed anything since the last read
                     continue
-                with connection.cursor() as cursor:
-                    cursor.execute(
-                        "SELECT coalesce(project_id, 0), type, max(id) FROM ledger_event WHERE id > %s GROUP BY 1, 2",
-                        [last],
-                    )
-                    rows = cursor.fetchall()
+                rows = _events_since(last)
                 if rows:
                     latest: dict[int, int] = {}
                     types: dict[int, set[str]] = {}
                     for project, event_type, event_id in rows:
-                        latest[int(project)] = max(latest.get(int(project), 0), int(event_id))
-                        types.setdefault(int(project), set()).add(str(event_type))
+                        latest[project] = max(latest.get(project, 0), event_id)
+                        types.setdefault(project, set()).add(event_type)
                     last = max(latest.values())
                     self._committed(latest, {project: frozenset(names) for project, names in types.items()})
             except Exception:
@@ -267,12 +263,24 @@ class EventWatcher:
 def _data_version() -> int:
     """SQLite's `PRAGMA data_version` on this thread's connection: it changes when any other connection (any
     thread, any process) commits to the database, so an unchanged value means no event can have been added.
-    Read on the driver's connection itself: a poll that finds nothing new costs a few microseconds instead of
-    Django's cursor and a statement over the event table (issue 34: 1,000 idle runner slots)."""
-    connection.ensure_connection()
-    raw = connection.connection
-    (version,) = raw.execute("PRAGMA data_version").fetchone()
+    A poll that finds nothing committed costs this one pragma (issue 34: 1,000 idle runner slots)."""
+    (version,) = _raw_sqlite().execute("PRAGMA data_version").fetchone()
     return int(version)
+
+
+def _events_since(last: int) -> list[tuple[int, str, int]]:
+    """(project id or 0, type, highest id) of the events after `last`: the poll's read after a commit (any
+    commit: a heartbeat's or a renewal's too, so it stays on the driver's connection, without Django's cursor)."""
+    rows = _raw_sqlite().execute(
+        "SELECT coalesce(project_id, 0), type, max(id) FROM ledger_event WHERE id > ? GROUP BY 1, 2", (last,)
+    )
+    return [(int(project), str(event_type), int(event_id)) for project, event_type, event_id in rows.fetchall()]
+
+
+def _raw_sqlite() -> Any:
+    """This thread's sqlite3 connection (Django's, opened if need be; the poll only reads, in autocommit)."""
+    connection.ensure_connection()
+    return connection.connection
 
 
 def _parse(payload: str) -> dict[int, int] | int | None:

@@ -160,41 +160,30 @@ def test_a_bad_last_event_id_is_a_validation_error():
     assert_error(response, 400, "VALIDATION_ERROR")
 
 
-class _CountingConnection:
-    """`push.waiting`'s `connection`, counting the cursors its poll opens (everything else passes through)."""
-
-    def __init__(self, real):
-        self.real = real
-        self.cursors = 0
-
-    def cursor(self):
-        self.cursors += 1
-        return self.real.cursor()
-
-    def __getattr__(self, name):
-        return getattr(self.real, name)
-
-
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="the short poll is SQLite's")
 def test_the_sqlite_poll_reads_the_event_table_only_after_a_commit(monkeypatch):
     """1,000 idle runner slots park 100 waiters per server process: a poll that finds nothing committed
     must cost no statement over the event table (`PRAGMA data_version`), and a commit is still heard."""
     import push.waiting
 
-    counting = _CountingConnection(connection)
-    monkeypatch.setattr(push.waiting, "connection", counting)
+    reads: list[int] = []
+    real = push.waiting._events_since
+    monkeypatch.setattr(push.waiting, "_events_since", lambda last: reads.append(last) or real(last))
     project = ProjectFactory()
     watcher = push.waiting.EventWatcher()
     heard = threading.Event()
     unlisten = watcher.listen(lambda committed: heard.set() if committed and project.pk in committed else None)
     try:
-        time.sleep(0.2)  # the poll thread has started and read once
-        before = counting.cursors
+        started = time.monotonic()
+        while not reads and time.monotonic() - started < 10:
+            time.sleep(0.01)  # the poll thread has started and read once
+        time.sleep(2 * push.waiting.POLL_SECONDS)
+        before = len(reads)
         time.sleep(20 * push.waiting.POLL_SECONDS)  # twenty polls with nothing committed
-        assert counting.cursors == before
+        assert len(reads) == before
         event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
         assert heard.wait(2.0)
-        assert counting.cursors > before
+        assert len(reads) > before
     finally:
         unlisten()
         watcher.stop()
