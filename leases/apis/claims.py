@@ -25,7 +25,7 @@ from leases.apis.fields import BranchNameField, CommitIdField, EnvironmentNameFi
 from leases.apis.projections import attempt_summary, held_compact_task
 from leases.apis.serializers import AttemptSummarySerializer, CompactTaskSerializer, WorkContextSerializer
 from leases.context import work_context
-from leases.selectors import claimable_tasks
+from leases.selectors import claimable_by_anyone
 from leases.services import LeaseGrant, anything_to_claim, lease_claim, lease_claim_next
 from ledger import clock
 from ledger.models import PathsMode
@@ -202,7 +202,7 @@ class ClaimNextApi(ApiView):
                 return None
 
         def more_claimable() -> bool:
-            return claimable_tasks(project=project, now=clock.now(), by_anyone=True).exists()
+            return claimable_by_anyone(project, now=clock.now())
 
         def project_finished() -> bool:
             # Its wake goes on to the waiters that run until the project is finished (`until_empty`).

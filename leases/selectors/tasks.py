@@ -29,7 +29,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 
 from core.json_sets import JsonArrayEmpty, JsonArrayWithin
-from core.prepared import SAMPLE_INT, Prepared
+from core.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared
 from leases.models import AttemptKind, TaskUsage
 from leases.selectors.attempts import lapsed_leases, live_attempts
 from ledger.models import QUEUE_WAIT_UNALERTED, RESOLVED_STATUSES, Agent, Project, Task, TaskDependency, TaskStatus
@@ -223,6 +223,22 @@ def claimable_tasks(
         # every ready task.
         .order_by(F("priority").desc(), F("ready_since").asc(), "id")
     )
+
+
+# Whether anyone could claim a task of the project now (`claimable_by_anyone`), compiled once.
+_ANY_CLAIMABLE_BY_ANYONE: Prepared[Task] = Prepared(
+    lambda project, now: claimable_tasks(project=project, now=now, by_anyone=True).values_list("pk")[:1],
+    samples=(
+        {"project": Project(pk=SAMPLE_INT[0]), "now": SAMPLE_TIME[0]},
+        {"project": Project(pk=SAMPLE_INT[1]), "now": SAMPLE_TIME[1]},
+    ),
+)
+
+
+def claimable_by_anyone(project: Project, *, now: datetime) -> bool:
+    """Whether some agent could claim a task of the project now (`claimable_tasks(by_anyone=True)`), as one
+    compiled statement: the claim wait asks it after every wake it answered, to pass the wake on."""
+    return bool(_ANY_CLAIMABLE_BY_ANYONE.rows(project=project, now=now))
 
 
 def queue_wait_unalerted(project: Project, *, now: datetime, limit: int) -> QuerySet[Task, tuple[int, datetime | None]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import InvalidStatusTransition, TaskNotClaimable, ValidationFailed
-from leases.selectors import claimable_tasks, with_claimability
+from leases.selectors import claimable_by_anyone, claimable_tasks, with_claimability
 from leases.services import (
     HolderProof,
     agent_set_projects,
@@ -198,3 +198,19 @@ def test_cancel_of_a_done_task_is_refused_before_anything_is_revoked(web):
         task_cancel(task=task, actor=SYSTEM, release=True, reason="x")
     grant.attempt.refresh_from_db()
     assert grant.attempt.status == "active"
+
+
+def test_the_compiled_read_answers_as_claimable_by_anyone(web):
+    """`claimable_by_anyone` (the claim wait's pass-on read, compiled once) agrees with the queryset."""
+    agent = AgentFactory(handle="member", projects=[web])
+    now = clock.now()
+    assert not claimable_by_anyone(web, now=now)
+    stranded = TaskFactory(project=web, title="stranded")
+    Task.objects.filter(pk=stranded.pk).update(reserved_for=AgentFactory(handle="outsider"))
+    assert not claimable_by_anyone(web, now=now)  # reserved for someone who cannot see the project
+    held = TaskFactory(project=web, title="held")
+    grant = lease_claim(task=held, agent=agent)
+    assert not claimable_by_anyone(web, now=clock.now())
+    attempt_release(proof=proof_of(grant))
+    assert claimable_by_anyone(web, now=clock.now())
+    assert claimable_tasks(project=web, now=clock.now(), by_anyone=True).exists()
