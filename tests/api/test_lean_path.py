@@ -16,7 +16,7 @@ import json
 import logging
 import uuid
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from django.core.cache import cache
@@ -28,7 +28,7 @@ from django.test import override_settings
 from api.lean import LeanWSGIHandler, application_class
 from leases.models import Attempt, Note
 from ledger.actors import SYSTEM
-from ledger.models import Event
+from ledger.models import Event, Project
 from runners.services import runner_create
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
@@ -303,7 +303,7 @@ def _assert_same(outcomes: dict[str, Any]) -> list[Answer]:
 
 @pytest.fixture
 def world(db, clock) -> dict[str, Any]:
-    project = ProjectFactory(slug="lean")
+    project = cast(Project, ProjectFactory(slug="lean"))
     agent = AgentFactory(projects=[project])
     other = AgentFactory(projects=[project])
     TaskFactory(project=project, title="Fix the search copy")
