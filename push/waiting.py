@@ -232,10 +232,8 @@ class EventWatcher:
                 break
             try:
                 seen, version = version, _data_version()
-                if seen is not None and version == seen:
-                    time.sleep(POLL_SECONDS)  # no connection has committed anything since the last read
-                    continue
-                rows = _events_since(last)
+                # Unchanged: no connection has committed anything since the last read.
+                rows = _events_since(last) if version != seen else []
                 if rows:
                     latest: dict[int, int] = {}
                     types: dict[int, set[str]] = {}
