@@ -92,19 +92,12 @@ def _raw(vendor: str, query: str, project_id: int, agent_id: int) -> int:
 
 def _raw_statements(vendor: str, query: str, project_id: int) -> int:
     """The service's statements bare: per kind, (PostgreSQL: the walk of the newest segments, the probe,
-    the walk on, as `leases.search._postgres_window` runs them) the window of the newest RANK_WINDOW + 1
-    matches with their rank, under the same planner settings; ranked by the caller."""
+    the walk on and its skips: `leases.search._postgres_window_rows` itself, on the driver's cursor) the
+    window of the newest RANK_WINDOW + 1 matches with their rank, under the same planner settings;
+    ranked by the caller."""
     from django.db import connection
 
-    from leases.search import (
-        FIRST_SEGMENTS,
-        GIN_PLAN,
-        PLAN_SETTINGS,
-        RANK_WINDOW,
-        SEGMENT_BITS,
-        _postgres_scope,
-        _postgres_sql,
-    )
+    from leases.search import GIN_PLAN, PLAN_SETTINGS, RANK_WINDOW, _postgres_scope, _postgres_window_rows
     from leases.search_text import fts5_expression, parse, websearch_text
 
     with connection.cursor() as cursor:
@@ -112,29 +105,23 @@ def _raw_statements(vendor: str, query: str, project_id: int) -> int:
         found = 0
         if vendor == "postgresql":
             text = websearch_text(query)
-            need = RANK_WINDOW + 1
             raw.execute("BEGIN")
             raw.execute("SET LOCAL statement_timeout = %s", [RAW_TIMEOUT_MS])
             for name, value in PLAN_SETTINGS.items():
                 raw.execute(f"SET LOCAL {name} = {value}")
-            for table, kind in (("ledger_task", "task"), ("leases_note", "note")):
-                scope, _ = _postgres_scope(kind, [project_id])
-                walk, probe = _postgres_sql(table, scope)
+            raw.execute("SELECT EXISTS (SELECT 1 FROM ledger_project WHERE id <> %s)", [project_id])
+            projects = _postgres_scope([project_id]) if raw.fetchone()[0] else []  # as the service scopes
+
+            def run(sql: str, params: list[Any]) -> list[tuple[int, float]]:
+                raw.execute(sql, params)
+                return raw.fetchall()
+
+            for table in ("ledger_task", "leases_note"):
                 raw.execute(f"SELECT max(id) FROM {table}")
-                top = raw.fetchone()[0] >> SEGMENT_BITS
+                last = raw.fetchone()[0]
                 for name, value in GIN_PLAN.items():
                     raw.execute(f"SET LOCAL {name} = {value}")
-                bottom = max(top - FIRST_SEGMENTS + 1, 0)
-                raw.execute(walk, [top, bottom, text, text, [project_id], need])
-                rows = len(raw.fetchall())
-                if rows < need and bottom > 0:
-                    raw.execute(probe, [text, text, bottom << SEGMENT_BITS, [project_id], need - rows])
-                    older = len(raw.fetchall())
-                    if older == need - rows:
-                        raw.execute(walk, [bottom - 1, 0, text, text, [project_id], need - rows])
-                        older = len(raw.fetchall())
-                    rows += older
-                found += rows
+                found += len(_postgres_window_rows(run, table, projects, text, last))
                 for name in GIN_PLAN:
                     raw.execute(f"SET LOCAL {name} = on")
             raw.execute("COMMIT")

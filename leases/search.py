@@ -27,7 +27,10 @@ rather than every match (`SearchAnswer.windowed`). Finding the window:
   rest of the window (a rare word has them all then); otherwise the walk goes
   on segment by segment to the window's end (`_postgres_window`). The heap
   reads are at most the window plus one segment's matches, whatever the word's
-  count in the table.
+  count in the table. Visibility is in the index too: each vector holds its
+  row's project as a lexeme (migration `leases.0025`), and the caller's
+  projects are one more posting list to intersect, so a match in a project
+  the caller may not see is never read.
 
 The answers are the same hits on both (the query is read the same way:
 `leases.search_text`); the order among hits may differ where the two
@@ -44,9 +47,10 @@ time), never a held thread.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
@@ -70,6 +74,7 @@ from ledger.models import Agent, Project, Task
 from ledger.selectors import projects_visible_to, tasks_visible_to
 
 __all__ = [
+    "COARSE_BITS",
     "FIRST_SEGMENTS",
     "RANK_WINDOW",
     "SEARCHABLE_CHARS",
@@ -90,6 +95,9 @@ RANK_WINDOW = 1000
 # PostgreSQL: the id segments the stored vectors name (migration leases 0024 holds the same number): the
 # walk's unit, so its heap reads past the window are at most one segment's matches.
 SEGMENT_BITS = 12
+# PostgreSQL: the id stretches the stored vectors also name (migration leases 0025 holds the same number):
+# 16 segments, the unit the walk skips when a stretch has no match.
+COARSE_BITS = 16
 # PostgreSQL: the segments walked before the probe (docs/performance.md, "Search, round three").
 FIRST_SEGMENTS = 8
 # PostgreSQL's plan for a search is always the text index first, then primary-key lookups per match.
@@ -196,91 +204,129 @@ def _bounded() -> Iterator[None]:
 # --- PostgreSQL -----------------------------------------------------------------------------------
 
 
-def _postgres_scope(kind: str, projects: list[int] | None) -> tuple[str, list[list[int]]]:
-    """The caller's visibility of the row `hit` as SQL: its project among `projects` (None: every one).
-
-    A note's project is a scalar subquery (two primary-key lookups per match): an EXISTS was turned
-    into a semi-join whose other side was every visible note (docs/performance.md, "Search, round
-    three"); a scalar subquery is never made a join."""
-    if projects is None:
-        return "TRUE", []
-    if kind == "task":
-        return "hit.project_id = ANY(%s)", [projects]
-    return (
-        "(SELECT task.project_id FROM leases_attempt attempt JOIN ledger_task task ON task.id = attempt.task_id "
-        "WHERE attempt.id = hit.attempt_id) = ANY(%s)",
-        [projects],
-    )
+def _postgres_scope(projects: list[int]) -> list[str]:
+    """The caller's projects as a tsquery of project lexemes (migration `leases.0025`), the one parameter
+    of a scoped statement: GIN intersects it with the word's posting list, so a match in another
+    project is never read from the heap (a note's project was two primary-key lookups a match:
+    docs/performance.md, "Search, round four")."""
+    return [" | ".join(f"' p{pk}'" for pk in projects)]
 
 
-def _postgres_sql(table: str, visible: str) -> tuple[str, str]:
-    """The window's two statements over `table` (a constant of this module; the query is a parameter).
+def _postgres_sql(table: str, scoped: bool) -> tuple[str, str, str]:
+    """The window's three statements over `table` (a constant of this module; the query is a parameter),
+    `scoped`: with the caller's projects (`_postgres_scope`) as a parameter after the query's.
 
     The walk: segments `top` down to `bottom`, newest first, each one's matches through GIN (the word's
-    posting list intersected with the segment's) sorted newest first, the whole cut at its LIMIT: the
-    nested loop over `generate_series` emits segment after segment, so the LIMIT stops the walk.
-    The probe: the matches below an id through GIN, in no order, at most its LIMIT."""
+    posting list intersected with the segment's, and the projects') sorted newest first, the whole cut
+    at its LIMIT: the nested loop over `generate_series` emits segment after segment, so the LIMIT
+    stops the walk. The probe: the matches below an id through GIN, in no order, at most its LIMIT.
+    The skip: the newest stretch (COARSE_BITS of ids) at or below a number with any match, through GIN,
+    one row read at most."""
     rank = "ts_rank(hit.search_vector, websearch_to_tsquery('english', %s))"
+    projects = " && %s::tsquery" if scoped else ""
     walk = (
         f"SELECT hit.id, hit.rank FROM generate_series(%s::bigint, %s::bigint, -1) AS segment(number) "  # noqa: S608
         f"CROSS JOIN LATERAL (SELECT hit.id, {rank} AS rank FROM {table} hit "
-        "WHERE hit.search_vector @@ (websearch_to_tsquery('english', %s) && "
+        f"WHERE hit.search_vector @@ (websearch_to_tsquery('english', %s){projects} && "
         "quote_literal(' ' || segment.number)::tsquery) "
-        f"AND {visible} ORDER BY hit.id + 0 DESC) AS hit LIMIT %s"
+        "ORDER BY hit.id + 0 DESC) AS hit LIMIT %s"
     )
     probe = (
         f"SELECT hit.id, {rank} FROM {table} hit "  # noqa: S608
-        "WHERE hit.search_vector @@ websearch_to_tsquery('english', %s) AND hit.id + 0 < %s "
-        f"AND {visible} LIMIT %s"
+        f"WHERE hit.search_vector @@ (websearch_to_tsquery('english', %s){projects}) AND hit.id + 0 < %s "
+        "LIMIT %s"
     )
-    return walk, probe
+    skip = (
+        "SELECT stretch.number FROM generate_series(%s::bigint, 0, -1) AS stretch(number) "  # noqa: S608
+        f"CROSS JOIN LATERAL (SELECT 1 FROM {table} hit "
+        f"WHERE hit.search_vector @@ (websearch_to_tsquery('english', %s){projects} && "
+        "quote_literal(' c' || stretch.number)::tsquery) LIMIT 1) AS hit LIMIT 1"
+    )
+    return walk, probe, skip
 
 
-def _postgres_window(table: str, visible: str, scope_params: list[list[int]], text: str) -> list[tuple[int, float]]:
-    """The newest RANK_WINDOW + 1 visible matches of `text` in `table`, newest first, with their rank.
+Rows = list[tuple[int, float]]
 
-    Bounded by construction (docs/performance.md, "Search, round three"): the rows read from the heap
-    are the matches of the segments walked, at most the window plus one segment's; the index work is
-    one posting-list intersection per segment walked (a rare word's: its few entries).
+
+def _postgres_window_rows(
+    run: Callable[[str, list[Any]], Rows], table: str, scope: list[str], text: str, last: int
+) -> Rows:
+    """The newest RANK_WINDOW + 1 visible matches of `text` in `table` (whose last id is `last`), newest
+    first, with their rank; `run(sql, params)` runs a statement under PLAN_SETTINGS and GIN_PLAN and
+    returns its rows (the service's cursor; the bench's raw reference its own).
+
+    Bounded by construction (docs/performance.md, "Search, round three" and "round four"): the rows read
+    from the heap are the matches of the segments walked, at most the window plus one segment's; the
+    index work is one posting-list intersection per segment walked, and one per empty stretch skipped.
     1. Walk the FIRST_SEGMENTS newest segments: a common word stops here.
     2. Probe everything older through GIN, in no order, for the rest of the window: fewer rows than
        asked are all there is (a rare word stops here, the probe's heap reads at most the window).
-    3. Otherwise walk on, segment by segment, to the window's end."""
-    walk, probe = _postgres_sql(table, visible)
+    3. Otherwise walk on, segment by segment to the start of the segment's stretch, then skip every
+       stretch with no match at once and walk on in the next with one, to the window's end (a word
+       whose matches are all old crosses its empty years a stretch, not a segment, at a time)."""
+    walk, probe, skip = _postgres_sql(table, bool(scope))
     need = RANK_WINDOW + 1
+    top = last >> SEGMENT_BITS
+    bottom = max(top - FIRST_SEGMENTS + 1, 0)
+    rows = run(walk, [top, bottom, text, text, *scope, need])
+    if len(rows) >= need or bottom == 0:
+        return rows
+    wanted = need - len(rows)
+    older = run(probe, [text, text, *scope, bottom << SEGMENT_BITS, wanted])
+    if len(older) < wanted:
+        return rows + sorted(older, key=lambda row: -row[0])
+    shift = COARSE_BITS - SEGMENT_BITS
+    segment = bottom - 1
+    while segment >= 0 and len(rows) < need:
+        first = segment >> shift << shift  # the first segment of this one's stretch
+        rows += run(walk, [segment, first, text, text, *scope, need - len(rows)])
+        if len(rows) >= need or first == 0:
+            break
+        stretch = run(skip, [(first >> shift) - 1, text, *scope])
+        if not stretch:
+            break
+        segment = ((stretch[0][0] + 1) << shift) - 1
+    return rows
+
+
+def _postgres_window(table: str, scope: list[str], text: str) -> Rows:
+    """`_postgres_window_rows` on the service's connection."""
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT max(id) FROM {table}")  # noqa: S608 (the primary key's last entry)
         last = cursor.fetchone()[0]
     if last is None:
         return []
     with _postgres_settings(GIN_PLAN), connection.cursor() as cursor:
-        top = last >> SEGMENT_BITS
-        bottom = max(top - FIRST_SEGMENTS + 1, 0)
-        cursor.execute(walk, [top, bottom, text, text, *scope_params, need])
-        rows = cursor.fetchall()
-        if len(rows) >= need or bottom == 0:
-            return rows
-        wanted = need - len(rows)
-        cursor.execute(probe, [text, text, bottom << SEGMENT_BITS, *scope_params, wanted])
-        older = cursor.fetchall()
-        if len(older) < wanted:
-            return rows + sorted(older, key=lambda row: -row[0])
-        cursor.execute(walk, [bottom - 1, 0, text, text, *scope_params, wanted])
-        return rows + cursor.fetchall()
+
+        def run(sql: str, params: list[Any]) -> Rows:
+            cursor.execute(sql, params)
+            return cursor.fetchall()
+
+        return _postgres_window_rows(run, table, scope, text, last)
 
 
-def _postgres_candidates(query: str, agent: Agent | None, project: Project | None) -> tuple[list[_Candidate], bool]:
-    text = websearch_text(query)
-    projects: list[int] | None = None
-    if agent is not None:
-        projects = list(projects_visible_to(agent).values_list("pk", flat=True))
+def _caller_projects(agent: Agent | None, project: Project | None) -> list[int] | None:
+    """The ids of the projects the caller searches: the agent's, or the one asked for if it is among
+    them ([] if not); None: every project (staff, no project asked for)."""
+    projects = None if agent is None else list(projects_visible_to(agent).values_list("pk", flat=True))
     if project is not None:
         projects = [project.pk] if projects is None or project.pk in projects else []
+    return projects
+
+
+def _postgres_candidates(query: str, projects: list[int] | None) -> tuple[list[_Candidate], bool]:
+    if projects == []:
+        return [], False
+    text = websearch_text(query)
+    scope: list[str] = []
+    # A caller who sees every project searches unscoped: its projects' posting list would be every row,
+    # one more list to intersect per segment for nothing (a project made meanwhile is caught by `_hits`).
+    if projects is not None and Project.objects.exclude(pk__in=projects).exists():
+        scope = _postgres_scope(projects)
     found: list[_Candidate] = []
     windowed = False
     for kind, table in (("task", "ledger_task"), ("note", "leases_note")):
-        visible, params = _postgres_scope(kind, projects)
-        rows = _postgres_window(table, visible, params, text)
+        rows = _postgres_window(table, scope, text)
         windowed = windowed or len(rows) > RANK_WINDOW
         found += [_Candidate(kind, pk, float(value)) for pk, value in rows[:RANK_WINDOW]]
     return found, windowed
@@ -340,18 +386,27 @@ def _sqlite_marked(parsed: ParsedQuery, kind: str, ids: list[int]) -> dict[int, 
 # --- both -----------------------------------------------------------------------------------------
 
 
-def _hits(page: list[_Candidate], marked: dict[tuple[str, int], str]) -> list[SearchHit]:
+def _hits(page: list[_Candidate], marked: dict[tuple[str, int], str], projects: list[int] | None) -> list[SearchHit]:
+    """The page's hits, each checked once more against the caller's projects (None: every one): a row
+    of a project made while the search ran unscoped is left out, never shown."""
     task_ids = [c.id for c in page if c.kind == "task"]
     note_ids = [c.id for c in page if c.kind == "note"]
-    tasks = {row["id"]: row for row in Task.objects.filter(id__in=task_ids).values("id", "key", "title")}
+    tasks = {row["id"]: row for row in Task.objects.filter(id__in=task_ids).values("id", "key", "title", "project_id")}
     notes = {
         row["id"]: row
         for row in Note.objects.filter(id__in=note_ids).values(
-            "id", "attempt_id", "attempt__task__key", "attempt__task__title"
+            "id", "attempt_id", "attempt__task__key", "attempt__task__title", "attempt__task__project_id"
         )
     }
     hits = []
     for candidate in page:
+        owner = (
+            tasks[candidate.id]["project_id"]
+            if candidate.kind == "task"
+            else notes[candidate.id]["attempt__task__project_id"]
+        )
+        if projects is not None and owner not in projects:
+            continue
         text = marked.get((candidate.kind, candidate.id))
         if candidate.kind == "task":
             task = tasks[candidate.id]
@@ -405,10 +460,11 @@ def search_answer(
     if project is not None:
         tasks = tasks.filter(project=project)
         notes = notes.filter(attempt__task__project=project)
+    projects = _caller_projects(agent, project)
     postgres = connection.vendor == "postgresql"
     with _bounded():
         if postgres:
-            candidates, windowed = _postgres_candidates(query, agent, project)
+            candidates, windowed = _postgres_candidates(query, projects)
         else:
             candidates, windowed = _sqlite_candidates(parsed, tasks, notes)
         merged = sorted(candidates, key=lambda c: (-c.rank, c.kind != "task", -c.id))
@@ -419,5 +475,5 @@ def search_answer(
             if ids:
                 found = _postgres_marked(query, kind, ids) if postgres else _sqlite_marked(parsed, kind, ids)
                 marked.update({(kind, key): value for key, value in found.items()})
-        hits = _hits(page, marked)
+        hits = _hits(page, marked, projects)
     return SearchAnswer(hits, more=len(merged) > offset + limit, windowed=windowed)
