@@ -223,24 +223,24 @@ def _postgres_sql(table: str, scoped: bool) -> tuple[str, str, str]:
     The skip: the newest stretch (COARSE_BITS of ids) at or below a number with any match, through GIN,
     one row read at most."""
     rank = "ts_rank(hit.search_vector, websearch_to_tsquery('english', %s))"
-    projects = " && %s::tsquery" if scoped else ""
+    # Each condition its own `@@`, so each is a scan key of its own: GIN leapfrogs across keys (each
+    # jumps past the others' next match), while the lexemes of one tsquery are read by iterating the
+    # rarest of them whole (a stretch's 65,536 entries, a segment's 4,096: docs/performance.md, "Search,
+    # round four").
+    match = "hit.search_vector @@ websearch_to_tsquery('english', %s)"
+    if scoped:
+        match += " AND hit.search_vector @@ %s::tsquery"
     walk = (
         f"SELECT hit.id, hit.rank FROM generate_series(%s::bigint, %s::bigint, -1) AS segment(number) "  # noqa: S608
-        f"CROSS JOIN LATERAL (SELECT hit.id, {rank} AS rank FROM {table} hit "
-        f"WHERE hit.search_vector @@ (websearch_to_tsquery('english', %s){projects} && "
-        "quote_literal(' ' || segment.number)::tsquery) "
+        f"CROSS JOIN LATERAL (SELECT hit.id, {rank} AS rank FROM {table} hit WHERE {match} "
+        "AND hit.search_vector @@ quote_literal(' ' || segment.number)::tsquery "
         "ORDER BY hit.id + 0 DESC) AS hit LIMIT %s"
     )
-    probe = (
-        f"SELECT hit.id, {rank} FROM {table} hit "  # noqa: S608
-        f"WHERE hit.search_vector @@ (websearch_to_tsquery('english', %s){projects}) AND hit.id + 0 < %s "
-        "LIMIT %s"
-    )
+    probe = f"SELECT hit.id, {rank} FROM {table} hit WHERE {match} AND hit.id + 0 < %s LIMIT %s"  # noqa: S608
     skip = (
         "SELECT stretch.number FROM generate_series(%s::bigint, 0, -1) AS stretch(number) "  # noqa: S608
-        f"CROSS JOIN LATERAL (SELECT 1 FROM {table} hit "
-        f"WHERE hit.search_vector @@ (websearch_to_tsquery('english', %s){projects} && "
-        "quote_literal(' c' || stretch.number)::tsquery) LIMIT 1) AS hit LIMIT 1"
+        f"CROSS JOIN LATERAL (SELECT 1 FROM {table} hit WHERE {match} "
+        "AND hit.search_vector @@ quote_literal(' c' || stretch.number)::tsquery LIMIT 1) AS hit LIMIT 1"
     )
     return walk, probe, skip
 
