@@ -375,3 +375,30 @@ def active_decisions_for(task: Task, *, limit: int) -> list[Decision]:
 def recent_comments(task: Task, *, limit: int) -> list[TaskComment]:
     """The task's latest comments, oldest of them first."""
     return list(reversed(list(_prepared_comments(limit).objects(task_id=task.pk))))
+
+
+# The statuses of finished work; every other task is live work (the console's task list by default).
+CLOSED_STATUSES = (TaskStatus.DONE, TaskStatus.CANCELLED)
+# Word for word the condition of the index `task_live_class`, its values written in (SQLite uses a partial
+# index only for a condition it can see is the index's, and a bound parameter is not).
+_LIVE = "NOT (status IN ({}))".format(", ".join(f"'{status}'" for status in CLOSED_STATUSES))
+_LIVE_CLASSES = f"""
+    WITH RECURSIVE classes(name, n) AS (
+        SELECT min(task_class), 1 FROM ledger_task WHERE {_LIVE}
+        UNION ALL
+        SELECT (SELECT min(task_class) FROM ledger_task WHERE {_LIVE} AND task_class > classes.name), n + 1
+        FROM classes WHERE classes.name IS NOT NULL AND n < %s
+    )
+    SELECT name FROM classes WHERE name IS NOT NULL
+"""  # noqa: S608 (constants of this module only)
+
+
+def live_task_classes(limit: int) -> list[str]:
+    """The first `limit` task classes of live work (tasks neither done nor cancelled), in order.
+
+    A loose scan of the index `task_live_class`: one index probe per class (the next class after the
+    last), on both databases, not a DISTINCT over every live task (issue 33: 117 to 255 ms at 1M tasks,
+    276k of them ready, on every task list page)."""
+    with connection.cursor() as cursor:
+        cursor.execute(_LIVE_CLASSES, [limit])
+        return [name for (name,) in cursor.fetchall()]

@@ -27,6 +27,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Coalesce
+from django.db.models.lookups import IsNull
 
 from core.json_sets import JsonArrayEmpty, JsonArrayWithin
 from core.prepared import SAMPLE_INT, SAMPLE_TIME, Prepared
@@ -261,12 +262,15 @@ def reservation_holdable() -> QuerySet[Agent]:
 def with_claimability(tasks: QuerySet[Task], *, now: datetime) -> QuerySet[Task]:
     """`with_compact_state` plus `claimable`: whether somebody can claim the task now.
 
-    The one rule, `claimable_tasks(by_anyone=True)`, asked per row by primary key.
+    The one rule, `claimable_tasks(by_anyone=True)`, asked per row by primary key: a scalar subquery
+    (`(SELECT id … LIMIT 1) IS NOT NULL`), which PostgreSQL runs for the rows asked for. An EXISTS it may
+    hash instead, reading every claimable task once per statement (issue 33: 276k of them at 1M tasks,
+    0.5 s under a task list page of 50 rows).
     """
     claimable = (
         claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET).filter(pk=OuterRef("pk")).order_by()
     )
-    return with_compact_state(tasks, now=now).annotate(claimable=Exists(claimable))
+    return with_compact_state(tasks, now=now).annotate(claimable=IsNull(Subquery(claimable.values("pk")[:1]), False))
 
 
 def claimable_condition(

@@ -173,6 +173,13 @@ class Task(NoDeleteModel):
             ),  # Serves agent health's quarantined work (stop 40): the blocked tasks (live work), read before their
             # attempts, instead of the week's failed and expired attempts joined to every task they name.
             models.Index(fields=["id"], name="task_blocked", condition=Q(status=TaskStatus.BLOCKED)),
+            # Serves the task list's class filter (issue 33): the classes of live work by a loose scan, one
+            # probe per class (`ledger.selectors.live_task_classes`), whatever the number of live tasks.
+            models.Index(
+                fields=["task_class"],
+                name="task_live_class",
+                condition=~Q(status__in=[TaskStatus.DONE, TaskStatus.CANCELLED]),
+            ),
         ]
 
     def __str__(self) -> str:
