@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Max, Min
+from django.db.models import Max, Min, QuerySet
 
 from insight.agent_health import SILENT, SILENT_RENEWED, agent_health
 from insight.job_health import job_health
@@ -88,6 +88,18 @@ def _agents(now: datetime) -> list[Observation]:
     return found
 
 
+# The queue-wait incident counts the tasks waiting up to this many (issue 33: a backlog of 75k a project at
+# 1M tasks made the check count it whole every minute); past it the detail says it stopped counting.
+WAITING_COUNTED = 1000
+
+
+def _waiting(waiting: QuerySet[Task]) -> dict[str, Any]:
+    counted = waiting.order_by()[: WAITING_COUNTED + 1].count()
+    if counted > WAITING_COUNTED:
+        return {"waiting": WAITING_COUNTED, "waiting_more": True}
+    return {"waiting": counted}
+
+
 def _projects(now: datetime) -> list[Observation]:
     found = []
     projects = list(Project.objects.filter(archived_at__isnull=True))
@@ -127,7 +139,7 @@ def _projects(now: datetime) -> list[Observation]:
                     subject,
                     f"{project.slug}: claimable work waits longer than {project.queue_wait_max_seconds} s",
                     project.pk,
-                    {"waited_seconds": int((now - oldest).total_seconds()), "waiting": waiting.count()},
+                    {"waited_seconds": int((now - oldest).total_seconds()), **_waiting(waiting)},
                 )
             )
         spent = usage.get(project.pk)

@@ -381,7 +381,7 @@ def recent_comments(task: Task, *, limit: int) -> list[TaskComment]:
 CLOSED_STATUSES = (TaskStatus.DONE, TaskStatus.CANCELLED)
 # Word for word the condition of the index `task_live_class`, its values written in (SQLite uses a partial
 # index only for a condition it can see is the index's, and a bound parameter is not).
-_LIVE = "NOT (status IN ({}))".format(", ".join(f"'{status}'" for status in CLOSED_STATUSES))
+_LIVE = "NOT (status IN ({})) AND task_class >= ''".format(", ".join(f"'{status}'" for status in CLOSED_STATUSES))
 _LIVE_CLASSES = f"""
     WITH RECURSIVE classes(name, n) AS (
         SELECT min(task_class), 1 FROM ledger_task WHERE {_LIVE}

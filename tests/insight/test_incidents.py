@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import cast
 
 import pytest
 
@@ -171,3 +172,24 @@ def test_the_thresholds_are_settings_and_a_changed_one_changes_what_opens(clock,
     settings.LEASEHOLD_INCIDENT_LANDING_STUCK_MINUTES = 60
     assert incidents_check().resolved == 2
     assert _open_rules() == set()
+
+
+def test_a_queue_wait_incident_counts_the_waiting_up_to_a_bound(clock, monkeypatch):
+    """Issue 33: the check counts a project's waiting tasks up to WAITING_COUNTED, not its whole backlog, and
+    says when it stopped counting."""
+    from insight import incidents as rules
+
+    monkeypatch.setattr(rules, "WAITING_COUNTED", 3)
+    project = ProjectFactory(slug="web", queue_wait_max_seconds=60)
+    for _ in range(3):
+        TaskFactory(project=project)
+    clock.advance(120)
+
+    def detail():
+        incidents_check()
+        return Incident.objects.get(rule=IncidentRule.QUEUE_WAIT, subject="project:web").detail
+
+    assert detail() == {"waited_seconds": 120, "waiting": 3}
+    late = cast(Task, TaskFactory(project=project))
+    Task.objects.filter(pk=late.pk).update(ready_since=clock.now() - timedelta(seconds=100))
+    assert detail() == {"waited_seconds": 120, "waiting": 3, "waiting_more": True}
