@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.core.exceptions import PermissionDenied
-from django.db.models import Count, OuterRef, QuerySet, Subquery
+from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -31,6 +31,7 @@ from django.urls import reverse
 
 from console.base import EMPTY, task_lease_left
 from console.tasks.parts import status_cell
+from insight.status_counts import task_counts_by_status
 from leases.models import AttemptKind
 from leases.selectors import IN_PROGRESS, IN_REVIEW, LANDING, live_attempts, with_compact_state
 from ledger import clock
@@ -92,13 +93,16 @@ def live_statuses(project: Project, now: datetime) -> dict[int, tuple[str, str]]
 
 
 def board_columns(project: Project) -> list[Column]:
-    """Counted from the stored statuses (index `task_project_status`) moved by the live leases, and each
-    column's cards read by stored status (or by the live tasks' ids) before the lease state is annotated:
-    no query evaluates a lease subquery per task of the project (the board's cost grew with it, issue 32)."""
+    """Counted from the stored statuses (the trigger-kept counts, `insight.status_counts`) moved by the live
+    leases, and each column's cards read by stored status in the board's order (index `task_project_status`)
+    or by the live tasks' ids, before the lease state is annotated: no query reads or evaluates a lease
+    subquery per task of the project (the board's cost grew with it, issues 32 and 33)."""
     now = clock.now()
     live = live_statuses(project, now)
     project_tasks = Task.objects.filter(project=project)
-    counts = Counter(dict(project_tasks.order_by().values_list("status").annotate(n=Count("id"))))
+    counts = Counter(
+        {status: n for (project_id, status), n in task_counts_by_status().items() if project_id == project.pk}
+    )
     for stored, effective in live.values():
         counts[stored] -= 1
         counts[effective] += 1

@@ -166,3 +166,27 @@ def test_the_columns_equal_grouping_by_the_effective_status_annotation(web):
     assert columns["in_review"].count == columns["landing"].count == 1
     assert held[3].pk in [card.task.pk for card in columns["in_progress"].cards]
     assert held[2].pk in [card.task.pk for card in columns["ready"].cards]
+
+
+def test_the_board_counts_without_reading_the_task_table_and_reads_cards_in_order(manager_client, web):
+    """Issue 33: the column counts are the trigger-kept counts; each column's cards are read in the board's
+    order along `task_project_status` (PostgreSQL), not sorted from all of a status's tasks."""
+    with CaptureQueriesContext(connection) as captured:
+        assert manager_client.get(f"{BOARD}web/").status_code == 200
+    statements = [query["sql"] for query in captured.captured_queries]
+    counted = [sql for sql in statements if 'COUNT("ledger_task"."id")' in sql or "COUNT(*)" in sql]
+    assert counted == []
+    if connection.vendor != "postgresql":
+        return
+    # The columns of stored statuses (a live column reads its few tasks by id).
+    by_status = [sql.rsplit(" WHERE ", 1) for sql in statements if sql.endswith("LIMIT 25")]
+    cards = [head + " WHERE " + where for head, where in by_status if 'AND "ledger_task"."id" IN (' not in where]
+    assert cards
+    with connection.cursor() as cursor:
+        cursor.execute("SET enable_seqscan = off")  # a test table is tiny: ask which index serves the order
+        for sql in cards:
+            cursor.execute("EXPLAIN " + sql)
+            plan = "\n".join(row[0] for row in cursor.fetchall())
+            assert "task_project_status" in plan
+            assert "Sort Key: ledger_task.priority DESC" not in plan
+        cursor.execute("RESET enable_seqscan")
