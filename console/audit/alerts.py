@@ -162,13 +162,17 @@ def _task_fields(task: Task | None) -> dict[str, str]:
 
 
 def event_groups(events: QuerySet[Event], *, since: datetime, all_url: str, shown: int = PANEL_SHOWN) -> AlertPanel:
-    """`events` grouped by (type, project), newest group first; the top `shown` named by their latest event."""
-    grouped = (
+    """`events` grouped by (type, project), newest group first; the top `shown` named by their latest event.
+
+    One aggregate over the window read whole (a group is a type and a project: tens of rows), the totals
+    counted from it: the window's events are read once, not three times (issue 33: a day of warnings is
+    100x larger at 1M tasks)."""
+    grouped = list(
         events.order_by()
         .values("type", "project_id")
         .annotate(n=Count("id"), first=Min("created_at"), last=Max("created_at"), latest=Max("id"))
     )
-    top = list(grouped.order_by("-latest")[:shown])
+    top = sorted(grouped, key=lambda row: -row["latest"])[:shown]
     latest = Event.objects.select_related("task", "project").in_bulk([row["latest"] for row in top])
     groups = []
     for row in top:
@@ -192,7 +196,9 @@ def event_groups(events: QuerySet[Event], *, since: datetime, all_url: str, show
                 **_task_fields(task),
             )
         )
-    return AlertPanel(groups=groups, total_groups=grouped.count(), total_items=events.count(), all_url=all_url)
+    return AlertPanel(
+        groups=groups, total_groups=len(grouped), total_items=sum(row["n"] for row in grouped), all_url=all_url
+    )
 
 
 def _finding_where(finding: Finding) -> str:
