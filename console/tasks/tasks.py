@@ -97,7 +97,10 @@ class TaskAdmin(EstimatedCountMixin, TaskCancelMixin, TaskRevokeMixin, TaskPlann
     search_fields = ["=key", "title"]
     search_help_text = "A task key (exact, e.g. WEB-412) or words of its title."
     list_select_related = ["project", "reserved_for"]
-    ordering = ["project", "-priority", "number"]
+    # By project id (the order projects were made in), then priority and number: the order of the index
+    # `task_list_order`, walked and filtered, so a page reads about its own rows whatever the live work
+    # (issue 33: ordered by the project's slug, the first 50 of 300k live tasks were sorted out of all).
+    ordering = ["project_id", "-priority", "number", "-id"]
     list_per_page = 50
     inlines = [AttemptInline, DependencyInline, DependentInline]
     actions = [

@@ -142,6 +142,11 @@ class Task(NoDeleteModel):
                 name="task_claim_queue",
                 condition=Q(status=TaskStatus.READY, held=False),
             ),
+            # The console's task list in its order (project, priority desc, number, id desc): a page of any of
+            # its filters walks it and stops (issue 33).
+            models.Index(
+                "project", models.F("priority").desc(), "number", models.F("id").desc(), name="task_list_order"
+            ),
             # A project's tasks by stored status, in the board's order (priority desc, number): the board's
             # columns read their first cards along it, however many tasks a status holds (issue 33: the done
             # column sorted 175k tasks at 1M).
