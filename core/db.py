@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import Error, InterfaceError, OperationalError, connection, transaction
+from django.db.models import QuerySet
 
 from core.deadline import bounded, seconds_left
 from core.errors import StorageBusy
@@ -222,6 +223,13 @@ def read_snapshot() -> Iterator[None]:
                 yield
             finally:
                 cursor.execute("COMMIT")  # nothing was written: commit and rollback end it alike
+
+
+def count_up_to(rows: QuerySet[Any], bound: int) -> tuple[int, bool]:
+    """How many `rows`, counted up to `bound`, and whether more follow: the planner stops at the bound's
+    row instead of reading a backlog to its end (issue 33: 276,000 ready tasks at 1M)."""
+    counted = rows.order_by()[: bound + 1].count()
+    return min(counted, bound), counted > bound
 
 
 class PrivateFileConnection(sqlite3.Connection):

@@ -31,6 +31,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Max, Min, QuerySet
 
+from core.db import count_up_to
 from insight.agent_health import SILENT, SILENT_RENEWED, agent_health
 from insight.job_health import job_health
 from insight.models.incidents import IncidentRule
@@ -94,10 +95,8 @@ WAITING_COUNTED = 1000
 
 
 def _waiting(waiting: QuerySet[Task]) -> dict[str, Any]:
-    counted = waiting.order_by()[: WAITING_COUNTED + 1].count()
-    if counted > WAITING_COUNTED:
-        return {"waiting": WAITING_COUNTED, "waiting_more": True}
-    return {"waiting": counted}
+    counted, more = count_up_to(waiting, WAITING_COUNTED)
+    return {"waiting": counted, "waiting_more": True} if more else {"waiting": counted}
 
 
 def _projects(now: datetime) -> list[Observation]:

@@ -20,7 +20,17 @@ from django.db.models.functions import Length, Substr
 
 from core.errors import NotFound, ValidationFailed
 from core.prepared import SAMPLE_INT, Prepared
-from ledger.models import Agent, Decision, DecisionStatus, Event, Project, Task, TaskComment, TaskStatus
+from ledger.models import (
+    RESOLVED_STATUSES,
+    Agent,
+    Decision,
+    DecisionStatus,
+    Event,
+    Project,
+    Task,
+    TaskComment,
+    TaskStatus,
+)
 from ledger.tokens import AGENT_TOKEN_PREFIX, hash_token
 
 
@@ -377,11 +387,11 @@ def recent_comments(task: Task, *, limit: int) -> list[TaskComment]:
     return list(reversed(list(_prepared_comments(limit).objects(task_id=task.pk))))
 
 
-# The statuses of finished work; every other task is live work (the console's task list by default).
-CLOSED_STATUSES = (TaskStatus.DONE, TaskStatus.CANCELLED)
 # Word for word the condition of the index `task_live_class`, its values written in (SQLite uses a partial
 # index only for a condition it can see is the index's, and a bound parameter is not).
-_LIVE = "NOT (status IN ({})) AND task_class >= ''".format(", ".join(f"'{status}'" for status in CLOSED_STATUSES))
+_LIVE = "NOT (status IN ({})) AND task_class >= ''".format(
+    ", ".join(f"'{status}'" for status in sorted(RESOLVED_STATUSES))
+)
 _LIVE_CLASSES = f"""
     WITH RECURSIVE classes(name, n) AS (
         SELECT min(task_class), 1 FROM ledger_task WHERE {_LIVE}

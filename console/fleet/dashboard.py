@@ -28,6 +28,7 @@ from console.fleet.charts import Stack, bar_chart, rate_chart
 from console.fleet.jobs_health import JobsView, jobs_view
 from console.permissions import DASHBOARD_PANELS
 from console.tasks.parts import QUARANTINED_TASKS
+from core.db import count_up_to
 from insight.metrics import fleet_metrics, pooled_orphan_rate
 from insight.models.incidents import Incident, IncidentStatus
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
@@ -378,9 +379,7 @@ def build_dashboard(*, now: datetime, shown: frozenset[str] | None = None) -> Da
         claimable = claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET)
         # Counted up to a bound, not over every ready task (a backlog of 300,000 ready tasks is read to
         # the end by a full count): the planner stops at the bound's row.
-        counted = claimable.order_by().values("id")[: CLAIMABLE_COUNTED + 1].count()
-        dashboard.claimable = min(counted, CLAIMABLE_COUNTED)
-        dashboard.claimable_more = counted > CLAIMABLE_COUNTED
+        dashboard.claimable, dashboard.claimable_more = count_up_to(claimable.values("id"), CLAIMABLE_COUNTED)
     if "spend" in shown:
         dashboard.spend = spend_panel(now)
     return dashboard

@@ -26,7 +26,7 @@ from leases.selectors import (
 from leases.selectors.checks import check_row, checks_at, task_head
 from leases.services.quarantine import QUARANTINE_REASON_PREFIX, is_quarantined
 from ledger import clock
-from ledger.models import Task, TaskDependency, TaskStatus
+from ledger.models import RESOLVED_STATUSES, Task, TaskDependency, TaskStatus
 from ledger.selectors import live_task_classes
 
 EFFECTIVE_LABELS = {**dict(TaskStatus.choices), IN_PROGRESS: "In progress", IN_REVIEW: "In review", LANDING: "Landing"}
@@ -35,7 +35,6 @@ NOBODY = "__nobody__"
 # the badge's and the dashboard tile's one test.
 QUARANTINED = "quarantined"
 QUARANTINED_TASKS = Q(status=TaskStatus.BLOCKED, blocked_reason__startswith=QUARANTINE_REASON_PREFIX)
-CLOSED = (TaskStatus.DONE, TaskStatus.CANCELLED)
 
 
 def status_cell(task: Task) -> SafeString:
@@ -102,7 +101,7 @@ class WorkFilter(DefaultedListFilter):
         if value == "all":
             return queryset
         if value == "closed":
-            return queryset.filter(status__in=CLOSED)
+            return queryset.filter(status__in=RESOLVED_STATUSES)
         if any(request.GET.get(name) for name in self.OVERRIDDEN_BY):
             return queryset
         if request.method == "POST" and request.POST.get("action"):
@@ -110,7 +109,7 @@ class WorkFilter(DefaultedListFilter):
         # Not closed, or held: an `IN` the planner hashes once, not the holder subquery per closed row
         # (100,000 tasks: 143 ms for the page's count alone, docs/performance.md).
         held = live_attempts(clock.now()).values("task_id")
-        return queryset.filter(~Q(status__in=CLOSED) | Q(pk__in=held))
+        return queryset.filter(~Q(status__in=RESOLVED_STATUSES) | Q(pk__in=held))
 
 
 class ClaimableFilter(admin.SimpleListFilter):

@@ -13,7 +13,7 @@ class Migration(migrations.Migration):
             model_name="task",
             index=models.Index(
                 condition=models.Q(
-                    models.Q(("status__in", ["done", "cancelled"]), _negated=True), ("task_class__gte", "")
+                    models.Q(("status__in", ["cancelled", "done"]), _negated=True), ("task_class__gte", "")
                 ),
                 fields=["task_class"],
                 name="task_live_class",

@@ -53,7 +53,8 @@ ALLOWED_TRANSITIONS: dict[str, frozenset[str]] = {
     TaskStatus.CANCELLED: frozenset({TaskStatus.OPEN}),
 }
 
-# A blocker is resolved once its status is one of these.
+# Finished work: a blocker is resolved once its status is one of these, and every other task is live work
+# (the console's task list by default, `ledger.selectors.live_task_classes`).
 RESOLVED_STATUSES: frozenset[str] = frozenset({TaskStatus.DONE, TaskStatus.CANCELLED})
 
 
@@ -189,7 +190,7 @@ class Task(NoDeleteModel):
             models.Index(
                 fields=["task_class"],
                 name="task_live_class",
-                condition=~Q(status__in=[TaskStatus.DONE, TaskStatus.CANCELLED]) & Q(task_class__gte=""),
+                condition=~Q(status__in=sorted(RESOLVED_STATUSES)) & Q(task_class__gte=""),
             ),
         ]
 

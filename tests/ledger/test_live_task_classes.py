@@ -8,8 +8,8 @@ from typing import cast
 import pytest
 from django.db import connection
 
-from ledger.models import Task, TaskStatus
-from ledger.selectors import _LIVE_CLASSES, CLOSED_STATUSES, live_task_classes
+from ledger.models import RESOLVED_STATUSES, Task, TaskStatus
+from ledger.selectors import _LIVE_CLASSES, live_task_classes
 from tests.factories import TaskFactory
 
 pytestmark = pytest.mark.django_db
@@ -26,7 +26,7 @@ def test_the_classes_of_live_work_in_order_and_no_more_than_asked(clock):
         task(["migration", "", "docs", "zeta", "alpha", "docs"][n % 6], status)
     task("only-done", TaskStatus.DONE)
     task("only-cancelled", TaskStatus.CANCELLED)
-    live = sorted(set(Task.objects.exclude(status__in=CLOSED_STATUSES).values_list("task_class", flat=True)))
+    live = sorted(set(Task.objects.exclude(status__in=RESOLVED_STATUSES).values_list("task_class", flat=True)))
     assert live_task_classes(100) == live
     assert "only-done" not in live
     assert "only-cancelled" not in live
