@@ -93,8 +93,10 @@ def run_git(
     cwd: Path | None = None,
     ok_returncodes: tuple[int, ...] = (0,),
     timeout: float = GIT_TIMEOUT_SECONDS,
+    stdin_text: str | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run one git command; raise `GitError` on a timeout, a missing binary or an unexpected exit code."""
+    """Run one git command (with `stdin_text` on its standard input, if any); raise `GitError` on a timeout, a missing
+    binary or an unexpected exit code."""
     command = ["git", *(("-C", str(cwd)) if cwd is not None else ()), *args]
     try:
         completed = subprocess.run(
@@ -105,7 +107,8 @@ def run_git(
             errors="replace",
             timeout=timeout,
             env=_environment(cwd.parent if cwd is not None else None),
-            stdin=subprocess.DEVNULL,
+            input=stdin_text,
+            stdin=None if stdin_text is not None else subprocess.DEVNULL,
             # Without a repository to read, run outside any, so that the
             # server's own checkout lends no remotes or URL rewrites.
             cwd=None if cwd is not None else os.path.abspath(os.sep),
@@ -361,6 +364,32 @@ class LocalRepository:
             return False
         completed = self._git("merge-base", "--is-ancestor", END_OF_OPTIONS, commit, tip, ok_returncodes=(0, 1, 128))
         return completed.returncode == 0
+
+    def known_commits(self, commits: Sequence[str]) -> set[str]:
+        """Those of `commits` this repository holds as commits: one `git cat-file --batch-check` for them all."""
+        wanted = sorted({commit for commit in commits if is_commit(commit)})
+        if not wanted:
+            return set()
+        output = run_git(
+            ["cat-file", "--batch-check=%(objectname) %(objecttype)"],
+            cwd=self.path,
+            stdin_text="".join(f"{commit}\n" for commit in wanted),
+        ).stdout
+        return {line.split()[0] for line in output.splitlines() if line.endswith(" commit")}
+
+    def commits_between(self, old: str, new: str, *, limit: int) -> set[str] | None:
+        """The commits `new` has that `old` lacks (`git rev-list old..new`), when `old` is an ancestor of `new`.
+
+        None when `new` rewrote `old` away (not a fast-forward), either is unknown here or not a
+        commit id, or there are more than `limit` of them.
+        """
+        if not self.contains(old, new):
+            return None
+        completed = self._git(
+            "rev-list", f"--max-count={limit + 1}", END_OF_OPTIONS, f"{old}..{new}", ok_returncodes=(0, 128)
+        )
+        commits = set(completed.stdout.split())
+        return commits if completed.returncode == 0 and len(commits) <= limit else None
 
     def has_commit(self, commit: str) -> bool:
         """Whether this repository holds the commit (`git cat-file -e`)."""

@@ -235,3 +235,29 @@ class ReconcileCursor(models.Model):
 
     def __str__(self) -> str:
         return f"reconciliation cursor of project {self.project_id} at {self.watermark_at:%Y-%m-%d %H:%M:%S}"
+
+
+class TargetCursor(models.Model):
+    """What reconciliation last read of one project's landing target (SPEC §21.2, §25).
+
+    The check for delivered heads already in the target reads, with a cursor, only what can have
+    changed since `checked_at`: tasks delivered since then (less `landed.DELIVERY_SLACK`), the
+    tasks whose head is among the commits the target gained since `tip`, and `pending` (tasks
+    found in the target that the landing room left alone, a live landing holding them). Without
+    one, after the target branch changed, or when the tip was rewritten, every delivered task is
+    read. Rewritten by every run; not part of the ledger's history.
+    """
+
+    project = models.OneToOneField(Project, on_delete=models.CASCADE, primary_key=True, related_name="+")
+    target_branch = models.CharField(max_length=200)
+    tip = models.CharField(max_length=40)
+    # The clock reading of the run that read `tip`: every task delivered before it was checked against it.
+    checked_at = models.DateTimeField()
+    # Ids of tasks whose head was in the target but that stayed delivered: checked again next run.
+    pending = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        db_table = "reconciliation_target_cursor"
+
+    def __str__(self) -> str:
+        return f"landing target cursor of project {self.project_id} at {self.tip[:12]}"

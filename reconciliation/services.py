@@ -39,7 +39,7 @@ from reconciliation.conditions import Observation
 from reconciliation.git import GitError
 from reconciliation.git_conditions import RepositoryView, is_landed_and_removable
 from reconciliation.incremental import reconcile_ended
-from reconciliation.landed import LandedOutside, delivered_by_project, landed_outside
+from reconciliation.landed import LandedOutside, landed_outside, landing_projects, save_target_cursors
 from reconciliation.models import (
     ENDED_ATTEMPT_CONDITIONS,
     GIT_CONDITIONS,
@@ -73,7 +73,7 @@ def reconcile(
     With `land_outside` (the doors pass `landing.services.tasks_landed_outside`, a room this one may
     not import), delivered tasks whose head git finds in their target are handed to it first, so
     this run already sees them landed (SPEC §21.2). With `full`, every project's ended attempts of
-    the lookback window are read again, not only those that changed since its last run.
+    the lookback window and every delivered task are read again, not only those that changed since its last run.
     """
     now = clock.now()
     started = time.monotonic()
@@ -83,9 +83,11 @@ def reconcile(
     try:
         landing_errors: list[dict[str, Any]] = []
         if land_outside is not None:
-            landed, landing_errors = landed_outside(delivered_by_project())
-            if landed:
-                land_outside(landed)
+            check = landed_outside(landing_projects(), full=full)
+            if check.landed:
+                land_outside(check.landed)
+            save_target_cursors(check, now=now)
+            landing_errors = check.errors
         snapshot = read_ledger(now=now)
         seen = _observe(snapshot, run_id=run.pk, now=now, full=full, tally=tally)
         errors = [*seen.errors, *_new_errors(landing_errors, seen.errors)]

@@ -27,11 +27,14 @@ generated: they are meant to be refused.
 
 from __future__ import annotations
 
+import os
 import re
 from typing import Any
 
+import requests
 import schemathesis
 from schemathesis import Case, GenerationMode, HookContext
+from schemathesis.core.transport import Response
 from schemathesis.generation.meta import TestPhase
 
 HOLDER_HEADERS = ("X-Lease-Token", "X-Lease-Epoch", "X-Attempt-Id")
@@ -193,3 +196,29 @@ def send_each_request_as_a_client_would(context: HookContext, case: Case, kwargs
     key = case.headers.get("Idempotency-Key")
     if isinstance(key, str) and IDEMPOTENCY_KEY.fullmatch(key):
         case.headers["Idempotency-Key"] = f"{case.id}.{key}"[:128]
+
+
+@schemathesis.hook("after_call")
+def give_back_landings_outside_scenarios(context: HookContext, case: Case, response: Response) -> None:
+    """A landing claimed by a single generated request holds its project's target until its lease lapses
+    (one live landing per target, SPEC §21.2), and the fuzzing phase claims far more often than there are
+    seeded landing projects: the stateful phase then found every target taken (`landings/next` answered
+    204), so no link reached renew or release with a live landing ("Missing test data", two runs in a row
+    now and then). Outside a scenario no later step uses the landing, so give it back as a lander would."""
+    if case.operation.definition.raw.get("operationId") != "landings_next" or response.status_code != 201:
+        return
+    if case.meta is not None and case.meta.phase.name == TestPhase.STATEFUL:
+        return
+    landing = response.json()["landing"]
+    answer = requests.post(
+        f"{os.environ['FUZZ_API_URL']}/landings/{landing['id']}/release/",
+        json={"reason": "the fuzzer's single request is over"},
+        headers={
+            "Authorization": f"Bearer {os.environ['FUZZ_TOKEN']}",
+            "X-Lease-Token": landing["lease_token"],
+            "X-Lease-Epoch": str(landing["epoch"]),
+        },
+        timeout=30,
+    )
+    # A lease the case asked to be short may have lapsed already (409): nothing is held then.
+    assert answer.status_code < 500, f"releasing landing {landing['id']}: {answer.status_code} {answer.text}"
