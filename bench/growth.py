@@ -94,6 +94,7 @@ def measure_scale(
         measure.agent_cycles(meter, setup, agent_client, repeat)
         measure.raw_cycles(meter, setup, target, repeat)
         measure.reads(meter, setup, agent_client, staff, repeat)
+        measure.landing_target()
         measure.jobs(meter, max(2, repeat // 5))
         page_rows = measure.pages(meter, setup["links"], max(3, repeat // 4))
         per_run.append(meter.rows(measure.REFERENCES) + page_rows)

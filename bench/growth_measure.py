@@ -214,6 +214,29 @@ def first_scrape(meter: Meter, staff: Any) -> None:
         raise RuntimeError(f"/metrics answered {response.status_code}")
 
 
+def landing_target() -> None:
+    """Give the seed's landing project a real local repository with its target branch, read afresh.
+
+    The seed's project has landing on and no repository: reconcile's landed-outside check (SPEC §21.2)
+    then stopped at git's error and read nothing. With one, the first run reads every delivered task
+    (the seed's heads are not in it: one `git cat-file` sets them aside) and the next ones only what
+    changed (`reconciliation.landed`); the first is its own row.
+    """
+    import subprocess
+    import tempfile
+
+    from ledger.models import Project
+    from reconciliation.models import TargetCursor
+
+    path = tempfile.mkdtemp(prefix="growth-target-")
+    identity = ["-c", "user.name=bench", "-c", "user.email=bench@localhost"]
+    subprocess.run(["git", "init", "-q", "-b", "main", path], check=True)
+    subprocess.run(["git", "-C", path, *identity, "commit", "-q", "--allow-empty", "-m", "target"], check=True)
+    projects = Project.objects.exclude(target_branch="")
+    TargetCursor.objects.filter(project__in=projects).delete()
+    projects.update(repository=path)
+
+
 def jobs(meter: Meter, repeat: int) -> None:
     from insight.jobs import check_incidents_job
     from insight.services import rollups, task_counts
@@ -231,6 +254,7 @@ def jobs(meter: Meter, repeat: int) -> None:
         "job: incident check": check_incidents_job,
         "job: idempotency purge": purge_idempotency_job,
     }
+    meter.run("job", "job: reconcile, a target's first run (every delivered task)", reconcile_job)
     for _ in range(repeat):
         for name, job in every.items():
             meter.run("job", name, job)
