@@ -91,7 +91,7 @@ def _raw(vendor: str, query: str, project_id: int, agent_id: int) -> int:
 
 
 def _raw_statements(vendor: str, query: str, project_id: int) -> int:
-    """The service's statements bare: per kind, (PostgreSQL: the walk of the newest segments, the probe,
+    """The service's statements bare: per kind, (PostgreSQL: the walk of the newest segments, the estimate, the probe,
     the walk on and its skips: `leases.search._postgres_window_rows` itself, on the driver's cursor) the
     window of the newest RANK_WINDOW + 1 matches with their rank, under the same planner settings;
     ranked by the caller."""

@@ -22,12 +22,13 @@ rather than every match (`SearchAnswer.windowed`). Finding the window:
 - PostgreSQL: each stored vector also holds its row's id segment (`id >>
   SEGMENT_BITS`, a lexeme no text produces: migration `leases.0024`), so GIN
   finds one segment's matches by intersecting two posting lists. The newest
-  FIRST_SEGMENTS segments are walked newest first (a common word stops
-  there); a probe through GIN reads the older matches in no order up to the
-  rest of the window (a rare word has them all then); otherwise the walk goes
-  on segment by segment to the window's end (`_postgres_window`). The heap
-  reads are at most the window plus one segment's matches, whatever the word's
-  count in the table. Visibility is in the index too: each vector holds its
+  segments are walked newest first (a common word stops there); then every
+  stretch of 16 segments without a match is skipped at once and the next one
+  walked, to the window's end; once a stretch with a match holds few, a probe
+  through GIN reads the older matches in no order up to the rest of the window
+  (a rare word has them all then) (`_postgres_window_rows`). The heap reads
+  are at most the window plus one segment's matches and the probe's, whatever
+  the word's count in the table. Visibility is in the index too: each vector holds its
   row's project as a lexeme (migration `leases.0025`), and the caller's
   projects are one more posting list to intersect, so a match in a project
   the caller may not see is never read.
@@ -46,11 +47,12 @@ time), never a held thread.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.db import OperationalError, connection, transaction
@@ -98,8 +100,13 @@ SEGMENT_BITS = 12
 # PostgreSQL: the id stretches the stored vectors also name (migration leases 0025 holds the same number):
 # 16 segments, the unit the walk skips when a stretch has no match.
 COARSE_BITS = 16
-# PostgreSQL: the segments walked before the probe (docs/performance.md, "Search, round three").
+# PostgreSQL: the segments walked first (docs/performance.md, "Search, round three").
 FIRST_SEGMENTS = 8
+# PostgreSQL: the probe of the older matches runs first when the planner's estimate of them is at most
+# this many windows (a rare word), and otherwise once a stretch with a match held fewer than
+# 1/SPARSE_STRETCHES of what the window still lacks (docs/performance.md, "Search, round five").
+PROBE_FIRST_ESTIMATE = 2
+SPARSE_STRETCHES = 8
 # PostgreSQL's plan for a search is always the text index first, then primary-key lookups per match.
 # A rare word's row estimate is a default (0.5 % of the table), which made the planner hash-join the
 # visibility joins over every attempt and task and compile JIT code (0.2 ms of index work, 600 ms of
@@ -255,15 +262,24 @@ def _postgres_window_rows(
     first, with their rank; `run(sql, params)` runs a statement under PLAN_SETTINGS and GIN_PLAN and
     returns its rows (the service's cursor; the bench's raw reference its own).
 
-    Bounded by construction (docs/performance.md, "Search, round three" and "round four"): the rows read
-    from the heap are the matches of the segments walked, at most the window plus one segment's; the
-    index work is one posting-list intersection per segment walked, and one per empty stretch skipped.
+    Bounded by construction (docs/performance.md, "Search, round three", "four" and "five"): the rows read
+    from the heap are the matches of the segments walked, at most the window plus one segment's, and
+    the probe's; the index work is one posting-list intersection per segment walked, one per empty
+    stretch skipped, and the probe's.
     1. Walk the FIRST_SEGMENTS newest segments: a common word stops here.
-    2. Probe everything older through GIN, in no order, for the rest of the window: fewer rows than
-       asked are all there is (a rare word stops here, the probe's heap reads at most the window).
+    2. When PostgreSQL's statistics put the word's matches at most PROBE_FIRST_ESTIMATE windows, probe
+       everything older through GIN, in no order, for the rest of the window: fewer rows than asked
+       are all there is (a rare word stops here, the probe's heap reads at most the window).
     3. Otherwise walk on, segment by segment to the start of the segment's stretch, then skip every
        stretch with no match at once and walk on in the next with one, to the window's end (a word
-       whose matches are all old crosses its empty years a stretch, not a segment, at a time)."""
+       whose matches are all old crosses its empty years a stretch, not a segment, at a time).
+    4. If a stretch reached by a skip held fewer than 1/SPARSE_STRETCHES of what the window still
+       lacks (the statistics were wrong: the word is rare after all), probe once as in 2.
+    The probe's index work is every older match: GIN builds its whole bitmap before the LIMIT. So it
+    runs only where the word looks rare; before round five it always ran, and at a million notes a
+    common word's probe read 121,000 matches to throw them away (docs/performance.md, "Search, round
+    five"). The estimate only orders the steps: every path gives the same window.
+    """
     walk, probe, skip = _postgres_sql(table, bool(scope))
     need = RANK_WINDOW + 1
     top = last >> SEGMENT_BITS
@@ -272,21 +288,43 @@ def _postgres_window_rows(
     if len(rows) >= need or bottom == 0:
         return rows
     wanted = need - len(rows)
-    older = run(probe, [text, text, *scope, bottom << SEGMENT_BITS, wanted])
-    if len(older) < wanted:
-        return rows + sorted(older, key=lambda row: -row[0])
+    probe_params = [text, text, *scope, bottom << SEGMENT_BITS, wanted]
+    probed = _estimated_rows(run, probe, probe_params) <= PROBE_FIRST_ESTIMATE * need
+    if probed:  # the statistics call the word rare: its older matches are likely all there is
+        older = run(probe, probe_params)
+        if len(older) < wanted:
+            return rows + sorted(older, key=lambda row: -row[0])
     shift = COARSE_BITS - SEGMENT_BITS
-    segment = bottom - 1
+    segment, skipped = bottom - 1, False
     while segment >= 0 and len(rows) < need:
         first = segment >> shift << shift  # the first segment of this one's stretch
-        rows += run(walk, [segment, first, text, text, *scope, need - len(rows)])
+        walked = run(walk, [segment, first, text, text, *scope, need - len(rows)])
+        rows += walked
         if len(rows) >= need or first == 0:
             break
+        wanted = need - len(rows)
+        if skipped and not probed and len(walked) * SPARSE_STRETCHES < wanted:
+            # A stretch with a match held few: the word is rare here, so its older matches are few too.
+            probed = True
+            older = run(probe, [text, text, *scope, first << SEGMENT_BITS, wanted])
+            if len(older) < wanted:
+                return rows + sorted(older, key=lambda row: -row[0])
         stretch = run(skip, [(first >> shift) - 1, text, *scope])
         if not stretch:
             break
+        skipped = True
         segment = ((stretch[0][0] + 1) << shift) - 1
     return rows
+
+
+def _estimated_rows(run: Callable[[str, list[Any]], Rows], sql: str, params: list[Any]) -> float:
+    """PostgreSQL's estimate of the matches `sql`'s index scan finds, before any filter or LIMIT (one plan,
+    nothing read): the innermost node of its plan."""
+    [(plan,)] = cast(list[tuple[Any]], run(f"EXPLAIN (FORMAT JSON) {sql}", params))
+    node = (json.loads(plan) if isinstance(plan, str) else plan)[0]["Plan"]  # Django's cursor leaves json as text
+    while node.get("Plans"):
+        node = node["Plans"][0]
+    return float(node["Plan Rows"])
 
 
 def _postgres_window(table: str, scope: list[str], text: str) -> Rows:

@@ -316,3 +316,70 @@ def test_a_caller_who_sees_every_project_searches_unscoped_and_the_page_is_check
     # The race: the scope decided before the hidden project's rows came (here: dropped outright).
     monkeypatch.setattr(module.Project.objects, "exclude", lambda **kwargs: module.Project.objects.none())
     assert scoped(keeper) == ([Task.objects.get(project=zoo).key], False)
+
+
+def _statements(queries) -> dict[str, int]:
+    statements = [
+        query["sql"]
+        for query in queries.captured_queries
+        if "leases_note hit" in query["sql"] and not query["sql"].startswith("EXPLAIN")
+    ]
+    return {
+        "walk": sum("segment(number)" in sql for sql in statements),
+        "skip": sum("' c' ||" in sql for sql in statements),
+        "probe": sum("hit.id + 0 <" in sql for sql in statements),
+    }
+
+
+@pytest.mark.parametrize("statistics", ["rare", "wrong"])
+def test_a_rare_word_spread_over_the_years_is_probed(clock, monkeypatch, statistics):
+    """PostgreSQL: one match per stretch, many stretches apart. When the planner's estimate calls the word
+    rare, the probe reads every older match at once after the first walk; when the estimate is wrong
+    (here: forced to call every word common), the probe runs once a stretch with a match held one,
+    instead of a skip and a walk per stretch. The same answer either way."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's stretches")
+    from django.test.utils import CaptureQueriesContext
+
+    if statistics == "wrong":
+        monkeypatch.setattr(module, "PROBE_FIRST_ESTIMATE", 0)
+    monkeypatch.setattr(module, "RANK_WINDOW", 20)
+    monkeypatch.setattr(module, "FIRST_SEGMENTS", 1)
+    project = ProjectFactory(slug="zoo")
+    attempt = AttemptFactory(task=TaskFactory(project=project, title="Keeper rota"))
+    stretch = 1 << module.COARSE_BITS
+    zebras = []
+    for n in range(6):
+        zebras.append(NoteFactory(attempt=attempt, content=f"a zebra of year {n}"))
+        _next_segment(2 * stretch)
+    NoteFactory(attempt=attempt, content="a horse in the newest segment")
+    with CaptureQueriesContext(connection) as queries:
+        hits, windowed = _answer("zebra", agent=None, project=project)
+    assert (hits, windowed) == (sorted(("note", note.pk) for note in zebras), False)
+    expected = {"walk": 1, "skip": 0, "probe": 1} if statistics == "rare" else {"walk": 3, "skip": 1, "probe": 1}
+    assert _statements(queries) == expected
+
+
+def test_a_word_a_skipped_to_stretch_holds_plenty_of_is_walked_on_not_probed(clock, monkeypatch):
+    """PostgreSQL: the probe builds GIN's bitmap of every older match before its LIMIT: a word the planner
+    calls common (forced here) that a stretch holds plenty of is walked on stretch by stretch, and the
+    probe never runs."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's stretches")
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(module, "PROBE_FIRST_ESTIMATE", 0)
+    monkeypatch.setattr(module, "RANK_WINDOW", 20)
+    monkeypatch.setattr(module, "FIRST_SEGMENTS", 1)
+    project = ProjectFactory(slug="zoo")
+    attempt = AttemptFactory(task=TaskFactory(project=project, title="Keeper rota"))
+    stretch = 1 << module.COARSE_BITS
+    oldest = [NoteFactory(attempt=attempt, content=f"an old zebra {n}") for n in range(30)]
+    _next_segment(3 * stretch)
+    newer = [NoteFactory(attempt=attempt, content=f"a newer zebra {n}") for n in range(10)]
+    _next_segment(3 * stretch)
+    NoteFactory(attempt=attempt, content="a horse in the newest segment")
+    with CaptureQueriesContext(connection) as queries:
+        hits, windowed = _answer("zebra", agent=None, project=project)
+    assert (hits, windowed) == (sorted(("note", note.pk) for note in [*oldest[-10:], *newer]), True)
+    assert _statements(queries) == {"walk": 4, "skip": 2, "probe": 0}
