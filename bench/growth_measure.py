@@ -214,27 +214,42 @@ def first_scrape(meter: Meter, staff: Any) -> None:
         raise RuntimeError(f"/metrics answered {response.status_code}")
 
 
-def landing_target() -> None:
-    """Give the seed's landing project a real local repository with its target branch, read afresh.
+def landed_outside_check(meter: Meter, repeat: int) -> None:
+    """Reconcile's landed-outside check (SPEC §21.2, `reconciliation.landed`) against a real target.
 
-    The seed's project has landing on and no repository: reconcile's landed-outside check (SPEC §21.2)
-    then stopped at git's error and read nothing. With one, the first run reads every delivered task
-    (the seed's heads are not in it: one `git cat-file` sets them aside) and the next ones only what
-    changed (`reconciliation.landed`); the first is its own row.
+    The seed's landing project has no repository, so in `job: reconcile` the check stops at git's error
+    (as a project whose target cannot be read does). Giving the project one would also start
+    reconcile's git conditions and its first full scan of the project's 30 days of ended attempts
+    (bounded in memory, not in time: "Reconcile incremental"). So the check runs here on its own,
+    with the project's repository read as a fresh local repository whose `main` holds none of the
+    seed's heads: the first run reads every delivered task (one `git cat-file` sets their heads
+    aside), the next ones only what changed since the cursor.
     """
     import subprocess
     import tempfile
+    from dataclasses import replace
 
-    from ledger.models import Project
+    from ledger import clock
+    from reconciliation.landed import landed_outside, landing_projects, save_target_cursors
     from reconciliation.models import TargetCursor
 
     path = tempfile.mkdtemp(prefix="growth-target-")
     identity = ["-c", "user.name=bench", "-c", "user.email=bench@localhost"]
     subprocess.run(["git", "init", "-q", "-b", "main", path], check=True)
     subprocess.run(["git", "-C", path, *identity, "commit", "-q", "--allow-empty", "-m", "target"], check=True)
-    projects = Project.objects.exclude(target_branch="")
-    TargetCursor.objects.filter(project__in=projects).delete()
-    projects.update(repository=path)
+    projects = [replace(project, repository=path, remote="") for project in landing_projects()]
+    TargetCursor.objects.filter(project_id__in=[project.id for project in projects]).delete()
+
+    def check() -> int:
+        found = landed_outside(projects)
+        if found.errors:
+            raise RuntimeError(f"the landed-outside check could not read its target: {found.errors}")
+        save_target_cursors(found, now=clock.now())
+        return len(found.landed)
+
+    meter.run("job", "job: landed-outside check, a target's first run (every delivered task)", check)
+    for _ in range(repeat):
+        meter.run("job", "job: landed-outside check, with its cursor", check)
 
 
 def jobs(meter: Meter, repeat: int) -> None:
@@ -254,7 +269,6 @@ def jobs(meter: Meter, repeat: int) -> None:
         "job: incident check": check_incidents_job,
         "job: idempotency purge": purge_idempotency_job,
     }
-    meter.run("job", "job: reconcile, a target's first run (every delivered task)", reconcile_job)
     for _ in range(repeat):
         for name, job in every.items():
             meter.run("job", name, job)

@@ -77,6 +77,8 @@ def test_one_tiny_scale_seeds_the_history_through_the_triggers_and_measures_ever
         "/metrics (warm)",
         "job: sweep (and its folds)",
         "job: reconcile",
+        "job: landed-outside check, a target's first run (every delivered task)",
+        "job: landed-outside check, with its cursor",
         "job: queue-wait check",
         "job: rollup folds",
         "page: dashboard",
@@ -88,6 +90,11 @@ def test_one_tiny_scale_seeds_the_history_through_the_triggers_and_measures_ever
         assert row["median_ms"] > 0, row
     assert names["claim-next"]["vs_raw"] is not None
     assert names["search: two words"]["note"] == "HTTP 200"
+    # The landed-outside check ran against a real target: the landing project's cursor holds its tip.
+    from reconciliation.models import TargetCursor
+
+    [cursor] = TargetCursor.objects.all()
+    assert (cursor.target_branch, len(cursor.tip), cursor.pending) == ("main", 40, [])
     storage = {row["name"]: row for row in payload["storage"]}
     for table in ("task", "attempt", "note", "event", "allocation"):
         per_row = storage[f"bytes per {table}"]["per_row"]
