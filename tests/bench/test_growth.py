@@ -184,3 +184,20 @@ def test_scales_are_increasing_task_counts_with_k_and_m_suffixes():
     for text in ("100k,10k", "", "5", "ten", "10k,10k"):
         with pytest.raises(argparse.ArgumentTypeError):
             parse_scales(text)
+
+
+def test_a_raw_reference_stopped_at_its_timeout_is_a_row_that_says_so():
+    """`Meter.timed_out`: the sample is the timeout (a lower bound), the row counts and names it, and the
+    service row beside it is still compared with it."""
+    from bench.growth_measure import Meter
+
+    meter = Meter(None)
+    meter.run("read", "search: x", lambda: None)
+    meter.timed_out("read", "raw: search: x", 10.0)
+    meter.timed_out("read", "raw: search: x", 10.0)
+    rows = {row["name"]: row for row in meter.rows({"search: x": "raw: search: x"})}
+    raw = rows["raw: search: x"]
+    assert (raw["n"], raw["median_ms"], raw["cpu_ms"]) == (2, 10_000.0, 0.0)
+    assert raw["note"] == "2 sample(s) stopped at the statement timeout (10 s): a lower bound"
+    assert rows["search: x"]["raw_ms"] == 10_000.0
+    assert rows["search: x"]["vs_raw"] < 0.01
