@@ -95,7 +95,8 @@ WAITING_COUNTED = 1000
 
 
 def _waiting(waiting: QuerySet[Task]) -> dict[str, Any]:
-    counted, more = count_up_to(waiting, WAITING_COUNTED)
+    # Longest waiting first, along `task_ready_since` (project, ready_since; the ready tasks).
+    counted, more = count_up_to(waiting.order_by("ready_since"), WAITING_COUNTED)
     return {"waiting": counted, "waiting_more": True} if more else {"waiting": counted}
 
 

@@ -193,3 +193,30 @@ def test_a_queue_wait_incident_counts_the_waiting_up_to_a_bound(clock, monkeypat
     late = cast(Task, TaskFactory(project=project))
     Task.objects.filter(pk=late.pk).update(ready_since=clock.now() - timedelta(seconds=100))
     assert detail() == {"waited_seconds": 120, "waiting": 3, "waiting_more": True}
+
+
+def test_the_waiting_count_walks_the_ready_since_index_longest_waiting_first(clock):
+    """Stop 43: counted unordered, PostgreSQL read 800,000 task rows by a sequential scan to count 1,001 of a
+    project's waiting tasks at 1M (it expected them early and met them late); counted longest waiting
+    first, the count walks `task_ready_since` (project, ready_since; ready tasks) and stops at its bound."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    project = ProjectFactory(slug="web", queue_wait_max_seconds=60)
+    for _ in range(3):
+        TaskFactory(project=project)
+    clock.advance(120)
+    with CaptureQueriesContext(connection) as captured:
+        incidents_check()
+    [count] = [q["sql"] for q in captured.captured_queries if q["sql"].startswith("SELECT COUNT(*) FROM (SELECT")]
+    assert 'ORDER BY "ledger_task"."ready_since" ASC' in count
+    assert "LIMIT 1001" in count
+    if connection.vendor != "postgresql":
+        return
+    with connection.cursor() as cursor:
+        # A test table is tiny (a sequential scan is cheaper than any walk): ask which index serves the order.
+        cursor.execute("SET enable_seqscan = off; SET enable_sort = off")
+        cursor.execute("EXPLAIN " + count)
+        plan = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("RESET enable_seqscan; RESET enable_sort")
+    assert "task_ready_since" in plan or "task_queue_wait_unalerted" in plan, plan
