@@ -379,7 +379,9 @@ def build_dashboard(*, now: datetime, shown: frozenset[str] | None = None) -> Da
         claimable = claimable_tasks(project=None, now=now, by_anyone=True, holds=HOLDS_SET)
         # Counted up to a bound, not over every ready task (a backlog of 300,000 ready tasks is read to
         # the end by a full count): the planner stops at the bound's row.
-        dashboard.claimable, dashboard.claimable_more = count_up_to(claimable.values("id").order_by(), CLAIMABLE_COUNTED)
+        dashboard.claimable, dashboard.claimable_more = count_up_to(
+            claimable.values("id").order_by(), CLAIMABLE_COUNTED
+        )
     if "spend" in shown:
         dashboard.spend = spend_panel(now)
     return dashboard
