@@ -18,6 +18,7 @@ from insight.services.job_heartbeat import job_recorded
 from insight.services.rollups import agent_day_tally_fold, fleet_tally_fold, report_tally_fold
 from insight.services.task_counts import task_counts_fold
 from leases.idempotency import idempotency_purge
+from leases.search import flush_pending_entries
 from leases.services import check_queue_wait, sweep_expired
 
 T = TypeVar("T")
@@ -28,7 +29,8 @@ def sweep_expired_job() -> dict[str, Any]:
     change table stays short between /metrics scrapes, or without any scraper, and the fleet tally's
     changes, the report's and agent health's (`insight.services.rollups`: the sweep's own expiries are among
     them). On SQLite, last, checkpoint the WAL and cut its file back when no reader holds it
-    (`core.sqlite_wal`, SPEC §25)."""
+    (`core.sqlite_wal`, SPEC §25); on PostgreSQL, flush the search indexes' pending entries
+    (`leases.search.flush_pending_entries`)."""
 
     def work() -> dict[str, Any]:
         report = asdict(sweep_expired())
@@ -39,6 +41,9 @@ def sweep_expired_job() -> dict[str, Any]:
         checkpoint = checkpoint_default_database()
         if checkpoint is not None:
             report["wal_checkpoint"] = asdict(checkpoint)
+        flushed = flush_pending_entries()
+        if flushed is not None:
+            report["search_pending_pages_flushed"] = flushed
         return report
 
     return job_recorded(JobName.SWEEP, work, lambda report: (report, ""))

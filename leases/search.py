@@ -84,6 +84,7 @@ __all__ = [
     "SNIPPET_MAX_CHARS",
     "SearchAnswer",
     "SearchHit",
+    "flush_pending_entries",
     "search",
     "search_answer",
     "websearch_text",
@@ -475,6 +476,31 @@ def _hits(page: list[_Candidate], marked: dict[tuple[str, int], str], projects: 
                 )
             )
     return hits
+
+
+# PostgreSQL: the two search indexes (migration leases 0025).
+SEARCH_INDEXES = ("ledger_task_search", "leases_note_search")
+
+
+def flush_pending_entries() -> int | None:
+    """PostgreSQL: move the search indexes' pending entries into their trees (`gin_clean_pending_list`); the
+    pages flushed. None on SQLite (FTS5 has no pending list).
+
+    GIN takes new entries into a pending list (`fastupdate`, up to `gin_pending_list_limit`, 4 MB) that
+    every scan of the index reads whole, and a search makes a scan per segment it walks: at 1M tasks a
+    pending list of 240 pages (a measuring run's task updates: every non-HOT update of a task re-enters its
+    vector) made the same searches 2-3x slower (docs/performance.md, "Search, round five"). Autovacuum
+    flushes it only when it vacuums the table, after a fifth of a large table has changed. The sweep runs
+    this every minute, so a search reads at most about a minute of writes there, and no writer pays for it.
+    """
+    if connection.vendor != "postgresql":
+        return None
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT coalesce(sum(gin_clean_pending_list(name::regclass)), 0) FROM unnest(%s::text[]) AS name",
+            [list(SEARCH_INDEXES)],
+        )
+        return int(cursor.fetchone()[0])
 
 
 def search(
