@@ -123,6 +123,7 @@ NOT_EXPORTED: dict[str, str] = {
     "insight.Incident": "this server's alerts: its incident check opens them afresh from the imported state",
     "reconciliation.ReconciliationRun": "this server's runs; the findings they made are exported",
     "reconciliation.ReconcileCursor": "this server's watermark: an imported project is read in full by its first run",
+    "reconciliation.TargetCursor": "this server's reading of a landing target: the first run reads it in full",
     "insight.FleetDayTally": "derived: the attempt and event triggers count the imported rows",
     "insight.FleetDayTallyChange": "derived: the attempt and event triggers count the imported rows",
     "insight.TaskFirstReady": "derived: the event trigger reads the imported task events",
