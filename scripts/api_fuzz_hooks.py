@@ -45,7 +45,8 @@ SEEDED_TASK = "FUZZ-1"
 DEPENDENT_TASK = "FUZZ-2"
 SEEDED_PROJECT = "fuzz"
 # The projects with landing on whose delivered tasks `scripts/api-fuzz` seeds (SPEC §21).
-LANDING_PROJECTS = 20
+LANDING_PROJECTS = 40
+STATEFUL_LANDING_LEASE_SECONDS = 30
 REVIEW_DECISIONS = frozenset({"approved", "changes_requested", "blocked"})
 
 
@@ -100,7 +101,12 @@ def keep_the_rules_in_prose(context: HookContext, case: Case) -> Case:
         case.path_parameters = {**(case.path_parameters or {}), "slug": _landing_project(case)}
     elif operation_id == "landings_next":
         # SPEC §21.2: landings of a project with landing on (in `fuzz`, landing is off: VALIDATION_ERROR).
-        case.body = {**_body(case), "project": _landing_project(case)}
+        body = {**_body(case), "project": _landing_project(case)}
+        if case.meta is not None and case.meta.phase.name == TestPhase.STATEFUL:
+            # A scenario that claims and never releases holds its target for the lease: a short one frees
+            # the seeded targets for later scenarios (their renew and release steps follow at once).
+            body["lease_seconds"] = STATEFUL_LANDING_LEASE_SECONDS
+        case.body = body
     elif operation_id == "checks_report":
         case.body = {**_body(case), "project": SEEDED_PROJECT}
     elif operation_id == "tasks_checks" or operation_id == "tasks_reservation_clear":
