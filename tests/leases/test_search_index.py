@@ -197,3 +197,18 @@ def test_the_sweep_flushes_the_search_indexes_pending_entries(clock):
     assert [hit.kind for hit in search_answer(query="zebra", agent=None, project=project, limit=100).hits].count(
         "note"
     ) == 50
+
+
+def test_a_flush_the_database_refuses_never_fails_the_sweep(clock, monkeypatch, caplog):
+    """PostgreSQL lets only an index's owner (or a superuser) flush it: a server whose role did not migrate
+    gets an error, which is logged, and the sweep goes on (its expiries are its job)."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's pending lists")
+    from leases import search as module
+    from leases.jobs import sweep_expired_job
+
+    monkeypatch.setattr(module, "SEARCH_INDEXES", ("no_such_index",))
+    report = sweep_expired_job()
+    assert report["search_pending_pages_flushed"] == 0
+    assert "not flushed" in caplog.text
+    TaskFactory(title="after the refusal")  # the connection and its transaction are still usable
