@@ -331,23 +331,30 @@ def _statements(queries) -> dict[str, int]:
     }
 
 
+@pytest.fixture
+def stretches(clock, monkeypatch):
+    """PostgreSQL: a window of 20, one segment walked first, and a project's attempt to write notes
+    stretches apart; the attempt and the stretch's size in ids."""
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's stretches")
+    monkeypatch.setattr(module, "RANK_WINDOW", 20)
+    monkeypatch.setattr(module, "FIRST_SEGMENTS", 1)
+    project = ProjectFactory(slug="zoo")
+    return AttemptFactory(task=TaskFactory(project=project, title="Keeper rota")), 1 << module.COARSE_BITS
+
+
 @pytest.mark.parametrize("statistics", ["rare", "wrong"])
-def test_a_rare_word_spread_over_the_years_is_probed(clock, monkeypatch, statistics):
+def test_a_rare_word_spread_over_the_years_is_probed(stretches, monkeypatch, statistics):
     """PostgreSQL: one match per stretch, many stretches apart. When the planner's estimate calls the word
     rare, the probe reads every older match at once after the first walk; when the estimate is wrong
     (here: forced to call every word common), the probe runs once a stretch with a match held one,
     instead of a skip and a walk per stretch. The same answer either way."""
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's stretches")
     from django.test.utils import CaptureQueriesContext
 
     if statistics == "wrong":
         monkeypatch.setattr(module, "PROBE_FIRST_ESTIMATE", 0)
-    monkeypatch.setattr(module, "RANK_WINDOW", 20)
-    monkeypatch.setattr(module, "FIRST_SEGMENTS", 1)
-    project = ProjectFactory(slug="zoo")
-    attempt = AttemptFactory(task=TaskFactory(project=project, title="Keeper rota"))
-    stretch = 1 << module.COARSE_BITS
+    attempt, stretch = stretches
+    project = attempt.task.project
     zebras = []
     for n in range(6):
         zebras.append(NoteFactory(attempt=attempt, content=f"a zebra of year {n}"))
@@ -360,20 +367,15 @@ def test_a_rare_word_spread_over_the_years_is_probed(clock, monkeypatch, statist
     assert _statements(queries) == expected
 
 
-def test_a_word_a_skipped_to_stretch_holds_plenty_of_is_walked_on_not_probed(clock, monkeypatch):
+def test_a_word_a_skipped_to_stretch_holds_plenty_of_is_walked_on_not_probed(stretches, monkeypatch):
     """PostgreSQL: the probe builds GIN's bitmap of every older match before its LIMIT: a word the planner
     calls common (forced here) that a stretch holds plenty of is walked on stretch by stretch, and the
     probe never runs."""
-    if connection.vendor != "postgresql":
-        pytest.skip("PostgreSQL's stretches")
     from django.test.utils import CaptureQueriesContext
 
     monkeypatch.setattr(module, "PROBE_FIRST_ESTIMATE", 0)
-    monkeypatch.setattr(module, "RANK_WINDOW", 20)
-    monkeypatch.setattr(module, "FIRST_SEGMENTS", 1)
-    project = ProjectFactory(slug="zoo")
-    attempt = AttemptFactory(task=TaskFactory(project=project, title="Keeper rota"))
-    stretch = 1 << module.COARSE_BITS
+    attempt, stretch = stretches
+    project = attempt.task.project
     oldest = [NoteFactory(attempt=attempt, content=f"an old zebra {n}") for n in range(30)]
     _next_segment(3 * stretch)
     newer = [NoteFactory(attempt=attempt, content=f"a newer zebra {n}") for n in range(10)]
