@@ -22,11 +22,11 @@ rather than every match (`SearchAnswer.windowed`). Finding the window:
 - PostgreSQL: each stored vector also holds its row's id segment (`id >>
   SEGMENT_BITS`, a lexeme no text produces: migration `leases.0024`), so GIN
   finds one segment's matches by intersecting two posting lists. The newest
-  segments are walked newest first (a common word stops there); then every
-  stretch of 16 segments without a match is skipped at once and the next one
-  walked, to the window's end; once a stretch with a match holds few, a probe
-  through GIN reads the older matches in no order up to the rest of the window
-  (a rare word has them all then) (`_postgres_window_rows`). The heap reads
+  segments are walked newest first (a common word stops there); then the walk
+  goes on a stretch of 16 segments at a time, each stretch without a match
+  skipped at once, to the window's end; once a walk past the first with a match
+  holds few, a probe through GIN reads the older matches in no order up to the
+  rest of the window (a rare word has them all then) (`_postgres_window_rows`). The heap reads
   are at most the window plus one segment's matches and the probe's, whatever
   the word's count in the table. Visibility is in the index too: each vector holds its
   row's project as a lexeme (migration `leases.0025`), and the caller's
@@ -53,7 +53,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, connection, transaction
@@ -104,13 +104,18 @@ SEGMENT_BITS = 12
 # PostgreSQL: the id stretches the stored vectors also name (migration leases 0025 holds the same number):
 # 16 segments, the unit the walk skips when a stretch has no match.
 COARSE_BITS = 16
-# PostgreSQL: the segments walked first (docs/performance.md, "Search, round three").
+# PostgreSQL: a table of at most this many segments is walked whole in one statement, the window read at
+# once (docs/performance.md, "Search, round three" and "six").
 FIRST_SEGMENTS = 8
 # PostgreSQL: the probe of the older matches runs first when the planner's estimate of them is at most
 # this many windows (a rare word), and otherwise once a stretch with a match held fewer than
 # 1/SPARSE_STRETCHES of what the window still lacks (docs/performance.md, "Search, round five").
 PROBE_FIRST_ESTIMATE = 2
 SPARSE_STRETCHES = 8
+# PostgreSQL: the newest stretch is read at once, not walked segment by segment, when the planner's estimate
+# of the matches, spread evenly over the ids and taken this many times over, puts fewer there than the
+# window (the newest ids often hold more than their share).
+ESTIMATE_MARGIN = 4
 # PostgreSQL's plan for a search is always the text index first, then primary-key lookups per match.
 # A rare word's row estimate is a default (0.5 % of the table), which made the planner hash-join the
 # visibility joins over every attempt and task and compile JIT code (0.2 ms of index work, 600 ms of
@@ -223,16 +228,27 @@ def _postgres_scope(projects: list[int]) -> list[str]:
     return [" | ".join(f"' p{pk}'" for pk in projects)]
 
 
-def _postgres_sql(table: str, scoped: bool) -> tuple[str, str, str]:
-    """The window's three statements over `table` (a constant of this module; the query is a parameter),
+class _Statements(NamedTuple):
+    walk: str
+    stretch: str
+    probe: str
+    skip: str
+    skip_to_rows: str
+
+
+def _postgres_sql(table: str, scoped: bool) -> _Statements:
+    """The window's five statements over `table` (a constant of this module; the query is a parameter),
     `scoped`: with the caller's projects (`_postgres_scope`) as a parameter after the query's.
 
     The walk: segments `top` down to `bottom`, newest first, each one's matches through GIN (the word's
     posting list intersected with the segment's, and the projects') sorted newest first, the whole cut
     at its LIMIT: the nested loop over `generate_series` emits segment after segment, so the LIMIT
-    stops the walk. The probe: the matches below an id through GIN, in no order, at most its LIMIT.
-    The skip: the newest stretch (COARSE_BITS of ids) at or below a number with any match, through GIN,
-    one row read at most."""
+    stops the walk. The stretch: one stretch's matches (COARSE_BITS of ids) below an id in one GIN scan,
+    at most its LIMIT of them ranked, newest first (all of them when fewer came). The
+    probe: the matches below an id through GIN, in no order, at most its LIMIT. The skip: the newest
+    stretch at or below a number with any match, through GIN, one row read at most. The skip to rows
+    (scoped): the same for any row of the caller's projects, the words left out (two scan keys a
+    stretch, not three: half the index work where a project's rows are old)."""
     rank = "ts_rank(hit.search_vector, websearch_to_tsquery('english', %s))"
     # Each condition its own `@@`, so each is a scan key of its own: GIN leapfrogs across keys (each
     # jumps past the others' next match), while the lexemes of one tsquery are read by iterating the
@@ -247,13 +263,23 @@ def _postgres_sql(table: str, scoped: bool) -> tuple[str, str, str]:
         "AND hit.search_vector @@ quote_literal(' ' || segment.number)::tsquery "
         "ORDER BY hit.id + 0 DESC) AS hit LIMIT %s"
     )
+    stretch = (
+        f"SELECT hit.id, {rank} FROM (SELECT hit.id, hit.search_vector FROM {table} hit WHERE {match} "  # noqa: S608
+        "AND hit.search_vector @@ quote_literal(' c' || %s)::tsquery AND hit.id + 0 < %s LIMIT %s) AS hit "
+        "ORDER BY hit.id DESC"
+    )
     probe = f"SELECT hit.id, {rank} FROM {table} hit WHERE {match} AND hit.id + 0 < %s LIMIT %s"  # noqa: S608
     skip = (
         "SELECT stretch.number FROM generate_series(%s::bigint, 0, -1) AS stretch(number) "  # noqa: S608
         f"CROSS JOIN LATERAL (SELECT 1 FROM {table} hit WHERE {match} "
         "AND hit.search_vector @@ quote_literal(' c' || stretch.number)::tsquery LIMIT 1) AS hit LIMIT 1"
     )
-    return walk, probe, skip
+    skip_to_rows = (
+        "SELECT stretch.number FROM generate_series(%s::bigint, 0, -1) AS stretch(number) "  # noqa: S608
+        f"CROSS JOIN LATERAL (SELECT 1 FROM {table} hit WHERE hit.search_vector @@ %s::tsquery "
+        "AND hit.search_vector @@ quote_literal(' c' || stretch.number)::tsquery LIMIT 1) AS hit LIMIT 1"
+    )
+    return _Statements(walk, stretch, probe, skip, skip_to_rows)
 
 
 Rows = list[tuple[int, float]]
@@ -266,59 +292,93 @@ def _postgres_window_rows(
     first, with their rank; `run(sql, params)` runs a statement under PLAN_SETTINGS and GIN_PLAN and
     returns its rows (the service's cursor; the bench's raw reference its own).
 
-    Bounded by construction (docs/performance.md, "Search, round three", "four" and "five"): the rows read
-    from the heap are the matches of the segments walked, at most the window plus one segment's, and
-    the probe's; the index work is one posting-list intersection per segment walked, one per empty
-    stretch skipped, and the probe's.
-    1. Walk the FIRST_SEGMENTS newest segments: a common word stops here.
-    2. When PostgreSQL's statistics put the word's matches at most PROBE_FIRST_ESTIMATE windows, probe
-       everything older through GIN, in no order, for the rest of the window: fewer rows than asked
-       are all there is (a rare word stops here, the probe's heap reads at most the window).
-    3. Otherwise walk on, segment by segment to the start of the segment's stretch, then skip every
-       stretch with no match at once and walk on in the next with one, to the window's end (a word
-       whose matches are all old crosses its empty years a stretch, not a segment, at a time).
-    4. If a stretch reached by a skip held fewer than 1/SPARSE_STRETCHES of what the window still
-       lacks (the statistics were wrong: the word is rare after all), probe once as in 2.
+    Bounded by construction (docs/performance.md, "Search, round three" to "six"): the rows read from the
+    heap are at most the window plus one segment's matches, one more window where a stretch read at once
+    held more than the window lacked, the matches of a stretch's walked segments read again with the
+    rest of it (at most the window), and the probe's; the index work is one posting-list intersection
+    per segment walked, per stretch read or skipped, and the probe's.
+    1. When the table is FIRST_SEGMENTS segments or fewer, walk them all at once: that is the window.
+    2. When PostgreSQL's statistics put the word's matches at most PROBE_FIRST_ESTIMATE windows, probe the
+       whole table through GIN, in no order: fewer rows than the window are all there is (a rare word
+       stops here, the probe's heap reads at most the window).
+    3. Walk, a stretch (COARSE_BITS of ids) at a time, from the newest. A stretch (or what is left of
+       one) is read in one GIN scan, up to what the window lacks and one more, unless at the density of
+       the last walk with a match (at first: the estimate spread over the ids, ESTIMATE_MARGIN times over)
+       it would hold what the window lacks, or it held more than that: then it is walked segment by
+       segment, and the window ends in it (a common word stops in the newest segments).
+    4. Where a walk's matches go on into its lowest segment, they likely go on below it, and the next
+       stretch is walked at once; otherwise one statement first skips to the newest stretch with a match
+       (a word whose matches are all old crosses the empty years a stretch, not a segment, at a time). A
+       scoped search with no match yet skips first to the newest stretch with any row of the caller's
+       projects, the words left out: where a project's rows are old, under years of other projects',
+       that is most of the crossing, at half the index work.
+    5. If a walk held fewer than 1/SPARSE_STRETCHES of what the window still lacks, and it is not the
+       first walk on that held any match (where the matches begin, a stretch is only partly theirs), the
+       statistics were wrong and the word is rare after all: probe once as in 2.
     The probe's index work is every older match: GIN builds its whole bitmap before the LIMIT. So it
     runs only where the word looks rare; before round five it always ran, and at a million notes a
     common word's probe read 121,000 matches to throw them away (docs/performance.md, "Search, round
     five"). The estimate only orders the steps: every path gives the same window.
     """
-    walk, probe, skip = _postgres_sql(table, bool(scope))
+    sql = _postgres_sql(table, bool(scope))
     need = RANK_WINDOW + 1
     top = last >> SEGMENT_BITS
     bottom = max(top - FIRST_SEGMENTS + 1, 0)
-    rows = run(walk, [top, bottom, text, text, *scope, need])
-    if len(rows) >= need or bottom == 0:
-        return rows
-    wanted = need - len(rows)
-    probe_params = [text, text, *scope, bottom << SEGMENT_BITS, wanted]
-    probed = _estimated_rows(run, probe, probe_params) <= PROBE_FIRST_ESTIMATE * need
-    if probed:  # the statistics call the word rare: its older matches are likely all there is
-        older = run(probe, probe_params)
-        if len(older) < wanted:
-            return rows + sorted(older, key=lambda row: -row[0])
+    if bottom == 0:
+        return run(sql.walk, [top, 0, text, text, *scope, need])
+    probe_params = [text, text, *scope, last + 1, need]
+    estimate = _estimated_rows(run, sql.probe, probe_params)
+    probed = estimate <= PROBE_FIRST_ESTIMATE * need
+    if probed:  # the statistics call the word rare: its matches are likely fewer than the window
+        found = run(sql.probe, probe_params)
+        if len(found) < need:
+            return sorted(found, key=lambda row: -row[0])
     shift = COARSE_BITS - SEGMENT_BITS
-    segment, skipped = bottom - 1, False
+    rows: Rows = []
+    # `reached`: the next walk starts at `segment`, no skip first; `density`: matches a segment where the last
+    # walk with any found them (at first the estimate spread over the ids, ESTIMATE_MARGIN times over);
+    # `held`: walks that found any; `to_rows`: the next skip is to the caller's rows.
+    segment, reached, held, to_rows = top, True, 0, bool(scope)
+    density = ESTIMATE_MARGIN * estimate / (top + 1)
     while segment >= 0 and len(rows) < need:
+        wanted = need - len(rows)
+        if not reached:  # the newest stretch at or below `segment` with a match (or a row): walk on there
+            if to_rows and not rows:
+                stretch = run(sql.skip_to_rows, [segment >> shift, *scope])
+            else:
+                stretch = run(sql.skip, [segment >> shift, text, *scope])
+            to_rows = False
+            if not stretch:
+                break
+            segment = min(segment, ((stretch[0][0] + 1) << shift) - 1)
         first = segment >> shift << shift  # the first segment of this one's stretch
-        walked = run(walk, [segment, first, text, text, *scope, need - len(rows)])
+        # The stretch from `segment` down is read at once, unless the window likely ends in it (at the
+        # density last met) or it holds more than the window lacks: then it is walked segment by segment.
+        at_once = density * (segment - first + 1) < wanted
+        below = (segment + 1) << SEGMENT_BITS
+        walked = run(sql.stretch, [text, text, *scope, segment >> shift, below, wanted + 1]) if at_once else []
+        if not at_once or len(walked) > wanted:
+            walked = run(sql.walk, [segment, first, text, text, *scope, wanted])
         rows += walked
+        density = len(walked) / (segment - first + 1) if walked else density
         if len(rows) >= need or first == 0:
             break
         wanted = need - len(rows)
-        if skipped and not probed and len(walked) * SPARSE_STRETCHES < wanted:
-            # A stretch with a match held few: the word is rare here, so its older matches are few too.
+        held += bool(walked)
+        if held > 1 and not probed and len(walked) * SPARSE_STRETCHES < wanted:
+            # A walk with a match held few: the word is rare here, so its older matches are few too.
             probed = True
-            older = run(probe, [text, text, *scope, first << SEGMENT_BITS, wanted])
+            older = run(sql.probe, [text, text, *scope, first << SEGMENT_BITS, wanted])
             if len(older) < wanted:
                 return rows + sorted(older, key=lambda row: -row[0])
-        stretch = run(skip, [(first >> shift) - 1, text, *scope])
-        if not stretch:
-            break
-        skipped = True
-        segment = ((stretch[0][0] + 1) << shift) - 1
+        segment, reached = first - 1, _reached(walked, first)
     return rows
+
+
+def _reached(walked: Rows, segment: int) -> bool:
+    """Whether a walk's matches (newest first) go on into its lowest segment, `segment`: its last two
+    rows are there (one match alone says little of what lies below it)."""
+    return len(walked) > 1 and walked[-2][0] >> SEGMENT_BITS == segment
 
 
 def _estimated_rows(run: Callable[[str, list[Any]], Rows], sql: str, params: list[Any]) -> float:

@@ -148,33 +148,43 @@ def test_the_api_says_when_it_ranked_a_window(window, corpus):
 
 def test_the_walk_reads_gin_segment_by_segment_and_stops(clock):
     """PostgreSQL: the walk is a nested loop over the segments, newest first, each a GIN bitmap, under the
-    LIMIT (which stops it); the probe reads GIN too; neither walks the primary key."""
+    LIMIT (which stops it); a stretch read whole, the probe and the skip read GIN too; none walks the
+    primary key."""
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's segments; SQLite has one way (FTS5 newest first)")
     from django.db import transaction
 
     plans = {}
-    walk, probe, skip = module._postgres_sql("leases_note", False)
+    walk, stretch, probe, skip, skip_to_rows = module._postgres_sql("leases_note", False)
     settings = {**module.PLAN_SETTINGS, **module.GIN_PLAN}
     with transaction.atomic(), module._postgres_settings(settings), connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + walk, [5, 0, "zebra", "zebra", 4])
         plans["walk"] = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("EXPLAIN " + stretch, ["zebra", "zebra", 0, 4096, 4])
+        plans["stretch"] = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("EXPLAIN " + probe, ["zebra", "zebra", 4096, 4])
         plans["probe"] = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("EXPLAIN " + skip, [5, "zebra"])
         plans["skip"] = "\n".join(row[0] for row in cursor.fetchall())
+        cursor.execute("EXPLAIN " + skip_to_rows, [5, "' p1'"])
+        plans["skip to rows"] = "\n".join(row[0] for row in cursor.fetchall())
     lines = [line.strip() for line in plans["walk"].splitlines()]
     assert lines[0].startswith("Limit")
     assert lines[1].startswith("->  Nested Loop")
     assert lines[2].startswith("->  Function Scan on generate_series")
     assert "Bitmap Index Scan on leases_note_search" in plans["walk"]
     assert "Bitmap Index Scan on leases_note_search" in plans["probe"]
+    stretch_nodes = [line.strip() for line in plans["stretch"].splitlines() if "(cost=" in line]
+    assert stretch_nodes[0].startswith("Sort")  # the stretch's matches read up to the LIMIT, then sorted
+    assert any(node.startswith("->  Limit") for node in stretch_nodes[1:])
+    assert "Bitmap Index Scan on leases_note_search" in plans["stretch"]
     skip_lines = [line.strip() for line in plans["skip"].splitlines()]
     assert skip_lines[0].startswith("Limit")
     assert skip_lines[1].startswith("->  Nested Loop")
     assert skip_lines[2].startswith("->  Function Scan on generate_series")
     assert "Bitmap Index Scan on leases_note_search" in plans["skip"]
-    every = plans["walk"] + plans["probe"] + plans["skip"]
+    assert "Bitmap Index Scan on leases_note_search" in plans["skip to rows"]
+    every = "".join(plans.values())
     assert "Index Scan Backward" not in every
     assert "Seq Scan" not in every
 
@@ -251,7 +261,7 @@ def test_visibility_is_read_from_the_index_not_looked_up_per_match(clock):
     NoteFactory(attempt__task__project=zoo, content="one zebra")
     for n in range(5):
         NoteFactory(attempt__task__project=hidden, content=f"a hidden zebra {n}")
-    _, probe, _ = module._postgres_sql("leases_note", True)
+    probe = module._postgres_sql("leases_note", True).probe
     scope = module._postgres_scope([zoo.pk])
     settings = {**module.PLAN_SETTINGS, **module.GIN_PLAN}
     with transaction.atomic(), module._postgres_settings(settings), connection.cursor() as cursor:
@@ -286,10 +296,10 @@ def test_the_walk_on_skips_stretches_without_a_match(window, clock, monkeypatch)
     with CaptureQueriesContext(connection) as queries:
         hits, windowed = _answer("zebra", agent=None, project=project)
     assert (hits, windowed) == (sorted(("note", note.pk) for note in (newest, middle, old[-1])), True)
-    statements = [query["sql"] for query in queries.captured_queries if "leases_note hit" in query["sql"]]
-    skips = [sql for sql in statements if "' c' ||" in sql]
-    walks = [sql for sql in statements if "segment(number)" in sql]
-    assert (len(skips), len(walks)) == (2, 4)  # the first walk, then a walk in each stretch with a match
+    found = _statements(queries)
+    # The newest stretch read at once; a skip before each older stretch with a match, each read at once,
+    # `old`'s walked too: the window ends in it.
+    assert (found["walk"], found["stretch"], found["skip"]) == (1, 3, 2)
 
 
 def test_a_caller_who_sees_every_project_searches_unscoped_and_the_page_is_checked(clock, monkeypatch):
@@ -326,8 +336,10 @@ def _statements(queries) -> dict[str, int]:
     ]
     return {
         "walk": sum("segment(number)" in sql for sql in statements),
-        "skip": sum("' c' ||" in sql for sql in statements),
-        "probe": sum("hit.id + 0 <" in sql for sql in statements),
+        "stretch": sum("AS hit ORDER BY hit.id DESC" in sql for sql in statements),
+        "skip": sum("stretch(number)" in sql and "websearch" in sql for sql in statements),
+        "skip to rows": sum("stretch(number)" in sql and "websearch" not in sql for sql in statements),
+        "probe": sum("hit.id + 0 <" in sql and "AS hit ORDER" not in sql for sql in statements),
     }
 
 
@@ -363,17 +375,27 @@ def test_a_rare_word_spread_over_the_years_is_probed(stretches, monkeypatch, sta
     with CaptureQueriesContext(connection) as queries:
         hits, windowed = _answer("zebra", agent=None, project=project)
     assert (hits, windowed) == (sorted(("note", note.pk) for note in zebras), False)
-    expected = {"walk": 1, "skip": 0, "probe": 1} if statistics == "rare" else {"walk": 3, "skip": 1, "probe": 1}
+    # Rare: one probe of the whole table finds them all. Wrong: the first stretch with a match may be only
+    # partly the word's, so the probe waits for the second.
+    expected = (
+        {"walk": 0, "stretch": 0, "skip": 0, "skip to rows": 0, "probe": 1}
+        if statistics == "rare"
+        else {"walk": 0, "stretch": 3, "skip": 2, "skip to rows": 0, "probe": 1}
+    )
     assert _statements(queries) == expected
 
 
-def test_a_word_a_skipped_to_stretch_holds_plenty_of_is_walked_on_not_probed(stretches, monkeypatch):
+@pytest.mark.parametrize("estimate", ["sparse", "dense"])
+def test_a_word_a_skipped_to_stretch_holds_plenty_of_is_walked_on_not_probed(stretches, monkeypatch, estimate):
     """PostgreSQL: the probe builds GIN's bitmap of every older match before its LIMIT: a word the planner
     calls common (forced here) that a stretch holds plenty of is walked on stretch by stretch, and the
-    probe never runs."""
+    probe never runs. Where the estimate spread over the ids says the newest stretch holds the window
+    (forced: "dense"), it is walked segment by segment, not read at once; the same window either way."""
     from django.test.utils import CaptureQueriesContext
 
     monkeypatch.setattr(module, "PROBE_FIRST_ESTIMATE", 0)
+    if estimate == "dense":
+        monkeypatch.setattr(module, "ESTIMATE_MARGIN", 10**9)
     attempt, stretch = stretches
     project = attempt.task.project
     oldest = [NoteFactory(attempt=attempt, content=f"an old zebra {n}") for n in range(30)]
@@ -384,4 +406,80 @@ def test_a_word_a_skipped_to_stretch_holds_plenty_of_is_walked_on_not_probed(str
     with CaptureQueriesContext(connection) as queries:
         hits, windowed = _answer("zebra", agent=None, project=project)
     assert (hits, windowed) == (sorted(("note", note.pk) for note in [*oldest[-10:], *newer]), True)
-    assert _statements(queries) == {"walk": 4, "skip": 2, "probe": 0}
+    # Sparse: the newest stretch and `newer`'s read at once; `oldest`'s holds more than the window lacks:
+    # walked segment by segment. Dense: the newest and `newer`'s walked; `oldest`'s as before.
+    expected = {"sparse": (1, 3), "dense": (3, 1)}[estimate]
+    assert _statements(queries) == {
+        "walk": expected[0],
+        "stretch": expected[1],
+        "skip": 2,
+        "skip to rows": 0,
+        "probe": 0,
+    }
+
+
+def _at(next_id: int) -> None:
+    """PostgreSQL: the next note gets id `next_id`."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT setval(pg_get_serial_sequence('leases_note', 'id'), %s, false)", [next_id])
+
+
+def test_matches_that_go_on_into_a_stretchs_lowest_segment_are_walked_on_without_a_skip(stretches, monkeypatch):
+    """PostgreSQL: a walk whose matches go on into its stretch's lowest segment walks the next stretch at
+    once (the matches likely go on there); a walk that found none skips to the newest stretch with one.
+    The same window as the newest matches by id."""
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(module, "PROBE_FIRST_ESTIMATE", 0)
+    attempt, stretch = stretches
+    project = attempt.task.project
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT last_value FROM leases_note_id_seq")
+        base = (cursor.fetchone()[0] // stretch + 1) * stretch
+    _at(base + 1)
+    older = [NoteFactory(attempt=attempt, content=f"an older zebra {n}") for n in range(30)]  # stretch B
+    _at(base + 3 * stretch - (1 << module.SEGMENT_BITS))  # the top segment of stretch B + 2
+    near = [NoteFactory(attempt=attempt, content=f"a zebra {n}") for n in range(3)]
+    _at(base + 3 * stretch)  # the lowest segment of stretch B + 3
+    lowest = [NoteFactory(attempt=attempt, content=f"a newer zebra {n}") for n in range(2)]
+    _at(base + 5 * stretch)
+    NoteFactory(attempt=attempt, content="a horse in the newest segment")
+    with CaptureQueriesContext(connection) as queries:
+        hits, windowed = _answer("zebra", agent=None, project=project)
+    assert (hits, windowed) == (sorted(("note", note.pk) for note in [*older[-15:], *near, *lowest]), True)
+    # The newest stretch read; a skip to B + 3, read: its two matches are in its lowest segment, so B + 2 is
+    # read at once; its matches are in its top segment only: a skip to B, whose matches are more than the
+    # window lacks: read, then walked segment by segment.
+    assert _statements(queries) == {"walk": 1, "stretch": 4, "skip": 2, "skip to rows": 0, "probe": 0}
+
+
+def test_a_scoped_search_skips_to_the_callers_rows_first_where_they_are_old(stretches, monkeypatch):
+    """PostgreSQL: where a scoped search has found nothing in the newest stretch, its first skip is to the
+    newest stretch with any of the caller's rows, the words left out (half the index work of a skip);
+    from there the walk goes on as ever: a stretch of the caller's without the word is read and skipped
+    past. Another project's newer matches are never read."""
+    from django.test.utils import CaptureQueriesContext
+
+    monkeypatch.setattr(module, "PROBE_FIRST_ESTIMATE", 0)
+    attempt, stretch = stretches
+    zoo = attempt.task.project
+    farm = AttemptFactory(task=TaskFactory(project=ProjectFactory(slug="farm"), title="Barn rota"))
+    keeper = AgentFactory(projects=[zoo])
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT last_value FROM leases_note_id_seq")
+        base = (cursor.fetchone()[0] // stretch + 1) * stretch
+    _at(base + stretch // 2)  # the middle of stretch B
+    zebras = [NoteFactory(attempt=attempt, content=f"an old zebra {n}") for n in range(5)]
+    _at(base + 2 * stretch + stretch // 2)  # B + 2: the zoo's newest row, without the word
+    NoteFactory(attempt=attempt, content="a horse at the zoo")
+    _at(base + 4 * stretch)  # B + 4 and on: the farm's
+    for n in range(3):
+        NoteFactory(attempt=farm, content=f"a farm zebra {n}")
+    _at(base + 6 * stretch)
+    NoteFactory(attempt=farm, content="a cow in the newest segment")
+    with CaptureQueriesContext(connection) as queries:
+        hits, windowed = _answer("zebra", agent=keeper)
+    assert (hits, windowed) == (sorted(("note", note.pk) for note in zebras), False)
+    # The newest stretch read (the farm's); a skip to the zoo's rows (B + 2), read: no zebra; a skip to the
+    # zebras (B), read; a skip below them finds none.
+    assert _statements(queries) == {"walk": 0, "stretch": 3, "skip": 2, "skip to rows": 1, "probe": 0}
