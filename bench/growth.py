@@ -83,6 +83,7 @@ def measure_scale(
         setup = seed_scale(tasks, extra=_extra(runs, repeat, cycles), progress=progress)
     started = time.perf_counter()
     lapsed = growth_seed.align_lapses(datetime.now(UTC), measuring_project=setup["project"])
+    queue_wait_aligned = growth_seed.align_queue_wait(datetime.now(UTC))
     load = [os.getloadavg()[0]]
     database = target.env["DATABASE_URL"].rsplit("/", 1)[1] if target.is_postgres else None
     agent_client, staff = measure.clients(setup["token"])
@@ -109,6 +110,7 @@ def measure_scale(
         "seed_phases": setup.get("phases", {}),
         "reused": setup.get("reused"),
         "lapsed_at_start": lapsed,
+        "queue_wait_aligned_at_start": queue_wait_aligned,
         "measure_seconds": round(time.perf_counter() - started, 1),
         "load_1min": [round(value, 2) for value in load],
         "runs": per_run,
