@@ -21,14 +21,17 @@ rather than every match (`SearchAnswer.windowed`). Finding the window:
   rowid checked for visibility, stopping at RANK_WINDOW + 1.
 - PostgreSQL: each stored vector also holds its row's id segment (`id >>
   SEGMENT_BITS`, a lexeme no text produces: migration `leases.0024`), so GIN
-  finds one segment's matches by intersecting two posting lists. The newest
-  segments are walked newest first (a common word stops there); then the walk
-  goes on a stretch of 16 segments at a time, each stretch without a match
-  skipped at once, to the window's end; once a walk past the first with a match
-  holds few, a probe through GIN reads the older matches in no order up to the
-  rest of the window (a rare word has them all then) (`_postgres_window_rows`). The heap reads
-  are at most the window plus one segment's matches and the probe's, whatever
-  the word's count in the table. Visibility is in the index too: each vector holds its
+  finds one segment's matches by intersecting two posting lists (and a stretch's
+  likewise: `leases.0025`). The ids are read newest first, a stretch of 16
+  segments at a time (one GIN scan a
+  stretch, or one a segment where the window ends: a common word stops in the
+  newest segments), each stretch without a match skipped at once, to the
+  window's end; a word PostgreSQL's statistics call rare, or one a walk past the
+  first with a match finds few of, is probed through GIN, its older matches in
+  no order up to the rest of the window (a rare word has them all then)
+  (`_postgres_window_rows`). The heap reads are bounded by the window (at most
+  about three windows and one segment's matches, and the probe's), whatever the
+  word's count in the table. Visibility is in the index too: each vector holds its
   row's project as a lexeme (migration `leases.0025`), and the caller's
   projects are one more posting list to intersect, so a match in a project
   the caller may not see is never read.
