@@ -225,6 +225,30 @@ def read_snapshot() -> Iterator[None]:
                 cursor.execute("COMMIT")  # nothing was written: commit and rollback end it alike
 
 
+@contextmanager
+def postgres_settings(values: dict[str, str]) -> Iterator[None]:
+    """PostgreSQL: `SET LOCAL` these planner or session settings for the statements inside (in the caller's
+    transaction), then the values before, so they never outlive the block (not after an error: the
+    transaction is rolled back, and its settings with it)."""
+    names = list(values)
+    if not names:
+        yield
+        return
+    with connection.cursor() as cursor:
+        reads = ", ".join("current_setting(%s)" for _ in names)
+        sets = ", ".join("set_config(%s, %s, true)" for _ in names)
+        cursor.execute(
+            f"SELECT {reads}, {sets}", [*names, *(value for name in names for value in (name, values[name]))]
+        )
+        previous = cursor.fetchone()[: len(names)]
+    yield
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names),
+            [value for pair in zip(names, previous, strict=True) for value in pair],
+        )
+
+
 def count_up_to(rows: QuerySet[Any], bound: int) -> tuple[int, bool]:
     """How many `rows`, counted up to `bound`, and whether more follow: the planner stops at the bound's
     row instead of reading a backlog to its end (issue 33: 276,000 ready tasks at 1M).

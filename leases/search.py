@@ -63,6 +63,7 @@ from django.db import DatabaseError, OperationalError, connection, transaction
 from django.db.models import QuerySet
 from django.db.models.expressions import RawSQL
 
+from core.db import postgres_settings
 from core.errors import SearchTooBroad
 from leases.models import Note
 from leases.search_text import (
@@ -174,31 +175,11 @@ def _too_broad() -> SearchTooBroad:
 
 
 @contextmanager
-def _postgres_settings(values: dict[str, str]) -> Iterator[None]:
-    """`SET LOCAL` these for the statements inside, then the values before (not after an error: the
-    transaction is rolled back, and its settings with it)."""
-    names = list(values)
-    with connection.cursor() as cursor:
-        reads = ", ".join("current_setting(%s)" for _ in names)
-        sets = ", ".join("set_config(%s, %s, true)" for _ in names)
-        cursor.execute(
-            f"SELECT {reads}, {sets}", [*names, *(value for name in names for value in (name, values[name]))]
-        )
-        previous = cursor.fetchone()[: len(names)]
-    yield
-    with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in names),
-            [value for pair in zip(names, previous, strict=True) for value in pair],
-        )
-
-
-@contextmanager
 def _bounded() -> Iterator[None]:
     """Statements inside end within the search timeout, or SEARCH_TOO_BROAD."""
     if connection.vendor == "postgresql":
         # In the caller's transaction, SET LOCAL would outlive the search: the settings are restored.
-        with transaction.atomic(), _postgres_settings({**PLAN_SETTINGS, "statement_timeout": str(_timeout_ms())}):
+        with transaction.atomic(), postgres_settings({**PLAN_SETTINGS, "statement_timeout": str(_timeout_ms())}):
             try:
                 yield
             except OperationalError as exc:
@@ -401,7 +382,7 @@ def _postgres_window(table: str, scope: list[str], text: str) -> Rows:
         last = cursor.fetchone()[0]
     if last is None:
         return []
-    with _postgres_settings(GIN_PLAN), connection.cursor() as cursor:
+    with postgres_settings(GIN_PLAN), connection.cursor() as cursor:
 
         def run(sql: str, params: list[Any]) -> Rows:
             cursor.execute(sql, params)

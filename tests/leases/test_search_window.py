@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from django.db import connection
 
+from core.db import postgres_settings
 from leases import search as module
 from leases.models import Note
 from leases.search import search_answer
@@ -157,7 +158,7 @@ def test_the_walk_reads_gin_segment_by_segment_and_stops(clock):
     plans = {}
     walk, stretch, probe, skip, skip_to_rows = module._postgres_sql("leases_note", False)
     settings = {**module.PLAN_SETTINGS, **module.GIN_PLAN}
-    with transaction.atomic(), module._postgres_settings(settings), connection.cursor() as cursor:
+    with transaction.atomic(), postgres_settings(settings), connection.cursor() as cursor:
         cursor.execute("EXPLAIN " + walk, [5, 0, "zebra", "zebra", 4])
         plans["walk"] = "\n".join(row[0] for row in cursor.fetchall())
         cursor.execute("EXPLAIN " + stretch, ["zebra", "zebra", 0, 4096, 4])
@@ -264,7 +265,7 @@ def test_visibility_is_read_from_the_index_not_looked_up_per_match(clock):
     probe = module._postgres_sql("leases_note", True).probe
     scope = module._postgres_scope([zoo.pk])
     settings = {**module.PLAN_SETTINGS, **module.GIN_PLAN}
-    with transaction.atomic(), module._postgres_settings(settings), connection.cursor() as cursor:
+    with transaction.atomic(), postgres_settings(settings), connection.cursor() as cursor:
         cursor.execute("EXPLAIN (ANALYZE, COSTS OFF) " + probe, ["zebra", "zebra", *scope, 10**9, 10])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "Bitmap Index Scan on leases_note_search" in plan
