@@ -23,7 +23,7 @@ from django.db.models import F, Q
 
 from core.db import postgres_settings, write_transaction
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, LeaseClock
-from leases.selectors import queue_wait_unalerted
+from leases.selectors import queue_wait_unalerted_rows
 from leases.services.allocations import mark_allocations_stale
 from leases.services.quarantine import quarantine_failing
 from ledger import clock
@@ -353,7 +353,7 @@ UNALERTED_PLAN = {"enable_incremental_sort": "off"}
 
 
 def _unalerted(now: datetime) -> list[tuple[int, datetime | None]]:
-    """The tasks a run may alert, `queue_wait_unalerted` project by project, at most QUEUE_WAIT_ALERTS_PER_RUN;
+    """The tasks a run may alert, `queue_wait_unalerted_rows` project by project, at most QUEUE_WAIT_ALERTS_PER_RUN;
     on PostgreSQL the reads in one transaction under UNALERTED_PLAN (two statements more a run, not a project)."""
     found: list[tuple[int, datetime | None]] = []
 
@@ -361,7 +361,7 @@ def _unalerted(now: datetime) -> list[tuple[int, datetime | None]]:
         for project in Project.objects.filter(archived_at__isnull=True):
             if len(found) >= QUEUE_WAIT_ALERTS_PER_RUN:
                 break
-            found.extend(queue_wait_unalerted(project, now=now, limit=QUEUE_WAIT_ALERTS_PER_RUN - len(found)))
+            found.extend(queue_wait_unalerted_rows(project, now=now, limit=QUEUE_WAIT_ALERTS_PER_RUN - len(found)))
 
     if connection.vendor != "postgresql":
         read()  # SQLite: no transaction, so no lock held across the reads

@@ -16,7 +16,7 @@ from django.db import connection
 from django.db.models import F
 from django.test.utils import CaptureQueriesContext
 
-from leases.selectors import queue_wait_unalerted
+from leases.selectors import queue_wait_unalerted, queue_wait_unalerted_rows
 from leases.services import check_queue_wait
 from ledger import clock as ledger_clock
 from ledger.models import Event, EventType, Project, Task, TaskStatus
@@ -122,3 +122,20 @@ def test_a_run_is_the_same_statements_at_ten_times_the_history(clock, project):
             assert check_queue_wait() == 0
         counts.append(len(captured.captured_queries))
     assert counts[0] == counts[1]
+
+
+def test_the_compiled_read_answers_as_the_queryset(clock, project):
+    """The check reads through `queue_wait_unalerted_rows`, compiled once (issue 33: building the rule's
+    queryset was most of a project's read): the same rows as `queue_wait_unalerted`, cut at the limit."""
+    history(project, done=5, alerted=4)
+    TaskFactory.create_batch(3, project=project)
+    other = ProjectFactory(slug="api", queue_wait_max_seconds=60)
+    TaskFactory.create_batch(2, project=other)
+    clock.advance(601)
+    TaskFactory.create_batch(2, project=project)  # below the threshold
+    now = clock.now()
+    for each, limit in ((project, 10), (project, 2), (other, 10)):
+        expected = list(queue_wait_unalerted(each, now=now, limit=limit))
+        assert queue_wait_unalerted_rows(each, now=now, limit=limit) == expected
+    assert len(queue_wait_unalerted_rows(project, now=now, limit=10)) == 3
+    assert len(queue_wait_unalerted_rows(other, now=now, limit=10)) == 2
