@@ -49,8 +49,10 @@ def recording_check(log: Path, *, seconds: float = 0.0) -> str:
 
 
 def checked(log: Path) -> dict[str, str]:
-    """commit → verdict, for every check that ran to its end."""
-    return {line.split()[2]: line.split()[3] for line in log.read_text().splitlines() if line.startswith("end ")}
+    """commit → verdict, for every check that ran to its end (a check stopped while it wrote its `end` line,
+    its `git rev-parse` killed under it, left the line without a commit: it did not run to its end)."""
+    ends = [line.split() for line in log.read_text().splitlines() if line.startswith("end ")]
+    return {fields[2]: fields[3] for fields in ends if len(fields) == 4}
 
 
 def test_a_probe_that_is_a_prefix_of_the_batch_reuses_its_commits_and_merges_nothing(tmp_path):

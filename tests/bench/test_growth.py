@@ -38,7 +38,7 @@ TASKS = 200
 def test_one_tiny_scale_seeds_the_history_through_the_triggers_and_measures_every_row():
     from insight.models import EventTally, TaskFirstReady
     from leases.models import Attempt
-    from ledger.models import Event, Task
+    from ledger.models import Event, EventType, Task
 
     setup = seed_scale(TASKS, extra=_extra(1, 2, 10))
     # /metrics' tally has counted the seeded history: the first scrape counts none of it (at any scale).
@@ -47,7 +47,7 @@ def test_one_tiny_scale_seeds_the_history_through_the_triggers_and_measures_ever
     assert setup["phases"]["total"] > 0
     assert "copy ledger_event" in setup["phases"], setup["phases"]
 
-    alerts = Event.objects.filter(type="task.queue_wait_exceeded")
+    alerts = Event.objects.filter(type=EventType.TASK_QUEUE_WAIT_EXCEEDED)
     seeded_alerts = alerts.count()  # the seeded history's own
     payload = measure_scale(_test_database_target(), TASKS, repeat=2, runs=1, cycles=10, held=True, setup=setup)
 
