@@ -346,8 +346,8 @@ def _statements(queries) -> dict[str, int]:
 
 @pytest.fixture
 def stretches(clock, monkeypatch):
-    """PostgreSQL: a window of 20, one segment walked first, and a project's attempt to write notes
-    stretches apart; the attempt and the stretch's size in ids."""
+    """PostgreSQL: a window of 20, a table never walked whole at once (FIRST_SEGMENTS 1), and a project's
+    attempt to write notes stretches apart; the attempt and the stretch's size in ids."""
     if connection.vendor != "postgresql":
         pytest.skip("PostgreSQL's stretches")
     monkeypatch.setattr(module, "RANK_WINDOW", 20)
