@@ -257,7 +257,8 @@ def queue_wait_unalerted(project: Project, *, now: datetime, limit: int) -> Quer
     return _unalerted(project, now, now - timedelta(seconds=project.queue_wait_max_seconds))[:limit]
 
 
-# The most rows one read of `queue_wait_unalerted_rows` returns (the check's alerts a run).
+# The most rows one read of `queue_wait_unalerted_rows` returns, and so the queue-wait check's alerts a run
+# (`leases.services.expiry.QUEUE_WAIT_ALERTS_PER_RUN`).
 QUEUE_WAIT_READ = 1_000
 YEAR = timedelta(days=365)
 # `queue_wait_unalerted`, compiled once: the check reads every project every minute, and building the

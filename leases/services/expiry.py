@@ -24,6 +24,7 @@ from django.db.models import F, Q
 from core.db import postgres_settings, write_transaction
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, LeaseClock
 from leases.selectors import queue_wait_unalerted_rows
+from leases.selectors.tasks import QUEUE_WAIT_READ
 from leases.services.allocations import mark_allocations_stale
 from leases.services.quarantine import quarantine_failing
 from ledger import clock
@@ -340,7 +341,7 @@ def _alert_queue_wait(*, task_id: int, ready_since: datetime, waited_seconds: in
 
 
 # The most queue-wait alerts one run of the check writes (each is an event and a task write).
-QUEUE_WAIT_ALERTS_PER_RUN = 1_000
+QUEUE_WAIT_ALERTS_PER_RUN = QUEUE_WAIT_READ  # one compiled read's rows: what a run may alert
 
 
 # PostgreSQL, for the check's read: the partial index serves its order (ready_since, id) whole; the ready
