@@ -1,6 +1,6 @@
 """`"wait": seconds` on the claim-next doors (SPEC §25): park until a task is claimable for this caller.
 
-`wait_for_claim(request, *, project_ids, queue, seconds, try_claim, more_claimable)`
+`wait_for_claim(request, *, project_ids, queue, seconds, try_claim, count_claimable)`
 runs a claim-next view's `try_claim` until it answers or `seconds` pass:
 
 - `try_claim(final)` makes one claim attempt and returns the response, or
@@ -9,11 +9,13 @@ runs a claim-next view's `try_claim` until it answers or `seconds` pass:
   Under an `Idempotency-Key` a None must leave nothing stored: raise
   `NotYet` inside the mutation's work and return None for it (the pending
   record rolls back; see `leases.idempotency`).
-- `more_claimable()` says whether anything is still claimable in the project
-  for anyone; asked only after a try that answered a wake, to pass the wake
-  on (`push.claim_waiters`). When it says no, `finished()` (optional) says
-  whether the project's work is finished: the wake then goes on to the
-  waiters that asked `until_empty` (this one's flag), and to no one else.
+- `count_claimable()` says how many tasks anyone could still claim in the
+  project, counted up to `counted` (1 by default: a yes or no); asked only
+  after a try that answered a wake, to pass the wake on when more are
+  claimable than the other woken waiters can take (`push.claim_waiters`).
+  When it says none, `finished()` (optional) says whether the project's work
+  is finished: the wake then goes on to the waiters that asked `until_empty`
+  (this one's flag), and to no one else.
 - `looks_claimable()` (optional) is a cheap read: whether anything looks
   claimable for this caller. Every try asks it first and skips the claim (its
   write transaction) when it says no: the first try of a request that will
@@ -37,8 +39,8 @@ answers 204. A waiter that goes away while it owes a wake an answer passes
 the wake on (the slot's release closes its ticket).
 
 For `POST /landings/next/`: the same call with `queue="land"`; `try_claim`
-runs the lander's claim (None: nothing to land), `more_claimable` whether a
-delivered task is still waiting to land.
+runs the lander's claim (None: nothing to land), `count_claimable` whether a
+delivered task is still waiting to land (1 or 0).
 """
 
 from __future__ import annotations
@@ -71,7 +73,8 @@ def wait_for_claim(
     queue: str,
     seconds: int,
     try_claim: Callable[[bool], Response | None],
-    more_claimable: Callable[[], bool],
+    count_claimable: Callable[[], int],
+    counted: int = 1,
     looks_claimable: Callable[[], bool] | None = None,
     until_empty: bool = False,
     finished: Callable[[], bool] | None = None,
@@ -108,10 +111,10 @@ def wait_for_claim(
                 answer = try_claim(final)
             first = False
             if ticket.chain is not None:  # this try answered a wake: pass it on if someone else could use it
-                if more_claimable():
-                    registry.settle(ticket, pass_on=True)
-                else:  # a finished project's wake goes on to the waiters that answer it (`until_empty`) only
-                    registry.settle(ticket, pass_on=finished is not None and finished(), until_empty_only=True)
+                claimable = count_claimable()
+                # Nothing left: a finished project's wake goes on to the waiters that answer it (`until_empty`).
+                done = not claimable and finished is not None and finished()
+                registry.settle(ticket, claimable=claimable, counted=counted, finished=done)
             if answer is not None:
                 return answer
             if release is None and not resumed:

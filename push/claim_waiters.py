@@ -8,21 +8,33 @@ the process's event watcher (`push.waiting`): a commit of a type in
 project and queue — one per commit, never the herd. What happens next is a
 *chain*, passed from waiter to waiter:
 
-- The woken waiter tries to claim, then `settle(ticket, pass_on=...)`:
-  `pass_on` is whether anything is still claimable in the project for anyone
-  (after a success: another task remains; after a refusal — labels, a path
-  reservation, a lost race — the task is there but not for this waiter). The
-  chain then wakes the next waiter of that project and queue that it has not
-  woken yet, so a claimable task is never stranded while someone who could
-  take it waits, and no waiter is tried twice for one event. A project found
-  finished (`until_empty_only`) passes the wake only to the waiters that
-  answer a finished project (`until_empty`): an idle fleet's hundred parked
-  runners are not each woken to find nothing when the last task is done.
+- The woken waiter tries to claim, then `settle(ticket, claimable=...)`:
+  how many tasks anyone could still claim in the project (after a success:
+  others remain; after a refusal — labels, a path reservation, a lost race —
+  a task is there but not for this waiter). The chain wakes the next waiter
+  of that project and queue that it has not woken yet when more are
+  claimable than the other waiters *carrying* a wake of that project and
+  queue (woken, still trying) can take, one each: so a claimable task is
+  never stranded while someone who could take it waits (the last carrier
+  to settle sees no other beside it), no waiter is tried twice for one
+  event, and four commits of four tasks are four wakes, not one more for
+  each claim still uncommitted when a winner looked. A count that reached
+  what its reader counts up to (`counted`) is "at least": the wake goes on.
+  A project found finished (`finished`) passes the wake only to the
+  waiters that answer a finished project (`until_empty`): an idle fleet's
+  hundred parked runners are not each woken to find nothing when the last
+  task is done.
 - A waiter that goes away while it owes an answer (client gone, error) is
   `close`d, which passes the chain on.
-- An event that arrives while a waiter is trying (not parked) is not lost:
-  each (project, queue) counts its waking commits, a ticket remembers the
-  count it last looked at, and `park` wakes it at once when it moved.
+- An event that arrives while a waiter is trying (not parked) is not lost,
+  and not served twice. Its chain reaches that waiter if it parks before
+  the chain ends. A chain passed on when no parked waiter is left to carry
+  it is *dropped*: the registry keeps it while a waiter that has not tried
+  it is still trying since before it came (`Ticket.looked`), and `park`
+  hands it to that waiter at once. A waiter is never woken for a wake that
+  a parked waiter carried to its end, so one trying during four commits is
+  not woken again for each (under load, those extra wakes grew into the
+  herd).
 
 The door's side (`api.claim_wait.wait_for_claim` runs it for a view):
 
@@ -32,7 +44,7 @@ The door's side (`api.claim_wait.wait_for_claim` runs it for a view):
         while True:
             answer = try_claim()                           # the view's own claim; None: nothing for me
             if ticket.chain is not None:                   # this try answered a wake
-                registry.settle(ticket, pass_on=more_claimable())
+                registry.settle(ticket, claimable=count_claimable())
             if answer is not None or deadline passed:
                 return answer or 204
             woken = threading.Event()
@@ -43,7 +55,7 @@ The door's side (`api.claim_wait.wait_for_claim` runs it for a view):
 
 For the "land" queue (`POST /landings/next/`): the lander's view calls
 `api.claim_wait.wait_for_claim(request, project_ids=..., queue="land",
-seconds=..., try_claim=..., more_claimable=...)` exactly as the claim views do;
+seconds=..., try_claim=..., count_claimable=...)` exactly as the claim views do;
 `WAKING_TYPES["land"]` lists what wakes it (a task delivered, a landing
 ending: landed, conflict, check failed, target moved, expired, released).
 """
@@ -132,6 +144,8 @@ class Chain:
     project: int
     queue: str
     tried: set[int] = field(default_factory=set)
+    # When it was heard (`ClaimWaiters._heard`): a waiter that looked later saw what it wakes for.
+    origin: int = 0
     # Set once the project was found finished with nothing claimable: only waiters that answer a finished
     # project (`until_empty`) can use the wake; the others would re-read for nothing.
     until_empty_only: bool = False
@@ -144,8 +158,8 @@ class Ticket:
     key: int
     projects: frozenset[int]
     queue: str
-    # The waking commits counted per project when this waiter last looked (see `park`).
-    seen: dict[int, int]
+    # `ClaimWaiters._heard` when this waiter last looked: before its first try, and each time it was woken.
+    looked: int
     wake: Callable[[], None] | None = None  # set while parked
     chain: Chain | None = None  # the wake this waiter owes an answer for
     closed: bool = False
@@ -156,8 +170,11 @@ class ClaimWaiters:
     def __init__(self, listen: Callable[[Callable[[Committed], None]], Callable[[], None]] | None = None) -> None:
         self._lock = threading.Lock()
         self._queues: dict[tuple[int, str], OrderedDict[int, Ticket]] = {}
-        self._counts: dict[tuple[int, str], int] = {}
+        self._heard = 0  # wakes heard from the watcher so far (`Chain.origin`, `Ticket.looked`)
+        # Per (project, queue): chains passed on with no parked waiter left to carry them (see `park`).
+        self._dropped: dict[tuple[int, str], list[Chain]] = {}
         self._live: dict[int, Ticket] = {}  # every ticket not closed, parked or trying
+        self._carrying: dict[tuple[int, str], int] = {}  # per (project, queue): woken waiters owing an answer
         self._next_key = 0
         self._listen = listen if listen is not None else (lambda listener: event_watcher().listen(listener))
         self._unlisten: Callable[[], None] | None = None
@@ -173,9 +190,7 @@ class ClaimWaiters:
         with self._lock:
             key = self._next_key
             self._next_key += 1
-            ticket = Ticket(
-                key, projects, queue, {p: self._counts.get((p, queue), 0) for p in projects}, until_empty=until_empty
-            )
+            ticket = Ticket(key, projects, queue, self._heard, until_empty=until_empty)
             self._live[key] = ticket
             if self._unlisten is None:
                 # Under the lock: the watcher calls `committed` outside its own lock, so no cycle.
@@ -183,7 +198,8 @@ class ClaimWaiters:
         return ticket
 
     def park(self, ticket: Ticket, wake: Callable[[], None]) -> Callable[[], None]:
-        """Queue the waiter until a waking commit; `wake()` at once if one came since it last looked.
+        """Queue the waiter until a wake; `wake()` at once when a chain it has not tried was dropped since it last
+        looked (it then carries that chain).
 
         Returns the cancel (safe after a wake, and twice)."""
         fire: Chain | None = None
@@ -191,8 +207,9 @@ class ClaimWaiters:
             if ticket.closed:
                 return lambda: None
             for project in sorted(ticket.projects):
-                if self._counts.get((project, ticket.queue), 0) != ticket.seen.get(project, 0):
-                    fire = Chain(project, ticket.queue, {ticket.key})
+                fire = self._dropped_for(ticket, project)
+                if fire is not None:
+                    fire.tried.add(ticket.key)
                     break
             if fire is None:
                 ticket.wake = wake
@@ -204,14 +221,22 @@ class ClaimWaiters:
             wake()
         return lambda: self._cancel(ticket)
 
-    def settle(self, ticket: Ticket, *, pass_on: bool, until_empty_only: bool = False) -> None:
-        """The woken waiter has tried; pass the wake on to the next waiter when something is still claimable
-        (`until_empty_only`: only to a waiter that answers a finished project)."""
+    def settle(self, ticket: Ticket, *, claimable: int, counted: int = 1, finished: bool = False) -> None:
+        """The woken waiter has tried. `claimable`: what anyone could still claim in the project, counted up to
+        `counted` (reached: at least that many). The wake goes on when that is more than the other waiters
+        carrying a wake of the project and queue can take (one each; each settles in turn, and the last sees
+        none beside it), or when the count was cut. Nothing claimable and the project `finished`: on, to a
+        waiter that answers a finished project only."""
         with self._lock:
-            chain, ticket.chain = ticket.chain, None
-            if chain is not None and until_empty_only:
+            chain = self._unchain(ticket)
+            if chain is None:
+                go = False
+            elif claimable:
+                go = claimable >= counted or claimable > self._carrying.get((chain.project, chain.queue), 0)
+            else:
                 chain.until_empty_only = True
-            wake = self._pass(chain) if chain is not None and pass_on else None
+                go = finished
+            wake = self._pass_on(chain) if chain is not None and go else None
         if wake is not None:
             wake()
 
@@ -222,8 +247,8 @@ class ClaimWaiters:
                 return
             ticket.closed = True
             self._remove(ticket)
-            chain, ticket.chain = ticket.chain, None
-            wake = self._pass(chain) if chain is not None else None
+            chain = self._unchain(ticket)
+            wake = self._pass_on(chain) if chain is not None else None
             self._live.pop(ticket.key, None)
             if not self._live and self._unlisten is not None:
                 self._unlisten()
@@ -257,9 +282,9 @@ class ClaimWaiters:
                     for queue in QUEUES
                     if types is None or not types.isdisjoint(WAKING_TYPES[queue])
                 }
+            self._heard += 1
             for pair in pairs:
-                self._counts[pair] = self._counts.get(pair, 0) + 1
-                wake = self._pass(Chain(*pair))
+                wake = self._pass_on(Chain(*pair, origin=self._heard))
                 if wake is not None:
                     to_wake.append(wake)
         for wake in to_wake:
@@ -267,24 +292,64 @@ class ClaimWaiters:
 
     # --- with the lock held ---------------------------------------------------
 
-    def _pass(self, chain: Chain) -> Callable[[], None] | None:
-        """The oldest parked waiter of the chain's queue it has not woken yet, woken (its wake returned)."""
-        queue = self._queues.get((chain.project, chain.queue))
-        if not queue:
-            return None
-        for key, ticket in queue.items():
+    def _pass_on(self, chain: Chain) -> Callable[[], None] | None:
+        """The oldest parked waiter of the chain's queue it has not woken yet, woken (its wake returned); with
+        none left, the chain is dropped for the waiters still trying since before it (`park`)."""
+        pair = (chain.project, chain.queue)
+        for key, ticket in self._queues.get(pair, {}).items():
             if key not in chain.tried and (ticket.until_empty or not chain.until_empty_only):
                 chain.tried.add(key)
                 wake = ticket.wake
                 self._woken(ticket, chain)
                 return wake
+        if any(self._needs(ticket, chain) for ticket in self._live.values()):
+            dropped = self._dropped.setdefault(pair, [])
+            if chain not in dropped:
+                dropped.append(chain)
         return None
+
+    def _dropped_for(self, ticket: Ticket, project: int) -> Chain | None:
+        """A dropped chain of (project, the ticket's queue) that this parking waiter needs; the chains that no
+        waiter needs any more are forgotten on the way."""
+        pair = (project, ticket.queue)
+        dropped = self._dropped.get(pair)
+        if not dropped:
+            return None
+        dropped[:] = [chain for chain in dropped if any(self._needs(t, chain) for t in self._live.values())]
+        if not dropped:
+            del self._dropped[pair]
+            return None
+        return next((chain for chain in dropped if self._needs(ticket, chain)), None)
+
+    @staticmethod
+    def _needs(ticket: Ticket, chain: Chain) -> bool:
+        """Whether the waiter may have missed what the chain wakes for: it last looked before the chain was
+        heard, has not tried it, waits in its project and queue, and can use it."""
+        return (
+            ticket.looked < chain.origin
+            and ticket.key not in chain.tried
+            and ticket.queue == chain.queue
+            and chain.project in ticket.projects
+            and (ticket.until_empty or not chain.until_empty_only)
+        )
 
     def _woken(self, ticket: Ticket, chain: Chain) -> None:
         self._remove(ticket)
         ticket.chain = chain
-        ticket.seen = {p: self._counts.get((p, ticket.queue), 0) for p in ticket.projects}
+        pair = (chain.project, chain.queue)
+        self._carrying[pair] = self._carrying.get(pair, 0) + 1
+        ticket.looked = self._heard
         self.wakes += 1
+
+    def _unchain(self, ticket: Ticket) -> Chain | None:
+        """The wake the waiter owed an answer for, taken from it (it no longer carries one)."""
+        chain, ticket.chain = ticket.chain, None
+        if chain is not None:
+            pair = (chain.project, chain.queue)
+            self._carrying[pair] -= 1
+            if not self._carrying[pair]:
+                del self._carrying[pair]
+        return chain
 
     def _remove(self, ticket: Ticket) -> None:
         ticket.wake = None

@@ -190,7 +190,7 @@ class LandingNextApi(ApiView):
             queue="land",
             seconds=wait,
             try_claim=try_claim,
-            more_claimable=landable,
+            count_claimable=lambda: int(landable()),  # 1 or 0: "some" (`counted` 1)
             looks_claimable=landable,
         )
 

@@ -25,7 +25,7 @@ from leases.apis.fields import BranchNameField, CommitIdField, EnvironmentNameFi
 from leases.apis.projections import attempt_summary, held_compact_task
 from leases.apis.serializers import AttemptSummarySerializer, CompactTaskSerializer, WorkContextSerializer
 from leases.context import work_context
-from leases.selectors import claimable_by_anyone
+from leases.selectors import CLAIMABLE_COUNTED, claimable_count_by_anyone
 from leases.services import LeaseGrant, anything_to_claim, lease_claim, lease_claim_next
 from ledger import clock
 from ledger.models import PathsMode
@@ -201,8 +201,8 @@ class ClaimNextApi(ApiView):
             except NotYet:
                 return None
 
-        def more_claimable() -> bool:
-            return claimable_by_anyone(project, now=clock.now())
+        def count_claimable() -> int:
+            return claimable_count_by_anyone(project, now=clock.now())
 
         def project_finished() -> bool:
             # Its wake goes on to the waiters that run until the project is finished (`until_empty`).
@@ -218,7 +218,8 @@ class ClaimNextApi(ApiView):
             queue="work",
             seconds=wait,
             try_claim=try_claim,
-            more_claimable=more_claimable,
+            count_claimable=count_claimable,
+            counted=CLAIMABLE_COUNTED,
             looks_claimable=looks_claimable,
             until_empty=until_empty,
             finished=project_finished,

@@ -219,8 +219,8 @@ class ReviewNextApi(ApiView):
             except NotYet:
                 return None
 
-        def more_claimable() -> bool:
-            return claimable_reviews(project=project, agent=None, now=clock.now()).exists()
+        def count_claimable() -> int:  # 1 or 0: "some" (`counted` 1)
+            return int(claimable_reviews(project=project, agent=None, now=clock.now()).exists())
 
         def looks_claimable() -> bool:
             return claimable_reviews(project=project, agent=agent, now=clock.now()).exists()
@@ -231,6 +231,6 @@ class ReviewNextApi(ApiView):
             queue="review",
             seconds=wait,
             try_claim=try_claim,
-            more_claimable=more_claimable,
+            count_claimable=count_claimable,
             looks_claimable=looks_claimable,
         )

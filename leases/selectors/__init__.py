@@ -43,6 +43,7 @@ from leases.selectors.reviews import (
 )
 from leases.selectors.tasks import (
     BLOCKERS_SHOWN,
+    CLAIMABLE_COUNTED,
     EFFECTIVE_STATUSES,
     HOLDS_ANY,
     HOLDS_FREE,
@@ -53,8 +54,8 @@ from leases.selectors.tasks import (
     LANDING,
     UNRESOLVED_TASK_STATUSES,
     blockers_of_attempts_task,
-    claimable_by_anyone,
     claimable_condition,
+    claimable_count_by_anyone,
     claimable_tasks,
     effective_status_of_kind,
     full_task_read,
@@ -79,6 +80,7 @@ from leases.selectors.tasks import (
 __all__ = [
     "ATTEMPT_NOTES_SHOWN",
     "BLOCKERS_SHOWN",
+    "CLAIMABLE_COUNTED",
     "EFFECTIVE_STATUSES",
     "HOLDS_ANY",
     "HOLDS_FREE",
@@ -99,8 +101,8 @@ __all__ = [
     "attempt_spent",
     "attempts_visible_to",
     "blockers_of_attempts_task",
-    "claimable_by_anyone",
     "claimable_condition",
+    "claimable_count_by_anyone",
     "claimable_tasks",
     "clamp_lease_seconds",
     "comments_since_claim",

@@ -226,9 +226,13 @@ def claimable_tasks(
     )
 
 
-# Whether anyone could claim a task of the project now (`claimable_by_anyone`), compiled once.
-_ANY_CLAIMABLE_BY_ANYONE: Prepared[Task] = Prepared(
-    lambda project, now: claimable_tasks(project=project, now=now, by_anyone=True).values_list("pk")[:1],
+# How far `claimable_count_by_anyone` counts: that many means "at least that many".
+CLAIMABLE_COUNTED = 8
+# The tasks anyone could claim in the project now (`claimable_count_by_anyone`), compiled once.
+_CLAIMABLE_BY_ANYONE: Prepared[Task] = Prepared(
+    lambda project, now: claimable_tasks(project=project, now=now, by_anyone=True).values_list("pk")[
+        :CLAIMABLE_COUNTED
+    ],
     samples=(
         {"project": Project(pk=SAMPLE_INT[0]), "now": SAMPLE_TIME[0]},
         {"project": Project(pk=SAMPLE_INT[1]), "now": SAMPLE_TIME[1]},
@@ -236,10 +240,11 @@ _ANY_CLAIMABLE_BY_ANYONE: Prepared[Task] = Prepared(
 )
 
 
-def claimable_by_anyone(project: Project, *, now: datetime) -> bool:
-    """Whether some agent could claim a task of the project now (`claimable_tasks(by_anyone=True)`), as one
-    compiled statement: the claim wait asks it after every wake it answered, to pass the wake on."""
-    return bool(_ANY_CLAIMABLE_BY_ANYONE.rows(project=project, now=now))
+def claimable_count_by_anyone(project: Project, *, now: datetime) -> int:
+    """How many tasks of the project some agent could claim now (`claimable_tasks(by_anyone=True)`), counted
+    up to CLAIMABLE_COUNTED, as one compiled statement: the claim wait asks it after every wake it answered,
+    to pass the wake on only when more are claimable than the other woken waiters can take."""
+    return len(_CLAIMABLE_BY_ANYONE.rows(project=project, now=now))
 
 
 def _unalerted(project: Project, now: datetime, threshold: datetime) -> QuerySet[Task, tuple[int, datetime | None]]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from core.errors import InvalidStatusTransition, TaskNotClaimable, ValidationFailed
-from leases.selectors import claimable_by_anyone, claimable_tasks, with_claimability
+from leases.selectors import CLAIMABLE_COUNTED, claimable_count_by_anyone, claimable_tasks, with_claimability
 from leases.services import (
     HolderProof,
     agent_set_projects,
@@ -200,17 +200,22 @@ def test_cancel_of_a_done_task_is_refused_before_anything_is_revoked(web):
     assert grant.attempt.status == "active"
 
 
-def test_the_compiled_read_answers_as_claimable_by_anyone(web):
-    """`claimable_by_anyone` (the claim wait's pass-on read, compiled once) agrees with the queryset."""
+def test_the_compiled_count_agrees_with_the_queryset_up_to_its_bound(web):
+    """`claimable_count_by_anyone` (the claim wait's pass-on read, compiled once) counts what the queryset
+    holds, up to CLAIMABLE_COUNTED."""
     agent = AgentFactory(handle="member", projects=[web])
     now = clock.now()
-    assert not claimable_by_anyone(web, now=now)
+    assert claimable_count_by_anyone(web, now=now) == 0
     stranded = TaskFactory(project=web, title="stranded")
     Task.objects.filter(pk=stranded.pk).update(reserved_for=AgentFactory(handle="outsider"))
-    assert not claimable_by_anyone(web, now=now)  # reserved for someone who cannot see the project
+    assert claimable_count_by_anyone(web, now=now) == 0  # reserved for someone who cannot see the project
     held = TaskFactory(project=web, title="held")
     grant = lease_claim(task=held, agent=agent)
-    assert not claimable_by_anyone(web, now=clock.now())
+    assert claimable_count_by_anyone(web, now=clock.now()) == 0
     attempt_release(proof=proof_of(grant))
-    assert claimable_by_anyone(web, now=clock.now())
-    assert claimable_tasks(project=web, now=clock.now(), by_anyone=True).exists()
+    assert claimable_count_by_anyone(web, now=clock.now()) == 1
+    TaskFactory.create_batch(2, project=web)
+    assert claimable_count_by_anyone(web, now=clock.now()) == 3
+    TaskFactory.create_batch(CLAIMABLE_COUNTED, project=web)
+    assert claimable_count_by_anyone(web, now=clock.now()) == CLAIMABLE_COUNTED
+    assert claimable_tasks(project=web, now=clock.now(), by_anyone=True).count() == CLAIMABLE_COUNTED + 3
