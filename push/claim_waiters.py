@@ -302,7 +302,7 @@ class ClaimWaiters:
                 wake = ticket.wake
                 self._woken(ticket, chain)
                 return wake
-        if any(self._needs(ticket, chain) for ticket in self._live.values()):
+        if self._needed(chain):
             dropped = self._dropped.setdefault(pair, [])
             if chain not in dropped:
                 dropped.append(chain)
@@ -315,11 +315,15 @@ class ClaimWaiters:
         dropped = self._dropped.get(pair)
         if not dropped:
             return None
-        dropped[:] = [chain for chain in dropped if any(self._needs(t, chain) for t in self._live.values())]
+        dropped[:] = [chain for chain in dropped if self._needed(chain)]
         if not dropped:
             del self._dropped[pair]
             return None
         return next((chain for chain in dropped if self._needs(ticket, chain)), None)
+
+    def _needed(self, chain: Chain) -> bool:
+        """Whether a waiter still trying may have missed what the dropped chain wakes for."""
+        return any(self._needs(ticket, chain) for ticket in self._live.values())
 
     @staticmethod
     def _needs(ticket: Ticket, chain: Chain) -> bool:
