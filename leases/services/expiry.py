@@ -23,8 +23,7 @@ from django.db.models import F, Q
 
 from core.db import postgres_settings, write_transaction
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, LeaseClock
-from leases.selectors import queue_wait_unalerted_rows
-from leases.selectors.tasks import QUEUE_WAIT_READ
+from leases.selectors import QUEUE_WAIT_READ, queue_wait_unalerted_rows
 from leases.services.allocations import mark_allocations_stale
 from leases.services.quarantine import quarantine_failing
 from ledger import clock
