@@ -50,6 +50,7 @@ time), never a held thread.
 
 from __future__ import annotations
 
+import heapq
 import json
 import logging
 import time
@@ -400,21 +401,21 @@ def _caller_projects(agent: Agent | None, project: Project | None) -> list[int] 
     return projects
 
 
-def _postgres_candidates(query: str, projects: list[int] | None) -> tuple[list[_Candidate], bool]:
+def _postgres_candidates(query: str, projects: list[int] | None) -> tuple[dict[str, Rows], bool]:
     if projects == []:
-        return [], False
+        return {}, False
     text = websearch_text(query)
     scope: list[str] = []
     # A caller who sees every project searches unscoped: its projects' posting list would be every row,
     # one more list to intersect per segment for nothing (a project made meanwhile is caught by `_hits`).
     if projects is not None and Project.objects.exclude(pk__in=projects).exists():
         scope = _postgres_scope(projects)
-    found: list[_Candidate] = []
+    found: dict[str, Rows] = {}
     windowed = False
     for kind, table in (("task", "ledger_task"), ("note", "leases_note")):
         rows = _postgres_window(table, scope, text)
         windowed = windowed or len(rows) > RANK_WINDOW
-        found += [_Candidate(kind, pk, float(value)) for pk, value in rows[:RANK_WINDOW]]
+        found[kind] = rows[:RANK_WINDOW]
     return found, windowed
 
 
@@ -435,9 +436,9 @@ def _postgres_marked(query: str, kind: str, ids: list[int]) -> dict[int, str]:
 
 def _sqlite_candidates(
     parsed: ParsedQuery, tasks: QuerySet[Task], notes: QuerySet[Note]
-) -> tuple[list[_Candidate], bool]:
+) -> tuple[dict[str, Rows], bool]:
     expression = fts5_expression(parsed)
-    found: list[_Candidate] = []
+    found: dict[str, Rows] = {}
     windowed = False
     for kind, fts, weights, scope in (
         ("task", "ledger_task_fts", f"{TITLE_WEIGHT}, 1.0", tasks),
@@ -453,7 +454,7 @@ def _sqlite_candidates(
             cursor.execute(sql, [expression, *params, RANK_WINDOW + 1])
             rows = cursor.fetchall()
         windowed = windowed or len(rows) > RANK_WINDOW
-        found += [_Candidate(kind, row[0], float(row[1])) for row in rows[:RANK_WINDOW]]
+        found[kind] = rows[:RANK_WINDOW]
     return found, windowed
 
 
@@ -470,6 +471,17 @@ def _sqlite_marked(parsed: ParsedQuery, kind: str, ids: list[int]) -> dict[int, 
 
 
 # --- both -----------------------------------------------------------------------------------------
+
+
+def _ranked_page(found: dict[str, Rows], offset: int, limit: int) -> tuple[list[_Candidate], bool]:
+    """The page `offset:offset + limit` of every kind's (id, rank) rows ranked best first (tasks before
+    notes on a tie, then newer first), and whether more follow. Only the page's rows are ordered and made
+    candidates (`heapq.nsmallest`): at 1M a window of 1,000 rows sorted whole as objects was about 1 ms
+    of the request (docs/performance.md, "Search, round seven")."""
+    keys = ((-float(rank), kind != "task", -pk) for kind, rows in found.items() for pk, rank in rows)
+    page = heapq.nsmallest(offset + limit, keys)[offset:]
+    total = sum(len(rows) for rows in found.values())
+    return [_Candidate("note" if noted else "task", -pk, -rank) for rank, noted, pk in page], total > offset + limit
 
 
 def _hits(page: list[_Candidate], marked: dict[tuple[str, int], str], projects: list[int] | None) -> list[SearchHit]:
@@ -584,8 +596,7 @@ def search_answer(
             candidates, windowed = _postgres_candidates(query, projects)
         else:
             candidates, windowed = _sqlite_candidates(parsed, tasks, notes)
-        merged = sorted(candidates, key=lambda c: (-c.rank, c.kind != "task", -c.id))
-        page = merged[offset : offset + limit]
+        page, more = _ranked_page(candidates, offset, limit)
         marked: dict[tuple[str, int], str] = {}
         for kind in ("task", "note"):
             ids = [c.id for c in page if c.kind == kind]
@@ -593,4 +604,4 @@ def search_answer(
                 found = _postgres_marked(query, kind, ids) if postgres else _sqlite_marked(parsed, kind, ids)
                 marked.update({(kind, key): value for key, value in found.items()})
         hits = _hits(page, marked, projects)
-    return SearchAnswer(hits, more=len(merged) > offset + limit, windowed=windowed)
+    return SearchAnswer(hits, more=more, windowed=windowed)

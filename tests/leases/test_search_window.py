@@ -484,3 +484,18 @@ def test_a_scoped_search_skips_to_the_callers_rows_first_where_they_are_old(stre
     # The newest stretch read (the farm's); a skip to the zoo's rows (B + 2), read: no zebra; a skip to the
     # zebras (B), read; a skip below them finds none.
     assert _statements(queries) == {"walk": 0, "stretch": 3, "skip": 2, "skip to rows": 1, "probe": 0}
+
+
+@pytest.mark.parametrize("offset", [0, 1, 2, 4])
+def test_the_page_is_the_ranked_order_of_every_kinds_rows(offset):
+    """Only the page is ordered (`_ranked_page`), and it is the page of the whole order: best rank first,
+    a task before a note on a tie, then newer first; `more` while rows follow the page."""
+    found = {"task": [(7, 0.5), (3, 0.9)], "note": [(9, 0.5), (8, 0.9), (2, 0.1)]}
+    whole = sorted(
+        ((kind, pk, rank) for kind, rows in found.items() for pk, rank in rows),
+        key=lambda row: (-row[2], row[0] != "task", -row[1]),
+    )
+    assert [row[:2] for row in whole] == [("task", 3), ("note", 8), ("task", 7), ("note", 9), ("note", 2)]
+    page, more = module._ranked_page(found, offset, 2)
+    assert [(c.kind, c.id, c.rank) for c in page] == whole[offset : offset + 2]
+    assert more == (offset + 2 < len(whole))
