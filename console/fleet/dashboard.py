@@ -22,7 +22,7 @@ from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from console.audit.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration
+from console.audit.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration, panel_plan
 from console.base import lease_level
 from console.fleet.charts import Stack, bar_chart, rate_chart
 from console.fleet.jobs_health import JobsView, jobs_view
@@ -369,10 +369,12 @@ def build_dashboard(*, now: datetime, shown: frozenset[str] | None = None) -> Da
         dashboard.incidents, dashboard.incidents_unacknowledged = open_incidents(now)
     if "findings" in shown:
         dashboard.finding_panel = finding_groups()
-    if "queue_alerts" in shown:
-        dashboard.queue_alerts = queue_wait_alerts(now)
-    if "recent_alerts" in shown:
-        dashboard.recent_alerts = recent_alerts(now)
+    if shown & {"queue_alerts", "recent_alerts"}:
+        with panel_plan():
+            if "queue_alerts" in shown:
+                dashboard.queue_alerts = queue_wait_alerts(now)
+            if "recent_alerts" in shown:
+                dashboard.recent_alerts = recent_alerts(now)
     if "jobs" in shown:
         dashboard.jobs = jobs_view(now)
     if "ready" in shown:

@@ -165,3 +165,33 @@ def test_human_durations():
     assert human_duration(250) == "4 min 10 s"
     assert human_duration(timedelta(hours=5, minutes=7).total_seconds()) == "5 h 07 min"
     assert human_duration(42) == "42 s"
+
+
+def test_the_alert_panels_read_under_their_plan_and_leave_no_setting_behind(clock, waiting, monkeypatch):
+    """PostgreSQL: the panels' aggregates run with plain index scans and parallel workers off (PANEL_PLAN: a
+    bitmap of the type's or severity's index, not the created_at walk over a day of every event), and the
+    settings end with the panels."""
+    from django.db import connection
+
+    from console.audit import alerts
+
+    if connection.vendor != "postgresql":
+        pytest.skip("PostgreSQL's planner settings")
+    seen = []
+    grouped = alerts.event_groups
+
+    def spy(*args, **kwargs):
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT current_setting('enable_indexscan'), current_setting('max_parallel_workers_per_gather')"
+            )
+            seen.append(cursor.fetchone())
+        return grouped(*args, **kwargs)
+
+    monkeypatch.setattr("console.fleet.dashboard.event_groups", spy)
+    dashboard = build_dashboard(now=clock.now())
+    assert dashboard.queue_alerts.total_items == 20
+    assert seen == [("off", "0"), ("off", "0")]
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting('enable_indexscan'), current_setting('max_parallel_workers_per_gather')")
+        assert cursor.fetchone() != ("off", "0")
