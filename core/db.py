@@ -249,6 +249,18 @@ def postgres_settings(values: dict[str, str]) -> Iterator[None]:
         )
 
 
+@contextmanager
+def postgres_plan(values: dict[str, str]) -> Iterator[None]:
+    """The reads inside under these planner settings (`postgres_settings`), in one transaction on PostgreSQL
+    (a `SET LOCAL` needs one: two statements more for the whole block); elsewhere as they are, with no
+    transaction (SQLite: no lock held across them)."""
+    if connection.vendor != "postgresql":
+        yield
+        return
+    with transaction.atomic(), postgres_settings(values):
+        yield
+
+
 def count_up_to(rows: QuerySet[Any], bound: int) -> tuple[int, bool]:
     """How many `rows`, counted up to `bound`, and whether more follow: the planner stops at the bound's
     row instead of reading a backlog to its end (issue 33: 276,000 ready tasks at 1M).

@@ -14,18 +14,14 @@ branch when the event or finding has one; durations read as "12 d 21 h".
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-from django.db import connection, transaction
 from django.db.models import Count, Max, Min, Q, QuerySet
 from django.urls import reverse
 
-from core.db import postgres_settings
 from ledger.models import Event, EventType, Task
 from reconciliation.models import UNRESOLVED_FINDING_STATUSES, Condition, Finding, FindingStatus, SubjectType
 
@@ -168,18 +164,9 @@ def _task_fields(task: Task | None) -> dict[str, str]:
 # PostgreSQL: a panel's window is read as a bitmap of its type's or severity's index (`event_type_time`,
 # `event_severity_time`), in one process. Left to itself the planner walked `event_created_at` over the
 # day's every event in parallel workers, filtering out all but the panel's (149,000 read for 18,500 at
-# 1M tasks: 33 and 25 ms, against 14 and 17: docs/performance.md, "The dashboard's alert panels").
+# 1M tasks: 33 and 25 ms, against 14 and 17: docs/performance.md, "The dashboard's alert panels"). The
+# panels' reads run inside `core.db.postgres_plan(PANEL_PLAN)`.
 PANEL_PLAN = {"enable_indexscan": "off", "max_parallel_workers_per_gather": "0"}
-
-
-@contextmanager
-def panel_plan() -> Iterator[None]:
-    """The alert panels' reads (`event_groups`) inside run under PANEL_PLAN on PostgreSQL (two statements)."""
-    if connection.vendor != "postgresql":
-        yield
-        return
-    with transaction.atomic(savepoint=False), postgres_settings(PANEL_PLAN):
-        yield
 
 
 def event_groups(events: QuerySet[Event], *, since: datetime, all_url: str, shown: int = PANEL_SHOWN) -> AlertPanel:
@@ -187,7 +174,7 @@ def event_groups(events: QuerySet[Event], *, since: datetime, all_url: str, show
 
     One aggregate over the window read whole (a group is a type and a project: tens of rows), the totals
     counted from it: the window's events are read once, not three times (issue 33: a day of warnings is
-    100x larger at 1M tasks). On PostgreSQL, read it inside `panel_plan`."""
+    100x larger at 1M tasks). Read it inside `core.db.postgres_plan(PANEL_PLAN)`."""
     grouped = list(
         events.order_by()
         .values("type", "project_id")

@@ -22,13 +22,13 @@ from django.db.models import Count, Q
 from django.urls import reverse
 from django.utils.safestring import SafeString
 
-from console.audit.alerts import AlertPanel, event_groups, events_url, finding_groups, human_duration, panel_plan
+from console.audit.alerts import PANEL_PLAN, AlertPanel, event_groups, events_url, finding_groups, human_duration
 from console.base import lease_level
 from console.fleet.charts import Stack, bar_chart, rate_chart
 from console.fleet.jobs_health import JobsView, jobs_view
 from console.permissions import DASHBOARD_PANELS
 from console.tasks.parts import QUARANTINED_TASKS
-from core.db import count_up_to
+from core.db import count_up_to, postgres_plan
 from insight.metrics import fleet_metrics, pooled_orphan_rate
 from insight.models.incidents import Incident, IncidentStatus
 from insight.spending import Spend, spend_per_day, top_agents, top_tasks
@@ -370,7 +370,7 @@ def build_dashboard(*, now: datetime, shown: frozenset[str] | None = None) -> Da
     if "findings" in shown:
         dashboard.finding_panel = finding_groups()
     if shown & {"queue_alerts", "recent_alerts"}:
-        with panel_plan():
+        with postgres_plan(PANEL_PLAN):
             if "queue_alerts" in shown:
                 dashboard.queue_alerts = queue_wait_alerts(now)
             if "recent_alerts" in shown:

@@ -18,10 +18,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import F, Q
 
-from core.db import postgres_settings, write_transaction
+from core.db import postgres_plan, write_transaction
 from leases.models import Allocation, AllocationStatus, Attempt, AttemptStatus, LeaseClock
 from leases.selectors import QUEUE_WAIT_READ, queue_wait_unalerted_rows
 from leases.services.allocations import mark_allocations_stale
@@ -363,10 +363,7 @@ def _unalerted(now: datetime) -> list[tuple[int, datetime | None]]:
                 break
             found.extend(queue_wait_unalerted_rows(project, now=now, limit=QUEUE_WAIT_ALERTS_PER_RUN - len(found)))
 
-    if connection.vendor != "postgresql":
-        read()  # SQLite: no transaction, so no lock held across the reads
-        return found
-    with transaction.atomic(), postgres_settings(UNALERTED_PLAN):
+    with postgres_plan(UNALERTED_PLAN):
         read()
     return found
 
