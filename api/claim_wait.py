@@ -96,12 +96,15 @@ def wait_for_claim(
     owned_by_worker = False
     release: Callable[[], None] | None = None
     first = not resumed  # this request's first try (a stored answer under its key is replayed at once)
+    # This run's first try: authentication read the key's stored answer just now (a thread that waits
+    # reads it again at its deadline, since another request may have answered the key meanwhile).
+    just_read = True
     try:
         while True:
             final = time.monotonic() >= deadline
             if looks_claimable is not None and not looks_claimable():
                 # Nothing is there for this caller: no claim's write transaction, nothing stored.
-                if (first or final) and _answered_under_key(request):
+                if (first or final) and _answered_under_key(request, just_read=just_read):
                     answer = try_claim(final)
                 elif not final:
                     answer = None
@@ -109,7 +112,7 @@ def wait_for_claim(
                     answer = Response(status=204)
             else:
                 answer = try_claim(final)
-            first = False
+            first = just_read = False
             if ticket.chain is not None:  # this try answered a wake: pass it on if someone else could use it
                 claimable = count_claimable()
                 # Nothing left: a finished project's wake goes on to the waiters that answer it (`until_empty`).
@@ -141,15 +144,21 @@ def wait_for_claim(
             registry.close(ticket)
 
 
-def _answered_under_key(request: Request) -> bool:
+def _answered_under_key(request: Request, *, just_read: bool) -> bool:
     """Whether the claim's own path must answer the last try: the request's Idempotency-Key has a stored
-    answer (replayed, or IDEMPOTENCY_CONFLICT), or is a key that path refuses (`api.mutations.run_mutation`)."""
+    answer (replayed, or IDEMPOTENCY_CONFLICT), or is a key that path refuses (`api.mutations.run_mutation`).
+    `just_read`: this run's authentication read the stored answer with the agent, and it is still current."""
     key = request.META.get("HTTP_IDEMPOTENCY_KEY")
     if key is None:
         return False
     agent = caller_of(request).agent
     if agent is None or not IDEMPOTENCY_KEY.match(key):
         return True
+    # Read with the token's agent in this run's authentication (`api.auth`): no statement of its own. A
+    # parked request's last try is the first of its run again (the worker runs the request at its deadline).
+    known = getattr(request.user, "known_records", None) or {}
+    if just_read and key in known:
+        return known[key] is not None
     return IdempotencyRecord.objects.filter(agent=agent, key=key).exists()
 
 

@@ -77,7 +77,6 @@ STREAM_KEY = "leasehold.stream"
 DEADLINE_KEY = "leasehold.wait_deadline"
 # What a parking view handed to `park(carry=...)`, given back to the same request when it runs again.
 CARRY_KEY = "leasehold.wait_carry"
-TICK_SECONDS = 0.05
 HEARTBEAT = b": keepalive\n\n"
 STREAM_WRITE_SECONDS = 10.0
 
@@ -106,6 +105,9 @@ class ParkingMixin:
     def init_parking(self) -> None:
         self._lot: dict[Any, Lot] = {}
         self._ready: list[Lot] = []
+        # The clock sleeps until the earliest deadline of a lot not yet woken (`_clock_due`; inf: none).
+        self._clock = threading.Condition(self._lock)
+        self._clock_due = float("inf")
         self._wake_read, self._wake_write = os.pipe()
         os.set_blocking(self._wake_read, False)
         os.set_blocking(self._wake_write, False)
@@ -246,6 +248,7 @@ class ParkingMixin:
             self._lot[lot.conn] = lot
             # Readable while parked: the client hung up (or broke protocol); either way it goes.
             self.poller.register(lot.conn.sock, selectors.EVENT_READ, partial(self._on_parked_readable, lot))
+            self._set_clock(lot)
         lot.unsubscribe = lot.subscribe(partial(self._wake, lot))
 
     def _resume(self, lot: Lot) -> tuple[Any, Any]:
@@ -296,6 +299,13 @@ class ParkingMixin:
         with self._lock:
             self._lot[lot.conn] = lot
             self.poller.register(lot.conn.sock, selectors.EVENT_WRITE, partial(self._on_parked_writable, lot))
+            self._set_clock(lot)
+
+    def _set_clock(self, lot: Lot) -> None:
+        """With the lock held: a lot just parked; the clock wakes earlier if its deadline comes first."""
+        if lot.deadline < self._clock_due:
+            self._clock_due = lot.deadline
+            self._clock.notify()
 
     # --- any thread ---------------------------------------------------------
 
@@ -309,11 +319,18 @@ class ParkingMixin:
             os.write(self._wake_write, b"w")
 
     def _tick(self) -> None:
+        """Wake each parked lot at its deadline. The clock sleeps until the earliest deadline, or until a lot
+        parks with an earlier one (`_set_clock`): a worker whose lots wait a minute wakes once per deadline,
+        not twenty times a second (issue 34: 1,000 idle runner slots), and not at all with nothing parked."""
         while True:
-            time.sleep(TICK_SECONDS)
-            now = time.monotonic()
             with self._lock:
-                due = [lot for lot in self._lot.values() if not lot.woken and lot.deadline <= now]
+                now = time.monotonic()
+                waiting = [lot for lot in self._lot.values() if not lot.woken]
+                due = [lot for lot in waiting if lot.deadline <= now]
+                self._clock_due = min((lot.deadline for lot in waiting if lot.deadline > now), default=float("inf"))
+                if not due:
+                    self._clock.wait(None if self._clock_due == float("inf") else self._clock_due - now)
+                    continue
             for lot in due:
                 self._wake(lot)
 

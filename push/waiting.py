@@ -14,11 +14,18 @@ gets; a wake is only a hint, and a spurious one costs a re-read).
   rolled-back insert), and nothing for a statement that inserted no row.
   If the connection drops, every waiter is woken (it re-reads, and parks
   again) and the watcher reconnects.
-- SQLite: no notifications exist; while anyone waits, the watcher looks
-  every 50 ms (`POLL_SECONDS`) whether any connection has committed since
-  its last look (`PRAGMA data_version`, no table read) and only then reads
-  the new events' ids and projects — one indexed statement per process and
-  commit, not one per waiter.
+- SQLite: no notifications exist; while anyone waits, the watcher polls:
+  it looks whether any connection has committed since its last look
+  (`PRAGMA data_version`, no table read) and only then reads the new
+  events' ids and projects — one indexed statement per process and commit,
+  not one per waiter. On Linux the poll sleeps until the database's
+  directory sees a write to the database or its WAL (inotify, `_Writes`), or
+  `QUIET_POLL_SECONDS` at most; elsewhere it looks every `POLL_SECONDS`
+  (50 ms). A commit writes its WAL frames before it becomes visible, so a
+  write that shows no commit yet is looked at again `POLL_SECONDS` later.
+  Each look wakes a thread, which on this kind of machine costs ~0.15 ms of
+  CPU: twenty looks a second in each server process were a quarter of what
+  1,000 idle runner slots cost the server (issue 34).
 
 Listeners (`listen`) hear of every commit, with the event types per project
 where they are known (SQLite's poll reads them; PostgreSQL's payload carries
@@ -31,6 +38,7 @@ is registered SQLite's poll keeps running.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -45,6 +53,8 @@ logger = logging.getLogger(__name__)
 
 CHANNEL = "ledger_event"
 POLL_SECONDS = 0.05
+# SQLite on Linux: the longest the poll sleeps with no write seen (a safety net; see `_Writes`).
+QUIET_POLL_SECONDS = 0.25
 RECONNECT_SECONDS = 1.0
 # Events not tied to a project (agent and webhook administration) are visible to staff only.
 NO_PROJECT = 0
@@ -224,31 +234,44 @@ class EventWatcher:
     def _poll(self) -> None:
         last = self._max_event_id()
         version: int | None = None  # `PRAGMA data_version` when the events were last read
-        while not self._stopping:
-            with self._lock:
-                while not self._subscriptions and not self._listeners and not self._stopping:
-                    self._has_subscribers.wait()
-            if self._stopping:
-                break
-            try:
-                seen, version = version, _data_version()
-                # Unchanged: no connection has committed anything since the last read.
-                rows = _events_since(last) if version != seen else []
-                if rows:
-                    latest: dict[int, int] = {}
-                    types: dict[int, set[str]] = {}
-                    for project, event_type, event_id in rows:
-                        latest[project] = max(latest.get(project, 0), event_id)
-                        types.setdefault(project, set()).add(event_type)
-                    last = max(latest.values())
-                    self._committed(latest, {project: frozenset(names) for project, names in types.items()})
-            except Exception:
-                logger.warning("The change poll failed; trying again.", exc_info=True)
-                connection.close()
-                version = None  # a new connection's data_version starts afresh
-                self._wake_everyone()
-            time.sleep(POLL_SECONDS)
-        connection.close()
+        writes = _Writes(connection.settings_dict["NAME"])
+        wrote = False  # the last sleep ended at a write to the database
+        try:
+            while not self._stopping:
+                with self._lock:
+                    while not self._subscriptions and not self._listeners and not self._stopping:
+                        self._has_subscribers.wait()
+                if self._stopping:
+                    break
+                last, version, committed = self._look(last, version)
+                # A write with no commit to show yet may be a commit still being made: look again soon.
+                soon = not writes.watching or (wrote and not committed)
+                wrote = writes.wait(POLL_SECONDS if soon else QUIET_POLL_SECONDS)
+        finally:
+            writes.close()
+            connection.close()
+
+    def _look(self, last: int, version: int | None) -> tuple[int, int | None, bool]:
+        """One look of the poll: (the highest event id read, `data_version`, whether anything committed)."""
+        try:
+            seen, version = version, _data_version()
+            if version == seen:  # no connection has committed anything since the last read
+                return last, version, False
+            rows = _events_since(last)
+            if rows:
+                latest: dict[int, int] = {}
+                types: dict[int, set[str]] = {}
+                for project, event_type, event_id in rows:
+                    latest[project] = max(latest.get(project, 0), event_id)
+                    types.setdefault(project, set()).add(event_type)
+                last = max(latest.values())
+                self._committed(latest, {project: frozenset(names) for project, names in types.items()})
+            return last, version, True
+        except Exception:
+            logger.warning("The change poll failed; trying again.", exc_info=True)
+            connection.close()
+            self._wake_everyone()
+            return last, None, False  # a new connection's data_version starts afresh
 
     @staticmethod
     def _max_event_id() -> int:
@@ -256,6 +279,58 @@ class EventWatcher:
             cursor.execute("SELECT coalesce(max(id), 0) FROM ledger_event")
             (latest,) = cursor.fetchone()
         return int(latest)
+
+
+class _Writes:
+    """What the SQLite poll sleeps on: until the database or its WAL is written, or a timeout.
+
+    On Linux, inotify on the database's directory (a WAL database's commits
+    write its `-wal` file; a rollback-journal one's the file itself), so a
+    commit wakes the poll at once and a quiet database lets it sleep. Where
+    inotify is missing (another OS, a database in memory) it sleeps the
+    timeout it is given, and `watching` is False.
+    """
+
+    def __init__(self, path: Any) -> None:
+        self._inotify: Any = None
+        self._names: frozenset[str] = frozenset()
+        path = str(path)
+        if not os.path.isfile(path):
+            return
+        try:
+            from inotify_simple import INotify, flags
+
+            watcher = INotify()
+        except (ImportError, OSError, AttributeError):  # not Linux, or no inotify instance left
+            return
+        try:
+            watcher.add_watch(os.path.dirname(os.path.abspath(path)), flags.MODIFY | flags.CREATE | flags.MOVED_TO)
+        except OSError:
+            watcher.close()
+            return
+        name = os.path.basename(path)
+        self._inotify, self._names = watcher, frozenset({name, f"{name}-wal"})
+
+    @property
+    def watching(self) -> bool:
+        return self._inotify is not None
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until the database is written (True) or `timeout` seconds pass (False)."""
+        if self._inotify is None:
+            time.sleep(timeout)
+            return False
+        until = time.monotonic() + timeout
+        while (left := until - time.monotonic()) > 0:
+            # Other files of the directory (a log, another database) wake it too; they are passed over.
+            if any(event.name in self._names for event in self._inotify.read(timeout=max(1, round(left * 1000)))):
+                return True
+        return False
+
+    def close(self) -> None:
+        if self._inotify is not None:
+            self._inotify.close()
+            self._inotify = None
 
 
 def _data_version() -> int:
