@@ -179,7 +179,7 @@ def test_the_sqlite_poll_reads_the_event_table_only_after_a_commit(monkeypatch):
             time.sleep(0.01)  # the poll thread has started and read once
         time.sleep(2 * push.waiting.POLL_SECONDS)
         before = len(reads)
-        time.sleep(20 * push.waiting.POLL_SECONDS)  # twenty polls with nothing committed
+        time.sleep(20 * push.waiting.POLL_SECONDS)  # a second with nothing committed (several looks)
         assert len(reads) == before
         event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
         assert heard.wait(2.0)

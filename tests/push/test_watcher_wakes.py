@@ -1,14 +1,17 @@
-"""SQLite's change poll sleeps on the database's writes (push/waiting.py, `_Writes`; issue 34): a quiet
-database lets it sleep, a commit from any process wakes it at once."""
+"""The change watcher sleeps while nothing happens (push/waiting.py; issue 34: 1,000 idle runner slots):
+SQLite's poll sleeps on the database's writes (`_Writes`), a commit from any process waking it at once;
+PostgreSQL's listener sleeps on its socket, not in psycopg's 0.1 s steps."""
 
 from __future__ import annotations
 
+import select
 import sqlite3
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.db import connection
@@ -108,6 +111,35 @@ def test_a_quiet_database_lets_the_poll_sleep_and_a_commit_is_heard_at_once(monk
         before = len(looks)
         time.sleep(1.0)
         assert len(looks) - before <= 6  # about four (QUIET_POLL_SECONDS); ticking every POLL_SECONDS made twenty
+        event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
+        assert heard.wait(5.0)
+    finally:
+        unlisten()
+        watcher.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN is PostgreSQL's")
+def test_the_listener_sleeps_on_its_socket_and_hears_a_commit_at_once(monkeypatch):
+    sleeps: list[float] = []
+
+    def counted(*args):
+        sleeps.append(time.monotonic())
+        return select.select(*args)
+
+    monkeypatch.setattr(push.waiting, "select", SimpleNamespace(select=counted))
+    project = ProjectFactory()
+    watcher = push.waiting.EventWatcher()
+    heard = threading.Event()
+    unlisten = watcher.listen(lambda committed: heard.set() if committed and project.pk in committed else None)
+    try:
+        started = time.monotonic()
+        while not sleeps and time.monotonic() - started < 10:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        before = len(sleeps)
+        time.sleep(1.5)
+        assert 1 <= len(sleeps) - before <= 3  # about one a second (LISTEN_SECONDS); psycopg's steps were 15
         event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
         assert heard.wait(5.0)
     finally:
