@@ -200,3 +200,56 @@ def test_with_prepared_statements_off_nothing_is_prepared(monkeypatch):
     for _ in range(connection.connection.prepare_threshold + 3):
         assert [found.pk for found in _TASK_BY_NUMBER.objects(project=task.project, number=task.number)] == [task.pk]
     assert _prepared_on_this_connection(sql) == 0
+
+
+_BY_TITLE_AND_STATUS: Prepared[Task] = Prepared(
+    lambda project: (
+        Task.objects.filter(
+            project=project, status=TaskStatus.READY, title__in=["it's 100% done", "%s and %%s", "plain"]
+        )
+        .exclude(number=99)
+        .order_by("number")
+        .values_list("title")
+    ),
+    samples=PROJECTS,
+)
+
+
+@pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="SQLite re-plans a statement whose bound value picks a partial index"
+)
+def test_on_sqlite_the_constants_are_written_into_the_statement_and_it_answers_as_the_orm():
+    """Issue 34: with `status = ?` SQLite prepared the claim's read again at every binding (a partial index
+    depends on that value). Constant text and integers become literals, quotes and percent signs included;
+    the samples stay parameters."""
+    project = ProjectFactory()
+    for title in ("it's 100% done", "%s and %%s", "plain", "other"):
+        TaskFactory(project=project, title=title, status=TaskStatus.READY)
+    TaskFactory(project=project, title="plain", status=TaskStatus.OPEN)
+    compiled = _BY_TITLE_AND_STATUS.compiled()
+    assert "'ready'" in compiled.sql
+    assert "99" in compiled.sql
+    assert [name for _, name, _ in compiled.slots] == ["project"]
+    assert len(compiled.params) == 1
+    expected = list(
+        Task.objects.filter(
+            project=project, status=TaskStatus.READY, title__in=["it's 100% done", "%s and %%s", "plain"]
+        )
+        .exclude(number=99)
+        .order_by("number")
+        .values_list("title")
+    )
+    assert len(expected) == 3
+    assert _BY_TITLE_AND_STATUS.rows(project=project) == expected
+
+
+@pytest.mark.skipif(
+    connection.vendor != "sqlite", reason="SQLite re-plans a statement whose bound value picks a partial index"
+)
+def test_claim_nexts_emptiness_read_names_its_status_in_its_text():
+    from leases.services.claim_next import _ANY_CANDIDATE, _FIRST_CANDIDATE
+
+    for statement in (*_ANY_CANDIDATE.values(), *_FIRST_CANDIDATE.values()):
+        sql = statement.compiled().sql
+        assert "\"status\" = 'ready'" in sql
+        assert "%s" in sql  # the project, the agent and the time stay parameters
