@@ -14,7 +14,9 @@ from tests.bench.test_smoke import _test_database_target
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
-BUDGET_SECONDS = 25
+# A guard against a smoke run that hangs, not a speed test (speed is the bench's): 17 s alone on this kind
+# of machine, 25.3 s once with a second CI run starting beside it.
+BUDGET_SECONDS = 45
 
 
 def test_the_mcp_workload_times_cycles_and_splits_the_machines_cpu_per_cycle_by_process_group():
