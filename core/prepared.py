@@ -190,7 +190,7 @@ def _constants_inlined(
 
     SQLite plans with a bound value where it decides whether a partial index applies (`status = ?`
     against `task_claim_queue`'s `WHERE status = 'ready'`), and then prepares the statement again at
-    every new binding, planning it afresh: claim-next's emptiness read took 0.21 ms so, 6 µs with the
+    every new binding, planning it afresh: claim-next's emptiness read took 0.24 ms so, 0.03 ms with the
     status written in (issue 34). A literal lets the plan be made once.
     """
     variable = {position for position, _, _ in slots}
@@ -202,6 +202,8 @@ def _constants_inlined(
     for match in _PLACEHOLDER.finditer(sql):
         if match.group() == "%%":
             continue
+        if position == len(params):  # more placeholders than parameters: leave the statement as it is
+            return sql, params, slots
         pieces.append(sql[end : match.start()])
         end = match.end()
         param = params[position]
@@ -212,7 +214,7 @@ def _constants_inlined(
             kept.append(param)
             pieces.append("%s")
         position += 1
-    if position != len(params):  # placeholders the scan cannot account for: leave the statement as it is
+    if position != len(params):  # fewer placeholders than parameters: leave the statement as it is
         return sql, params, slots
     pieces.append(sql[end:])
     return "".join(pieces), tuple(kept), [(moved[position], name, how) for position, name, how in slots]
