@@ -21,6 +21,7 @@ from ledger.services import event_append
 from push.waiting import event_watcher
 from tests.api.conftest import assert_error, client_for
 from tests.factories import AgentFactory, ProjectFactory
+from tests.push.watching import calls_while_quiet, listening_watcher
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -170,20 +171,12 @@ def test_the_sqlite_poll_reads_the_event_table_only_after_a_commit(monkeypatch):
     real = push.waiting._events_since
     monkeypatch.setattr(push.waiting, "_events_since", lambda last: reads.append(last) or real(last))
     project = ProjectFactory()
-    watcher = push.waiting.EventWatcher()
-    heard = threading.Event()
-    unlisten = watcher.listen(lambda committed: heard.set() if committed and project.pk in committed else None)
-    try:
-        started = time.monotonic()
-        while not reads and time.monotonic() - started < 10:
-            time.sleep(0.01)  # the poll thread has started and read once
-        time.sleep(2 * push.waiting.POLL_SECONDS)
+    with listening_watcher(project) as heard:
+        # once the poll thread has read once: a second with nothing committed (several looks)
+        assert (
+            calls_while_quiet(reads, settle=2 * push.waiting.POLL_SECONDS, window=20 * push.waiting.POLL_SECONDS) == 0
+        )
         before = len(reads)
-        time.sleep(20 * push.waiting.POLL_SECONDS)  # a second with nothing committed (several looks)
-        assert len(reads) == before
         event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
         assert heard.wait(2.0)
         assert len(reads) > before
-    finally:
-        unlisten()
-        watcher.stop()

@@ -32,32 +32,30 @@ def _record_reads(queries: CaptureQueriesContext) -> int:
     return sum("idempotencyrecord" in (query["sql"] or "").lower() for query in queries.captured_queries)
 
 
-def _park(agent: Any, project: Any, key: str) -> tuple[dict[str, Any], int]:
-    parked: dict[str, Any] = {}
+def _claim(agent: Any, key: str, project: Any, **environ: Any) -> tuple[Any, int]:
+    """The waiting claim-next with the worker's environ keys: its response, and its statements on the record."""
     with CaptureQueriesContext(connection) as queries:
         response = client_for(agent).post(
             "/api/v1/claims/next/",
             {"project": project.slug, "wait": 60},
             format="json",
             HTTP_IDEMPOTENCY_KEY=key,
-            **{PARK_KEY: lambda **offered: parked.update(offered)},
+            **environ,
         )
+    return response, _record_reads(queries)
+
+
+def _park(agent: Any, project: Any, key: str) -> tuple[dict[str, Any], int]:
+    parked: dict[str, Any] = {}
+    response, reads = _claim(agent, key, project, **{PARK_KEY: lambda **offered: parked.update(offered)})
     assert response.status_code == 204  # the placeholder the worker never sends
     assert parked["deadline"] > time.monotonic()
-    return parked, _record_reads(queries)
+    return parked, reads
 
 
 def _last_try(agent: Any, project: Any, key: str, parked: dict[str, Any]) -> tuple[Any, int]:
     """What the worker does at the deadline: the same request again, with its deadline and its ticket."""
-    with CaptureQueriesContext(connection) as queries:
-        response = client_for(agent).post(
-            "/api/v1/claims/next/",
-            {"project": project.slug, "wait": 60},
-            format="json",
-            HTTP_IDEMPOTENCY_KEY=key,
-            **{DEADLINE_KEY: time.monotonic() - 0.001, CARRY_KEY: parked["carry"]},
-        )
-    return response, _record_reads(queries)
+    return _claim(agent, key, project, **{DEADLINE_KEY: time.monotonic() - 0.001, CARRY_KEY: parked["carry"]})
 
 
 def test_the_parked_claims_first_and_last_try_read_the_key_only_with_the_agent():

@@ -21,6 +21,7 @@ from ledger.actors import SYSTEM
 from ledger.models import EventType
 from ledger.services import event_append
 from tests.factories import ProjectFactory
+from tests.push.watching import calls_while_quiet, listening_watcher
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux's")
 
@@ -100,22 +101,12 @@ def test_a_quiet_database_lets_the_poll_sleep_and_a_commit_is_heard_at_once(monk
     real = push.waiting._data_version
     monkeypatch.setattr(push.waiting, "_data_version", lambda: looks.append(time.monotonic()) or real())
     project = ProjectFactory()
-    watcher = push.waiting.EventWatcher()
-    heard = threading.Event()
-    unlisten = watcher.listen(lambda committed: heard.set() if committed and project.pk in committed else None)
-    try:
-        started = time.monotonic()
-        while not looks and time.monotonic() - started < 10:
-            time.sleep(0.01)
-        time.sleep(0.3)  # the writes of the set-up are looked at
-        before = len(looks)
-        time.sleep(1.0)
-        assert len(looks) - before <= 6  # about four (QUIET_POLL_SECONDS); ticking every POLL_SECONDS made twenty
+    with listening_watcher(project) as heard:
+        # settle: the writes of the set-up are looked at
+        quiet = calls_while_quiet(looks, settle=0.3, window=1.0)
+        assert quiet <= 6  # about four (QUIET_POLL_SECONDS); ticking every POLL_SECONDS made twenty
         event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
         assert heard.wait(5.0)
-    finally:
-        unlisten()
-        watcher.stop()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -129,19 +120,8 @@ def test_the_listener_sleeps_on_its_socket_and_hears_a_commit_at_once(monkeypatc
 
     monkeypatch.setattr(push.waiting, "select", SimpleNamespace(select=counted))
     project = ProjectFactory()
-    watcher = push.waiting.EventWatcher()
-    heard = threading.Event()
-    unlisten = watcher.listen(lambda committed: heard.set() if committed and project.pk in committed else None)
-    try:
-        started = time.monotonic()
-        while not sleeps and time.monotonic() - started < 10:
-            time.sleep(0.01)
-        time.sleep(0.2)
-        before = len(sleeps)
-        time.sleep(1.5)
-        assert 1 <= len(sleeps) - before <= 3  # about one a second (LISTEN_SECONDS); psycopg's steps were 15
+    with listening_watcher(project) as heard:
+        quiet = calls_while_quiet(sleeps, settle=0.2, window=1.5)
+        assert 1 <= quiet <= 3  # about one a second (LISTEN_SECONDS); psycopg's steps were 15
         event_append(type=EventType.TASK_UPDATED, actor=SYSTEM, at=project.created_at, project=project)
         assert heard.wait(5.0)
-    finally:
-        unlisten()
-        watcher.stop()
