@@ -7,8 +7,8 @@ runs a claim-next view's `try_claim` until it answers or `seconds` pass:
   None for "nothing for me now" (nothing claimable, or a lost race); with
   `final` (the deadline has passed) it must return a response (the 204).
   Under an `Idempotency-Key` a None must leave nothing stored: raise
-  `NotYet` inside the mutation's work and return None for it (the pending
-  record rolls back; see `leases.idempotency`).
+  `NotYet` inside the mutation's work and return None for it (the work's
+  transaction rolls back before its record is written; see `leases.idempotency`).
 - `count_claimable()` says how many tasks anyone could still claim in the
   project, counted up to `counted` (1 by default: a yes or no); asked only
   after a try that answered a wake, to pass the wake on when more are

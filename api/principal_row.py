@@ -10,8 +10,8 @@ the hot path then read one more row each, by values the request already carries:
 `agent_with` reads the agent and those rows in one statement: the agent by its token's hash, as
 `agent_for_token` does (active agents only, nothing cached: a rotation or deactivation refuses the
 token at the next request), LEFT JOINed with the project of that slug when the agent is one of its
-members, and with the agent's finished record of that key (a pending one is never visible to
-another transaction). The statement is written once per shape (with or without each join) from
+members, and with the agent's record of that key (a record is written with its answer, in the
+write's transaction: `leases.idempotency`). The statement is written once per shape (with or without each join) from
 the models' metadata, and runs like `core.prepared`'s statements (prepared on PostgreSQL).
 """
 
@@ -24,7 +24,6 @@ from typing import Any
 from django.db import connections, models
 
 from core.prepared import run_select
-from leases.idempotency import PENDING_STATUS
 from leases.models import IdempotencyRecord
 from ledger.models import Agent, Project
 from ledger.tokens import AGENT_TOKEN_PREFIX, hash_token
@@ -35,7 +34,7 @@ class AgentWith:
     agent: Agent
     # The project of the slug asked for, None when the agent is not one of its members (or no such project).
     project: Project | None = None
-    # The agent's finished record of the key asked for, None when there is none yet.
+    # The agent's record of the key asked for, None when there is none yet.
     record: IdempotencyRecord | None = None
 
 
@@ -74,8 +73,7 @@ def _shape(*, project: bool, record: bool, using: str) -> _Shape:
         joins.append(
             f"LEFT JOIN {quote(meta.db_table)} r ON r.{quote(meta.get_field('agent').column)} "
             f"= a.{quote(Agent._meta.pk.column)} "
-            f"AND r.{quote(meta.get_field('key').column)} = %s "
-            f"AND r.{quote(meta.get_field('status_code').column)} <> %s"
+            f"AND r.{quote(meta.get_field('key').column)} = %s"
         )
         aliases.append((IdempotencyRecord, "r"))
     selected: list[str] = []
@@ -117,7 +115,7 @@ def agent_with(
     if project_slug is not None:
         params.append(project_slug)
     if idempotency_key is not None:
-        params += [idempotency_key, PENDING_STATUS]
+        params.append(idempotency_key)
     params += [digest, True]
     rows = run_select(shape.sql, params, using=using)
     if not rows:

@@ -9,17 +9,24 @@ How a key is taken, on both databases:
 1. Look the key up (with the token's agent, in authentication's statement,
    for an agent token: `api.principal_row`); a stored answer is replayed (or refused with
    IDEMPOTENCY_CONFLICT when the fingerprint differs) without a write lock.
-2. Otherwise, in one transaction: insert the record as *pending*, do the
-   work, fill in the record, commit. The record and the work's writes commit
-   together or not at all, so there is no state where the work happened and
-   the answer was lost.
-3. A concurrent duplicate's insert collides on the unique (agent, key) index.
-   On PostgreSQL that insert waits for the first transaction and then fails;
-   on SQLite the IMMEDIATE write transaction waits for the first writer, and
-   the insert fails. Either way the duplicate then reads the committed record
-   and replays it: the work is done once. Because the record is inserted
-   before the work, a duplicate claim-next never locks (and so never hides)
-   a second task while it waits.
+2. Otherwise, in one transaction: do the work, then insert the record with
+   its answer, and commit — one statement for the key (issue 34: a pending
+   record inserted first and filled in after was two). The record and the
+   work's writes commit together or not at all, so there is no state where
+   the work happened and the answer was lost, and a record is never seen
+   without its answer.
+3. A concurrent duplicate's insert collides on the unique (agent, key)
+   index: on PostgreSQL it waits for the first transaction and then fails,
+   on SQLite the IMMEDIATE write transaction waited for the first writer
+   already. The duplicate's transaction then rolls back with its work, and
+   it reads the committed record and replays it: the work takes effect
+   once. On SQLite the duplicate's work runs only after the first has
+   committed (one writer at a time); on PostgreSQL it may run beside the
+   first's, so a duplicate claim-next can hold a second task's row until
+   the first commits, and then lets it go untouched (issue 34 chose this
+   over a second statement on every keyed write: duplicates racing each
+   other are rare — a client's retry while its first try still runs —
+   and what they hold, they hold for milliseconds).
 4. A non-retryable refusal (TASK_TAKEN, VERSION_CONFLICT, LEASE_EXPIRED, …)
    is the answer too: it is stored in the same transaction and replayed.
    The work stays all-or-nothing because every service runs in its own
@@ -32,9 +39,6 @@ How a key is taken, on both databases:
    (STORAGE_BUSY, ENVIRONMENT_UNAVAILABLE) roll everything back and are not
    stored, and neither is input the API refuses before the work starts:
    retrying with the same key is how a client recovers from those.
-
-A pending record is never visible to another transaction: it is committed
-only with its answer.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from django.db import IntegrityError
 
 from core.db import write_transaction
 from core.errors import IdempotencyConflict, LeaseNotHeld, LedgerError, StorageBusy
+from core.prepared import insert
 from leases.models import Attempt, IdempotencyRecord
 from leases.tokens import rederive_lease_token
 from ledger import clock
@@ -56,7 +61,6 @@ from ledger.models import Agent
 
 RETENTION = timedelta(hours=24)
 TOKEN_FIELD = "lease_token"  # noqa: S105 - a field name, not a secret
-PENDING_STATUS = 0
 # A record whose agent lost access to a project since: never replayed (it may
 # carry that project's tasks), refused with IDEMPOTENCY_CONFLICT until purged.
 VOIDED_STATUS = 1  # not an HTTP status; the column is positive
@@ -89,16 +93,18 @@ def _stored_text(data: Any) -> str | None:
     return json.dumps(data, ensure_ascii=True, separators=(",", ":"))
 
 
-def _insert(*, agent: Agent, key: str, fingerprint: str) -> IdempotencyRecord:
+def _insert(*, agent: Agent, key: str, fingerprint: str, outcome: StoredResult) -> None:
+    record = IdempotencyRecord(
+        agent=agent,
+        key=key,
+        fingerprint=fingerprint,
+        status_code=outcome.status,
+        response=_stored_text(outcome.data),
+        attempt_id=outcome.attempt_id,
+        created_at=clock.now(),
+    )
     try:
-        return IdempotencyRecord.objects.create(
-            agent=agent,
-            key=key,
-            fingerprint=fingerprint,
-            status_code=PENDING_STATUS,
-            response=None,
-            created_at=clock.now(),
-        )
+        insert(record)  # compiled once (`core.prepared`): the one statement a key adds to a write
     except IntegrityError:
         raise _KeyInUse from None
 
@@ -112,16 +118,13 @@ def _run_once(
     work: Callable[[], StoredResult],
     refusal_body: Callable[[LedgerError], Any],
 ) -> StoredResult:
-    record = _insert(agent=agent, key=key, fingerprint=fingerprint)
     try:
         outcome = work()
     except LedgerError as refusal:
         if refusal.retryable:
             raise
         outcome = StoredResult(status=refusal.http_status, data=refusal_body(refusal))
-    IdempotencyRecord.objects.filter(pk=record.pk).update(
-        status_code=outcome.status, response=_stored_text(outcome.data), attempt_id=outcome.attempt_id
-    )
+    _insert(agent=agent, key=key, fingerprint=fingerprint, outcome=outcome)
     return outcome
 
 
@@ -164,7 +167,7 @@ def _replayed_token(attempt_id: int) -> str:
 
 
 def _stored(agent: Agent, key: str) -> IdempotencyRecord | None:
-    return IdempotencyRecord.objects.filter(agent=agent, key=key).exclude(status_code=PENDING_STATUS).first()
+    return IdempotencyRecord.objects.filter(agent=agent, key=key).first()
 
 
 class _NotLookedUp:
@@ -186,7 +189,7 @@ def idempotent_call(
 ) -> StoredResult:
     """Do `work` once per (agent, key); replay its stored answer to the same request.
 
-    `stored` is the agent's finished record of `key` (or None) when the caller read it in this request
+    `stored` is the agent's record of `key` (or None) when the caller read it in this request
     already (`api.auth` reads it with the token's agent, in the same statement): step 1 without a
     statement of its own. A record committed after that read is found as in step 3.
     """

@@ -113,3 +113,56 @@ def test_time_the_stack_alone(clock):
     for name, values in spent.items():
         rounds = ", ".join(f"{value:.3f}" for value in values)
         print(f"{name}: {statistics.median(values):.3f} ms CPU per refused request (rounds: {rounds})")
+
+
+def _keyed_cycle(app: Callable[..., Any], token: str, slug: str, serial: list[int]) -> None:
+    """The cycle with an `Idempotency-Key` on claim-next, the note and finish, as `leasehold mcp` sends them."""
+
+    def key() -> dict[str, str]:
+        serial[0] += 1
+        return {"Idempotency-Key": f"k-{serial[0]}"}
+
+    status, _, body = call(app, "POST", "/api/v1/claims/next/", {"project": slug}, token=token, headers=key())
+    assert status.startswith("201"), (status, body)
+    claim = json.loads(body)
+    attempt = f"/api/v1/attempts/{claim['attempt']['id']}"
+    proof = {"X-Lease-Token": claim["lease_token"], "X-Lease-Epoch": str(claim["epoch"])}
+    assert call(app, "POST", f"{attempt}/renew/", {}, token=token, headers=proof)[0].startswith("200")
+    note = {"kind": "checkpoint", "content": "half way", "next_steps": ["finish"]}
+    assert call(app, "POST", f"{attempt}/notes/", note, token=token, headers={**proof, **key()})[0].startswith("201")
+    finished = call(app, "POST", f"{attempt}/finish/", {"outcome": "done"}, token=token, headers={**proof, **key()})
+    assert finished[0].startswith("200")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_profile_the_keyed_cycle(clock):
+    """The lean path's cycle without keys and with them: what an `Idempotency-Key` costs per cycle, profiled."""
+    project = ProjectFactory(slug="lean")
+    token = AgentFactory(projects=[project]).api_token
+    for _ in range(WARMUP * 2 + CYCLES * ROUNDS * 2 + PROFILED):
+        TaskFactory(project=project)
+    app = LeanWSGIHandler()
+    serial = [0]
+    cycles: dict[str, Callable[[], None]] = {
+        "unkeyed": lambda: _cycle(app, token, project.slug),
+        "keyed": lambda: _keyed_cycle(app, token, project.slug, serial),
+    }
+    for cycle in cycles.values():
+        for _ in range(WARMUP):
+            cycle()
+    spent: dict[str, list[float]] = {name: [] for name in cycles}
+    for _ in range(ROUNDS):
+        for name, cycle in cycles.items():
+            began = time.process_time()
+            for _ in range(CYCLES):
+                cycle()
+            spent[name].append((time.process_time() - began) / CYCLES * 1000)
+    for name, values in spent.items():
+        rounds = ", ".join(f"{value:.2f}" for value in values)
+        print(f"{name}: {statistics.median(values):.2f} ms CPU per cycle (rounds: {rounds})")
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    for _ in range(PROFILED):
+        cycles["keyed"]()
+    profile.disable()
+    _report("keyed", profile)

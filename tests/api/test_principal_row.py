@@ -13,7 +13,6 @@ from decimal import Decimal
 import pytest
 
 from api.principal_row import agent_with
-from leases.idempotency import PENDING_STATUS
 from leases.models import IdempotencyRecord
 from ledger import clock as clock_module
 from ledger.models import Agent, Project
@@ -62,17 +61,15 @@ def test_the_agent_project_and_record_are_the_rows_the_orm_reads(project):
     assert agent_with(agent.api_token).agent.pk == agent.pk
 
 
-def test_only_the_agents_own_project_and_finished_record_are_read(project):
+def test_only_the_agents_own_project_and_record_are_read(project):
     agent = AgentFactory(projects=[project])
     other = AgentFactory(projects=[project])
     elsewhere = ProjectFactory(slug="elsewhere")
     _record(other, "theirs")
-    _record(agent, "pending", status=PENDING_STATUS)  # only ever visible inside its own transaction; never read
 
     assert agent_with(agent.api_token, project_slug="elsewhere").project is None
     assert agent_with(agent.api_token, project_slug="no-such").project is None
     assert agent_with(agent.api_token, idempotency_key="theirs").record is None
-    assert agent_with(agent.api_token, idempotency_key="pending").record is None
     assert agent_with(agent.api_token, idempotency_key="unused").record is None
     # One row for the agent whatever its number of projects (the membership is a condition, not a join).
     agent.projects.add(elsewhere)
