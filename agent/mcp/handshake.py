@@ -12,22 +12,35 @@ message on stdin is read here, with nothing but the standard library:
 - Anything else (`server/discover`, a batch, garbage, an `initialize` whose
   parameters the SDK would refuse): nothing is answered here.
 
-Either way the SDK then sees the whole conversation from its first message:
-stdin becomes a pipe fed with what was read and then the rest of the real
-stdin; stdout a pipe whose lines go on to the real stdout, except the SDK's
-own answer to the `initialize` already answered (dropped; a differing one is
-reported on stderr). `Relay.finish()` closes the SDK's stdout and waits until
-every line it wrote is passed on.
+Either way the SDK then sees the whole conversation from its first message,
+through the streams `Relay` hands it (`stdio_server(stdin=…, stdout=…)`):
+its stdin is the lines read here followed by the rest of the real stdin, read
+by one thread that passes each chunk's lines to the event loop; its stdout
+writes each message to the real stdout at once, except the SDK's own answer
+to the `initialize` already answered (dropped; a differing one is reported on
+stderr). While it runs, fd 0 reads the null device and fd 1 writes to stderr,
+as the SDK's own stdio arranges, so nothing else in the process reaches the
+wire.
+
+Issue 34: these streams replace the SDK's (`anyio.wrap_file`: a worker thread
+for every line read, every write and every flush) and the pipes this module
+relayed them through before (two more threads, each line copied twice): the
+MCP server's CPU per tool call goes down by what a thread hop costs, three
+times a call.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import select
 import sys
 import threading
-from typing import Any
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import asyncio  # the SDK's event loop; imported there, not before the early answer
 
 from agent import __version__
 
@@ -89,59 +102,50 @@ def _write_all(fd: int, data: bytes) -> None:
 
 
 class Relay:
-    """The SDK's stdin and stdout, relayed (see the module docstring)."""
+    """The conversation after the early answer, as the SDK's stdin (`stdin`) and stdout (`stdout`) streams."""
 
     def __init__(self, replay: bytes, answered: dict[str, Any] | None) -> None:
         self.answered = answered  # the answer sent for `initialize`, or None
-        self._finished = False
-        self._stopping = threading.Event()
+        self._dropped = answered is None
+        self._replay = replay
         self._real_in = os.dup(0)
         self._real_out = os.dup(1)
-        in_read, self._in_write = os.pipe()
-        self._out_read, out_write = os.pipe()
-        os.dup2(in_read, 0)
-        os.close(in_read)
-        os.dup2(out_write, 1)
-        os.close(out_write)
-        self._feeder = threading.Thread(target=self._feed, args=(replay,), name="leasehold-mcp-stdin", daemon=True)
-        self._passer = threading.Thread(target=self._pass_on, name="leasehold-mcp-stdout", daemon=True)
-        self._feeder.start()
-        self._passer.start()
+        # Stray reads of fd 0 see its end, stray writes to fd 1 go to stderr: only the SDK's messages are sent.
+        nothing = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(nothing, 0)
+        os.close(nothing)
+        os.dup2(2, 1)
+        self._finished = False
+        self.stdin = _Lines(self._feed)
+        self.stdout = _Out(self._send)
 
-    def _feed(self, replay: bytes) -> None:
+    def _feed(self, deliver: Callable[[list[str] | None], None]) -> None:
+        """The feeding thread: the replayed bytes, then the real stdin, as lines (each ends with its newline)."""
+        pending = self._replay
         try:
-            _write_all(self._in_write, replay)
-            while chunk := os.read(self._real_in, _CHUNK):
-                _write_all(self._in_write, chunk)
+            while True:
+                *lines, pending = pending.split(b"\n")
+                if lines:
+                    deliver([line.decode("utf-8", errors="replace") + "\n" for line in lines])
+                chunk = os.read(self._real_in, _CHUNK)
+                if not chunk:
+                    break
+                pending += chunk
         except OSError:
             pass
-        finally:
-            os.close(self._in_write)  # the SDK sees the end of stdin
-
-    def _pass_on(self) -> None:
-        pending = b""
-        dropped = self.answered is None
-        while True:
-            # Until the pipe ends, or `finish` says the SDK is done and nothing is left to read (the SDK may
-            # keep a duplicate of its stdout open, so the end of the pipe cannot be waited for).
-            if not select.select([self._out_read], [], [], 0.05)[0]:
-                if self._stopping.is_set():
-                    break
-                continue
-            chunk = os.read(self._out_read, _CHUNK)
-            if not chunk:
-                break
-            pending += chunk
-            *lines, pending = pending.split(b"\n")
-            for line in lines:
-                if not dropped and self._is_the_answered(line):
-                    dropped = True
-                    continue
-                _write_all(self._real_out, line + b"\n")
+        except RuntimeError:
+            return  # the event loop is closed: the SDK is gone
         if pending:
-            _write_all(self._real_out, pending)
+            deliver([pending.decode("utf-8", errors="replace")])
+        deliver(None)  # the end of stdin
 
-    def _is_the_answered(self, line: bytes) -> bool:
+    def _send(self, text: str) -> None:
+        if not self._dropped and self._is_the_answered(text):
+            self._dropped = True
+            return
+        _write_all(self._real_out, text.encode("utf-8"))
+
+    def _is_the_answered(self, line: str) -> bool:
         assert self.answered is not None
         try:
             message = json.loads(line)
@@ -150,18 +154,77 @@ class Relay:
         if not isinstance(message, dict) or message.get("id") != self.answered["id"] or "method" in message:
             return False
         if message.get("result") != self.answered["result"]:
-            sdk = line.decode(errors="replace")
+            sdk = line.rstrip("\n")
             print(f"leasehold mcp: the SDK's initialize answer differs from the early one: {sdk}", file=sys.stderr)
         return True
 
-    def finish(self, timeout: float = 10.0) -> None:
-        """Close the SDK's stdout and wait until everything it wrote has gone out (once; later calls do nothing)."""
+    def finish(self) -> None:
+        """Give fds 0 and 1 back to the real stdin and stdout (once; later calls do nothing).
+
+        Everything the SDK wrote has gone out already: its stdout writes at once."""
         if self._finished:
             return
         self._finished = True
         sys.stdout.flush()
-        self._stopping.set()  # every line the SDK wrote is in the pipe by now: the passer empties it and ends
-        self._passer.join(timeout)
+        os.dup2(self._real_in, 0)
+        os.dup2(self._real_out, 1)
+
+
+class _Lines:
+    """The SDK's stdin (`async for line in stdin`): lines a thread reads, handed to the event loop in batches."""
+
+    def __init__(self, feed: Callable[[Callable[[list[str] | None], None]], None]) -> None:
+        self._feed = feed
+        self._ready: deque[str] = deque()
+        self._ended = False
+        self._arrived: asyncio.Event | None = None
+
+    def __aiter__(self) -> _Lines:
+        if self._arrived is None:  # the first iteration, in the SDK's event loop: the feeding thread starts
+            import asyncio
+
+            loop = asyncio.get_running_loop()
+            self._arrived = asyncio.Event()
+
+            def deliver(lines: list[str] | None) -> None:
+                loop.call_soon_threadsafe(self._take, lines)
+
+            threading.Thread(target=self._feed, args=(deliver,), name="leasehold-mcp-stdin", daemon=True).start()
+        return self
+
+    def _take(self, lines: list[str] | None) -> None:
+        assert self._arrived is not None
+        if lines is None:
+            self._ended = True
+        else:
+            self._ready.extend(lines)
+        self._arrived.set()
+
+    async def __anext__(self) -> str:
+        assert self._arrived is not None
+        while not self._ready:
+            if self._ended:
+                raise StopAsyncIteration
+            self._arrived.clear()
+            await self._arrived.wait()
+        return self._ready.popleft()
+
+
+class _Out:
+    """The SDK's stdout (`await stdout.write(text)`, `await stdout.flush()`): each message written at once.
+
+    A blocking write of one message to the real stdout, from the event loop: the client reads its end
+    of the pipe, and stdin is read by its own thread meanwhile, so a client that writes before it reads
+    is still served."""
+
+    def __init__(self, send: Callable[[str], None]) -> None:
+        self._send = send
+
+    async def write(self, text: str) -> None:
+        self._send(text)
+
+    async def flush(self) -> None:
+        return None
 
 
 def answer_initialize_early() -> Relay:

@@ -22,6 +22,7 @@ import signal
 import sys
 import threading
 from types import FrameType
+from typing import TYPE_CHECKING
 
 from agent.client.errors import LeaseholdError
 from agent.client.heartbeat import Heartbeat
@@ -30,6 +31,9 @@ from agent.mcp.holdings import Holdings
 from agent.mcp.tools import INSTRUCTIONS, build_server
 from agent.workspace.config import load_settings
 from agent.workspace.session import make_client
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 HEARTBEAT_SECONDS = 60.0
 # `leasehold mcp`'s exit status after a clean end: the CLI's EXIT_OK (`agent.cli.output`), which launches it.
@@ -43,6 +47,23 @@ def _shutdown_requested(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 
+def _run_on(server: MCPServer, relay: Relay) -> None:
+    """`server.run("stdio")`, with the relay's streams as stdin and stdout (`agent.mcp.handshake`).
+
+    `MCPServer.run_stdio_async` takes no streams; this is its body with them (mcp is pinned in
+    pyproject.toml; tests/agent/test_mcp.py and test_mcp_handshake.py drive it with the SDK's client)."""
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    lowlevel = server._lowlevel_server
+
+    async def run() -> None:
+        async with stdio_server(stdin=relay.stdin, stdout=relay.stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+            await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+
+    anyio.run(run)
+
+
 def _say(text: str) -> None:
     print(f"leasehold mcp: {text}", file=sys.stderr, flush=True)
 
@@ -52,8 +73,8 @@ def serve(
 ) -> int:
     """Run the MCP server on stdio until the client closes it; then hand off (or keep) what it holds.
 
-    `relay`: `initialize` was answered before the SDK was imported (`agent.mcp.handshake`); its stdout is
-    drained before the process ends."""
+    `relay`: `initialize` was answered before the SDK was imported (`agent.mcp.handshake`); the SDK is served
+    the rest of the conversation through its streams."""
     settings = load_settings()
     client = make_client(settings)
     holdings = Holdings(client, settings, project=project or settings.project, keep_alive=keep_alive)
@@ -75,7 +96,10 @@ def serve(
     previous = signal.signal(signal.SIGTERM, _shutdown_requested)
     clean = signalled = False
     try:
-        server.run("stdio")
+        if relay is None:
+            server.run("stdio")
+        else:
+            _run_on(server, relay)
         clean = True
     except KeyboardInterrupt:
         clean = signalled = True
@@ -91,7 +115,7 @@ def serve(
         client.close()
         signal.signal(signal.SIGTERM, previous)
     if signalled:
-        # stdin is still open and the SDK's reader thread blocks on it: the interpreter would wait for it forever.
+        # stdin is still open and a thread blocks reading it: the interpreter could wait for it forever.
         sys.stdout.flush()
         if relay is not None:
             relay.finish()

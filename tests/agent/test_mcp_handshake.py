@@ -104,3 +104,47 @@ def test_a_first_message_that_is_not_a_valid_initialize_is_left_to_the_sdk(logge
 def test_a_string_id_is_answered_early_and_the_sdk_goes_on(logged_in):
     answers, _ = converse(logged_in, initialize("2025-06-18", request_id="init-1"), INITIALIZED, TOOLS_LIST)
     assert [answer.get("id") for answer in answers] == ["init-1", 2]
+
+
+RELAY_ECHO = """
+import asyncio, os, sys
+from agent.mcp.handshake import answer_initialize_early
+
+relay = answer_initialize_early()
+
+async def echo():
+    async for line in relay.stdin:
+        await relay.stdout.write(line)
+        await relay.stdout.flush()
+        os.write(1, b"stray write\\n")
+        print("stray print", flush=True)
+
+asyncio.run(echo())
+relay.finish()
+print("after finish", flush=True)
+"""
+
+
+def test_the_relay_hands_every_line_on_in_order_and_keeps_stray_output_off_the_wire(logged_in):
+    """The SDK's streams (`handshake.Relay`): the line read early first, then the rest of stdin, each line once
+    and in order; the end of stdin ends them. What else the process writes to fd 1 goes to stderr, until
+    `finish` gives the wire back."""
+    lines = [
+        json.dumps(initialize("2025-06-18")),
+        *(json.dumps({"n": index, "text": "é" * index}) for index in range(50)),
+    ]
+    done = subprocess.run(
+        [sys.executable, "-c", RELAY_ECHO],
+        input="\n".join(lines) + "\n",
+        capture_output=True,
+        text=True,
+        env=logged_in,
+        cwd=REPO,
+        timeout=60,
+        check=True,
+    )
+    out = done.stdout.splitlines()
+    assert json.loads(out[0])["result"]["serverInfo"]["name"] == "leasehold"  # the early answer
+    assert out[1:-1] == lines  # the SDK's side: the initialize (a request, never dropped) and every line after
+    assert out[-1] == "after finish"
+    assert done.stderr.count("stray write") == done.stderr.count("stray print") == len(lines)
