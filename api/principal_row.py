@@ -11,8 +11,9 @@ the hot path then read one more row each, by values the request already carries:
 `agent_for_token` does (active agents only, nothing cached: a rotation or deactivation refuses the
 token at the next request), LEFT JOINed with the project of that slug when the agent is one of its
 members, and with the agent's record of that key (a record is written with its answer, in the
-write's transaction: `leases.idempotency`). The statement is written once per shape (with or without each join) from
-the models' metadata, and runs like `core.prepared`'s statements (prepared on PostgreSQL).
+write's transaction: `leases.idempotency`). The statement is written once per shape (with or without
+each join) from the models' metadata, and runs like `core.prepared`'s statements (prepared on
+PostgreSQL).
 """
 
 from __future__ import annotations

@@ -9,24 +9,30 @@ How a key is taken, on both databases:
 1. Look the key up (with the token's agent, in authentication's statement,
    for an agent token: `api.principal_row`); a stored answer is replayed (or refused with
    IDEMPOTENCY_CONFLICT when the fingerprint differs) without a write lock.
-2. Otherwise, in one transaction: do the work, then insert the record with
-   its answer, and commit — one statement for the key (issue 34: a pending
-   record inserted first and filled in after was two). The record and the
-   work's writes commit together or not at all, so there is no state where
-   the work happened and the answer was lost, and a record is never seen
-   without its answer.
+2. Otherwise, in one transaction: the work and the record, committed
+   together or not at all, so there is no state where the work happened and
+   the answer was lost, and no record is ever seen without its answer.
+   - On PostgreSQL the record goes in first, as *pending*, then the work
+     runs and the record is filled in (two statements). Transactions run
+     side by side there, and the record first is what makes a racing
+     duplicate wait (step 3) before it does any work: a duplicate
+     claim-next working beside the first would find the first's task
+     locked, pass over it, and could commit "nothing claimable" as the
+     key's answer before the first commits its claim (the claim then rolls
+     back on the duplicate key: issue 34 tried the work first there, and
+     `tests/api/test_idempotency.py`'s eight racing duplicates caught it).
+   - On SQLite write transactions run one at a time (IMMEDIATE), so a
+     duplicate's work can only start after the first has committed: the
+     work runs first and the record goes in once, with its answer (one
+     statement; issue 34).
+   A pending record is never visible to another transaction: it is filled
+   in before its transaction commits, or rolls back with it.
 3. A concurrent duplicate's insert collides on the unique (agent, key)
    index: on PostgreSQL it waits for the first transaction and then fails,
    on SQLite the IMMEDIATE write transaction waited for the first writer
-   already. The duplicate's transaction then rolls back with its work, and
-   it reads the committed record and replays it: the work takes effect
-   once. On SQLite the duplicate's work runs only after the first has
-   committed (one writer at a time); on PostgreSQL it may run beside the
-   first's, so a duplicate claim-next can hold a second task's row until
-   the first commits, and then lets it go untouched (issue 34 chose this
-   over a second statement on every keyed write: duplicates racing each
-   other are rare — a client's retry while its first try still runs —
-   and what they hold, they hold for milliseconds).
+   already. The duplicate's transaction then rolls back with anything it
+   did, and it reads the committed record and replays it: the work takes
+   effect once.
 4. A non-retryable refusal (TASK_TAKEN, VERSION_CONFLICT, LEASE_EXPIRED, …)
    is the answer too: it is stored in the same transaction and replayed.
    The work stays all-or-nothing because every service runs in its own
@@ -49,11 +55,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, ParamSpec, TypeVar
 
-from django.db import IntegrityError
+from django.db import IntegrityError, connection
 
 from core.db import write_transaction
 from core.errors import IdempotencyConflict, LeaseNotHeld, LedgerError, StorageBusy
-from core.prepared import insert
+from core.prepared import insert, update_row
 from leases.models import Attempt, IdempotencyRecord
 from leases.tokens import rederive_lease_token
 from ledger import clock
@@ -61,6 +67,7 @@ from ledger.models import Agent
 
 RETENTION = timedelta(hours=24)
 TOKEN_FIELD = "lease_token"  # noqa: S105 - a field name, not a secret
+PENDING_STATUS = 0  # a record inserted before its work, on PostgreSQL; filled in before it commits
 # A record whose agent lost access to a project since: never replayed (it may
 # carry that project's tasks), refused with IDEMPOTENCY_CONFLICT until purged.
 VOIDED_STATUS = 1  # not an HTTP status; the column is positive
@@ -93,20 +100,28 @@ def _stored_text(data: Any) -> str | None:
     return json.dumps(data, ensure_ascii=True, separators=(",", ":"))
 
 
-def _insert(*, agent: Agent, key: str, fingerprint: str, outcome: StoredResult) -> None:
+def _insert(*, agent: Agent, key: str, fingerprint: str, outcome: StoredResult | None) -> IdempotencyRecord:
+    """Insert the key's record: with its answer, or pending (`outcome` None) to be filled in by `_fill`."""
     record = IdempotencyRecord(
         agent=agent,
         key=key,
         fingerprint=fingerprint,
-        status_code=outcome.status,
-        response=_stored_text(outcome.data),
-        attempt_id=outcome.attempt_id,
+        status_code=PENDING_STATUS if outcome is None else outcome.status,
+        response=None if outcome is None else _stored_text(outcome.data),
+        attempt_id=None if outcome is None else outcome.attempt_id,
         created_at=clock.now(),
     )
     try:
-        insert(record)  # compiled once (`core.prepared`): the one statement a key adds to a write
+        return insert(record)  # compiled once (`core.prepared`)
     except IntegrityError:
         raise _KeyInUse from None
+
+
+def _fill(record: IdempotencyRecord, outcome: StoredResult) -> None:
+    record.status_code = outcome.status
+    record.response = _stored_text(outcome.data)
+    record.attempt_id = outcome.attempt_id
+    update_row(record, ["status_code", "response", "attempt_id"])
 
 
 @write_transaction
@@ -118,14 +133,24 @@ def _run_once(
     work: Callable[[], StoredResult],
     refusal_body: Callable[[LedgerError], Any],
 ) -> StoredResult:
+    # The record first where transactions run side by side (step 2 of the module's docstring).
+    pending = _insert(agent=agent, key=key, fingerprint=fingerprint, outcome=None) if _record_first() else None
     try:
         outcome = work()
     except LedgerError as refusal:
         if refusal.retryable:
             raise
         outcome = StoredResult(status=refusal.http_status, data=refusal_body(refusal))
-    _insert(agent=agent, key=key, fingerprint=fingerprint, outcome=outcome)
+    if pending is None:
+        _insert(agent=agent, key=key, fingerprint=fingerprint, outcome=outcome)
+    else:
+        _fill(pending, outcome)
     return outcome
+
+
+def _record_first() -> bool:
+    """Whether the record goes in before the work: wherever write transactions run side by side."""
+    return connection.vendor != "sqlite"
 
 
 def _replay(record: IdempotencyRecord, *, fingerprint: str) -> StoredResult:

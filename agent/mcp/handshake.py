@@ -123,21 +123,22 @@ class Relay:
         """The feeding thread: the replayed bytes, then the real stdin, as lines (each ends with its newline)."""
         pending = self._replay
         try:
-            while True:
-                *lines, pending = pending.split(b"\n")
-                if lines:
-                    deliver([line.decode("utf-8", errors="replace") + "\n" for line in lines])
-                chunk = os.read(self._real_in, _CHUNK)
-                if not chunk:
-                    break
-                pending += chunk
-        except OSError:
-            pass
+            try:
+                while True:
+                    *lines, pending = pending.split(b"\n")
+                    if lines:
+                        deliver([line.decode("utf-8", errors="replace") + "\n" for line in lines])
+                    chunk = os.read(self._real_in, _CHUNK)
+                    if not chunk:
+                        break
+                    pending += chunk
+            except OSError:
+                pass
+            if pending:
+                deliver([pending.decode("utf-8", errors="replace")])
+            deliver(None)  # the end of stdin
         except RuntimeError:
-            return  # the event loop is closed: the SDK is gone
-        if pending:
-            deliver([pending.decode("utf-8", errors="replace")])
-        deliver(None)  # the end of stdin
+            pass  # the event loop is closed: the SDK is gone, and so is whoever read these lines
 
     def _send(self, text: str) -> None:
         if not self._dropped and self._is_the_answered(text):

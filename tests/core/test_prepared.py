@@ -19,7 +19,7 @@ from core.prepared import (
     insert,
     update_row,
 )
-from leases.models import Attempt, Note
+from leases.models import Attempt, IdempotencyRecord, Note
 from ledger.actors import SYSTEM
 from ledger.models import Event, EventType, Project, Task, TaskStatus
 from ledger.services import event_append
@@ -131,7 +131,7 @@ def test_insert_writes_the_row_create_would(clock):
 
 def test_the_models_written_without_signals_have_no_receivers():
     """`insert` and `update_row` send no signals; nothing listens to the models they write."""
-    for model in (Event, Attempt, Note, Task):
+    for model in (Event, Attempt, IdempotencyRecord, Note, Task):
         for signal in (signals.pre_save, signals.post_save):
             assert not signal.has_listeners(model), (model, signal)
 
