@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import cProfile
 import io
+import itertools
 import json
 import os
 import pstats
@@ -39,16 +40,23 @@ ROUNDS = 5
 PROFILED = 100
 
 
-def _cycle(app: Callable[..., Any], token: str, slug: str) -> None:
-    status, _, body = call(app, "POST", "/api/v1/claims/next/", {"project": slug}, token=token)
+def _unkeyed() -> dict[str, str]:
+    return {}
+
+
+def _cycle(app: Callable[..., Any], token: str, slug: str, key: Callable[[], dict[str, str]] = _unkeyed) -> None:
+    """One cycle; `key` gives the `Idempotency-Key` header of claim-next, the note and finish (none by default;
+    keyed as `leasehold mcp` sends them when given)."""
+    status, _, body = call(app, "POST", "/api/v1/claims/next/", {"project": slug}, token=token, headers=key())
     assert status.startswith("201"), (status, body)
     claim = json.loads(body)
     attempt = f"/api/v1/attempts/{claim['attempt']['id']}"
     proof = {"X-Lease-Token": claim["lease_token"], "X-Lease-Epoch": str(claim["epoch"])}
     assert call(app, "POST", f"{attempt}/renew/", {}, token=token, headers=proof)[0].startswith("200")
     note = {"kind": "checkpoint", "content": "half way", "next_steps": ["finish"]}
-    assert call(app, "POST", f"{attempt}/notes/", note, token=token, headers=proof)[0].startswith("201")
-    assert call(app, "POST", f"{attempt}/finish/", {"outcome": "done"}, token=token, headers=proof)[0].startswith("200")
+    assert call(app, "POST", f"{attempt}/notes/", note, token=token, headers={**proof, **key()})[0].startswith("201")
+    finished = call(app, "POST", f"{attempt}/finish/", {"outcome": "done"}, token=token, headers={**proof, **key()})
+    assert finished[0].startswith("200")
 
 
 def _report(name: str, profile: cProfile.Profile) -> None:
@@ -115,25 +123,6 @@ def test_time_the_stack_alone(clock):
         print(f"{name}: {statistics.median(values):.3f} ms CPU per refused request (rounds: {rounds})")
 
 
-def _keyed_cycle(app: Callable[..., Any], token: str, slug: str, serial: list[int]) -> None:
-    """The cycle with an `Idempotency-Key` on claim-next, the note and finish, as `leasehold mcp` sends them."""
-
-    def key() -> dict[str, str]:
-        serial[0] += 1
-        return {"Idempotency-Key": f"k-{serial[0]}"}
-
-    status, _, body = call(app, "POST", "/api/v1/claims/next/", {"project": slug}, token=token, headers=key())
-    assert status.startswith("201"), (status, body)
-    claim = json.loads(body)
-    attempt = f"/api/v1/attempts/{claim['attempt']['id']}"
-    proof = {"X-Lease-Token": claim["lease_token"], "X-Lease-Epoch": str(claim["epoch"])}
-    assert call(app, "POST", f"{attempt}/renew/", {}, token=token, headers=proof)[0].startswith("200")
-    note = {"kind": "checkpoint", "content": "half way", "next_steps": ["finish"]}
-    assert call(app, "POST", f"{attempt}/notes/", note, token=token, headers={**proof, **key()})[0].startswith("201")
-    finished = call(app, "POST", f"{attempt}/finish/", {"outcome": "done"}, token=token, headers={**proof, **key()})
-    assert finished[0].startswith("200")
-
-
 @pytest.mark.django_db(transaction=True)
 def test_profile_the_keyed_cycle(clock):
     """The lean path's cycle without keys and with them: what an `Idempotency-Key` costs per cycle, profiled."""
@@ -142,10 +131,14 @@ def test_profile_the_keyed_cycle(clock):
     for _ in range(WARMUP * 2 + CYCLES * ROUNDS * 2 + PROFILED):
         TaskFactory(project=project)
     app = LeanWSGIHandler()
-    serial = [0]
+    keys = itertools.count(1)
+
+    def key() -> dict[str, str]:
+        return {"Idempotency-Key": f"k-{next(keys)}"}
+
     cycles: dict[str, Callable[[], None]] = {
         "unkeyed": lambda: _cycle(app, token, project.slug),
-        "keyed": lambda: _keyed_cycle(app, token, project.slug, serial),
+        "keyed": lambda: _cycle(app, token, project.slug, key),
     }
     for cycle in cycles.values():
         for _ in range(WARMUP):
