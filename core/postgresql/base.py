@@ -76,6 +76,13 @@ class StatementClientQuery(PostgresClientQuery):
 class StatementCursor(ServerBindingCursor):
     _query_cls = StatementQuery
 
+    def _convert_query(self, query: Any, params: Any = None) -> Any:
+        # psycopg keeps the statement on the cursor only when it sends it unprepared; Django's query log
+        # (`last_executed_query`: DEBUG, CaptureQueriesContext, the query-count pins) reads it from there,
+        # and logged None for every run of a statement the connection had prepared.
+        converted = self._query = super()._convert_query(query, params)
+        return converted
+
 
 class StatementClientCursor(ClientBindingCursor):
     _query_cls = StatementClientQuery

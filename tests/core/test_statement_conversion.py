@@ -45,3 +45,21 @@ def test_claim_next_converts_its_long_statement_once(monkeypatch, fresh_conversi
         assert lease_claim_next(project=project, agent=agent) is not None
     assert lease_claim_next(project=project, agent=agent) is None
     assert fresh_conversions == []
+
+
+def test_a_prepared_statement_is_still_in_djangos_query_log():
+    """psycopg keeps the statement on the cursor only when it sends it unprepared: once the connection had
+    prepared it, Django logged None as its SQL (and the read counts of the parked-claim tests saw nothing)."""
+    from django.test.utils import CaptureQueriesContext
+
+    from core.prepared import run_select
+
+    assert connection.settings_dict["PREPARED_STATEMENTS"]
+    threshold = connection.settings_dict["OPTIONS"]["prepare_threshold"]
+    sql = "SELECT %s::int + 1 AS lh_logged_statement"
+    with CaptureQueriesContext(connection) as queries:
+        for value in range(threshold + 3):  # past the threshold: prepared, then run by its name
+            assert run_select(sql, [value]) == [(value + 1,)]
+    assert [query["sql"] for query in queries.captured_queries] == ["SELECT $1::int + 1 AS lh_logged_statement"] * (
+        threshold + 3
+    )
