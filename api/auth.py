@@ -53,6 +53,8 @@ class AgentPrincipal:
         # (claim-next; None: not one of the agent's) and the stored answer of the Idempotency-Key (None: none).
         self.known_projects: dict[str, Project | None] = {}
         self.known_records: dict[str, IdempotencyRecord | None] = {}
+        # By slug, whether claim-next's read, in that statement, found anything claimable (`claimable_read`).
+        self.claimable_reads: dict[str, bool] = {}
 
     def __str__(self) -> str:
         return self.agent.handle
@@ -162,7 +164,8 @@ class AgentTokenAuthentication(BaseAuthentication):
 
 def _agent_principal(request: Request, token: str) -> AgentPrincipal | None:
     """The token's agent; with the request's project and idempotency record when it names them, in one statement."""
-    slug = _project_slug(request)
+    body = _json_body(request)
+    slug = _project_slug(request, body)
     key = _idempotency_key(request)
     if slug is None and key is None:
         from ledger.selectors import agent_for_token
@@ -170,33 +173,53 @@ def _agent_principal(request: Request, token: str) -> AgentPrincipal | None:
         agent = agent_for_token(token)
         return None if agent is None else AgentPrincipal(agent)
     from api.principal_row import agent_with
+    from ledger import clock
 
-    found = agent_with(token, project_slug=slug, idempotency_key=key)
+    claimable = slug is not None and key is None and _plain_claim(request, body)
+    found = agent_with(token, project_slug=slug, idempotency_key=key, claimable_now=clock.now() if claimable else None)
     if found is None:
         return None
     principal = AgentPrincipal(found.agent)
     if slug is not None:
         principal.known_projects[slug] = found.project
+        if found.claimable is not None:
+            principal.claimable_reads[slug] = found.claimable
     if key is not None:
         principal.known_records[key] = found.record
     return principal
 
 
-def _project_slug(request: Request) -> str | None:
-    """The project slug of a JSON body, on the views that look their project up by it (`auth_project_field`).
+def _json_body(request: Request) -> Any:
+    """The JSON body of a POST to a view that looks its project up by it (`auth_project_field`), else None.
 
     Read from the raw body without DRF's parsing, so a body DRF refuses is refused by the view as before.
     """
     view = (getattr(request, "parser_context", None) or {}).get("view")
-    field = getattr(view, "auth_project_field", None)
-    if field is None or request.method != "POST" or not request.content_type.startswith("application/json"):
+    if getattr(view, "auth_project_field", None) is None:
+        return None
+    if request.method != "POST" or not request.content_type.startswith("application/json"):
         return None
     try:
-        body = json.loads(request._request.body)
+        return json.loads(request._request.body)
     except (ValueError, RawPostDataException, RequestDataTooBig):
         return None
-    slug = body.get(field) if isinstance(body, dict) else None
+
+
+def _project_slug(request: Request, body: Any) -> str | None:
+    """The project slug of the body, on the views that look their project up by it (`auth_project_field`)."""
+    if not isinstance(body, dict):
+        return None
+    view = request.parser_context["view"]
+    slug = body.get(view.auth_project_field)
     return slug if isinstance(slug, str) and 0 < len(slug) <= MAX_SLUG_LENGTH else None
+
+
+def _plain_claim(request: Request, body: dict[str, Any]) -> bool:
+    """A claim-next that neither waits nor names a task class (`auth_claimable_read` views): its first
+    statement can be authentication's, which then also reads whether anything is claimable. Not a waiting
+    one: its tries read after its waiter is registered, so a commit in between is not missed."""
+    view = request.parser_context["view"]
+    return bool(getattr(view, "auth_claimable_read", False)) and not body.get("wait") and "task_class" not in body
 
 
 def _idempotency_key(request: Request) -> str | None:
@@ -206,6 +229,13 @@ def _idempotency_key(request: Request) -> str | None:
     from api.mutations import IDEMPOTENCY_KEY
 
     return key if IDEMPOTENCY_KEY.match(key) else None
+
+
+def claimable_read(request: Request, slug: str) -> bool | None:
+    """Whether authentication's statement read anything of the project claimable for the agent
+    (`_plain_claim`), None when it did not read it; answered once: a later try of the request reads afresh."""
+    found = getattr(request.user, "claimable_reads", None)
+    return found.pop(slug, None) if found else None
 
 
 def known_project(request: Request, slug: str, agent: Agent) -> Project:

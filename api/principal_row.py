@@ -1,11 +1,15 @@
 """The token's agent, with what the request will look up next, in one statement (issue 34, SPEC §24).
 
-Every agent request reads its token's agent (`ledger.selectors.agent_for_token`). Two requests of
-the hot path then read one more row each, by values the request already carries:
+Every agent request reads its token's agent (`ledger.selectors.agent_for_token`). Requests of
+the hot path then read more, by values the request already carries:
 
 - claim-next its project, by the body's slug, among the agent's own projects
   (`ledger.selectors.project_by_slug`);
-- a write under an `Idempotency-Key` the stored answer for that key (`leases.idempotency`).
+- a write under an `Idempotency-Key` the stored answer for that key (`leases.idempotency`);
+- a plain claim-next (no wait, no task class, no key) whether anything of that project is claimable
+  for the agent: claim-next's own read outside any transaction (`leases.services.claim_next`,
+  `any_candidate_read`), as an `EXISTS` column, so that a claim that finds nothing, most of a fleet's
+  requests, is one statement, and one that finds something goes straight to its transaction.
 
 `agent_with` reads the agent and those rows in one statement: the agent by its token's hash, as
 `agent_for_token` does (active agents only, nothing cached: a rotation or deactivation refuses the
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import connections, models
@@ -37,22 +42,27 @@ class AgentWith:
     project: Project | None = None
     # The agent's record of the key asked for, None when there is none yet.
     record: IdempotencyRecord | None = None
+    # Asked with the project: whether claim-next's read found anything of it claimable for the agent
+    # (None: not asked, or no project).
+    claimable: bool | None = None
 
 
 @dataclass(frozen=True)
 class _Shape:
     sql: str
+    # The parameters of the embedded claim-next read, by its values (`now`), before the statement's own.
+    read: Any
     # Per model read, in column order: (model, first column, field attnames, converters per column).
     parts: tuple[tuple[type[models.Model], int, tuple[str, ...], tuple[tuple[Any, ...], ...]], ...]
     columns: tuple[Any, ...]
 
 
-_SHAPES: dict[tuple[bool, bool, str, str], _Shape] = {}
+_SHAPES: dict[tuple[bool, bool, bool, str, str], _Shape] = {}
 
 
-def _shape(*, project: bool, record: bool, using: str) -> _Shape:
+def _shape(*, project: bool, record: bool, claimable: bool, using: str) -> _Shape:
     connection = connections[using]
-    key = (project, record, using, connection.vendor)
+    key = (project, record, claimable, using, connection.vendor)
     found = _SHAPES.get(key)
     if found is not None:
         return found
@@ -91,6 +101,13 @@ def _shape(*, project: bool, record: bool, using: str) -> _Shape:
             )
             selected.append(f"{alias}.{quote(field.column)}")
         parts.append((model, len(selected) - len(fields), tuple(f.attname for f in fields), tuple(converters)))
+    read = None
+    if claimable:
+        from leases.services.claim_next import any_candidate_read  # the door's statement embeds the service's read
+
+        pk_column = quote(Agent._meta.pk.column)
+        read = any_candidate_read(columns={"project": f"p.{pk_column}", "agent": f"a.{pk_column}"}, using=using)
+        selected.append(f"EXISTS ({read.sql})")
     agent_meta = Agent._meta
     # Only quoted names of the models' own tables and columns go into the text; values are parameters.
     sql = "SELECT {} FROM {} a {} WHERE a.{} = %s AND a.{} = %s".format(  # noqa: S608
@@ -100,19 +117,37 @@ def _shape(*, project: bool, record: bool, using: str) -> _Shape:
         quote(agent_meta.get_field("token_hash").column),
         quote(agent_meta.get_field("is_active").column),
     )
-    found = _SHAPES[key] = _Shape(sql=sql, parts=tuple(parts), columns=tuple(columns))
+    found = _SHAPES[key] = _Shape(sql=sql, read=read, parts=tuple(parts), columns=tuple(columns))
     return found
 
 
 def agent_with(
-    token: str, *, project_slug: str | None = None, idempotency_key: str | None = None, using: str = "default"
+    token: str,
+    *,
+    project_slug: str | None = None,
+    idempotency_key: str | None = None,
+    claimable_now: datetime | None = None,
+    using: str = "default",
 ) -> AgentWith | None:
-    """The active agent of this token with the project and record asked for, or None for a token refused."""
+    """The active agent of this token with the project and record asked for, or None for a token refused.
+
+    `claimable_now` (with a project): also claim-next's read of whether anything of the project is
+    claimable for the agent at that time (`leases.services.claim_next.any_candidate_read`).
+    """
     if not token.startswith(AGENT_TOKEN_PREFIX) or len(token) > 200:
         return None
+    if claimable_now is not None and project_slug is None:
+        raise ValueError("The claimable read needs the project.")
     digest = hash_token(token)
-    shape = _shape(project=project_slug is not None, record=idempotency_key is not None, using=using)
+    shape = _shape(
+        project=project_slug is not None,
+        record=idempotency_key is not None,
+        claimable=claimable_now is not None,
+        using=using,
+    )
     params: list[Any] = []
+    if claimable_now is not None:
+        params += shape.read.params_for({"now": claimable_now})
     if project_slug is not None:
         params.append(project_slug)
     if idempotency_key is not None:
@@ -137,4 +172,10 @@ def agent_with(
     if not hmac.compare_digest(agent.token_hash, digest):
         return None
     found = dict(zip((model for model, *_ in shape.parts), instances, strict=True))
-    return AgentWith(agent=agent, project=found.get(Project), record=found.get(IdempotencyRecord))
+    project = found.get(Project)
+    return AgentWith(
+        agent=agent,
+        project=project,
+        record=found.get(IdempotencyRecord),
+        claimable=bool(row[-1]) if claimable_now is not None and project is not None else None,
+    )

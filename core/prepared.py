@@ -97,6 +97,31 @@ class _Compiled:
             converted.append(row)
         return converted
 
+    def with_columns(self, columns: Mapping[str, str]) -> _Compiled:
+        """The statement with the named values read from columns of an enclosing statement instead of bound
+        (`{"project": 'p."id"'}`: a subquery of a statement that reads that row itself, as authentication's
+        reads the agent and its project); its other values stay parameters. For embedding only: the
+        converters and compiler are the statement's own."""
+        names = {position: name for position, name, _ in self.slots}
+        if not set(columns) <= set(names.values()):
+            raise NotPreparable(f"{sorted(set(columns) - set(names.values()))} go into no parameter.")
+
+        def written(position: int, param: Any) -> str | None:
+            name = names.get(position)
+            return None if name is None else columns.get(name)
+
+        sql, params, slots = _rewritten(self.sql, self.params, self.slots, written)
+        if len(params) + sum(name in columns for name in names.values()) != len(self.params):
+            raise NotPreparable("The statement's placeholders and parameters do not pair up.")
+        return _Compiled(
+            sql=sql,
+            params=params,
+            slots=tuple(slots),
+            compiler=self.compiler,
+            for_update=self.for_update,
+            converters=self.converters,
+        )
+
     def params_for(self, values: Mapping[str, Any]) -> list[Any]:
         params = list(self.params)
         for position, name, transform in self.slots:
@@ -194,6 +219,24 @@ def _constants_inlined(
     status written in (issue 34). A literal lets the plan be made once.
     """
     variable = {position for position, _, _ in slots}
+
+    def written(position: int, param: Any) -> str | None:
+        if position not in variable and (type(param) is int or isinstance(param, str)):
+            return _literal(param)
+        return None
+
+    return _rewritten(sql, params, slots, written)
+
+
+def _rewritten(
+    sql: str,
+    params: tuple[Any, ...],
+    slots: Sequence[tuple[int, str, Callable[[Any], Any]]],
+    written: Callable[[int, Any], str | None],
+) -> tuple[str, tuple[Any, ...], list[tuple[int, str, Callable[[Any], Any]]]]:
+    """The statement with some placeholders replaced by SQL text (`written(position, param)`, None to keep
+    the placeholder); the parameters left and the slots re-numbered. A statement whose placeholders and
+    parameters do not pair up one to one is left as it is."""
     kept: list[Any] = []
     moved: dict[int, int] = {}
     pieces: list[str] = []
@@ -202,22 +245,27 @@ def _constants_inlined(
     for match in _PLACEHOLDER.finditer(sql):
         if match.group() == "%%":
             continue
-        if position == len(params):  # more placeholders than parameters: leave the statement as it is
-            return sql, params, slots
+        if position == len(params):  # more placeholders than parameters
+            return sql, params, list(slots)
         pieces.append(sql[end : match.start()])
         end = match.end()
         param = params[position]
-        if position not in variable and (type(param) is int or isinstance(param, str)):
-            pieces.append(_literal(param))
+        text = written(position, param)
+        if text is not None:
+            pieces.append(text)
         else:
             moved[position] = len(kept)
             kept.append(param)
             pieces.append("%s")
         position += 1
-    if position != len(params):  # fewer placeholders than parameters: leave the statement as it is
-        return sql, params, slots
+    if position != len(params):  # fewer placeholders than parameters
+        return sql, params, list(slots)
     pieces.append(sql[end:])
-    return "".join(pieces), tuple(kept), [(moved[position], name, how) for position, name, how in slots]
+    return (
+        "".join(pieces),
+        tuple(kept),
+        [(moved[position], name, how) for position, name, how in slots if position in moved],
+    )
 
 
 def _literal(value: int | str) -> str:

@@ -13,7 +13,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.auth import caller_of, known_project
+from api.auth import caller_of, claimable_read, known_project
 from api.base import ApiView
 from api.claim_wait import MAX_WAIT_SECONDS, NotYet, wait_for_claim
 from api.inputs import body_input
@@ -155,8 +155,10 @@ class ClaimNextApi(ApiView):
         )
 
     OutputSerializer = ClaimOutputSerializer
-    # The body's project is read with the token's agent, in authentication's statement (`api.auth`).
+    # The body's project is read with the token's agent, in authentication's statement (`api.auth`), and
+    # for a claim that neither waits nor names a class, whether anything of it is claimable.
     auth_project_field = "project"
+    auth_claimable_read = True
 
     @extend_schema(
         operation_id="claims_next",
@@ -176,7 +178,8 @@ class ClaimNextApi(ApiView):
 
             def work() -> MutationResult:
                 project = known_project(request, slug, agent)
-                grant = lease_claim_next(project=project, agent=agent, **data)
+                read = claimable_read(request, slug)
+                grant = lease_claim_next(project=project, agent=agent, claimable_read=read, **data)
                 return MutationResult(status=204) if grant is None else claim_result(grant)
 
             return run_mutation(request, work)

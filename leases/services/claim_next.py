@@ -10,7 +10,7 @@ answers "nothing" without taking the one write lock.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -108,7 +108,17 @@ _ANY_CANDIDATE = {
 }
 
 
-def _nothing_to_claim(*, project: Project, agent: Agent, task_class: str | None) -> bool:
+def any_candidate_read(*, columns: Mapping[str, str], using: str = "default") -> Any:
+    """`_nothing_to_claim`'s read (without a task class), its project and agent taken from columns of an
+    enclosing statement (`{"project": ..., "agent": ...}`) and its `now` left a parameter: authentication's
+    statement embeds it for a plain claim-next (`api.principal_row`), which is then one statement when it
+    finds nothing (SPEC §24's fleet: most claims find nothing)."""
+    return _ANY_CANDIDATE[False].compiled(using).with_columns(columns)
+
+
+def _nothing_to_claim(
+    *, project: Project, agent: Agent, task_class: str | None, claimable_read: bool | None = None
+) -> bool:
     """Whether a read outside any transaction finds nothing claimable, so claim-next can answer
     "nothing" without a transaction (SPEC §20: in a fleet most claims find nothing). On SQLite that
     spares the database's one write lock; on PostgreSQL an empty claim-next is then authentication
@@ -116,12 +126,17 @@ def _nothing_to_claim(*, project: Project, agent: Agent, task_class: str | None)
     one round trip more for a claim that finds a candidate. Only a read that finds nothing decides
     (the answer is true as of that read); one that finds a candidate goes on to the claim, which
     decides afresh. An agent or project whose daily budget is spent is still told so.
+
+    `claimable_read`: what the same read found a moment ago in this request, outside any transaction
+    (authentication's statement, `any_candidate_read`); it decides as this one would have. None: not read.
     """
     if connection.in_atomic_block:
         return False
     now = clock.now()
     if claim_budget_refusal(task=None, agent=agent, project=project, now=now, scopes=("agent", "project")):
         return False
+    if claimable_read is not None:
+        return not claimable_read
     values = _candidate_values(project=project, agent=agent, now=now, task_class=task_class)
     return not _ANY_CANDIDATE[bool(task_class)].rows(**values)
 
@@ -185,6 +200,7 @@ def lease_claim_next(
     environment_kind: str | None = None,
     paths: Sequence[str] | None = None,
     paths_mode: str | None = None,
+    claimable_read: bool | None = None,
 ) -> LeaseGrant | None:
     """Claim the project's next claimable task (priority, then age); None when there is none.
 
@@ -194,7 +210,8 @@ def lease_claim_next(
     Candidates whose paths are reserved by another live attempt are walked
     past; when they were all that was left the answer is None (SPEC §19). An
     agent or project whose budget for the day is spent gets TASK_NOT_CLAIMABLE
-    (reason `budget`); a task whose own budget is spent is not a candidate.
+    (reason `budget`); a task whose own budget is spent is not a candidate. `claimable_read`: whether
+    this request's read just now, outside any transaction, found anything claimable (`_nothing_to_claim`).
     """
     request = validate_claim_request(
         ClaimRequest(
@@ -208,7 +225,7 @@ def lease_claim_next(
         )
     )
     refuse_inactive(agent)
-    if _nothing_to_claim(project=project, agent=agent, task_class=task_class):
+    if _nothing_to_claim(project=project, agent=agent, task_class=task_class, claimable_read=claimable_read):
         return None
     try:
         granted = _claim_next(project=project, agent=agent, task_class=task_class, request=request)

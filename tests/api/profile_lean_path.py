@@ -159,3 +159,33 @@ def test_profile_the_keyed_cycle(clock):
         cycles["keyed"]()
     profile.disable()
     _report("keyed", profile)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_profile_the_empty_claim(clock):
+    """The fleet's most common request (SPEC §24's fleet row: most claims find nothing): claim-next on a
+    project with nothing claimable, through the lean path; process CPU per request and a profile."""
+    project = ProjectFactory(slug="lean")
+    token = AgentFactory(projects=[project]).api_token
+    app = LeanWSGIHandler()
+
+    def empty() -> None:
+        status, _, body = call(app, "POST", "/api/v1/claims/next/", {"project": project.slug}, token=token)
+        assert status.startswith("204"), (status, body)
+
+    for _ in range(WARMUP * 5):
+        empty()
+    spent: list[float] = []
+    for _ in range(ROUNDS):
+        began = time.process_time()
+        for _ in range(CYCLES * 5):
+            empty()
+        spent.append((time.process_time() - began) / (CYCLES * 5) * 1000)
+    rounds = ", ".join(f"{value:.3f}" for value in spent)
+    print(f"empty claim: {statistics.median(spent):.3f} ms CPU per request (rounds: {rounds})")
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    for _ in range(PROFILED * 5):
+        empty()
+    profile.disable()
+    _report("empty", profile)

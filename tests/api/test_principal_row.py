@@ -112,3 +112,69 @@ def test_a_key_answered_after_authentication_read_none_is_replayed(client, task,
     assert again.status_code == 201
     assert again["Idempotent-Replayed"] == "true"
     assert again.content == first.content
+
+
+@pytest.mark.django_db(transaction=True)  # the service's read is made outside any transaction only
+def test_the_claimable_read_agrees_with_claim_nexts_own_read(clock):
+    """Claim-next's read, embedded in authentication's statement, finds what the service's own read finds:
+    nothing, a ready task, a task held by a live lease (nothing), the same once its lease has expired, and
+    nothing of another project; and it is not asked without the project."""
+    from leases.services import anything_to_claim, lease_claim_next
+
+    project = ProjectFactory(slug="read")
+    agent = AgentFactory(projects=[project])
+    other = AgentFactory(projects=[project])
+
+    def both() -> tuple[bool | None, bool]:
+        found = agent_with(agent.api_token, project_slug=project.slug, claimable_now=clock_module.now())
+        return found.claimable, anything_to_claim(project=project, agent=agent)
+
+    assert both() == (False, False)
+    TaskFactory(project=ProjectFactory(slug="elsewhere"))
+    assert both() == (False, False)
+    TaskFactory(project=project)
+    assert both() == (True, True)
+    assert lease_claim_next(project=project, agent=other) is not None
+    assert both() == (False, False)
+    clock.advance(24 * 3600)
+    assert both() == (True, True)
+    outsider = AgentFactory(projects=[ProjectFactory(slug="mine")])
+    assert agent_with(outsider.api_token, project_slug=project.slug, claimable_now=clock_module.now()).claimable is None
+    assert agent_with(agent.api_token, project_slug=project.slug).claimable is None
+    with pytest.raises(ValueError, match="needs the project"):
+        agent_with(agent.api_token, claimable_now=clock_module.now())
+
+
+@pytest.mark.parametrize(
+    ("body", "headers", "read"),
+    [
+        ({}, {}, True),
+        ({"wait": 0}, {}, True),
+        # A waiting claim reads after its waiter is registered, so a commit in between is not missed.
+        ({"wait": 5}, {}, False),
+        ({"task_class": "docs"}, {}, False),
+        # A keyed claim runs its work in a transaction, where the read outside one does not decide.
+        ({}, {"HTTP_IDEMPOTENCY_KEY": "k-1"}, False),
+    ],
+    ids=["plain", "wait-0", "waiting", "task-class", "keyed"],
+)
+def test_authentication_reads_what_is_claimable_only_for_a_plain_claim_next(project, monkeypatch, body, headers, read):
+    import api.principal_row as principal_row
+    from push.waiting import event_watcher
+
+    client = client_for(AgentFactory(projects=[project]))
+    asked: list[object] = []
+    real = principal_row.agent_with
+
+    def recording(token, **kwargs):
+        asked.append(kwargs.get("claimable_now"))
+        return real(token, **kwargs)
+
+    monkeypatch.setattr(principal_row, "agent_with", recording)
+    TaskFactory(project=project, task_class="docs")
+    try:
+        response = client.post("/api/v1/claims/next/", {"project": project.slug, **body}, format="json", **headers)
+    finally:
+        event_watcher().stop()  # a waiting claim starts it; its LISTEN connection would keep the test database
+    assert response.status_code == 201
+    assert [when is not None for when in asked] == [read]
