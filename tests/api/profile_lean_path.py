@@ -1,4 +1,5 @@
-"""Process CPU and a profile of the agent cycle through the WSGI handler, full stack against lean path.
+"""Process CPU and a profile of the agent cycle through the WSGI handler, full stack against lean path;
+the empty claim-next and the MCP-shaped keyed cycle (with few and with many ready tasks) on the lean path.
 
 Not a test (pytest collects `test_*.py` only); run it by name, on either database:
 
@@ -189,3 +190,51 @@ def test_profile_the_empty_claim(clock):
         empty()
     profile.disable()
     _report("empty", profile)
+
+
+def _mcp_cycle(app: Callable[..., Any], token: str, slug: str, keys: Any) -> None:
+    """What `leasehold mcp`'s claim_next, checkpoint and finish send: each keyed, no renewal."""
+    status, _, body = call(
+        app, "POST", "/api/v1/claims/next/", {"project": slug}, token=token, headers={"Idempotency-Key": next(keys)}
+    )
+    assert status.startswith("201"), (status, body)
+    claim = json.loads(body)
+    attempt = f"/api/v1/attempts/{claim['attempt']['id']}"
+    proof = {"X-Lease-Token": claim["lease_token"], "X-Lease-Epoch": str(claim["epoch"])}
+    note = {"kind": "checkpoint", "content": "half way", "next_steps": ["finish"]}
+    headers = {**proof, "Idempotency-Key": next(keys)}
+    assert call(app, "POST", f"{attempt}/notes/", note, token=token, headers=headers)[0].startswith("201")
+    headers = {**proof, "Idempotency-Key": next(keys)}
+    assert call(app, "POST", f"{attempt}/finish/", {"outcome": "done"}, token=token, headers=headers)[0].startswith(
+        "200"
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("ready", [50, 6_000])
+def test_profile_the_mcp_shaped_cycle(clock, ready):
+    """The `mcp` bench's cycle through the lean path, with a few ready tasks and with the bench's 6,000: does
+    the queue's size cost the web tier anything (stop 48 left the MCP path's requests dearer than the floor's)."""
+    from bench.data import bulk_ready_tasks
+
+    project = ProjectFactory(slug="lean")
+    token = AgentFactory(projects=[project]).api_token
+    bulk_ready_tasks(project, WARMUP + CYCLES * ROUNDS + PROFILED + ready, since=clock.now())
+    app = LeanWSGIHandler()
+    keys = (f"k-{number}" for number in itertools.count(1))
+    for _ in range(WARMUP):
+        _mcp_cycle(app, token, project.slug, keys)
+    spent: list[float] = []
+    for _ in range(ROUNDS):
+        began = time.process_time()
+        for _ in range(CYCLES):
+            _mcp_cycle(app, token, project.slug, keys)
+        spent.append((time.process_time() - began) / CYCLES * 1000)
+    rounds = ", ".join(f"{value:.2f}" for value in spent)
+    print(f"mcp-shaped cycle, {ready} ready: {statistics.median(spent):.2f} ms CPU per cycle (rounds: {rounds})")
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    for _ in range(PROFILED):
+        _mcp_cycle(app, token, project.slug, keys)
+    profile.disable()
+    _report(f"mcp-{ready}", profile)
