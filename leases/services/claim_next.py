@@ -128,7 +128,9 @@ def _nothing_to_claim(
     decides afresh. An agent or project whose daily budget is spent is still told so.
 
     `claimable_read`: what the same read found a moment ago in this request, outside any transaction
-    (authentication's statement, `any_candidate_read`); it decides as this one would have. None: not read.
+    (authentication's statement, `any_candidate_read`); it decides as this one would have, with no
+    statement of its own: a plain claim-next over HTTP that finds nothing is then one round trip, and
+    one that finds a candidate no longer pays the read twice. None: not read.
     """
     if connection.in_atomic_block:
         return False
