@@ -127,6 +127,7 @@ def test_the_claimable_read_agrees_with_claim_nexts_own_read(clock):
 
     def both() -> tuple[bool | None, bool]:
         found = agent_with(agent.api_token, project_slug=project.slug, claimable_now=clock_module.now())
+        assert found is not None
         return found.claimable, anything_to_claim(project=project, agent=agent)
 
     assert both() == (False, False)
