@@ -164,8 +164,9 @@ class AgentTokenAuthentication(BaseAuthentication):
 
 def _agent_principal(request: Request, token: str) -> AgentPrincipal | None:
     """The token's agent; with the request's project and idempotency record when it names them, in one statement."""
-    body = _json_body(request)
-    slug = _project_slug(request, body)
+    view = (getattr(request, "parser_context", None) or {}).get("view")
+    body = _json_body(request, view)
+    slug = _project_slug(body, view)
     key = _idempotency_key(request)
     if slug is None and key is None:
         from ledger.selectors import agent_for_token
@@ -175,7 +176,7 @@ def _agent_principal(request: Request, token: str) -> AgentPrincipal | None:
     from api.principal_row import agent_with
     from ledger import clock
 
-    claimable = slug is not None and key is None and _plain_claim(request, body)
+    claimable = slug is not None and key is None and _plain_claim(body, view)
     found = agent_with(token, project_slug=slug, idempotency_key=key, claimable_now=clock.now() if claimable else None)
     if found is None:
         return None
@@ -189,12 +190,11 @@ def _agent_principal(request: Request, token: str) -> AgentPrincipal | None:
     return principal
 
 
-def _json_body(request: Request) -> Any:
+def _json_body(request: Request, view: Any) -> Any:
     """The JSON body of a POST to a view that looks its project up by it (`auth_project_field`), else None.
 
     Read from the raw body without DRF's parsing, so a body DRF refuses is refused by the view as before.
     """
-    view = (getattr(request, "parser_context", None) or {}).get("view")
     if getattr(view, "auth_project_field", None) is None:
         return None
     if request.method != "POST" or not request.content_type.startswith("application/json"):
@@ -205,20 +205,18 @@ def _json_body(request: Request) -> Any:
         return None
 
 
-def _project_slug(request: Request, body: Any) -> str | None:
-    """The project slug of the body, on the views that look their project up by it (`auth_project_field`)."""
+def _project_slug(body: Any, view: Any) -> str | None:
+    """The project slug of the body (`_json_body`), in the view's `auth_project_field`."""
     if not isinstance(body, dict):
         return None
-    view = request.parser_context["view"]
     slug = body.get(view.auth_project_field)
     return slug if isinstance(slug, str) and 0 < len(slug) <= MAX_SLUG_LENGTH else None
 
 
-def _plain_claim(request: Request, body: dict[str, Any]) -> bool:
+def _plain_claim(body: dict[str, Any], view: Any) -> bool:
     """A claim-next that neither waits nor names a task class (`auth_claimable_read` views): its first
     statement can be authentication's, which then also reads whether anything is claimable. Not a waiting
     one: its tries read after its waiter is registered, so a commit in between is not missed."""
-    view = request.parser_context["view"]
     return bool(getattr(view, "auth_claimable_read", False)) and not body.get("wait") and "task_class" not in body
 
 

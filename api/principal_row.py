@@ -50,7 +50,8 @@ class AgentWith:
 @dataclass(frozen=True)
 class _Shape:
     sql: str
-    # The parameters of the embedded claim-next read, by its values (`now`), before the statement's own.
+    # The embedded claim-next read (`any_candidate_read`), None when not asked; its parameters (`now`) come
+    # first, its EXISTS being the last column read.
     read: Any
     # Per model read, in column order: (model, first column, field attnames, converters per column).
     parts: tuple[tuple[type[models.Model], int, tuple[str, ...], tuple[tuple[Any, ...], ...]], ...]
