@@ -45,19 +45,56 @@ def _unkeyed() -> dict[str, str]:
     return {}
 
 
-def _cycle(app: Callable[..., Any], token: str, slug: str, key: Callable[[], dict[str, str]] = _unkeyed) -> None:
+def _key_maker() -> Callable[[], dict[str, str]]:
+    """A fresh `Idempotency-Key` header at each call."""
+    serial = itertools.count(1)
+    return lambda: {"Idempotency-Key": f"k-{next(serial)}"}
+
+
+def _cycle(
+    app: Callable[..., Any],
+    token: str,
+    slug: str,
+    key: Callable[[], dict[str, str]] = _unkeyed,
+    *,
+    renew: bool = True,
+) -> None:
     """One cycle; `key` gives the `Idempotency-Key` header of claim-next, the note and finish (none by default;
-    keyed as `leasehold mcp` sends them when given)."""
+    keyed as `leasehold mcp` sends them when given). Without `renew`, what `leasehold mcp`'s claim_next,
+    checkpoint and finish send."""
     status, _, body = call(app, "POST", "/api/v1/claims/next/", {"project": slug}, token=token, headers=key())
     assert status.startswith("201"), (status, body)
     claim = json.loads(body)
     attempt = f"/api/v1/attempts/{claim['attempt']['id']}"
     proof = {"X-Lease-Token": claim["lease_token"], "X-Lease-Epoch": str(claim["epoch"])}
-    assert call(app, "POST", f"{attempt}/renew/", {}, token=token, headers=proof)[0].startswith("200")
+    if renew:
+        assert call(app, "POST", f"{attempt}/renew/", {}, token=token, headers=proof)[0].startswith("200")
     note = {"kind": "checkpoint", "content": "half way", "next_steps": ["finish"]}
     assert call(app, "POST", f"{attempt}/notes/", note, token=token, headers={**proof, **key()})[0].startswith("201")
     finished = call(app, "POST", f"{attempt}/finish/", {"outcome": "done"}, token=token, headers={**proof, **key()})
     assert finished[0].startswith("200")
+
+
+def _time_and_profile(
+    name: str, run: Callable[[], None], *, per_round: int, unit: str, warmup: int, profiled: int = PROFILED
+) -> None:
+    """`run` repeated: process CPU per call (median of ROUNDS rounds of `per_round`), then `profiled` calls profiled."""
+    for _ in range(warmup):
+        run()
+    spent: list[float] = []
+    for _ in range(ROUNDS):
+        began = time.process_time()
+        for _ in range(per_round):
+            run()
+        spent.append((time.process_time() - began) / per_round * 1000)
+    rounds = ", ".join(f"{value:.3f}" for value in spent)
+    print(f"{name}: {statistics.median(spent):.3f} ms CPU per {unit} (rounds: {rounds})")
+    profile = cProfile.Profile(time.process_time)
+    profile.enable()
+    for _ in range(profiled):
+        run()
+    profile.disable()
+    _report(name, profile)
 
 
 def _report(name: str, profile: cProfile.Profile) -> None:
@@ -132,11 +169,7 @@ def test_profile_the_keyed_cycle(clock):
     for _ in range(WARMUP * 2 + CYCLES * ROUNDS * 2 + PROFILED):
         TaskFactory(project=project)
     app = LeanWSGIHandler()
-    keys = itertools.count(1)
-
-    def key() -> dict[str, str]:
-        return {"Idempotency-Key": f"k-{next(keys)}"}
-
+    key = _key_maker()
     cycles: dict[str, Callable[[], None]] = {
         "unkeyed": lambda: _cycle(app, token, project.slug),
         "keyed": lambda: _cycle(app, token, project.slug, key),
@@ -174,40 +207,7 @@ def test_profile_the_empty_claim(clock):
         status, _, body = call(app, "POST", "/api/v1/claims/next/", {"project": project.slug}, token=token)
         assert status.startswith("204"), (status, body)
 
-    for _ in range(WARMUP * 5):
-        empty()
-    spent: list[float] = []
-    for _ in range(ROUNDS):
-        began = time.process_time()
-        for _ in range(CYCLES * 5):
-            empty()
-        spent.append((time.process_time() - began) / (CYCLES * 5) * 1000)
-    rounds = ", ".join(f"{value:.3f}" for value in spent)
-    print(f"empty claim: {statistics.median(spent):.3f} ms CPU per request (rounds: {rounds})")
-    profile = cProfile.Profile(time.process_time)
-    profile.enable()
-    for _ in range(PROFILED * 5):
-        empty()
-    profile.disable()
-    _report("empty", profile)
-
-
-def _mcp_cycle(app: Callable[..., Any], token: str, slug: str, keys: Any) -> None:
-    """What `leasehold mcp`'s claim_next, checkpoint and finish send: each keyed, no renewal."""
-    status, _, body = call(
-        app, "POST", "/api/v1/claims/next/", {"project": slug}, token=token, headers={"Idempotency-Key": next(keys)}
-    )
-    assert status.startswith("201"), (status, body)
-    claim = json.loads(body)
-    attempt = f"/api/v1/attempts/{claim['attempt']['id']}"
-    proof = {"X-Lease-Token": claim["lease_token"], "X-Lease-Epoch": str(claim["epoch"])}
-    note = {"kind": "checkpoint", "content": "half way", "next_steps": ["finish"]}
-    headers = {**proof, "Idempotency-Key": next(keys)}
-    assert call(app, "POST", f"{attempt}/notes/", note, token=token, headers=headers)[0].startswith("201")
-    headers = {**proof, "Idempotency-Key": next(keys)}
-    assert call(app, "POST", f"{attempt}/finish/", {"outcome": "done"}, token=token, headers=headers)[0].startswith(
-        "200"
-    )
+    _time_and_profile("empty", empty, per_round=CYCLES * 5, unit="request", warmup=WARMUP * 5, profiled=PROFILED * 5)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -221,20 +221,11 @@ def test_profile_the_mcp_shaped_cycle(clock, ready):
     token = AgentFactory(projects=[project]).api_token
     bulk_ready_tasks(project, WARMUP + CYCLES * ROUNDS + PROFILED + ready, since=clock.now())
     app = LeanWSGIHandler()
-    keys = (f"k-{number}" for number in itertools.count(1))
-    for _ in range(WARMUP):
-        _mcp_cycle(app, token, project.slug, keys)
-    spent: list[float] = []
-    for _ in range(ROUNDS):
-        began = time.process_time()
-        for _ in range(CYCLES):
-            _mcp_cycle(app, token, project.slug, keys)
-        spent.append((time.process_time() - began) / CYCLES * 1000)
-    rounds = ", ".join(f"{value:.2f}" for value in spent)
-    print(f"mcp-shaped cycle, {ready} ready: {statistics.median(spent):.2f} ms CPU per cycle (rounds: {rounds})")
-    profile = cProfile.Profile(time.process_time)
-    profile.enable()
-    for _ in range(PROFILED):
-        _mcp_cycle(app, token, project.slug, keys)
-    profile.disable()
-    _report(f"mcp-{ready}", profile)
+    key = _key_maker()
+    _time_and_profile(
+        f"mcp-{ready}",
+        lambda: _cycle(app, token, project.slug, key, renew=False),
+        per_round=CYCLES,
+        unit="cycle",
+        warmup=WARMUP,
+    )

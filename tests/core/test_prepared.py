@@ -17,6 +17,7 @@ from core.prepared import (
     Prepared,
     PreparedUpdate,
     insert,
+    run_select,
     update_row,
 )
 from leases.models import Attempt, IdempotencyRecord, Note
@@ -258,16 +259,18 @@ def test_claim_nexts_emptiness_read_names_its_status_in_its_text():
 def test_with_columns_reads_a_value_from_the_enclosing_statement_and_binds_the_rest(clock):
     """`with_columns`: a statement embedded in another, one of its values taken from the enclosing
     statement's column (as authentication's statement embeds claim-next's read), the others still bound."""
-    from core.prepared import run_select
-
     first, second = ProjectFactory(), ProjectFactory()
     TaskFactory(project=first)
     prepared = Prepared(lambda project, now: _tasks_of(project, now).values_list("pk"), samples=_samples_with_time())
     inner = prepared.compiled().with_columns({"project": "p.id"})
     assert "p.id" in inner.sql
     sql = f"SELECT p.id, EXISTS ({inner.sql}) FROM {Project._meta.db_table} p ORDER BY p.id"
-    for now, expected in ((clock.now(), {first.pk: True, second.pk: False}), (clock.now() - timedelta(days=1), {})):
+    answers = {
+        clock.now(): {first.pk: True, second.pk: False},
+        clock.now() - timedelta(days=1): {first.pk: False, second.pk: False},
+    }
+    for now, expected in answers.items():
         found = {pk: bool(exists) for pk, exists in run_select(sql, inner.params_for({"now": now}))}
-        assert found == {first.pk: expected.get(first.pk, False), second.pk: expected.get(second.pk, False)}
+        assert found == expected
     with pytest.raises(NotPreparable, match="go into no parameter"):
         prepared.compiled().with_columns({"agent": "a.id"})

@@ -9,7 +9,9 @@ from __future__ import annotations
 import psycopg._queries
 import pytest
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
+from core.prepared import run_select
 from leases.services import lease_claim_next
 from tests.factories import AgentFactory, ProjectFactory, TaskFactory
 
@@ -50,10 +52,6 @@ def test_claim_next_converts_its_long_statement_once(monkeypatch, fresh_conversi
 def test_a_prepared_statement_is_still_in_djangos_query_log():
     """psycopg keeps the statement on the cursor only when it sends it unprepared: once the connection had
     prepared it, Django logged None as its SQL (and the read counts of the parked-claim tests saw nothing)."""
-    from django.test.utils import CaptureQueriesContext
-
-    from core.prepared import run_select
-
     assert connection.settings_dict["PREPARED_STATEMENTS"]
     threshold = connection.settings_dict["OPTIONS"]["prepare_threshold"]
     sql = "SELECT %s::int + 1 AS lh_logged_statement"
